@@ -1,0 +1,172 @@
+"""Measure: the timing backends (CPU and CUDA) and the choice of device.
+
+torch is imported here, lazily, and only when a measurement needs it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_solgate import telemetry
+from pytest_solgate.errors import OptionError
+
+DEFAULT_FLUSH_BYTES = 256 * 1024 * 1024  # when neither the device nor the profile gives an L2 size
+
+
+def triton_interpreter_active() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
+
+
+def torch_or_none() -> Any:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+class CpuBackend:
+    """``time.perf_counter_ns`` around the call(s). CPU caches are not flushed: see docs."""
+
+    min_sample_seconds = 100e-6
+    telemetry_note = "no telemetry on the CPU backend"
+
+    def __init__(self, name: str = "cpu") -> None:
+        self.name = name
+
+    def flush(self, batch: int) -> None:
+        pass
+
+    def start(self) -> int:
+        return time.perf_counter_ns()
+
+    def stop(self, token: int) -> tuple[int, int]:
+        return token, time.perf_counter_ns()
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed(self, handle: tuple[int, int]) -> float:
+        return (handle[1] - handle[0]) / 1e9
+
+    def read_telemetry(self) -> None:
+        return None
+
+
+class CudaBackend:
+    """CUDA events on the current stream, an L2 flush of twice the L2 outside the timed region,
+    and a short GPU-side spin before each sample so the launch itself is not timed."""
+
+    name = "cuda"
+    min_sample_seconds = 20e-6
+
+    def __init__(self, torch: Any, device: Any, l2_bytes: int | None, clock_mhz: float | None) -> None:
+        self.torch = torch
+        self.device = device
+        flush_bytes = 2 * l2_bytes if l2_bytes else DEFAULT_FLUSH_BYTES
+        self.flush_buffer = torch.empty(flush_bytes // 4, dtype=torch.int32, device=device)
+        self.cycles_per_second = (clock_mhz or 2000) * 1e6
+        props = torch.cuda.get_device_properties(device)
+        uuid = str(getattr(props, "uuid", "") or "")
+        self.reader, self.telemetry_note = telemetry.open_reader(device.index or 0, uuid or None)
+
+    def flush(self, batch: int) -> None:
+        self.flush_buffer.zero_()
+        # Hold the stream while Python queues the start event and the calls, so that launch
+        # latency lands before the start event instead of inside the timed region.
+        hold_seconds = min(0.01, 100e-6 + batch * 20e-6)
+        self.torch.cuda._sleep(int(hold_seconds * self.cycles_per_second))
+
+    def start(self) -> Any:
+        event = self.torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def stop(self, token: Any) -> tuple[Any, Any]:
+        event = self.torch.cuda.Event(enable_timing=True)
+        event.record()
+        return token, event
+
+    def synchronize(self) -> None:
+        self.torch.cuda.synchronize(self.device)
+
+    def elapsed(self, handle: tuple[Any, Any]) -> float:
+        return handle[0].elapsed_time(handle[1]) / 1e3
+
+    def read_telemetry(self) -> dict[str, Any] | None:
+        return self.reader.read() if self.reader else None
+
+
+@dataclass(frozen=True)
+class DeviceChoice:
+    kind: str  # "cpu" or "cuda"
+    index: int | None = None
+
+    def __str__(self) -> str:
+        return self.kind if self.index is None else f"{self.kind}:{self.index}"
+
+
+def parse_device(spec: str) -> tuple[str, int | None]:
+    """``--sol-device``: auto, cpu, cuda or cuda:N."""
+    if spec in ("auto", "cpu", "cuda"):
+        return spec, None
+    if spec.startswith("cuda:") and spec[5:].isdigit():
+        return "cuda", int(spec[5:])
+    raise OptionError(f"--sol-device={spec!r} is not auto, cpu, cuda or cuda:N (N a device number)")
+
+
+def choose_device(spec: str, worker_index: int | None) -> DeviceChoice:
+    """Resolve ``--sol-device``; under xdist, worker N takes GPU N mod count with ``auto``."""
+    kind, index = parse_device(spec)
+    if kind == "cpu":
+        return DeviceChoice("cpu")
+    torch = torch_or_none()
+    has_cuda = torch is not None and torch.cuda.is_available()
+    if kind == "auto" and not has_cuda:
+        return DeviceChoice("cpu")
+    if not has_cuda:
+        raise OptionError(f"--sol-device={spec} but no CUDA device is available; use --sol-device=auto or cpu")
+    count = torch.cuda.device_count()
+    if index is None:
+        index = (worker_index or 0) % count if kind == "auto" else torch.cuda.current_device()
+    if index >= count:
+        raise OptionError(f"--sol-device={spec} but this machine has {count} CUDA device(s)")
+    return DeviceChoice("cuda", index)
+
+
+def device_name(choice: DeviceChoice) -> str:
+    """NVML's name when NVML is there, else torch's."""
+    if choice.kind != "cuda":
+        return "cpu"
+    name = telemetry.nvml_device_name(choice.index or 0)
+    if name:
+        return name
+    import torch
+
+    return torch.cuda.get_device_name(choice.index)
+
+
+def device_facts(choice: DeviceChoice) -> dict[str, Any]:
+    """SM count, L2 size and arch as torch reads them off the device."""
+    if choice.kind != "cuda":
+        return {}
+    import torch
+
+    props = torch.cuda.get_device_properties(choice.index)
+    return {
+        "sm_count": getattr(props, "multi_processor_count", None),
+        "l2_bytes": getattr(props, "L2_cache_size", None) or None,
+        "arch": getattr(props, "gcnArchName", None),
+        "total_memory": getattr(props, "total_memory", None),
+    }
+
+
+def make_backend(choice: DeviceChoice, l2_bytes: int | None, clock_mhz: float | None) -> Any:
+    if choice.kind == "cuda":
+        import torch
+
+        return CudaBackend(torch, torch.device("cuda", choice.index), l2_bytes, clock_mhz)
+    return CpuBackend("triton-interpreter" if triton_interpreter_active() else "cpu")

@@ -1,0 +1,237 @@
+"""Measure: ceilings measured on this machine (``solgate calibrate``), cached under ``.solgate/``.
+
+CPUs have no datasheet ceiling a kernel can reach, so a CPU profile is always measured: memory
+bandwidth as the best of four streaming patterns over buffers several times the last-level cache,
+and matmul throughput in fp32 and fp64. On a GPU, calibration measures device-to-device copy
+bandwidth and torch matmul throughput per precision, next to the datasheet profile.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import os
+import platform
+import socket
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from pytest_solgate import stats
+from pytest_solgate.errors import ProfileError
+from pytest_solgate.profiles import DeviceFacts, HardwareProfile, load_profile, profile_to_toml
+
+MIB = 1024 * 1024
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def last_level_cache_bytes() -> int:
+    """The largest cache the kernel reports for cpu0 (32 MiB when it reports none)."""
+    sizes = []
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        scale = {"K": 1024, "M": MIB, "G": 1024 * MIB}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            sizes.append(int(digits) * scale)
+    return max(sizes) if sizes else 32 * MIB
+
+
+def cpu_fingerprint(torch: Any) -> dict[str, Any]:
+    return {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+    }
+
+
+def fingerprint_key(fingerprint: dict[str, Any]) -> str:
+    text = "|".join(f"{k}={fingerprint[k]}" for k in sorted(fingerprint))
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def _best_time(fn: Callable[[], Any], repeats: int, sync: Callable[[], None] = lambda: None) -> float:
+    fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def measure_cpu(torch: Any) -> tuple[float, dict[str, float], dict[str, float]]:
+    """(best bandwidth GB/s, GB/s per pattern, TFLOP/s per precision) on this CPU."""
+    llc = last_level_cache_bytes()
+    n = max(4 * llc, 64 * MIB) // 4  # float32 elements per buffer: each buffer >= 4x the LLC
+    a = torch.rand(n)
+    b = torch.rand(n)
+    c = torch.rand(n)
+    element = a.element_size()
+    patterns = {
+        "copy": (lambda: b.copy_(a), 2),
+        "scale": (lambda: torch.mul(a, 3.0, out=b), 2),
+        "add": (lambda: torch.add(a, b, out=c), 3),
+        "triad": (lambda: torch.add(b, c, alpha=3.0, out=a), 3),
+    }
+    per_pattern = {
+        name: arrays * n * element / _best_time(fn, 5) / 1e9 for name, (fn, arrays) in patterns.items()
+    }
+    del a, b, c
+    peaks = {}
+    for precision, dtype, size in (("fp32", torch.float32, 1024), ("fp64", torch.float64, 768)):
+        x = torch.rand(size, size, dtype=dtype)
+        y = torch.rand(size, size, dtype=dtype)
+        peaks[precision] = 2 * size**3 / _best_time(lambda: torch.mm(x, y), 5) / 1e12
+    return max(per_pattern.values()), per_pattern, peaks
+
+
+def cpu_profile_path(cache_dir: Path, key: str) -> Path:
+    return cache_dir / "profiles" / f"cpu-{key}.toml"
+
+
+def cpu_profile(cache_dir: Path, announce: Callable[[str], None] = print) -> HardwareProfile:
+    """The measured CPU profile for this machine, from the cache or measured now (a few seconds)."""
+    import torch
+
+    fingerprint = cpu_fingerprint(torch)
+    key = fingerprint_key(fingerprint)
+    path = cpu_profile_path(cache_dir, key)
+    if path.is_file():
+        try:
+            return load_profile(path)
+        except ProfileError:
+            pass  # a damaged cache entry is re-measured, never trusted
+    announce(f"solgate: measuring this CPU's ceilings once (cached in {path}) ...")
+    started = time.perf_counter()
+    bandwidth, per_pattern, peaks = measure_cpu(torch)
+    profile = HardwareProfile(
+        id=f"cpu-{key}",
+        name=f"{fingerprint['cpu']} ({fingerprint['cores']} cores, {fingerprint['threads']} torch threads)",
+        kind="cpu",
+        memory_bandwidth_gbps=bandwidth,
+        peak_tflops=peaks,
+        source=f"measured by pytest-solgate on {socket.gethostname()} in {time.perf_counter() - started:.1f} s",
+        notes="streaming GB/s: " + ", ".join(f"{k} {v:.1f}" for k, v in per_pattern.items())
+        + "; fingerprint: " + ", ".join(f"{k}={v}" for k, v in sorted(fingerprint.items())),
+        ceilings="measured",
+        measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    )
+    write_profile(path, profile)
+    return profile
+
+
+def write_profile(path: Path, profile: HardwareProfile) -> None:
+    """Atomic: a crash leaves the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(profile_to_toml(profile))
+    os.replace(temporary, path)
+
+
+# --- GPU -----------------------------------------------------------------------------------------
+
+
+def gpu_measured_path(cache_dir: Path, datasheet_id: str, device_key: str) -> Path:
+    return cache_dir / "profiles" / f"{datasheet_id}-measured-{device_key}.toml"
+
+
+def _cuda_median(torch: Any, fn: Callable[[], Any], repeats: int) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return stats.median(times)
+
+
+def measure_gpu(torch: Any, device: Any, datasheet: HardwareProfile, l2_bytes: int | None) -> tuple[float, dict[str, float]]:
+    """(copy GB/s counting read + write, TFLOP/s per precision) on one GPU."""
+    free, _total = torch.cuda.mem_get_info(device)
+    size = max(16 * (l2_bytes or 64 * MIB), 1024 * MIB)
+    size = min(size, free // 8)
+    src = torch.empty(size // 4, dtype=torch.float32, device=device).uniform_()
+    dst = torch.empty_like(src)
+    seconds = _cuda_median(torch, lambda: dst.copy_(src), 20)
+    bandwidth = 2 * src.numel() * 4 / seconds / 1e9
+    del src, dst
+    peaks: dict[str, float] = {}
+    n = 8192
+    cases = [
+        ("fp32", torch.float32, False),
+        ("tf32_tensor", torch.float32, True),
+        ("bf16_tensor", torch.bfloat16, False),
+        ("fp16_tensor", torch.float16, False),
+        ("fp64_tensor", torch.float64, False),
+    ]
+    saved_tf32 = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for precision, dtype, tf32 in cases:
+            if precision not in datasheet.peak_tflops:
+                continue
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            size = 4096 if dtype in (torch.float32, torch.float64) and not tf32 else n
+            a = torch.randn(size, size, device=device, dtype=dtype)
+            b = torch.randn(size, size, device=device, dtype=dtype)
+            peaks[precision] = 2 * size**3 / _cuda_median(torch, lambda: torch.mm(a, b), 10) / 1e12
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved_tf32
+    if "fp8_tensor" in datasheet.peak_tflops and hasattr(torch, "_scaled_mm"):
+        try:
+            a = torch.randn(n, n, device=device).to(torch.float8_e4m3fn)
+            b = torch.randn(n, n, device=device).to(torch.float8_e4m3fn).t()
+            one = torch.tensor(1.0, device=device)
+            run = lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
+            peaks["fp8_tensor"] = 2 * n**3 / _cuda_median(torch, run, 10) / 1e12
+        except Exception:
+            pass  # fp8 matmul is not supported on this device or build: keep the other figures
+    return bandwidth, peaks
+
+
+def gpu_profile(
+    datasheet: HardwareProfile, device: Any, device_key: str, device_name: str, l2_bytes: int | None
+) -> HardwareProfile:
+    import torch
+
+    bandwidth, peaks = measure_gpu(torch, device, datasheet, l2_bytes)
+    kept = [k for k in datasheet.peak_tflops if k not in peaks]
+    merged = {**dict(datasheet.peak_tflops), **peaks}
+    return HardwareProfile(
+        id=f"{datasheet.id}-measured",
+        name=f"{device_name} (measured ceilings)",
+        kind="gpu",
+        memory_bandwidth_gbps=bandwidth,
+        peak_tflops=merged,
+        match=(),
+        source=f"measured by solgate calibrate on {socket.gethostname()}, torch {torch.__version__}",
+        notes="copy bandwidth counts bytes read plus written; matmuls on random data, median of 10"
+        + (f"; kept from the datasheet: {', '.join(kept)}" if kept else ""),
+        derived_from=datasheet.id,
+        ceilings="measured",
+        measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        device=datasheet.device if isinstance(datasheet.device, DeviceFacts) else DeviceFacts(),
+    )

@@ -1,0 +1,301 @@
+"""The ``solgate`` command: thin wiring from subcommands to the engine, history and reports.
+
+Every bad input is one line on stderr and exit status 2; ``compare`` exits 1 when a result regressed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from pytest_solgate.errors import SolgateError
+
+
+class UsageFailure(SolgateError):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line and exit 2, as for every bad input
+        raise UsageFailure(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def _history_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--history", default=".solgate/history.db", help="the history database (default: %(default)s)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="solgate", description="pytest-solgate: speed-of-light budgets for kernels")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    p = sub.add_parser("profiles", help="list the known hardware profiles")
+    p.add_argument("--dir", action="append", default=[], help="also read profiles from this folder")
+    p = sub.add_parser("profile", help="show one profile as TOML")
+    p.add_argument("id", help="a profile id (see `solgate profiles`) or a path to a .toml file")
+    p = sub.add_parser("detect", help="which profile this machine (or a given device name) gets, and why")
+    p.add_argument("--name", help="match this device name instead of reading the device")
+    p.add_argument("--sm-count", type=int, help="with --name: the device's multiprocessor count, for the cross-check")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
+    p = sub.add_parser("calibrate", help="measure this machine's ceilings and write a profile")
+    p.add_argument("-o", "--output", help="write the profile TOML here (default: cache it under .solgate/)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
+    p = sub.add_parser("history", help="list recorded results")
+    p.add_argument("pattern", nargs="?", help="only tests whose id matches this glob or contains this text")
+    _history_arg(p)
+    p = sub.add_parser("trend", help="write an HTML page of SOL over commits")
+    p.add_argument("-o", "--output", default="sol-trend.html", help="output path (default: %(default)s)")
+    p.add_argument("pattern", nargs="?", help="only tests matching this glob or text")
+    _history_arg(p)
+    p = sub.add_parser("compare", help="two commits' results side by side; exit 1 on a regression")
+    p.add_argument("base", help="the base commit (a git ref or sha)")
+    p.add_argument("head", help="the head commit (a git ref or sha)")
+    p.add_argument("--max-regression", type=float, default=0.05, help="tolerance (default: %(default)s)")
+    _history_arg(p)
+    p = sub.add_parser("import", help="merge a --sol-json file from another runner into the history")
+    p.add_argument("file", help="a JSON file written by pytest --sol-json")
+    _history_arg(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except SolgateError as exc:
+        print(f"solgate: error: {exc}" if not str(exc).startswith("solgate") else f"{exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _cmd_profiles(args: argparse.Namespace) -> int:
+    from pytest_solgate.profiles import builtin_profiles_dir, load_profiles
+
+    for profile in load_profiles([builtin_profiles_dir(), *args.dir]):
+        peak = max(profile.peak_tflops.items(), key=lambda kv: kv[1])
+        print(f"{profile.id:<16} {profile.name:<46} {profile.memory_bandwidth_gbps:>7.0f} GB/s  {peak[1]:>7g} TFLOP/s {peak[0]}")
+    return 0
+
+
+def _cmd_profile(args: argparse.Namespace) -> int:
+    from pytest_solgate.profiles import find_profile, profile_to_toml
+
+    print(profile_to_toml(find_profile(args.id)), end="")
+    return 0
+
+
+def _cmd_detect(args: argparse.Namespace) -> int:
+    from pytest_solgate.engine import known_profiles
+    from pytest_solgate.profiles import match_device
+
+    cache = Path(".solgate")
+    if args.name:
+        match = match_device(args.name, known_profiles(cache), args.sm_count)
+        print(match.profile.id)
+        print(f"  '{args.name}' matched glob '{match.pattern}' of {match.profile.path}", file=sys.stderr)
+        if match.warning:
+            print(f"  warning: {match.warning}", file=sys.stderr)
+        return 0
+    from pytest_solgate import backends
+
+    choice = backends.choose_device(args.device, None)
+    if choice.kind == "cpu":
+        print("cpu (measured)")
+        print("  no GPU: the profile is measured on this CPU (`solgate calibrate`), cached under .solgate/", file=sys.stderr)
+        return 0
+    name = backends.device_name(choice)
+    facts = backends.device_facts(choice)
+    match = match_device(name, known_profiles(cache), facts.get("sm_count"), facts.get("arch"))
+    print(match.profile.id)
+    print(f"  device {choice} is '{name}' ({facts.get('sm_count')} SMs); matched glob '{match.pattern}'", file=sys.stderr)
+    if match.warning:
+        print(f"  warning: {match.warning}", file=sys.stderr)
+    return 0
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from pytest_solgate import backends, calibrate
+    from pytest_solgate.engine import known_profiles
+    from pytest_solgate.profiles import match_device, profile_to_toml
+
+    cache = Path(".solgate")
+    choice = backends.choose_device(args.device, None)
+    if choice.kind == "cpu":
+        import torch
+
+        key = calibrate.fingerprint_key(calibrate.cpu_fingerprint(torch))
+        cached = calibrate.cpu_profile_path(cache, key)
+        if cached.exists():
+            cached.unlink()  # calibrate means measure now
+        profile = calibrate.cpu_profile(cache, lambda text: print(text, file=sys.stderr))
+    else:
+        import torch
+
+        name = backends.device_name(choice)
+        facts = backends.device_facts(choice)
+        datasheet = match_device(name, known_profiles(cache), facts.get("sm_count"), facts.get("arch")).profile
+        props = torch.cuda.get_device_properties(choice.index)
+        key = str(getattr(props, "uuid", "") or f"index{choice.index}")
+        print(f"solgate: calibrating {name} against {datasheet.id} ...", file=sys.stderr)
+        profile = calibrate.gpu_profile(datasheet, torch.device("cuda", choice.index), key, name, facts.get("l2_bytes"))
+        calibrate.write_profile(calibrate.gpu_measured_path(cache, datasheet.id, key), profile)
+    if args.output:
+        calibrate.write_profile(Path(args.output), profile)
+    print(profile_to_toml(profile), end="")
+    return 0
+
+
+def _open_history(path: str, create: bool = False) -> Any:
+    from pytest_solgate.history import HistoryStore
+
+    return HistoryStore(path, create=create)
+
+
+def _cmd_history(args: argparse.Namespace) -> int:
+    from pytest_solgate import units
+
+    with _open_history(args.history) as store:
+        results = store.results(args.pattern)
+    if not results:
+        print("no recorded results" + (f" match '{args.pattern}'" if args.pattern else ""))
+        return 0
+    print(f"{'started':<20} {'commit':<10} {'d':<1} {'profile':<14} {'SOL':>6} {'time':>10}  {'verdict':<12} test [name]")
+    for run, m in results:
+        print(
+            f"{run['started_at'][:19]:<20} {(run['commit_sha'] or 'unknown')[:10]:<10} {'*' if run['dirty'] else ' '} "
+            f"{m.profile[:14]:<14} {m.sol:>6.3f} {units.seconds(m.seconds):>10}  {m.verdict or '-':<12} {m.test} [{m.name}]"
+        )
+    return 0
+
+
+def _cmd_trend(args: argparse.Namespace) -> int:
+    from pytest_solgate import gitinfo
+    from pytest_solgate.report import atomic, html
+
+    with _open_history(args.history) as store:
+        results = store.results(args.pattern)
+    clean = [(run, m) for run, m in results if not run["dirty"] and run["commit_sha"]]
+    times = gitinfo.commit_times(".", sorted({run["commit_sha"] for run, _ in clean}))
+    series: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+    for run, m in clean:
+        when = times.get(run["commit_sha"]) or run["commit_time"] or run["started_at"]
+        series.setdefault((m.test, m.name, m.profile, m.ceilings), []).append(
+            {"commit": run["commit_sha"], "commit_time": when, "started_at": run["started_at"], "sol": m.sol}
+        )
+    lines = []
+    for (test, name, profile, _ceilings), points in sorted(series.items()):
+        points.sort(key=lambda p: (p["commit_time"], p["started_at"]))
+        latest: dict[str, dict[str, Any]] = {}
+        for p in points:  # one point per commit: its newest run
+            latest.pop(p["commit"], None)
+            latest[p["commit"]] = p
+        lines.append({"label": f"{test} [{name}] {profile}", "points": list(latest.values())})
+    target = atomic.write_text(args.output, html.render_trend(lines, args.history), "trend page")
+    print(f"trend of {len(lines)} measurement(s) written to {target}")
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from pytest_solgate import gitinfo, judge, records, units
+
+    if not 0 <= args.max_regression < 1:
+        raise UsageFailure(f"--max-regression={args.max_regression}: give a fraction in [0, 1)")
+    with _open_history(args.history) as store:
+        results = store.results()
+    shas = {row["commit_sha"] for row, _ in results if row["commit_sha"]}
+
+    def find(ref: str) -> str:
+        sha = gitinfo.resolve(".", ref) or next((s for s in sorted(shas) if s.startswith(ref)), None)
+        if not sha:
+            raise UsageFailure(f"compare: '{ref}' is neither a git ref here nor a commit in {args.history}")
+        return sha
+
+    base_sha, head_sha = find(args.base), find(args.head)
+
+    def newest(sha: str) -> dict[tuple[str, str, str, str], Measurement]:
+        found = {}
+        for run, m in results:  # oldest first, so later runs overwrite
+            if run["commit_sha"] == sha and not run["dirty"]:
+                found[(m.test, m.name, m.profile, m.ceilings)] = m
+        return found
+
+    from pytest_solgate.records import Measurement  # noqa: F811
+
+    base, head = newest(base_sha), newest(head_sha)
+    if not base or not head:
+        missing = args.base if not base else args.head
+        raise UsageFailure(f"compare: no clean results for '{missing}' in {args.history}")
+    settings = judge.JudgeSettings(gate="fail", max_regression=args.max_regression, commit=head_sha)
+    regressed = 0
+    print(f"{'test [name]':<60} {'base':>7} {'head':>7} {'change':>8}  verdict")
+    for key in sorted(set(base) | set(head)):
+        if key not in head or key not in base:
+            only = "base" if key in base else "head"
+            print(f"{key[0] + ' [' + key[1] + ']':<60} {'':>7} {'':>7} {'':>8}  only in {only}")
+            continue
+        b, h = base[key], head[key]
+        baseline = judge.Baseline(commit=base_sha, sol=b.sol, sol_samples=tuple(b.t_sol / s for s in b.samples if s > 0))
+        verdict = judge.judge(h.replace(gate=True, backend="compare"), judge.Budget(), baseline, settings)
+        regressed += verdict.verdict == records.REGRESSED
+        change = verdict.baseline["change"] if verdict.baseline else None
+        print(f"{key[0] + ' [' + key[1] + ']':<60} {b.sol:>7.3f} {h.sol:>7.3f} {units.percent(change, True):>8}  {verdict.verdict}")
+    print(f"{regressed} regressed between {base_sha[:10]} and {head_sha[:10]}")
+    return 1 if regressed else 0
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    from pytest_solgate.errors import ImportFileError
+    from pytest_solgate.records import SCHEMA, Measurement, RunInfo
+
+    path = Path(args.file)
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ImportFileError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ImportFileError(f"{path}: cannot read it ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise ImportFileError(f"{path}: not JSON ({exc.msg} at line {exc.lineno}); give a file written by --sol-json") from None
+    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
+        raise ImportFileError(f"{path}: not a {SCHEMA} file (no \"schema\": \"{SCHEMA}\"); give a file written by pytest --sol-json")
+    try:
+        run = RunInfo.from_dict(document["run"])
+        if not run.id:
+            raise KeyError("run.id")
+        measurements = [Measurement.from_dict(_nan_for_null(m)) for m in document["measurements"]]
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ImportFileError(f"{path}: a {SCHEMA} file with a missing or malformed field ({exc})") from None
+    with _open_history(args.history, create=True) as store:
+        added = store.record_run(run, measurements)
+    if added:
+        print(f"imported run {run.id[:12]} ({len(measurements)} measurements) into {args.history}")
+    else:
+        print(f"run {run.id[:12]} is already in {args.history}: nothing added")
+    return 0
+
+
+def _nan_for_null(data: dict[str, Any]) -> dict[str, Any]:
+    """The JSON writer turns NaN/inf into null; read them back as inf so the record stays typed."""
+    fixed = dict(data)
+    if fixed.get("noise") is None:
+        fixed["noise"] = float("inf")
+    return fixed
+
+
+COMMANDS = {
+    "profiles": _cmd_profiles,
+    "profile": _cmd_profile,
+    "detect": _cmd_detect,
+    "calibrate": _cmd_calibrate,
+    "history": _cmd_history,
+    "trend": _cmd_trend,
+    "compare": _cmd_compare,
+    "import": _cmd_import,
+}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,251 @@
+"""The engine: declare -> measure -> score -> judge for one session, knowing nothing of pytest.
+
+The pytest plugin and the benchmarks drive it. It resolves the device, backend and profile lazily,
+on the first measurement, so that a session that measures nothing never imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from pytest_solgate import backends, calibrate, judge, locking, measure, score, telemetry
+from pytest_solgate.errors import OptionError, ProfileError, SolgateError
+from pytest_solgate.profiles import HardwareProfile, builtin_profiles, find_profile, load_profiles, match_device
+from pytest_solgate.records import Measurement
+from pytest_solgate.settings import Settings
+from pytest_solgate.work import make_work
+
+BaselineFinder = Callable[[str, str, str, str], "judge.Baseline | None"]
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where measurements run and against which ceilings."""
+
+    device: backends.DeviceChoice
+    device_name: str
+    profile: HardwareProfile
+    ceilings: str  # "datasheet" or "measured"
+    backend: Any
+    lock_key: str
+    warnings: tuple[str, ...] = ()
+
+
+def worker_index() -> int | None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None
+
+
+def known_profiles(cache_dir: Path) -> list[HardwareProfile]:
+    """Shipped profiles plus measured ones cached under .solgate/profiles."""
+    profiles = builtin_profiles()
+    measured = cache_dir / "profiles"
+    if measured.is_dir():
+        ids = {p.id for p in profiles}
+        profiles += [p for p in load_profiles([measured]) if p.id not in ids]
+    return profiles
+
+
+class Engine:
+    def __init__(
+        self,
+        settings: Settings,
+        cache_dir: Path,
+        baseline_finder: BaselineFinder | None = None,
+        announce: Callable[[str], None] | None = None,
+        warn: Callable[[str], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.cache_dir = cache_dir
+        self.baseline_finder = baseline_finder
+        self.announce = announce or (lambda text: print(text, file=sys.stderr))
+        self.warn = warn or self.announce
+        self._context: Context | None = None
+        self._context_error: SolgateError | None = None
+        self.explicit_profile = find_profile(settings.profile) if settings.profile else None
+        self.judge_settings = judge.JudgeSettings(
+            gate=settings.gate, above_one=settings.above_one, max_regression=settings.max_regression
+        )
+
+    # --- context --------------------------------------------------------------------------------
+
+    def context(self) -> Context:
+        """Resolve device, profile, ceilings and backend once; a failure is remembered."""
+        if self._context is not None:
+            return self._context
+        if self._context_error is not None:
+            raise self._context_error
+        try:
+            self._context = self._resolve()
+        except SolgateError as exc:
+            self._context_error = exc
+            raise
+        for warning in self._context.warnings:
+            self.warn(warning)
+        return self._context
+
+    def _resolve(self) -> Context:
+        choice = backends.choose_device(self.settings.device, worker_index())
+        facts = backends.device_facts(choice)
+        name = backends.device_name(choice)
+        warnings: list[str] = []
+        ceilings = self.settings.ceilings
+        if choice.kind == "cpu":
+            if self.explicit_profile is not None:
+                profile = self.explicit_profile
+            else:
+                if ceilings == "datasheet":
+                    raise OptionError(
+                        "--sol-ceilings=datasheet on a CPU: CPUs have only measured ceilings; "
+                        "drop the option or pass --sol-profile"
+                    )
+                profile = calibrate.cpu_profile(self.cache_dir, self.announce)
+            lock_key = "cpu"
+        else:
+            if self.explicit_profile is not None:
+                profile = self.explicit_profile
+            else:
+                match = match_device(name, known_profiles(self.cache_dir), facts.get("sm_count"), facts.get("arch"))
+                profile = match.profile
+                if match.warning:
+                    warnings.append(match.warning)
+            if ceilings == "measured" and profile.ceilings != "measured":
+                profile = self._measured_gpu_profile(profile, choice, name, facts)
+            lock_key = f"cuda-{self._device_key(choice)}"
+        l2_bytes = facts.get("l2_bytes") or (
+            int(profile.device.l2_cache_mb * 1e6) if profile.device.l2_cache_mb else None
+        )
+        backend = backends.make_backend(choice, l2_bytes, profile.device.boost_clock_mhz)
+        return Context(
+            device=choice,
+            device_name=name,
+            profile=profile,
+            ceilings=profile.ceilings,
+            backend=backend,
+            lock_key=lock_key,
+            warnings=tuple(warnings),
+        )
+
+    @staticmethod
+    def _device_key(choice: backends.DeviceChoice) -> str:
+        import torch
+
+        props = torch.cuda.get_device_properties(choice.index)
+        uuid = str(getattr(props, "uuid", "") or "")
+        return uuid or f"index{choice.index}"
+
+    def _measured_gpu_profile(self, datasheet: HardwareProfile, choice: Any, name: str, facts: dict) -> HardwareProfile:
+        import torch
+
+        key = self._device_key(choice)
+        path = calibrate.gpu_measured_path(self.cache_dir, datasheet.id, key)
+        if path.is_file():
+            try:
+                from pytest_solgate.profiles import load_profile
+
+                return load_profile(path)
+            except ProfileError:
+                pass
+        self.announce(f"solgate: calibrating {name} once (cached in {path}) ...")
+        with locking.device_lock(f"cuda-{key}"):
+            profile = calibrate.gpu_profile(
+                datasheet, torch.device("cuda", choice.index), key, name, facts.get("l2_bytes")
+            )
+        calibrate.write_profile(path, profile)
+        return profile
+
+    # --- declare, measure, score ----------------------------------------------------------------
+
+    def measure(
+        self,
+        test: str,
+        fn: Callable[[], Any],
+        *,
+        flops: Any = None,
+        bytes: Any = None,
+        precision: str | None = None,
+        name: str = "default",
+        gate: bool = True,
+    ) -> Measurement:
+        __tracebackhide__ = True
+        work = make_work(flops, bytes, precision or self.settings.precision)
+        context = self.context()
+        score.check_precisions(work, context.profile)
+        sampling = self.settings.sampling
+        if context.backend.name == "triton-interpreter":
+            # Interpreter timings are not gated: spend as little time on them as honesty allows.
+            sampling = measure.SamplingSettings(
+                min_time=0.0, max_time=min(sampling.max_time, 0.5), noise=sampling.noise, min_samples=3, warmup_time=0.0
+            )
+        device_scope = _cuda_device_scope(context)
+        with locking.device_lock(context.lock_key), device_scope:
+            timing = measure.take_timing(fn, context.backend, sampling, telemetry.is_throttled)
+        scored = score.score(work, timing.seconds, context.profile)
+        notes = list(timing.notes)
+        if timing.wall_seconds > sampling.max_time * 1.5 and len(timing.samples) < sampling.min_samples:
+            notes.append(
+                f"one call takes {timing.seconds:.3g} s, longer than the time budget "
+                f"--sol-max-time={sampling.max_time:g}; raise it for more samples"
+            )
+        return Measurement(
+            test=test,
+            name=name,
+            profile=context.profile.id,
+            backend=timing.backend,
+            flops=dict(work.flops),
+            bytes=work.bytes,
+            seconds=timing.seconds,
+            samples=timing.samples,
+            noise=timing.noise,
+            t_sol=scored.t_sol,
+            sol=scored.sol,
+            mfu=scored.mfu,
+            bound=scored.bound,
+            tflops=scored.tflops,
+            gbps=scored.gbps,
+            intensity=scored.intensity,
+            ridge=scored.ridge,
+            gate=gate,
+            ceilings=context.ceilings,
+            device=context.device_name,
+            batch=timing.batch,
+            noisy=timing.noisy,
+            throttled=timing.throttled,
+            dropped_samples=timing.dropped_samples,
+            started_at=timing.started_at,
+            finished_at=timing.finished_at,
+            worker=os.environ.get("PYTEST_XDIST_WORKER", ""),
+            notes=tuple(notes),
+            telemetry=timing.telemetry,
+            telemetry_note=timing.telemetry_note,
+        )
+
+    # --- judge ----------------------------------------------------------------------------------
+
+    def judge(self, budget: judge.Budget, measurement: Measurement) -> Measurement:
+        baseline = None
+        if self.baseline_finder is not None and measurement.gate:
+            baseline = self.baseline_finder(
+                measurement.test, measurement.name, measurement.profile, measurement.ceilings
+            )
+        return judge.judge(measurement, budget, baseline, self.judge_settings)
+
+
+class _NullScope:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def _cuda_device_scope(context: Context) -> Any:
+    if context.device.kind != "cuda":
+        return _NullScope()
+    import torch
+
+    return torch.cuda.device(context.device.index)

@@ -1,0 +1,38 @@
+"""The plugin's own error types.
+
+Every error a user can cause is one of these, with a one-line message that names the thing at fault
+(file, field, test, argument) and says what to do next. The pytest layer turns them into usage
+errors or test failures; the CLI turns them into exit status 2. Anything else escaping is our bug.
+"""
+
+
+class SolgateError(Exception):
+    """Base class: a problem the user can fix, described in one line."""
+
+
+class WorkError(SolgateError, ValueError):
+    """A work declaration (flops, bytes, precision) is invalid."""
+
+
+class ProfileError(SolgateError):
+    """A hardware profile file is malformed, missing, or no profile matches the device."""
+
+
+class MarkerError(SolgateError):
+    """A ``@pytest.mark.sol`` argument is invalid."""
+
+
+class OptionError(SolgateError):
+    """A command-line or ini option has a bad value."""
+
+
+class MeasureError(SolgateError):
+    """A measurement could not be taken as asked (bad callable, fixture used after its test)."""
+
+
+class HistoryError(SolgateError):
+    """The history database cannot be opened or written, or is not ours."""
+
+
+class ImportFileError(SolgateError):
+    """A file given to ``solgate import`` is not a solgate/1 JSON run."""

@@ -1,0 +1,90 @@
+"""Git facts for the history: commit, branch, dirty flag, first-parent ancestry.
+
+Every call is a ``git`` subprocess with an argument list (no shell). Outside a repository, or
+without git, the answers are None: such a run is recorded with an unknown commit and is never a
+baseline.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_ANCESTORS = 500
+
+
+@dataclass(frozen=True)
+class GitFacts:
+    commit: str | None = None
+    commit_time: str | None = None
+    branch: str | None = None
+    dirty: bool = False
+
+
+def git(cwd: str | Path, *args: str) -> str | None:
+    """stdout of ``git args...`` in ``cwd``, or None when git is missing or the command fails."""
+    try:
+        done = subprocess.run(
+            ["git", *args], cwd=str(cwd), capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def facts(cwd: str | Path) -> GitFacts:
+    commit = git(cwd, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+    if not commit:
+        return GitFacts()
+    branch = git(cwd, "rev-parse", "--abbrev-ref", "HEAD")
+    # Untracked files (reports, caches) do not make a tree dirty; changes to tracked files do.
+    status = git(cwd, "status", "--porcelain", "--untracked-files=no")
+    return GitFacts(
+        commit=commit,
+        commit_time=git(cwd, "show", "-s", "--format=%cI", commit),
+        branch=None if branch in (None, "HEAD") else branch,
+        dirty=bool(status),
+    )
+
+
+def resolve(cwd: str | Path, ref: str) -> str | None:
+    return git(cwd, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+
+
+def first_parent_chain(cwd: str | Path, start: str, limit: int = MAX_ANCESTORS) -> list[str]:
+    """``start`` and its first-parent ancestors, nearest first."""
+    out = git(cwd, "rev-list", "--first-parent", f"--max-count={limit}", start)
+    return out.split() if out else []
+
+
+def baseline_candidates(cwd: str | Path, spec: str, head: GitFacts) -> list[str]:
+    """Commits to look for a baseline in, nearest first, for ``--sol-baseline=spec``.
+
+    ``auto`` is HEAD when the tree is dirty (compare the change against its own commit), else
+    HEAD's first parent and its ancestors. ``none`` is nothing. Anything else is a git ref.
+    """
+    if spec == "none" or head.commit is None and spec == "auto":
+        return []
+    if spec == "auto":
+        start = head.commit if head.dirty else resolve(cwd, f"{head.commit}^")
+        return first_parent_chain(cwd, start) if start else []
+    sha = resolve(cwd, spec)
+    return first_parent_chain(cwd, sha) if sha else []
+
+
+def commit_times(cwd: str | Path, commits: list[str]) -> dict[str, str]:
+    """Committer dates (ISO 8601) of the commits git knows; unknown ones are left out."""
+    known = [c for c in commits if c]
+    if not known:
+        return {}
+    out = git(cwd, "show", "-s", "--format=%H %cI", *known)
+    if out is None:  # one unknown commit fails the whole call: ask one at a time
+        times = {}
+        for commit in known:
+            one = git(cwd, "show", "-s", "--format=%H %cI", commit)
+            if one:
+                sha, _, when = one.partition(" ")
+                times[sha] = when
+        return times
+    return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)

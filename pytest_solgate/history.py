@@ -1,0 +1,285 @@
+"""Record: the history store, a SQLite database of runs and their measurements.
+
+- Schema versioned with ``PRAGMA user_version``; ``MIGRATIONS[i]`` takes version i to i + 1, so an
+  old database is migrated forward in place, never thrown away.
+- ``PRAGMA application_id`` marks the file as ours: a foreign or corrupt file is refused, never
+  overwritten or deleted.
+- WAL mode and a busy timeout for concurrent writers; one ``BEGIN IMMEDIATE`` transaction per run,
+  so a run is either all there or not at all, even when the process is killed mid-write.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import sqlite3
+import uuid
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from pytest_solgate.errors import HistoryError
+from pytest_solgate.judge import Baseline
+from pytest_solgate.records import Measurement, RunInfo
+from pytest_solgate.score import sol_of_samples
+
+APPLICATION_ID = 0x536F4C47  # "SoLG"
+BUSY_TIMEOUT_MS = 60_000
+
+MIGRATIONS: tuple[str, ...] = (
+    # 0 -> 1: the first layout; run facts beyond the basics lived in info_json.
+    """
+    CREATE TABLE runs (
+        id INTEGER PRIMARY KEY,
+        started_at TEXT NOT NULL,
+        commit_sha TEXT,
+        branch TEXT,
+        dirty INTEGER NOT NULL DEFAULT 0,
+        host TEXT,
+        device TEXT,
+        profile TEXT,
+        ceilings TEXT,
+        command TEXT,
+        info_json TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE TABLE measurements (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        test TEXT NOT NULL,
+        name TEXT NOT NULL,
+        profile TEXT NOT NULL,
+        ceilings TEXT NOT NULL,
+        sol REAL NOT NULL,
+        seconds REAL NOT NULL,
+        verdict TEXT,
+        record_json TEXT NOT NULL
+    );
+    """,
+    # 1 -> 2: a unique id per run (so `solgate import` of the same file adds nothing), the commit
+    # date (trends are ordered by it), library versions as columns, and the lookup index.
+    """
+    ALTER TABLE runs ADD COLUMN run_uid TEXT;
+    ALTER TABLE runs ADD COLUMN commit_time TEXT;
+    ALTER TABLE runs ADD COLUMN driver TEXT;
+    ALTER TABLE runs ADD COLUMN cuda TEXT;
+    ALTER TABLE runs ADD COLUMN torch TEXT;
+    ALTER TABLE runs ADD COLUMN triton TEXT;
+    ALTER TABLE runs ADD COLUMN python TEXT;
+    ALTER TABLE runs ADD COLUMN plugin TEXT;
+    UPDATE runs SET run_uid = 'legacy-' || id WHERE run_uid IS NULL;
+    CREATE UNIQUE INDEX runs_uid ON runs(run_uid);
+    CREATE INDEX measurements_key ON measurements(test, name, profile, ceilings);
+    CREATE INDEX runs_commit ON runs(commit_sha);
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+RUN_COLUMNS = (
+    "run_uid", "started_at", "commit_sha", "commit_time", "branch", "dirty", "host", "device",
+    "driver", "cuda", "torch", "triton", "python", "plugin", "profile", "ceilings", "command",
+)
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+class HistoryStore:
+    """One open history database. Use as a context manager, or call ``close``."""
+
+    def __init__(self, path: str | Path, create: bool = True) -> None:
+        self.path = Path(path)
+        if self.path.is_dir():
+            raise HistoryError(f"{self.path}: is a directory; --sol-history needs a database file path")
+        existed = self.path.exists() and self.path.stat().st_size > 0
+        if not existed and not create:
+            raise HistoryError(f"{self.path}: no history database here yet; run pytest with measurements first")
+        if not existed:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise HistoryError(f"{self.path}: cannot create its folder ({exc.strerror}); pass --sol-history=PATH") from None
+        try:
+            self.db = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise HistoryError(f"{self.path}: cannot open the history database ({exc}); pass --sol-history=PATH") from None
+        try:
+            self._check_and_migrate(existed)
+        except sqlite3.DatabaseError as exc:
+            self.db.close()
+            if "not a database" in str(exc) or "malformed" in str(exc):
+                raise HistoryError(
+                    f"{self.path}: not a solgate history database ({exc}); it was left untouched: "
+                    "move it away or pass --sol-history=PATH"
+                ) from None
+            if "readonly" in str(exc) or "unable to open" in str(exc):
+                raise HistoryError(f"{self.path}: cannot write the history ({exc}); pass --sol-history=PATH") from None
+            raise HistoryError(f"{self.path}: history database error ({exc})") from None
+
+    def __enter__(self) -> "HistoryStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.db.close()
+
+    # --- schema ---------------------------------------------------------------------------------
+
+    def _check_and_migrate(self, existed: bool) -> None:
+        db = self.db
+        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        app_id = db.execute("PRAGMA application_id").fetchone()[0]
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if existed and app_id != APPLICATION_ID and tables:
+            raise HistoryError(
+                f"{self.path}: a SQLite database that is not a solgate history (tables: "
+                f"{', '.join(sorted(tables))}); it was left untouched: pass --sol-history=PATH"
+            )
+        if version > SCHEMA_VERSION:
+            raise HistoryError(
+                f"{self.path}: history schema version {version} is newer than this pytest-solgate "
+                f"understands ({SCHEMA_VERSION}); upgrade pytest-solgate"
+            )
+        if version < SCHEMA_VERSION:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                # Another process may have migrated while we waited for the lock.
+                version = db.execute("PRAGMA user_version").fetchone()[0]
+                for step in range(version, SCHEMA_VERSION):
+                    for statement in MIGRATIONS[step].split(";"):
+                        if statement.strip():
+                            db.execute(statement)
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        mode = db.execute("PRAGMA journal_mode").fetchone()[0]
+        if mode != "wal":
+            try:
+                db.execute("PRAGMA journal_mode = WAL")
+            except sqlite3.OperationalError:
+                pass  # a read-only location can still be read in its current mode
+        db.execute("PRAGMA synchronous = NORMAL")
+        db.execute("PRAGMA foreign_keys = ON")
+
+    # --- writing --------------------------------------------------------------------------------
+
+    def record_run(self, run: RunInfo, measurements: Sequence[Measurement]) -> bool:
+        """Write one run and all its measurements in one transaction. False if the run id exists."""
+        row = {
+            "run_uid": run.id,
+            "started_at": run.started_at,
+            "commit_sha": run.commit,
+            "commit_time": run.commit_time,
+            "branch": run.branch,
+            "dirty": int(bool(run.dirty)),
+            "host": run.host,
+            "device": run.device,
+            "driver": run.driver,
+            "cuda": run.cuda,
+            "torch": run.torch,
+            "triton": run.triton,
+            "python": run.python,
+            "plugin": run.plugin,
+            "profile": run.profile,
+            "ceilings": run.ceilings,
+            "command": run.command,
+        }
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                if self.db.execute("SELECT 1 FROM runs WHERE run_uid = ?", (run.id,)).fetchone():
+                    self.db.execute("ROLLBACK")
+                    return False
+                cursor = self.db.execute(
+                    f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}, info_json) VALUES "
+                    f"({', '.join('?' for _ in RUN_COLUMNS)}, ?)",
+                    [row[c] for c in RUN_COLUMNS] + [json.dumps(run.to_dict())],
+                )
+                run_rowid = cursor.lastrowid
+                self.db.executemany(
+                    "INSERT INTO measurements (run_id, test, name, profile, ceilings, sol, seconds, verdict, record_json) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        (run_rowid, m.test, m.name, m.profile, m.ceilings, m.sol, m.seconds, m.verdict,
+                         json.dumps(m.to_dict(), allow_nan=True))
+                        for m in measurements
+                    ],
+                )
+                self.db.execute("COMMIT")
+            except BaseException:
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+                raise
+        except sqlite3.OperationalError as exc:
+            raise HistoryError(f"{self.path}: cannot write the history ({exc}); pass --sol-history=PATH") from None
+        return True
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def baseline(self, test: str, name: str, profile: str, ceilings: str, commits: Iterable[str]) -> Baseline | None:
+        """The newest clean run of the nearest commit (in ``commits`` order) with this result."""
+        for commit in commits:
+            row = self.db.execute(
+                "SELECT r.run_uid, r.commit_sha, r.started_at, m.record_json FROM measurements m "
+                "JOIN runs r ON r.id = m.run_id "
+                "WHERE r.commit_sha = ? AND r.dirty = 0 AND m.test = ? AND m.name = ? "
+                "AND m.profile = ? AND m.ceilings = ? ORDER BY r.started_at DESC, r.id DESC LIMIT 1",
+                (commit, test, name, profile, ceilings),
+            ).fetchone()
+            if row:
+                record = json.loads(row[3])
+                return Baseline(
+                    commit=row[1],
+                    sol=float(record["sol"]),
+                    sol_samples=tuple(sol_of_samples(record["t_sol"], record.get("samples") or [])),
+                    run_id=row[0],
+                    started_at=row[2],
+                )
+        return None
+
+    def runs(self) -> list[dict[str, Any]]:
+        columns = ("id", *RUN_COLUMNS)
+        rows = self.db.execute(f"SELECT {', '.join(columns)} FROM runs ORDER BY started_at, id").fetchall()
+        return [dict(zip(columns, row)) for row in rows]
+
+    def results(self, pattern: str | None = None) -> list[tuple[dict[str, Any], Measurement]]:
+        """(run facts, measurement) pairs, oldest first, optionally filtered by a glob on test ids."""
+        runs = {run["id"]: run for run in self.runs()}
+        out = []
+        for run_id, test, record_json in self.db.execute(
+            "SELECT run_id, test, record_json FROM measurements ORDER BY run_id, id"
+        ):
+            if pattern and not (fnmatch.fnmatchcase(test, pattern) or pattern in test):
+                continue
+            out.append((runs[run_id], Measurement.from_dict(json.loads(record_json))))
+        return out
+
+    def trend(self, test: str, name: str, profile: str, ceilings: str, limit: int = 50) -> list[dict[str, Any]]:
+        """SOL of this result over clean runs, oldest first (by commit date, then run start)."""
+        rows = self.db.execute(
+            "SELECT r.commit_sha, r.commit_time, r.started_at, m.sol FROM measurements m "
+            "JOIN runs r ON r.id = m.run_id WHERE m.test = ? AND m.name = ? AND m.profile = ? "
+            "AND m.ceilings = ? AND r.dirty = 0 ORDER BY COALESCE(r.commit_time, r.started_at) DESC, "
+            "r.started_at DESC LIMIT ?",
+            (test, name, profile, ceilings, limit),
+        ).fetchall()
+        return [
+            {"commit": commit, "commit_time": commit_time, "started_at": started, "sol": sol}
+            for commit, commit_time, started, sol in reversed(rows)
+        ]
+
+    def integrity(self) -> str:
+        return self.db.execute("PRAGMA integrity_check").fetchone()[0]
+
+
+def open_for_reading(path: str | Path) -> HistoryStore | None:
+    """The store when a database is there, else None (lookups must not create files)."""
+    p = Path(path)
+    if not p.exists() or (p.is_file() and p.stat().st_size == 0):
+        return None
+    return HistoryStore(p, create=False)

@@ -1,0 +1,34 @@
+"""A per-device file lock, so that two processes never time on the same device at once.
+
+The lock files live in one folder per machine (not per checkout), so two pytest runs from different
+checkouts on one runner exclude each other too. ``SOLGATE_LOCK_DIR`` moves the folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+
+def lock_dir() -> Path:
+    return Path(os.environ.get("SOLGATE_LOCK_DIR") or Path(tempfile.gettempdir()) / "solgate-locks")
+
+
+@contextlib.contextmanager
+def device_lock(device_key: str) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the device's lock file for the duration of the block."""
+    import fcntl
+
+    folder = lock_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / (re.sub(r"[^A-Za-z0-9_.-]", "_", device_key) + ".lock")
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,0 +1,175 @@
+"""Measure: one backend-agnostic sampling loop.
+
+A backend supplies only a timed region (start/stop/elapsed), a cache flush, a synchronization and,
+optionally, telemetry; the loop decides how many calls per sample and when to stop:
+
+1. warm up until at least one call and ``warmup_time`` are done (JIT and autotuning stay out);
+2. estimate the per-call time and batch several calls per sample when one call is too short for
+   the timer;
+3. take samples in rounds, each sample after a cache flush, with one synchronization per round;
+4. stop once there are ``min_samples`` samples, ``min_time`` has passed and the median's relative
+   95 % confidence half-width is under ``noise``; or when ``max_time`` is spent (flagged noisy).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from pytest_solgate import stats
+from pytest_solgate.errors import MeasureError
+
+MAX_BATCH = 100_000
+ROUND_SECONDS = 0.01  # how much work to queue between two synchronizations
+MAX_ROUND = 100
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    min_time: float = 0.25
+    max_time: float = 2.0
+    noise: float = 0.005
+    min_samples: int = 10
+    warmup_time: float = 0.05
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What the loop measured: per-call seconds of every kept sample, and how they were taken."""
+
+    seconds: float  # median per-call time
+    samples: tuple[float, ...]
+    noise: float  # relative half-width of the median's 95 % confidence interval
+    batch: int  # calls per sample (1 = every call timed alone, cold cache)
+    warmup_calls: int
+    noisy: bool  # the time budget ran out before the noise target was met
+    backend: str
+    started_at: float  # wall-clock time.time() when sampling began
+    finished_at: float
+    wall_seconds: float  # warm-up included
+    throttled: bool = False
+    dropped_samples: int = 0
+    telemetry: dict[str, Any] | None = None
+    telemetry_note: str = ""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+class Backend(Protocol):
+    name: str
+    min_sample_seconds: float  # a sample shorter than this is batched
+
+    def flush(self, batch: int) -> None: ...
+    def start(self) -> Any: ...
+    def stop(self, token: Any) -> Any: ...
+    def synchronize(self) -> None: ...
+    def elapsed(self, handle: Any) -> float: ...
+    def read_telemetry(self) -> dict[str, Any] | None: ...
+
+
+def _timed_call(fn: Callable[[], Any], backend: Backend, batch: int) -> Any:
+    backend.flush(batch)
+    token = backend.start()
+    for _ in range(batch):
+        fn()
+    return backend.stop(token)
+
+
+def take_timing(
+    fn: Callable[[], Any],
+    backend: Backend,
+    settings: SamplingSettings,
+    throttle_check: Callable[[dict[str, Any]], bool] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Timing:
+    """Run the sampling loop on ``fn`` (a zero-argument callable) and return its ``Timing``."""
+    if not callable(fn):
+        raise MeasureError(f"sol.measure needs a zero-argument callable, got {type(fn).__name__}")
+    wall_start = clock()
+    warmup: list[float] = []
+    while True:
+        handle = _timed_call(fn, backend, 1)
+        backend.synchronize()
+        warmup.append(backend.elapsed(handle))
+        if clock() - wall_start >= settings.warmup_time or clock() - wall_start >= settings.max_time:
+            break
+    # The first call may include compilation; estimate from the others when there are any.
+    estimate = max(stats.median(warmup[1:] or warmup), 1e-9)
+    batch = 1
+    if estimate < backend.min_sample_seconds:
+        batch = min(MAX_BATCH, math.ceil(backend.min_sample_seconds / estimate))
+    round_size = max(1, min(MAX_ROUND, int(ROUND_SECONDS / (estimate * batch))))
+
+    samples: list[float] = []
+    throttled_flags: list[bool] = []
+    telemetry_seen: list[dict[str, Any]] = []
+    before = backend.read_telemetry()
+    if before is not None:
+        telemetry_seen.append(before)
+    started_at = time.time()
+    sampling_start = clock()
+    noisy = False
+    while True:
+        handles = [_timed_call(fn, backend, batch) for _ in range(round_size)]
+        backend.synchronize()
+        round_samples = [backend.elapsed(h) / batch for h in handles]
+        reading = backend.read_telemetry()
+        round_throttled = False
+        if reading is not None:
+            telemetry_seen.append(reading)
+            round_throttled = bool(throttle_check and throttle_check(reading))
+        samples += round_samples
+        throttled_flags += [round_throttled] * len(round_samples)
+        elapsed = clock() - sampling_start
+        noise = stats.relative_half_width(samples)
+        if len(samples) >= settings.min_samples and elapsed >= settings.min_time and noise <= settings.noise:
+            break
+        if elapsed >= settings.max_time:
+            noisy = noise > settings.noise or len(samples) < settings.min_samples
+            break
+    finished_at = time.time()
+
+    # Drop samples taken while throttled, but never more than half: an empty or tiny result
+    # would be worse than a flagged one.
+    kept = samples
+    dropped = 0
+    if any(throttled_flags):
+        clean = [s for s, bad in zip(samples, throttled_flags) if not bad]
+        cap = len(samples) // 2
+        if len(samples) - len(clean) <= cap and clean:
+            kept, dropped = clean, len(samples) - len(clean)
+    notes = []
+    if batch > 1:
+        notes.append(f"{batch} calls per sample (one call is under the timer's resolution); only the first is cold")
+    return Timing(
+        seconds=stats.median(kept),
+        samples=tuple(kept),
+        noise=stats.relative_half_width(kept),
+        batch=batch,
+        warmup_calls=len(warmup),
+        noisy=noisy,
+        backend=backend.name,
+        started_at=started_at,
+        finished_at=finished_at,
+        wall_seconds=clock() - wall_start,
+        throttled=any(throttled_flags),
+        dropped_samples=dropped,
+        telemetry=summarize_telemetry(telemetry_seen),
+        telemetry_note=getattr(backend, "telemetry_note", ""),
+        notes=tuple(notes),
+    )
+
+
+def summarize_telemetry(readings: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Min/max of each numeric reading and the union of throttle reasons over the measurement."""
+    if not readings:
+        return None
+    summary: dict[str, Any] = {"readings": len(readings)}
+    numeric = sorted({k for r in readings for k, v in r.items() if isinstance(v, (int, float))})
+    for key in numeric:
+        values = [r[key] for r in readings if isinstance(r.get(key), (int, float))]
+        summary[key] = {"min": min(values), "max": max(values)}
+    reasons = sorted({reason for r in readings for reason in r.get("throttle_reasons", ())})
+    summary["throttle_reasons"] = reasons
+    return summary

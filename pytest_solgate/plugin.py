@@ -1,0 +1,350 @@
+"""The pytest layer: hooks and the ``sol`` fixture, wired to the engine. No measuring, scoring or
+rendering happens here.
+
+Data path: the ``sol`` fixture measures through the engine; right after the test body returns the
+measurements are judged (so a miss fails that test in its call phase); the judged records ride on
+the call-phase report (``report.solgate_records``), which pytest-xdist carries from workers to the
+controller; on the controller ``pytest_runtest_logreport`` collects them, and only the controller
+writes the history and the reports at the end of the session.
+"""
+
+from __future__ import annotations
+
+import datetime
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from pytest_solgate import gitinfo, judge, records
+from pytest_solgate.engine import Engine
+from pytest_solgate.errors import HistoryError, MeasureError, SolgateError
+from pytest_solgate.records import Measurement
+from pytest_solgate.settings import OPTIONS, Settings, parse_settings
+from pytest_solgate.work import count_flops, nbytes
+
+BUDGET_KEY = pytest.StashKey[judge.Budget]()
+FIXTURE_KEY = pytest.StashKey["SolFixture"]()
+RECORDS_KEY = pytest.StashKey[list]()
+
+
+class SolgateWarning(UserWarning):
+    """A verdict that warns instead of failing (ambiguous, or --sol-gate=warn), or a setup caveat."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("solgate", "pytest-solgate: speed-of-light budgets for kernels")
+    for option in OPTIONS:
+        text = f"{option.help} (ini: {option.name})"
+        if option.kind == "bool":
+            group.addoption(option.flag, action="store_true", default=None, dest=option.name, help=text)
+        elif option.kind == "path-or-default":
+            group.addoption(option.flag, nargs="?", const="sol-report.html", default=None, dest=option.name, metavar="PATH", help=text)
+        else:
+            group.addoption(option.flag, default=None, dest=option.name, help=text)
+        parser.addini(option.name, help=option.help, default=None)
+
+
+def _raw_settings(config: pytest.Config) -> dict[str, Any]:
+    raw = {}
+    for option in OPTIONS:
+        value = config.getoption(option.name)
+        if value is None:
+            value = config.getini(option.name) or None
+        raw[option.name] = value
+    return raw
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "sol(min=None, mfu=None, max_regression=None): speed-of-light budget for the test's "
+        "measurements; min/mfu are floats in (0, 1] or {profile-glob: float} mappings",
+    )
+    try:
+        settings = parse_settings(_raw_settings(config))
+    except SolgateError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    report = settings.report
+    if report and (Path(report).is_dir() or report.endswith(".py")):
+        raise pytest.UsageError(
+            f"--sol-report took '{report}' as its output path; write --sol-report=PATH, or put --sol-report last"
+        )
+    try:
+        session = SolgateSession(config, settings)
+    except SolgateError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.pluginmanager.register(session, "solgate-session")
+
+
+class SolFixture:
+    """What a test receives as ``sol``: ``measure``, ``nbytes``, ``count_flops``, ``device``, ``profile``."""
+
+    nbytes = staticmethod(nbytes)
+    count_flops = staticmethod(count_flops)
+
+    def __init__(self, engine: Engine, test: str) -> None:
+        self._engine = engine
+        self._test = test
+        self._closed = False
+        self.measurements: list[Measurement] = []
+
+    @property
+    def device(self) -> Any:
+        place = str(self._engine.context().device)
+        try:
+            import torch
+        except ImportError:
+            return place
+        return torch.device(place)
+
+    @property
+    def profile(self) -> Any:
+        return self._engine.context().profile
+
+    def measure(
+        self,
+        fn: Callable[[], Any],
+        *,
+        flops: Any = None,
+        bytes: Any = None,
+        precision: str | None = None,
+        name: str | None = None,
+        gate: bool = True,
+    ) -> Measurement:
+        __tracebackhide__ = True
+        if self._closed:
+            raise MeasureError(
+                f"sol.measure called after {self._test} finished; call it inside the test body"
+            )
+        taken = {m.name for m in self.measurements}
+        if name is None:
+            name = "default"
+            number = 1
+            while name in taken:
+                number += 1
+                name = f"default-{number}"
+        elif not isinstance(name, str) or not name:
+            raise MeasureError(f"{self._test}: sol.measure(name={name!r}) must be a non-empty string")
+        elif name in taken:
+            raise MeasureError(f"{self._test}: a measurement named {name!r} already exists in this test; give another name=")
+        try:
+            measurement = self._engine.measure(
+                self._test, fn, flops=flops, bytes=bytes, precision=precision, name=name, gate=bool(gate)
+            )
+        except SolgateError as exc:
+            raise exc.with_traceback(None) from None
+        self.measurements.append(measurement)
+        return measurement
+
+    def close(self) -> None:
+        self._closed = True
+
+
+@pytest.fixture
+def sol(request: pytest.FixtureRequest) -> Any:
+    """Measure kernels against the speed of light: ``sol.measure(fn, bytes=..., flops=...)``."""
+    session: SolgateSession = request.config.pluginmanager.get_plugin("solgate-session")
+    fixture = SolFixture(session.engine, request.node.nodeid)
+    request.node.stash[FIXTURE_KEY] = fixture
+    yield fixture
+    fixture.close()
+
+
+class SolgateSession:
+    """Per-session state of the plugin; registered as a plugin so its methods are hooks."""
+
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        self.is_worker = hasattr(config, "workerinput")
+        self.rootdir = Path(config.rootpath)
+        self.history_path = self._resolve(settings.history, self.rootdir)
+        self.started_at = datetime.datetime.now(datetime.timezone.utc)
+        self.run_id = (getattr(config, "workerinput", {}) or {}).get("solgate_run_id") or _new_id()
+        self.records: list[Measurement] = []
+        self.messages: list[str] = []
+        self._git: gitinfo.GitFacts | None = None
+        self._candidates: list[str] | None = None
+        self._store: Any = None
+        if settings.baseline != "none" and self.history_path.exists():
+            self._open_store()  # a foreign or corrupt history is refused now, before any test runs
+        self.engine = Engine(
+            settings,
+            cache_dir=self.rootdir / ".solgate",
+            baseline_finder=self._find_baseline,
+            announce=self._announce,
+            warn=lambda text: warnings.warn(SolgateWarning(text), stacklevel=2),
+        )
+
+    @staticmethod
+    def _resolve(path: str, base: Path) -> Path:
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else base / p
+
+    def _announce(self, text: str) -> None:
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None and not self.is_worker:
+            reporter.write_line(text)
+        else:
+            import sys
+
+            print(text, file=sys.__stderr__)
+
+    # --- git and baselines ----------------------------------------------------------------------
+
+    @property
+    def git(self) -> gitinfo.GitFacts:
+        if self._git is None:
+            self._git = gitinfo.facts(self.rootdir)
+            self.engine.judge_settings = judge.JudgeSettings(
+                gate=self.settings.gate,
+                above_one=self.settings.above_one,
+                max_regression=self.settings.max_regression,
+                commit=self._git.commit,
+                dirty=self._git.dirty,
+            )
+        return self._git
+
+    def _open_store(self) -> Any:
+        from pytest_solgate import history
+
+        if self._store is None:
+            self._store = history.open_for_reading(self.history_path)
+        return self._store
+
+    def _find_baseline(self, test: str, name: str, profile: str, ceilings: str) -> judge.Baseline | None:
+        if self.settings.baseline == "none":
+            return None
+        if self._candidates is None:
+            self._candidates = gitinfo.baseline_candidates(self.rootdir, self.settings.baseline, self.git)
+        if not self._candidates:
+            return None
+        try:
+            store = self._open_store()
+        except HistoryError:
+            return None
+        return store.baseline(test, name, profile, ceilings, self._candidates) if store else None
+
+    # --- collection and running -----------------------------------------------------------------
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            marker = item.get_closest_marker("sol")
+            if marker is None:
+                continue
+            try:
+                item.stash[BUDGET_KEY] = judge.parse_marker(item.nodeid, marker.args, marker.kwargs)
+            except SolgateError as exc:
+                raise pytest.UsageError(str(exc)) from None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Any:
+        try:
+            result = yield
+        except BaseException:
+            self._judge(pyfuncitem, body_failed=True)
+            raise
+        self._judge(pyfuncitem, body_failed=False)
+        return result
+
+    def _judge(self, item: pytest.Item, body_failed: bool) -> None:
+        """Judge the test's measurements; fail it now when a verdict says so."""
+        __tracebackhide__ = True
+        fixture = item.stash.get(FIXTURE_KEY, None)
+        measured = fixture.measurements if fixture else []
+        marked = BUDGET_KEY in item.stash
+        budget = item.stash.get(BUDGET_KEY, judge.Budget())
+        if measured:
+            self.git  # noqa: B018 - resolves commit/dirty for verdict messages
+        judged = [self.engine.judge(budget, m) for m in measured]
+        item.stash[RECORDS_KEY] = judged
+        for m in judged:
+            item.user_properties.append((f"sol[{m.name}]", f"{m.sol:.4f}"))
+            item.user_properties.append((f"sol_seconds[{m.name}]", f"{m.seconds:.6g}"))
+            item.user_properties.append((f"sol_bound[{m.name}]", m.bound))
+            item.user_properties.append((f"sol_verdict[{m.name}]", m.verdict or ""))
+        if body_failed:
+            return
+        if marked and not measured:
+            pytest.fail(f"{item.nodeid}: marked sol but measured nothing; call sol.measure(...) in the test", pytrace=False)
+        failures = []
+        for m in judged:
+            effect = judge.outcome(m.verdict or records.PASS, self.engine.judge_settings)
+            if effect == "fail":
+                failures.append(m.reason)
+            elif effect == "warn":
+                warnings.warn(SolgateWarning(f"{m.verdict}: {m.reason}"), stacklevel=1)
+            for note in m.notes:
+                if "longer than the time budget" in note:
+                    warnings.warn(SolgateWarning(f"{item.nodeid} '{m.name}': {note}"), stacklevel=1)
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Any:
+        report = yield
+        if report.when == "call":
+            report.solgate_records = [m.to_dict() for m in item.stash.get(RECORDS_KEY, [])]
+        return report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if self.is_worker:
+            return
+        for data in getattr(report, "solgate_records", None) or ():
+            self.records.append(Measurement.from_dict(data))
+
+    # --- xdist: one run id for the whole session -------------------------------------------------
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput["solgate_run_id"] = self.run_id
+
+    # --- end of session (controller only) -------------------------------------------------------
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.is_worker:
+            return
+        from pytest_solgate.report import outputs
+        from pytest_solgate.runinfo import build_run_info
+
+        git = self.git if self.records else gitinfo.GitFacts()
+        run = build_run_info(
+            self.run_id,
+            self.started_at,
+            self.rootdir,
+            git,
+            self.records,
+            "pytest " + " ".join(self.config.invocation_params.args),
+            self.settings.baseline,
+        )
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+        self.records, self.messages = outputs.publish(
+            self.settings, run, self.records, self.history_path, Path(self.config.invocation_params.dir), self.rootdir
+        )
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.is_worker:
+            return
+        if not self.records and not self.messages and not any(
+            (self.settings.report, self.settings.json, self.settings.markdown)
+        ):
+            return
+        from pytest_solgate.report import terminal
+
+        terminalreporter.write_sep("=", "SOL summary")
+        for line in terminal.render(self.records):
+            terminalreporter.write_line(line)
+        for message in self.messages:
+            terminalreporter.write_line(message)
+
+
+def _new_id() -> str:
+    import uuid
+
+    return uuid.uuid4().hex

@@ -1,0 +1,332 @@
+"""Hardware profiles: the TOML format, its loader, and the device-name matcher.
+
+A profile gives the ceilings SOL is measured against: memory bandwidth and dense peak FLOP/s per
+precision class. This module only reads, checks and matches; detecting the device and measuring
+ceilings live elsewhere, so this stays free of torch and NVML.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from pytest_solgate.errors import ProfileError
+from pytest_solgate.work import PRECISIONS
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+TOP_LEVEL_KEYS = {
+    "id",
+    "name",
+    "kind",
+    "match",
+    "memory_bandwidth_gbps",
+    "source",
+    "notes",
+    "derived_from",
+    "ceilings",
+    "measured_at",
+    "peak_tflops",
+    "device",
+}
+REQUIRED_KEYS = ("id", "name", "kind", "memory_bandwidth_gbps", "peak_tflops")
+DEVICE_NUMBER_KEYS = ("sm_count", "boost_clock_mhz", "l2_cache_mb", "memory_gb")
+DEVICE_KEYS = set(DEVICE_NUMBER_KEYS) | {"arch"}
+CEILINGS = ("datasheet", "measured")
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    sm_count: int | None = None
+    boost_clock_mhz: float | None = None
+    l2_cache_mb: float | None = None
+    memory_gb: float | None = None
+    arch: str | None = None  # e.g. "gfx942": identifies AMD parts that report a generic name
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    id: str
+    name: str
+    kind: str  # "gpu" or "cpu"
+    memory_bandwidth_gbps: float
+    peak_tflops: Mapping[str, float]
+    match: tuple[str, ...] = ()
+    source: str = ""
+    notes: str = ""
+    derived_from: str = ""
+    ceilings: str = "datasheet"
+    measured_at: str = ""
+    device: DeviceFacts = field(default_factory=DeviceFacts)
+    path: str = field(default="", compare=False)
+
+    @property
+    def memory_bandwidth(self) -> float:
+        """Bytes per second."""
+        return self.memory_bandwidth_gbps * 1e9
+
+    def peak_flops(self, precision: str) -> float:
+        """FLOP/s for one precision class."""
+        return self.peak_tflops[precision] * 1e12
+
+    def ridge_point(self, precision: str) -> float:
+        """Arithmetic intensity (FLOP/byte) where this precision's roof meets the bandwidth roof."""
+        return self.peak_flops(precision) / self.memory_bandwidth
+
+
+def builtin_profiles_dir() -> Path:
+    """Where the shipped profiles are: inside the installed package, or the checkout's top level."""
+    packaged = Path(__file__).resolve().parent / "hw_profiles"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parent.parent / "hw_profiles"
+
+
+def _positive_number(path: str, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ProfileError(f"{path}: field '{key}' must be a number, got {value!r}")
+    if not value > 0 or value == float("inf"):
+        raise ProfileError(f"{path}: field '{key}' must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def _string(path: str, key: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ProfileError(f"{path}: field '{key}' must be a string, got {value!r}")
+    return value
+
+
+def parse_profile(data: Mapping[str, Any], path: str) -> HardwareProfile:
+    """Check a parsed TOML document and build the profile; every error names path and field."""
+    unknown = sorted(set(data) - TOP_LEVEL_KEYS)
+    if unknown:
+        raise ProfileError(
+            f"{path}: unknown field '{unknown[0]}'; allowed fields: {', '.join(sorted(TOP_LEVEL_KEYS))}"
+        )
+    for key in REQUIRED_KEYS:
+        if key not in data:
+            raise ProfileError(f"{path}: missing required field '{key}'")
+    profile_id = _string(path, "id", data["id"])
+    if not ID_PATTERN.match(profile_id):
+        raise ProfileError(
+            f"{path}: field 'id' must be lowercase letters, digits and '-', got {profile_id!r}"
+        )
+    kind = _string(path, "kind", data["kind"])
+    if kind not in ("gpu", "cpu"):
+        raise ProfileError(f"{path}: field 'kind' must be \"gpu\" or \"cpu\", got {kind!r}")
+    ceilings = _string(path, "ceilings", data.get("ceilings", "datasheet"))
+    if ceilings not in CEILINGS:
+        raise ProfileError(f"{path}: field 'ceilings' must be one of {CEILINGS}, got {ceilings!r}")
+    match = data.get("match", [])
+    if not isinstance(match, list) or not all(isinstance(m, str) and m for m in match):
+        raise ProfileError(f"{path}: field 'match' must be a list of device-name globs, got {match!r}")
+
+    peaks = data["peak_tflops"]
+    if not isinstance(peaks, dict):
+        raise ProfileError(f"{path}: field 'peak_tflops' must be a table of precision = TFLOP/s")
+    if not peaks:
+        raise ProfileError(f"{path}: field 'peak_tflops' needs at least one precision")
+    peak_tflops = {}
+    for key, value in peaks.items():
+        if key not in PRECISIONS:
+            raise ProfileError(
+                f"{path}: unknown field 'peak_tflops.{key}'; precisions are: {', '.join(PRECISIONS)}"
+            )
+        peak_tflops[key] = _positive_number(path, f"peak_tflops.{key}", value)
+
+    device_table = data.get("device", {})
+    if not isinstance(device_table, dict):
+        raise ProfileError(f"{path}: field 'device' must be a table")
+    unknown = sorted(set(device_table) - DEVICE_KEYS)
+    if unknown:
+        raise ProfileError(
+            f"{path}: unknown field 'device.{unknown[0]}'; allowed: {', '.join(sorted(DEVICE_KEYS))}"
+        )
+    facts: dict[str, Any] = {
+        key: _positive_number(path, f"device.{key}", device_table[key])
+        for key in DEVICE_NUMBER_KEYS
+        if key in device_table
+    }
+    if "sm_count" in facts:
+        facts["sm_count"] = int(facts["sm_count"])
+    if "arch" in device_table:
+        facts["arch"] = _string(path, "device.arch", device_table["arch"])
+
+    return HardwareProfile(
+        id=profile_id,
+        name=_string(path, "name", data["name"]),
+        kind=kind,
+        memory_bandwidth_gbps=_positive_number(
+            path, "memory_bandwidth_gbps", data["memory_bandwidth_gbps"]
+        ),
+        peak_tflops=peak_tflops,
+        match=tuple(match),
+        source=_string(path, "source", data.get("source", "")),
+        notes=_string(path, "notes", data.get("notes", "")),
+        derived_from=_string(path, "derived_from", data.get("derived_from", "")),
+        ceilings=ceilings,
+        measured_at=_string(path, "measured_at", data.get("measured_at", "")),
+        device=DeviceFacts(**facts),
+        path=path,
+    )
+
+
+def load_profile(path: str | Path) -> HardwareProfile:
+    """Read one profile file; any problem is a ``ProfileError`` naming the file."""
+    where = str(path)
+    p = Path(path)
+    if p.is_dir():
+        raise ProfileError(f"{where}: is a directory, not a profile file; pass a .toml file")
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise ProfileError(f"{where}: no such profile file; check the path or use a profile id") from None
+    except OSError as exc:
+        raise ProfileError(f"{where}: cannot read the profile file ({exc.strerror})") from None
+    if not raw.strip():
+        raise ProfileError(f"{where}: the profile file is empty; see `solgate profile h100-sxm` for an example")
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ProfileError(f"{where}: not UTF-8 text; a profile is a TOML file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"{where}: invalid TOML: {exc}") from None
+    return parse_profile(data, where)
+
+
+def load_profiles(folders: Iterable[str | Path]) -> list[HardwareProfile]:
+    """All profiles in the folders, sorted by id; an id defined twice is an error."""
+    by_id: dict[str, HardwareProfile] = {}
+    for folder in folders:
+        for path in sorted(Path(folder).glob("*.toml")):
+            profile = load_profile(path)
+            if profile.id in by_id:
+                raise ProfileError(
+                    f"{path}: profile id '{profile.id}' is already defined by {by_id[profile.id].path}"
+                )
+            by_id[profile.id] = profile
+    return [by_id[key] for key in sorted(by_id)]
+
+
+def builtin_profiles() -> list[HardwareProfile]:
+    return load_profiles([builtin_profiles_dir()])
+
+
+def find_profile(spec: str, profiles: Iterable[HardwareProfile] | None = None) -> HardwareProfile:
+    """``--sol-profile``: a path to a TOML file, or the id of a known profile."""
+    if spec.endswith(".toml") or "/" in spec or Path(spec).exists():
+        return load_profile(spec)
+    known = list(profiles) if profiles is not None else builtin_profiles()
+    for profile in known:
+        if profile.id == spec:
+            return profile
+    close = [p.id for p in known if p.id.split("-")[0] == spec.split("-")[0]] or [p.id for p in known]
+    raise ProfileError(
+        f"no profile with id '{spec}'; known ids include: {', '.join(close[:12])} "
+        "(or pass a path to a .toml file)"
+    )
+
+
+def _normalize(name: str) -> str:
+    return " ".join(name.split()).lower()
+
+
+def _specificity(pattern: str) -> int:
+    """How much of a glob is literal text: the longest match is the most specific one."""
+    return len(re.sub(r"\[[^\]]*\]|[*?]", "", pattern))
+
+
+@dataclass(frozen=True)
+class Match:
+    profile: HardwareProfile
+    pattern: str
+    warning: str = ""
+
+
+def match_device(
+    name: str,
+    profiles: Iterable[HardwareProfile],
+    sm_count: int | None = None,
+    arch: str | None = None,
+) -> Match:
+    """Pick the profile whose ``match`` glob fits ``name`` best (longest literal text wins).
+
+    Ties go to the smaller profile id, so the result never depends on the order of the files.
+    AMD parts that report a generic name fall back to ``device.arch``. The SM count, when known on
+    both sides, is a second check that only warns.
+    """
+    normalized = _normalize(name)
+    best: tuple[int, str, HardwareProfile, str] | None = None
+    for profile in profiles:
+        for pattern in profile.match:
+            if fnmatch.fnmatchcase(normalized, _normalize(pattern)):
+                key = (-_specificity(pattern), profile.id)
+                if best is None or key < (best[0], best[1]):
+                    best = (key[0], key[1], profile, pattern)
+    if best is None and arch:
+        candidates = sorted(
+            (p for p in profiles if p.device.arch and arch.lower().startswith(p.device.arch.lower())),
+            key=lambda p: p.id,
+        )
+        if candidates:
+            best = (0, candidates[0].id, candidates[0], f"arch {candidates[0].device.arch}")
+    if best is None:
+        raise ProfileError(
+            f"no hardware profile matches device '{name}'; pass --sol-profile=ID|PATH "
+            "(see `solgate profiles`), add a profile to hw_profiles/, or run `solgate calibrate`"
+        )
+    profile, pattern = best[2], best[3]
+    warning = ""
+    if sm_count is not None and profile.device.sm_count is not None and sm_count != profile.device.sm_count:
+        warning = (
+            f"device '{name}' has {sm_count} SMs but profile '{profile.id}' says "
+            f"{profile.device.sm_count}; it may be another part: check with `solgate detect` "
+            "or pass --sol-profile"
+        )
+    return Match(profile=profile, pattern=pattern, warning=warning)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, str):
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        return f'"{escaped}"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, float):
+        return repr(round(value, 4))
+    return str(value)
+
+
+def profile_to_toml(profile: HardwareProfile) -> str:
+    """Write a profile in the same format the loader reads (used by calibration)."""
+    lines = [
+        f"id = {_toml_value(profile.id)}",
+        f"name = {_toml_value(profile.name)}",
+        f"kind = {_toml_value(profile.kind)}",
+        f"match = {_toml_value(list(profile.match))}",
+        f"memory_bandwidth_gbps = {_toml_value(profile.memory_bandwidth_gbps)}",
+        f"ceilings = {_toml_value(profile.ceilings)}",
+    ]
+    for key in ("source", "notes", "derived_from", "measured_at"):
+        value = getattr(profile, key)
+        if value:
+            lines.append(f"{key} = {_toml_value(value)}")
+    lines += ["", "[peak_tflops]"]
+    lines += [f"{k} = {_toml_value(v)}" for k, v in profile.peak_tflops.items()]
+    facts = {
+        key: getattr(profile.device, key)
+        for key in (*DEVICE_NUMBER_KEYS, "arch")
+        if getattr(profile.device, key) is not None
+    }
+    if facts:
+        lines += ["", "[device]"]
+        lines += [f"{k} = {_toml_value(v)}" for k, v in facts.items()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""Report: renderers over finished records (terminal, JSON, Markdown, HTML, benchmark-action)."""

@@ -1,0 +1,41 @@
+"""Atomic file writes: a temporary file in the same folder, then a rename."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from pytest_solgate.errors import SolgateError
+
+
+class ReportWriteError(SolgateError):
+    """A report could not be written where asked."""
+
+
+def write_text(path: str | Path, text: str, what: str) -> Path:
+    """Write ``text`` so that readers see the old file or the new one, never half of one."""
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                out.write(text)
+            os.chmod(temporary, 0o644)
+            os.replace(temporary, target)
+        except BaseException:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
+            raise
+    except OSError as exc:
+        raise ReportWriteError(f"cannot write the {what} to {target}: {exc.strerror or exc}; choose another path") from None
+    return target
+
+
+def append_text(path: str | Path, text: str, what: str) -> None:
+    try:
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(text)
+    except OSError as exc:
+        raise ReportWriteError(f"cannot append the {what} to {path}: {exc.strerror or exc}") from None

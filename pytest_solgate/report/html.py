@@ -1,0 +1,109 @@
+"""The self-contained HTML report (and the trend page), rendered with Jinja2, autoescaping on."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any, Mapping, Sequence
+
+from pytest_solgate import judge, units
+from pytest_solgate.profiles import HardwareProfile
+from pytest_solgate.records import FAILING, Measurement, RunInfo
+from pytest_solgate.report import roofline, table
+
+VERDICT_COLOURS = {
+    "pass": "#2e9e5b",
+    "improved": "#1f77b4",
+    "not-gated": "#8a8f98",
+    "ambiguous": "#d99a00",
+    "below-budget": "#d6423a",
+    "regressed": "#b8226b",
+    "above-sol": "#7a3fd1",
+}
+
+
+def environment() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("pytest_solgate", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        seconds=units.seconds,
+        bandwidth=units.bandwidth,
+        flop_rate=units.flop_rate,
+        noise=units.noise,
+        percent=units.percent,
+        count=units.count,
+    )
+    env.globals["colours"] = VERDICT_COLOURS
+    return env
+
+
+def _detail(m: Measurement, index: int) -> dict[str, Any]:
+    return {
+        "index": index,
+        "m": m,
+        "row": table.row(m),
+        "describe": judge.describe(m) if m.t_sol > 0 else "",
+        "strip": roofline.strip(m.samples),
+        "spark": roofline.sparkline([t["sol"] for t in m.trend]),
+        "trend": m.trend,
+        "failed": m.verdict in FAILING,
+        "bar": min(1.0, max(0.0, m.sol)),
+        "budget_mark": m.budget.get("min") if m.budget else None,
+    }
+
+
+def render_report(
+    run: RunInfo,
+    measurements: Sequence[Measurement],
+    profiles: Mapping[str, HardwareProfile],
+) -> str:
+    ordered = table.ordered(measurements)
+    charts = []
+    for profile_id in sorted({m.profile for m in ordered}):
+        profile = profiles.get(profile_id)
+        if profile is not None:
+            charts.append(roofline.roofline(profile, [m for m in ordered if m.profile == profile_id]))
+    return environment().get_template("report.html.j2").render(
+        run=run,
+        details=[_detail(m, i) for i, m in enumerate(ordered)],
+        counts=table.counts(ordered),
+        charts=charts,
+        profiles=[profiles[p] for p in sorted({m.profile for m in ordered}) if p in profiles],
+        generated=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    )
+
+
+def render_trend(series: Sequence[Mapping[str, Any]], generated_from: str) -> str:
+    """``series``: [{"label", "points": [{"commit", "commit_time", "sol"}]}], one line each."""
+    commits: list[str] = []
+    for s in series:
+        for p in s["points"]:
+            if p["commit"] not in commits:
+                commits.append(p["commit"])
+    width, height, left, bottom, top, right = 860, 380, 56, 60, 16, 220
+    plot_w, plot_h = width - left - right, height - top - bottom
+    top_sol = max([1.0] + [p["sol"] for s in series for p in s["points"]])
+    step = plot_w / max(1, len(commits) - 1)
+    palette = ["#1f77b4", "#d6423a", "#2e9e5b", "#d99a00", "#7a3fd1", "#17becf", "#8c564b", "#e377c2"]
+    lines = []
+    for i, s in enumerate(series):
+        coords = [
+            (round(left + commits.index(p["commit"]) * step, 2), round(top + plot_h - p["sol"] / top_sol * plot_h, 2), p)
+            for p in s["points"]
+        ]
+        lines.append({"label": s["label"], "colour": palette[i % len(palette)], "coords": coords,
+                      "points": " ".join(f"{x},{y}" for x, y, _ in coords)})
+    return environment().get_template("trend.html.j2").render(
+        lines=lines,
+        commits=[(round(left + i * step, 2), c) for i, c in enumerate(commits)],
+        frame={"width": width, "height": height, "left": left, "top": top, "plot_w": plot_w, "plot_h": plot_h},
+        y_ticks=[(round(top + plot_h - v / top_sol * plot_h, 2), f"{v:.2f}") for v in (0, top_sol / 4, top_sol / 2, 3 * top_sol / 4, top_sol)],
+        generated_from=generated_from,
+        generated=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    )

@@ -1,0 +1,42 @@
+"""The Markdown summary: counts and the table, fit for a PR comment or $GITHUB_STEP_SUMMARY."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from pytest_solgate.records import Measurement, RunInfo
+from pytest_solgate.report.table import HEADERS, counts, ordered, row
+
+MAX_CELL = 120
+
+
+def _cell(text: str) -> str:
+    text = " ".join(str(text).split()).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
+
+
+def render(run: RunInfo, measurements: Sequence[Measurement]) -> str:
+    lines = ["### SOL report", ""]
+    where = f"`{run.commit[:10]}`" if run.commit else "unknown commit"
+    if run.dirty:
+        where += " (dirty)"
+    lines.append(f"{where} · {run.device or 'no device'} · profile `{run.profile or '-'}` ({run.ceilings or '-'} ceilings)")
+    lines.append("")
+    if not measurements:
+        lines.append("_This run measured nothing._")
+        return "\n".join(lines) + "\n"
+    lines.append(" · ".join(f"**{n}** {verdict}" for verdict, n in counts(measurements).items()))
+    lines.append("")
+    lines.append("| " + " | ".join(HEADERS) + " |")
+    lines.append("|" + "|".join("---:" if h in ("time", "achieved", "SOL", "vs baseline") else "---" for h in HEADERS) + "|")
+    failing = []
+    for m in ordered(measurements):
+        r = row(m)
+        cells = list(r.cells())
+        cells[0] = f"`{cells[0]}`"
+        lines.append("| " + " | ".join(_cell(c) if i else cells[0].replace("|", "\\|") for i, c in enumerate(cells)) + " |")
+        if m.failed:
+            failing.append(f"- {_cell(m.reason)}")
+    if failing:
+        lines += ["", "<details><summary>Why they failed</summary>", "", *failing, "", "</details>"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,97 @@
+"""End of session: record the run in the history, then write every report that was asked for.
+
+Each step fails on its own with a one-line message; a failed write never changes a test's verdict
+and never leaves a half-written file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+from pytest_solgate.errors import SolgateError
+from pytest_solgate.profiles import HardwareProfile
+from pytest_solgate.records import Measurement, RunInfo
+from pytest_solgate.settings import Settings
+
+
+def _profiles(settings: Settings, rootdir: Path, wanted: set[str]) -> dict[str, HardwareProfile]:
+    from pytest_solgate.engine import known_profiles
+    from pytest_solgate.profiles import find_profile
+
+    found: dict[str, HardwareProfile] = {}
+    try:
+        if settings.profile:
+            explicit = find_profile(settings.profile)
+            found[explicit.id] = explicit
+        for profile in known_profiles(rootdir / ".solgate"):
+            if profile.id in wanted:
+                found.setdefault(profile.id, profile)
+    except SolgateError:
+        pass  # the reports still render; the roofline says no profile was found
+    return found
+
+
+def publish(
+    settings: Settings,
+    run: RunInfo,
+    measurements: Sequence[Measurement],
+    history_path: Path,
+    invocation_dir: Path,
+    rootdir: Path,
+) -> tuple[list[Measurement], list[str]]:
+    """Returns the measurements (with their history trends) and the messages to print."""
+    from pytest_solgate.report import atomic, machine
+
+    messages: list[str] = []
+    measurements = list(measurements)
+
+    if measurements and not settings.no_save:
+        from pytest_solgate.history import HistoryStore
+
+        try:
+            with HistoryStore(history_path) as store:
+                store.record_run(run, measurements)
+                measurements = [
+                    m.replace(trend=tuple(store.trend(m.test, m.name, m.profile, m.ceilings))) for m in measurements
+                ]
+            messages.append(f"solgate: run recorded in {history_path}")
+        except SolgateError as exc:
+            messages.append(f"solgate: history NOT saved: {exc}")
+
+    def where(path: str) -> Path:
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else invocation_dir / p
+
+    def write(path: str | None, what: str, render) -> None:  # noqa: ANN001
+        if not path:
+            return
+        try:
+            target = atomic.write_text(where(path), render(), what)
+            messages.append(f"solgate: {what} written to {target}")
+        except SolgateError as exc:
+            messages.append(f"solgate: {exc}")
+        except Exception as exc:  # a rendering bug must not take the run's verdicts with it
+            messages.append(f"solgate: the {what} could not be rendered ({type(exc).__name__}: {exc}); the previous file, if any, is untouched")
+
+    write(settings.json, "JSON results", lambda: machine.solgate_json(run, measurements))
+    write(settings.benchmark_action, "benchmark-action JSON", lambda: machine.benchmark_action(measurements))
+    if settings.markdown or (settings.github_summary and os.environ.get("GITHUB_STEP_SUMMARY")):
+        from pytest_solgate.report import markdown
+
+        text = markdown.render(run, measurements)
+        write(settings.markdown, "Markdown summary", lambda: text)
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if settings.github_summary and summary:
+            try:
+                atomic.append_text(summary, text, "Markdown summary")
+                messages.append("solgate: Markdown summary appended to $GITHUB_STEP_SUMMARY")
+            except SolgateError as exc:
+                messages.append(f"solgate: {exc}")
+    if settings.report:
+        from pytest_solgate.report import html
+
+        profiles = _profiles(settings, rootdir, {m.profile for m in measurements})
+        write(settings.report, "HTML report", lambda: html.render_report(run, measurements, profiles))
+    return measurements, messages

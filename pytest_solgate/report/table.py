@@ -1,0 +1,75 @@
+"""The summary table every report shares: one row per measurement, failures first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from pytest_solgate import records, units
+from pytest_solgate.records import Measurement
+
+ORDER = {verdict: rank for rank, verdict in enumerate(records.VERDICTS)}
+HEADERS = ("test", "name", "bound", "time", "achieved", "SOL", "budget", "vs baseline", "verdict")
+
+
+@dataclass(frozen=True)
+class Row:
+    test: str
+    name: str
+    bound: str
+    time: str
+    achieved: str
+    sol: str
+    budget: str
+    change: str
+    verdict: str
+    reason: str
+
+    def cells(self) -> tuple[str, ...]:
+        return (self.test, self.name, self.bound, self.time, self.achieved, self.sol, self.budget, self.change, self.verdict)
+
+
+def ordered(measurements: Iterable[Measurement]) -> list[Measurement]:
+    """Failures first, then warnings, then the rest; stable within each verdict."""
+    return sorted(measurements, key=lambda m: ORDER.get(m.verdict or records.PASS, len(ORDER)))
+
+
+def achieved(m: Measurement) -> str:
+    return units.bandwidth(m.gbps) if m.bound == "memory" else units.flop_rate(m.tflops)
+
+
+def budget_text(m: Measurement) -> str:
+    parts = []
+    if m.budget.get("min") is not None:
+        parts.append(f">= {m.budget['min']:.2f}")
+    if m.budget.get("mfu") is not None:
+        parts.append(f"MFU >= {m.budget['mfu']:.2f}")
+    return ", ".join(parts) or "-"
+
+
+def change_text(m: Measurement) -> str:
+    if not m.baseline:
+        return "-"
+    return units.percent(m.baseline.get("change"), signed=True)
+
+
+def row(m: Measurement) -> Row:
+    return Row(
+        test=m.test,
+        name=m.name,
+        bound=m.bound,
+        time=f"{units.seconds(m.seconds)} {units.noise(m.noise)}",
+        achieved=achieved(m),
+        sol=f"{m.sol:.2f}",
+        budget=budget_text(m),
+        change=change_text(m),
+        verdict=m.verdict or "-",
+        reason=m.reason,
+    )
+
+
+def counts(measurements: Sequence[Measurement]) -> dict[str, int]:
+    found = {v: 0 for v in records.VERDICTS}
+    for m in measurements:
+        found[m.verdict or records.PASS] = found.get(m.verdict or records.PASS, 0) + 1
+    return {k: v for k, v in found.items() if v}

@@ -1,0 +1,67 @@
+"""Score: pure arithmetic from Work, a median time and a HardwareProfile to SOL, MFU and bound.
+
+    T_SOL = max(bytes / memory_bandwidth, max_p flops[p] / peak_flops[p])
+    SOL   = T_SOL / T_measured
+    MFU   = max_p (flops[p] / T_measured) / peak_flops[p]
+
+No torch, no pytest: this is tested in microseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pytest_solgate.errors import WorkError
+from pytest_solgate.profiles import HardwareProfile
+from pytest_solgate.work import Work
+
+
+@dataclass(frozen=True)
+class Score:
+    t_sol: float
+    sol: float
+    mfu: float
+    bound: str  # "memory" or "compute"
+    tflops: float  # achieved, all precisions together
+    gbps: float  # achieved
+    intensity: float | None  # FLOP per byte; None when no bytes are declared
+    ridge: float | None  # the profile's ridge point for the dominant precision
+    dominant_precision: str | None  # the precision whose time is largest; None without flops
+
+
+def check_precisions(work: Work, profile: HardwareProfile) -> None:
+    missing = [p for p in work.flops if p not in profile.peak_tflops]
+    if missing:
+        raise WorkError(
+            f"flops declared in {missing[0]!r}, which profile '{profile.id}' lacks; "
+            f"it has: {', '.join(profile.peak_tflops)}"
+        )
+
+
+def score(work: Work, seconds: float, profile: HardwareProfile) -> Score:
+    """``seconds`` is the measured median per-call time; it must be positive."""
+    if not seconds > 0:
+        raise ValueError(f"measured time must be positive, got {seconds!r}")
+    check_precisions(work, profile)
+    memory_time = work.bytes / profile.memory_bandwidth
+    compute_times = {p: count / profile.peak_flops(p) for p, count in work.flops.items()}
+    dominant = max(compute_times, key=compute_times.__getitem__) if compute_times else None
+    compute_time = compute_times[dominant] if dominant else 0.0
+    t_sol = max(memory_time, compute_time)
+    mfu = max((t / seconds for t in compute_times.values()), default=0.0)
+    return Score(
+        t_sol=t_sol,
+        sol=t_sol / seconds,
+        mfu=mfu,
+        bound="memory" if memory_time >= compute_time else "compute",
+        tflops=work.total_flops / seconds / 1e12,
+        gbps=work.bytes / seconds / 1e9,
+        intensity=work.total_flops / work.bytes if work.bytes > 0 else None,
+        ridge=profile.ridge_point(dominant) if dominant else None,
+        dominant_precision=dominant,
+    )
+
+
+def sol_of_samples(t_sol: float, samples: tuple[float, ...] | list[float]) -> list[float]:
+    """Each sample's SOL: what a baseline comparison ranks (robust to changed declarations)."""
+    return [t_sol / s for s in samples if s > 0]

@@ -1,0 +1,139 @@
+"""Options: every ``--sol-*`` flag and its ini twin, parsed once into a frozen ``Settings``.
+
+Parsing is pure (a mapping of raw strings in, a record out) so that each bad value gets a one-line
+error naming the option, and so that the plugin and the tests share one definition.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from pytest_solgate.backends import parse_device
+from pytest_solgate.errors import OptionError
+from pytest_solgate.measure import SamplingSettings
+from pytest_solgate.work import PRECISIONS
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str  # the ini name; the flag is --sol-... with dashes
+    help: str
+    default: Any = None
+    kind: str = "string"  # string | bool | path-or-default
+    choices: tuple[str, ...] = ()
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+OPTIONS = (
+    Option("sol_report", "write the self-contained HTML report (default path sol-report.html)", None, "path-or-default"),
+    Option("sol_json", "write all results as solgate/1 JSON to PATH"),
+    Option("sol_markdown", "write a Markdown summary to PATH"),
+    Option("sol_github_summary", "append the Markdown summary to $GITHUB_STEP_SUMMARY when it is set", False, "bool"),
+    Option("sol_benchmark_action", "write github-action-benchmark customBiggerIsBetter JSON to PATH"),
+    Option("sol_profile", "hardware profile id or TOML path instead of detection"),
+    Option("sol_device", "where to measure: auto, cpu, cuda or cuda:N", "auto"),
+    Option("sol_ceilings", "datasheet or measured ceilings (GPUs default to datasheet; CPUs are always measured)", None, "string", ("datasheet", "measured")),
+    Option("sol_history", "the history database", ".solgate/history.db"),
+    Option("sol_no_save", "do not record this run in the history", False, "bool"),
+    Option("sol_baseline", "what to compare against: auto, a git ref, or none", "auto"),
+    Option("sol_max_regression", "default relative SOL drop that fails a test", "0.05"),
+    Option("sol_gate", "what a failing verdict does: fail, warn or off", "fail", "string", ("fail", "warn", "off")),
+    Option("sol_above_one", "what SOL > 1.05 does: fail or warn", "fail", "string", ("fail", "warn")),
+    Option("sol_min_time", "minimum sampling time per measurement, seconds", "0.25"),
+    Option("sol_max_time", "time budget per measurement, seconds (then flagged noisy)", "2.0"),
+    Option("sol_noise", "target relative 95% half-width of the median", "0.005"),
+    Option("sol_precision", "precision class of a bare flops number", "fp32", "string", PRECISIONS),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    report: str | None = None
+    json: str | None = None
+    markdown: str | None = None
+    github_summary: bool = False
+    benchmark_action: str | None = None
+    profile: str | None = None
+    device: str = "auto"
+    ceilings: str | None = None
+    history: str = ".solgate/history.db"
+    no_save: bool = False
+    baseline: str = "auto"
+    max_regression: float = 0.05
+    gate: str = "fail"
+    above_one: str = "fail"
+    sampling: SamplingSettings = SamplingSettings()
+    precision: str = "fp32"
+
+
+def _number(flag: str, raw: Any, check: Callable[[float], bool], rule: str) -> float:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise OptionError(f"{flag}={raw!r} is not a number; {rule}") from None
+    if math.isnan(value) or math.isinf(value) or not check(value):
+        raise OptionError(f"{flag}={raw!r}: {rule}")
+    return value
+
+
+def _bool(flag: str, raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise OptionError(f"{flag}={raw!r} is not true or false")
+
+
+def parse_settings(raw: Mapping[str, Any]) -> Settings:
+    """``raw`` maps ini names (sol_gate, ...) to the value given (CLI first, then ini), or None."""
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        value = raw.get(option.name)
+        if value is None or value == "":
+            value = option.default
+        if option.kind == "bool":
+            value = _bool(option.flag, value)
+        if option.choices and value is not None and value not in option.choices:
+            raise OptionError(f"{option.flag}={value!r} is not one of: {', '.join(option.choices)}")
+        values[option.name] = value
+    parse_device(values["sol_device"])
+    baseline = str(values["sol_baseline"])
+    if not baseline.strip() or baseline.startswith("-"):
+        raise OptionError(f"--sol-baseline={baseline!r}: give auto, none, or a git ref such as origin/main")
+    min_time = _number("--sol-min-time", values["sol_min_time"], lambda v: v >= 0, "give seconds >= 0, e.g. 0.25")
+    max_time = _number("--sol-max-time", values["sol_max_time"], lambda v: v > 0, "give seconds > 0, e.g. 2.0")
+    if max_time < min_time:
+        raise OptionError(f"--sol-max-time={max_time:g} is below --sol-min-time={min_time:g}; raise the budget")
+    noise = _number("--sol-noise", values["sol_noise"], lambda v: 0 < v < 1, "give a fraction in (0, 1), e.g. 0.005")
+    max_regression = _number(
+        "--sol-max-regression", values["sol_max_regression"], lambda v: 0 <= v < 1, "give a fraction in [0, 1), e.g. 0.05"
+    )
+    for key in ("sol_history",):
+        if not str(values[key]).strip():
+            raise OptionError(f"--sol-history is empty; give a path such as .solgate/history.db")
+    return Settings(
+        report=values["sol_report"],
+        json=values["sol_json"],
+        markdown=values["sol_markdown"],
+        github_summary=values["sol_github_summary"],
+        benchmark_action=values["sol_benchmark_action"],
+        profile=values["sol_profile"],
+        device=values["sol_device"],
+        ceilings=values["sol_ceilings"],
+        history=str(values["sol_history"]),
+        no_save=values["sol_no_save"],
+        baseline=baseline,
+        max_regression=max_regression,
+        gate=values["sol_gate"],
+        above_one=values["sol_above_one"],
+        sampling=SamplingSettings(min_time=min_time, max_time=max_time, noise=noise),
+        precision=values["sol_precision"],
+    )

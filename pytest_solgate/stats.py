@@ -1,0 +1,86 @@
+"""Small, dependency-free statistics on timing samples (pure functions)."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+Z_95 = 1.959963984540054
+
+
+def median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 0:
+        raise ValueError("median of no values")
+    middle = n // 2
+    return ordered[middle] if n % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolation quantile, q in [0, 1]."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("quantile of no values")
+    position = q * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def median_interval(values: Sequence[float], z: float = Z_95) -> tuple[float, float]:
+    """Distribution-free confidence interval of the median from order statistics.
+
+    The ranks come from the binomial(n, 1/2) normal approximation; timing samples are skewed
+    (a long right tail), so an interval on the mean would lie about the median.
+    """
+    ordered = sorted(values)
+    n = len(ordered)
+    if n < 6:
+        return (ordered[0], ordered[-1]) if ordered else (math.nan, math.nan)
+    spread = z * math.sqrt(n) / 2
+    lower = max(0, math.floor(n / 2 - spread) - 1)
+    upper = min(n - 1, math.ceil(n / 2 + spread))
+    return ordered[lower], ordered[upper]
+
+
+def relative_half_width(values: Sequence[float]) -> float:
+    """Half the median's 95 % confidence interval, relative to the median; inf under 6 samples."""
+    if len(values) < 6:
+        return math.inf
+    low, high = median_interval(values)
+    centre = median(values)
+    if centre <= 0:
+        return math.inf
+    return (high - low) / 2 / centre
+
+
+def mann_whitney_u(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided p-value of the Mann-Whitney U test (normal approximation, tie and continuity
+    corrected). Rank-based, so one outlier sample cannot make a difference significant."""
+    n1, n2 = len(a), len(b)
+    if n1 == 0 or n2 == 0:
+        return 1.0
+    pooled = sorted([(value, 0) for value in a] + [(value, 1) for value in b])
+    ranks = [0.0] * len(pooled)
+    tie_term = 0.0
+    i = 0
+    while i < len(pooled):
+        j = i
+        while j + 1 < len(pooled) and pooled[j + 1][0] == pooled[i][0]:
+            j += 1
+        rank = (i + j) / 2 + 1
+        for k in range(i, j + 1):
+            ranks[k] = rank
+        ties = j - i + 1
+        tie_term += ties**3 - ties
+        i = j + 1
+    rank_sum_a = sum(rank for rank, (_, group) in zip(ranks, pooled) if group == 0)
+    u = rank_sum_a - n1 * (n1 + 1) / 2
+    n = n1 + n2
+    mean_u = n1 * n2 / 2
+    variance = n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1)))
+    if variance <= 0:
+        return 1.0
+    z = (abs(u - mean_u) - 0.5) / math.sqrt(variance)
+    return min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2)))

@@ -1,0 +1,94 @@
+"""GPU telemetry through NVML (``nvidia-ml-py``, module ``pynvml``), read around measurements.
+
+Telemetry is never an error: without NVML (no library, no NVIDIA GPU, an AMD device) the reader
+is absent and ``note`` says why.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Clock-event reasons that mean the GPU slowed itself down, by NVML bit.
+THROTTLE_BITS = {
+    0x0000000000000004: "sw_power_cap",
+    0x0000000000000008: "hw_slowdown",
+    0x0000000000000020: "sw_thermal_slowdown",
+    0x0000000000000040: "hw_thermal_slowdown",
+    0x0000000000000080: "hw_power_brake_slowdown",
+}
+MIN_CLOCK_FRACTION = 0.75
+
+
+class NvmlReader:
+    def __init__(self, pynvml: Any, handle: Any) -> None:
+        self._nvml = pynvml
+        self._handle = handle
+        self.sm_clock_max = self._safe(lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
+        self.mem_clock_max = self._safe(lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM))
+        self.power_limit_w = self._safe(lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000)
+
+    @staticmethod
+    def _safe(read: Any) -> Any:
+        try:
+            return read()
+        except Exception:  # one unsupported query must not hide the others
+            return None
+
+    def read(self) -> dict[str, Any]:
+        nvml, handle = self._nvml, self._handle
+        reasons_mask = self._safe(lambda: nvml.nvmlDeviceGetCurrentClocksEventReasons(handle))
+        if reasons_mask is None:
+            reasons_mask = self._safe(lambda: nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle))
+        power = self._safe(lambda: nvml.nvmlDeviceGetPowerUsage(handle))
+        reading = {
+            "sm_clock_mhz": self._safe(lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
+            "sm_clock_max_mhz": self.sm_clock_max,
+            "mem_clock_mhz": self._safe(lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM)),
+            "mem_clock_max_mhz": self.mem_clock_max,
+            "temperature_c": self._safe(lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)),
+            "power_w": None if power is None else power / 1000,
+            "power_limit_w": self.power_limit_w,
+            "throttle_reasons": [name for bit, name in THROTTLE_BITS.items() if reasons_mask and reasons_mask & bit],
+        }
+        return {k: v for k, v in reading.items() if v is not None}
+
+
+def open_reader(torch_device_index: int, uuid: str | None = None) -> tuple[NvmlReader | None, str]:
+    """An NVML reader for the CUDA device, or None and the reason there is none."""
+    try:
+        import pynvml
+    except ImportError:
+        return None, "no telemetry: nvidia-ml-py (pynvml) is not installed"
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:
+        return None, f"no telemetry: NVML did not start ({exc})"
+    try:
+        # CUDA_VISIBLE_DEVICES renumbers devices; the UUID names the same physical GPU in both.
+        if uuid:
+            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+        else:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(torch_device_index)
+    except Exception as exc:
+        return None, f"no telemetry: NVML does not know this device ({exc})"
+    return NvmlReader(pynvml, handle), ""
+
+
+def nvml_device_name(index: int) -> str | None:
+    """The device name as NVML reports it, or None when NVML is not there."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(index))
+    except Exception:
+        return None
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def is_throttled(reading: dict[str, Any]) -> bool:
+    """True when the SM clock is under 75 % of its max or a thermal/power reason is set."""
+    clock, clock_max = reading.get("sm_clock_mhz"), reading.get("sm_clock_max_mhz")
+    if clock and clock_max and clock < MIN_CLOCK_FRACTION * clock_max:
+        return True
+    return bool(reading.get("throttle_reasons"))

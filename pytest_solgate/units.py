@@ -1,0 +1,53 @@
+"""Human-readable numbers, shared by verdict messages and every report (pure)."""
+
+from __future__ import annotations
+
+import math
+
+
+def seconds(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
+        if value >= scale or unit == "ns":
+            return f"{value / scale:.3g} {unit}"
+    return f"{value:.3g} s"
+
+
+def _scaled(value: float, units: tuple[tuple[str, float], ...]) -> str:
+    for unit, scale in units:
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}"
+    unit, scale = units[-1]
+    return f"{value / scale:.3g} {unit}"
+
+
+def bandwidth(gbps: float) -> str:
+    """``gbps`` in GB/s (1e9 bytes per second)."""
+    return _scaled(gbps * 1e9, (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3), ("B/s", 1.0)))
+
+
+def flop_rate(tflops: float) -> str:
+    """``tflops`` in TFLOP/s."""
+    return _scaled(
+        tflops * 1e12,
+        (("TFLOP/s", 1e12), ("GFLOP/s", 1e9), ("MFLOP/s", 1e6), ("kFLOP/s", 1e3), ("FLOP/s", 1.0)),
+    )
+
+
+def percent(fraction: float | None, signed: bool = False) -> str:
+    if fraction is None or not math.isfinite(fraction):
+        return "-"
+    return f"{fraction * 100:+.1f}%" if signed else f"{fraction * 100:.1f}%"
+
+
+def noise(fraction: float) -> str:
+    return "±?" if not math.isfinite(fraction) else f"±{fraction * 100:.1f}%"
+
+
+def count(value: float) -> str:
+    """1.5e9 -> '1.5G'."""
+    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.3g}{unit}"
+    return f"{value:.3g}"

@@ -1,0 +1,160 @@
+"""Declare: the work a kernel must do, validated.
+
+``Work`` is what a test declares: FLOPs by precision class and the total fused bytes (the least
+device-memory traffic the operation needs when fully fused). Validation happens here, once, so that
+everything downstream can trust a ``Work``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from pytest_solgate.errors import WorkError
+
+# One key per kind of arithmetic unit: vector units first, then matrix (tensor) units.
+VECTOR_PRECISIONS = ("fp64", "fp32", "fp16", "bf16")
+TENSOR_PRECISIONS = (
+    "fp64_tensor",
+    "tf32_tensor",
+    "fp16_tensor",
+    "bf16_tensor",
+    "fp8_tensor",
+    "int8_tensor",
+)
+PRECISIONS = VECTOR_PRECISIONS + TENSOR_PRECISIONS
+
+
+@dataclass(frozen=True)
+class Work:
+    """FLOPs by precision class, and bytes that must move to or from device memory."""
+
+    flops: Mapping[str, float] = field(default_factory=dict)
+    bytes: float = 0
+
+    @property
+    def total_flops(self) -> float:
+        return float(sum(self.flops.values()))
+
+
+def _check_count(what: str, value: Any) -> float:
+    """A count must be a finite, non-negative real number (bool is not a number here)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        # numpy and torch scalars have __float__; accept them, refuse strings and containers.
+        if hasattr(value, "__float__") and not isinstance(value, (str, bytes)):
+            try:
+                value = float(value)
+            except (TypeError, ValueError):
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise WorkError(f"{what}={value!r} is not a number; declare a count such as {what}=1e9")
+    if math.isnan(value) or math.isinf(value):
+        raise WorkError(f"{what}={value!r} must be finite; declare the real count of the work")
+    if value < 0:
+        raise WorkError(f"{what}={value!r} is negative; work is a count of FLOPs or bytes, >= 0")
+    return value
+
+
+def _check_precision(precision: Any) -> str:
+    if precision not in PRECISIONS:
+        raise WorkError(
+            f"unknown precision {precision!r}; use one of: {', '.join(PRECISIONS)}"
+        )
+    return precision
+
+
+def make_work(flops: Any = None, bytes: Any = None, precision: str = "fp32") -> Work:
+    """Validate a declaration as ``sol.measure`` receives it and return a ``Work``.
+
+    ``flops`` is None, a number counted in ``precision``, or a mapping precision -> count.
+    """
+    counts: dict[str, float] = {}
+    if flops is not None:
+        if isinstance(flops, Mapping):
+            for key, value in flops.items():
+                counts[_check_precision(key)] = _check_count(f"flops[{key!r}]", value)
+        else:
+            counts[_check_precision(precision)] = _check_count("flops", flops)
+    nbytes = 0 if bytes is None else _check_count("bytes", bytes)
+    counts = {key: value for key, value in counts.items() if value > 0}
+    if nbytes <= 0 and not counts:
+        raise WorkError(
+            "no work declared: pass bytes=... (total fused bytes) and/or flops=... with a positive count"
+        )
+    return Work(flops=counts, bytes=nbytes)
+
+
+def nbytes(*arrays: Any) -> int:
+    """Sum of the sizes in bytes of torch tensors, NumPy arrays or anything with ``nbytes``."""
+    total = 0
+    for position, array in enumerate(arrays):
+        size = getattr(array, "nbytes", None)
+        if size is None and hasattr(array, "numel") and hasattr(array, "element_size"):
+            size = array.numel() * array.element_size()
+        if isinstance(size, bool) or not isinstance(size, int):
+            raise WorkError(
+                f"sol.nbytes argument {position} ({type(array).__name__}) has no nbytes; "
+                "pass tensors or arrays"
+            )
+        total += size
+    return total
+
+
+def _precision_of_dtype(dtype: Any, tf32: bool) -> str | None:
+    import torch
+
+    if dtype == torch.float32:
+        return "tf32_tensor" if tf32 else "fp32"
+    if dtype == torch.float64:
+        return "fp64"
+    if dtype == torch.bfloat16:
+        return "bf16_tensor"
+    if dtype == torch.float16:
+        return "fp16_tensor"
+    if dtype == torch.int8:
+        return "int8_tensor"
+    if "float8" in str(dtype):
+        return "fp8_tensor"
+    return None
+
+
+def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, int]:
+    """Run ``fn`` once under FlopCounterMode and return its FLOPs by precision class.
+
+    The precision of each counted op comes from the dtype of its first floating-point input. Works
+    on ``meta`` tensors. Ops FlopCounterMode does not know (pointwise, reductions) count as 0.
+    """
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    tf32 = torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
+    by_precision: dict[str, int] = {}
+
+    def first_dtype(values: Any) -> Any:
+        for value in values:
+            if isinstance(value, torch.Tensor):
+                return value.dtype
+            if isinstance(value, (list, tuple)):
+                found = first_dtype(value)
+                if found is not None:
+                    return found
+        return None
+
+    class _ByPrecision(FlopCounterMode):
+        # FlopCounterMode aggregates by op; we also need the dtype each count was made in.
+        def _count_flops(self, func_packet, out, op_args, op_kwargs):  # noqa: ANN001
+            if func_packet in self.flop_registry:
+                count = self.flop_registry[func_packet](*op_args, **op_kwargs, out_val=out)
+                dtype = first_dtype(op_args)
+                precision = _precision_of_dtype(dtype, tf32)
+                if precision is None:
+                    raise WorkError(
+                        f"sol.count_flops: {func_packet} ran in {dtype}, which maps to no precision class"
+                    )
+                by_precision[precision] = by_precision.get(precision, 0) + int(count)
+            return super()._count_flops(func_packet, out, op_args, op_kwargs)
+
+    with _ByPrecision(display=False):
+        fn(*args, **kwargs)
+    return by_precision
