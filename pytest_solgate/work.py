@@ -40,7 +40,9 @@ class Work:
 
 def _check_count(what: str, value: Any) -> float:
     """A count must be a finite, non-negative real number (bool is not a number here)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool):
+        raise WorkError(f"{what}={value!r} is not a number; declare a count such as {what}=1e9")
+    if not isinstance(value, (int, float)):
         # numpy and torch scalars have __float__; accept them, refuse strings and containers.
         if hasattr(value, "__float__") and not isinstance(value, (str, bytes)):
             try:

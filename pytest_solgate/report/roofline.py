@@ -75,12 +75,13 @@ class Chart:
     left_out: tuple[str, ...]  # measurements that cannot sit on a log-log chart
 
 
-def _decade_label(exponent: int, unit: str) -> str:
-    prefixes = {-3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
+def _decade_label(exponent: int) -> str:
+    """10^e as a short label: 100M, 1T, 0.01."""
+    prefixes = {0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
     base = 3 * math.floor(exponent / 3)
-    if base in prefixes and unit:
-        return f"{10 ** (exponent - base):g} {prefixes[base]}{unit}"
-    return f"1e{exponent}" if not -2 <= exponent <= 3 else f"{10.0 ** exponent:g}"
+    if exponent >= 0 and base in prefixes:
+        return f"{10 ** (exponent - base)}{prefixes[base]}"
+    return f"{10.0 ** exponent:g}"
 
 
 def plottable(m: Measurement) -> bool:
@@ -140,8 +141,8 @@ def roofline(profile: HardwareProfile, measurements: Sequence[Measurement], fram
         frame=frame,
         points=points,
         roofs=tuple(roofs),
-        x_ticks=tuple(Tick(px(10.0**e), _decade_label(e, "")) for e in range(x_low, x_high + 1)),
-        y_ticks=tuple(Tick(py(10.0**e), _decade_label(e, "FLOP/s")) for e in range(y_low, y_high + 1)),
+        x_ticks=tuple(Tick(px(10.0**e), _decade_label(e)) for e in range(x_low, x_high + 1)),
+        y_ticks=tuple(Tick(py(10.0**e), _decade_label(e)) for e in range(y_low, y_high + 1)),
         left_out=left_out,
     )
 

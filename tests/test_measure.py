@@ -1,0 +1,106 @@
+"""The sampling loop against a fake backend with a fake clock: deterministic and instant."""
+
+import pytest
+
+from pytest_solgate.errors import MeasureError
+from pytest_solgate.measure import SamplingSettings, take_timing
+
+
+class FakeBackend:
+    """Each call of the kernel advances a fake clock by ``durations[i]``."""
+
+    name = "fake"
+    min_sample_seconds = 100e-6
+    telemetry_note = "fake"
+
+    def __init__(self, durations, readings=None):
+        self.now = 0.0
+        self.durations = durations
+        self.calls = 0
+        self.flushes = 0
+        self.syncs = 0
+        self.readings = readings or []
+
+    def clock(self):
+        return self.now
+
+    def kernel(self):
+        self.now += self.durations(self.calls)
+        self.calls += 1
+
+    def flush(self, batch):
+        self.flushes += 1
+
+    def start(self):
+        return self.now
+
+    def stop(self, token):
+        return token, self.now
+
+    def synchronize(self):
+        self.syncs += 1
+
+    def elapsed(self, handle):
+        return handle[1] - handle[0]
+
+    def read_telemetry(self):
+        return self.readings.pop(0) if self.readings else None
+
+
+def run(backend, **settings):
+    return take_timing(backend.kernel, backend, SamplingSettings(**settings), throttle_check=lambda r: r.get("bad", False), clock=backend.clock)
+
+
+def test_steady_kernel_stops_on_noise_target_after_min_time():
+    b = FakeBackend(lambda i: 1e-3)
+    t = run(b, min_time=0.05, max_time=1.0, noise=0.01, min_samples=10, warmup_time=0.01)
+    assert t.seconds == pytest.approx(1e-3)
+    assert not t.noisy and t.batch == 1 and len(t.samples) >= 10
+    assert t.warmup_calls >= 10  # 10 ms of warm-up at 1 ms per call
+    assert b.flushes == t.warmup_calls + len(t.samples)
+    assert b.syncs < len(t.samples)  # one synchronization per round of samples
+
+
+def test_first_call_compiles_and_is_left_out():
+    b = FakeBackend(lambda i: 0.5 if i == 0 else 1e-3)
+    t = run(b, min_time=0.02, max_time=1.0, noise=0.01, warmup_time=0.01)
+    assert t.seconds == pytest.approx(1e-3) and max(t.samples) == pytest.approx(1e-3)
+
+
+def test_short_calls_are_batched():
+    b = FakeBackend(lambda i: 1e-6)
+    t = run(b, min_time=0.01, max_time=1.0, noise=0.01, warmup_time=0.001)
+    assert t.batch == 100 and t.seconds == pytest.approx(1e-6)
+    assert any("100 calls per sample" in n for n in t.notes)
+
+
+def test_noisy_kernel_runs_out_of_budget_and_says_so():
+    b = FakeBackend(lambda i: 1e-3 * (1 + (i * 7919 % 13) / 2))
+    t = run(b, min_time=0.01, max_time=0.2, noise=0.001, warmup_time=0.001)
+    assert t.noisy
+    assert 0.2 <= b.now <= 0.3
+
+
+def test_kernel_longer_than_the_budget_gets_one_sample_and_is_noisy():
+    b = FakeBackend(lambda i: 3.0)
+    t = run(b, min_time=0.1, max_time=1.0, noise=0.01, warmup_time=0.05)
+    assert len(t.samples) == 1 and t.warmup_calls == 1 and t.noisy
+
+
+def test_throttled_samples_are_dropped_up_to_half():
+    readings = [{}] + [{"bad": i % 4 == 0} for i in range(1000)]
+    b = FakeBackend(lambda i: 1e-3, readings=readings)
+    t = run(b, min_time=0.05, max_time=0.5, noise=0.01, warmup_time=0.001)
+    assert t.throttled and 0 < t.dropped_samples <= (len(t.samples) + t.dropped_samples) // 2
+
+
+def test_never_drops_everything():
+    readings = [{}] + [{"bad": True}] * 1000
+    b = FakeBackend(lambda i: 1e-3, readings=readings)
+    t = run(b, min_time=0.05, max_time=0.5, noise=0.01, warmup_time=0.001)
+    assert t.throttled and t.dropped_samples == 0 and t.samples
+
+
+def test_not_callable():
+    with pytest.raises(MeasureError, match="zero-argument callable, got int"):
+        take_timing(3, FakeBackend(lambda i: 1), SamplingSettings())
