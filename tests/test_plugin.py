@@ -1,0 +1,333 @@
+"""The plugin as users meet it: real pytest runs of real test files (pytester)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+PASSING = """
+import pytest
+
+@pytest.mark.sol(min=0.85)
+def test_pass(sol):
+    m = sol.measure(lambda: busy(1e-3), bytes=0.95e6)
+    assert m.bound == "memory" and 0.85 < m.sol < 1.0
+"""
+
+
+def test_pass_verdict_and_summary_table(suite):
+    result = suite(PASSING)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*SOL summary*", "*memory*0.9?*>= 0.85*pass*test_kernels.py::test_pass"])
+
+
+def test_below_budget_fails_in_the_call_phase_with_an_actionable_message(suite):
+    result = suite("""
+        import pytest
+
+        @pytest.mark.sol(min=0.85)
+        def test_slow(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.5e6)
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*test_slow SOL 0.50 < budget 0.85 on synthetic: * MB/s of 1 GB/s (memory-bound), median 1 ms ±*% over * samples",
+    ])
+    result.stdout.no_fnmatch_line("*teardown*")
+    result.stdout.no_fnmatch_line("*pytest_solgate/*")  # no traceback from our internals
+
+
+def test_above_sol_fails_and_can_warn(suite):
+    body = """
+        def test_impossible(sol):
+            sol.measure(lambda: busy(1e-3), bytes=2e6)
+    """
+    result = suite(body)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*SOL 2.00 > 1.05 on synthetic is impossible*check the declared bytes/flops*"])
+    warned = suite(body, "--sol-above-one=warn")
+    warned.assert_outcomes(passed=1, warnings=1)
+    warned.stdout.fnmatch_lines(["*SolgateWarning: above-sol*"])
+
+
+def test_gate_false_is_not_gated(suite):
+    result = suite("""
+        import pytest
+
+        @pytest.mark.sol(min=0.99)
+        def test_reference(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.1e6, gate=False, name="torch")
+            sol.measure(lambda: busy(1e-3), bytes=0.95e6, name="ours")
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*test_reference 'ours' SOL 0.9? < budget 0.99*"])
+    result.stdout.fnmatch_lines(["*not-gated*test_reference*"])
+
+
+def test_gate_warn_and_off(suite):
+    body = """
+        import pytest
+
+        @pytest.mark.sol(min=0.85)
+        def test_slow(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.5e6)
+    """
+    warn = suite(body, "--sol-gate=warn")
+    warn.assert_outcomes(passed=1, warnings=1)
+    warn.stdout.fnmatch_lines(["*SolgateWarning: below-budget: test_slow SOL 0.50 < budget 0.85*", "*below-budget*"])
+    off = suite(body, "--sol-gate=off")
+    off.assert_outcomes(passed=1)
+    off.stdout.fnmatch_lines(["*not-gated*test_slow*"])
+
+
+def test_ini_twin_and_command_line_wins(suite, pytester):
+    pytester.makeini("[pytest]\nsol_gate = warn\n")
+    body = """
+        import pytest
+
+        @pytest.mark.sol(min=0.85)
+        def test_slow(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.5e6)
+    """
+    suite(body).assert_outcomes(passed=1, warnings=1)
+    suite(body, "--sol-gate=fail").assert_outcomes(failed=1)
+
+
+def test_marked_but_measured_nothing(suite):
+    result = suite("""
+        import pytest
+
+        @pytest.mark.sol(min=0.5)
+        def test_forgot(sol):
+            pass
+
+        @pytest.mark.sol(min=0.5)
+        def test_no_fixture():
+            pass
+    """)
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*test_forgot: marked sol but measured nothing*"])
+
+
+def test_unmarked_test_may_measure_and_is_recorded(suite, pytester):
+    result = suite("""
+        def test_plain(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.3e6)
+    """, "--sol-json=out.json")
+    result.assert_outcomes(passed=1)
+    data = json.loads((pytester.path / "out.json").read_text())
+    assert [m["verdict"] for m in data["measurements"]] == ["pass"]
+
+
+def test_mfu_budget_and_profile_glob_budgets(suite):
+    result = suite("""
+        import pytest
+
+        @pytest.mark.sol(min={"h100*": 0.99, "synth*": 0.5, "*": 0.99}, mfu=0.8)
+        def test_compute(sol):
+            sol.measure(lambda: busy(1e-3), flops=0.6e6)
+
+        @pytest.mark.sol(min={"h100*": 0.99})
+        def test_no_budget_here(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.1e6)
+    """)
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(["*test_compute MFU 0.6? < budget 0.80 on synthetic*compute-bound*"])
+
+
+def test_several_measurements_and_json_contents(suite, pytester):
+    result = suite("""
+        import pytest
+
+        @pytest.mark.sol(min=0.5)
+        def test_many(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.9e6)
+            sol.measure(lambda: busy(1e-3), bytes=0.8e6)
+            sol.measure(lambda: busy(1e-3), flops={"bf16_tensor": 1.5e6}, bytes=0.1e6, name="gemm")
+    """, "--sol-json=out.json")
+    result.assert_outcomes(passed=1)
+    data = json.loads((pytester.path / "out.json").read_text())
+    assert data["schema"] == "solgate/1"
+    assert {"id", "started_at", "commit", "host", "profile", "plugin", "python"} <= set(data["run"])
+    names = [m["name"] for m in data["measurements"]]
+    assert names == ["default", "default-2", "gemm"]
+    gemm = data["measurements"][2]
+    for field in ("test", "name", "profile", "backend", "flops", "bytes", "seconds", "samples", "noise", "t_sol",
+                  "sol", "mfu", "bound", "tflops", "gbps", "verdict", "reason", "budget", "baseline", "telemetry"):
+        assert field in gemm, field
+    assert gemm["test"] == "test_kernels.py::test_many" and gemm["profile"] == "synthetic"
+    assert gemm["backend"] == "cpu" and gemm["bound"] == "compute" and gemm["flops"] == {"bf16_tensor": 1.5e6}
+    assert gemm["t_sol"] == pytest.approx(0.75e-3)
+    assert gemm["seconds"] == pytest.approx(1e-3, rel=0.05) and len(gemm["samples"]) >= 10
+    assert gemm["budget"]["min"] == 0.5 and gemm["verdict"] == "pass"
+
+
+def test_duplicate_name_is_an_error(suite):
+    result = suite("""
+        def test_twice(sol):
+            sol.measure(lambda: busy(1e-4), bytes=1e3, name="x")
+            sol.measure(lambda: busy(1e-4), bytes=1e3, name="x")
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*MeasureError: test_kernels.py::test_twice: a measurement named 'x' already exists*"])
+
+
+def test_triton_interpreter_is_not_gated(suite, monkeypatch, pytester):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    result = suite("""
+        import pytest
+
+        @pytest.mark.sol(min=0.99)
+        def test_interpreted(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.1e6)
+    """, "--sol-json=out.json")
+    result.assert_outcomes(passed=1)
+    m = json.loads((pytester.path / "out.json").read_text())["measurements"][0]
+    assert m["backend"] == "triton-interpreter" and m["verdict"] == "not-gated"
+    assert "TRITON_INTERPRET=1" in m["reason"]
+
+
+@pytest.mark.parametrize(
+    "marker, fragment",
+    [
+        ("0.85", "keyword arguments only"),
+        ("min=1.2", "min=1.2): must be in (0, 1]"),
+        ("min='0.8'", "min='0.8'): must be a number"),
+        ("mfu=0", "mfu=0): must be in (0, 1]"),
+        ("max_regression=-0.1", "max_regression=-0.1): must be in [0, 1)"),
+        ("minimum=0.5", "unknown argument 'minimum'"),
+        ("min={'h100*': 1.5}", "]=1.5): must be in (0, 1"),
+    ],
+)
+def test_marker_errors_are_usage_errors_before_any_test_runs(suite, marker, fragment):
+    result = suite(f"""
+        import pytest
+
+        def test_first():
+            raise AssertionError("must not run")
+
+        @pytest.mark.sol({marker})
+        def test_k(sol):
+            sol.measure(lambda: busy(1e-4), bytes=1)
+    """)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: test_kernels.py::test_k: @pytest.mark.sol*{fragment}*"])
+    result.stdout.no_fnmatch_line("*must not run*")
+
+
+@pytest.mark.parametrize(
+    "option, fragment",
+    [
+        ("--sol-gate=maybe", "--sol-gate='maybe' is not one of: fail, warn, off"),
+        ("--sol-above-one=ok", "--sol-above-one='ok' is not one of: fail, warn"),
+        ("--sol-noise=abc", "--sol-noise='abc' is not a number"),
+        ("--sol-noise=2", "--sol-noise='2': give a fraction in (0, 1)"),
+        ("--sol-min-time=-1", "--sol-min-time='-1': give seconds >= 0"),
+        ("--sol-max-time=0", "--sol-max-time='0': give seconds > 0"),
+        ("--sol-max-regression=1.5", "--sol-max-regression='1.5'"),
+        ("--sol-device=tpu", "--sol-device='tpu' is not auto, cpu, cuda or cuda:N"),
+        ("--sol-ceilings=best", "--sol-ceilings='best' is not one of: datasheet, measured"),
+        ("--sol-precision=fp7", "--sol-precision='fp7' is not one of"),
+        ("--sol-profile=nope.toml", "nope.toml: no such profile file"),
+        ("--sol-profile=h100-sxn", "no profile with id 'h100-sxn'"),
+    ],
+)
+def test_bad_option_values_are_one_line_usage_errors(pytester, option, fragment):
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest(option, "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: *{fragment}*"])
+    result.stderr.no_fnmatch_line("*Traceback*")
+
+
+def test_bad_profile_file_is_a_usage_error_naming_file_and_field(pytester):
+    pytester.makefile(".toml", bad='id = "x"\nname = "X"\nkind = "gpu"\nmemory_bandwidth_gbps = 0\n[peak_tflops]\nfp32 = 1\n')
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest("--sol-profile=bad.toml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: bad.toml: field 'memory_bandwidth_gbps' must be a finite number > 0, got 0"])
+
+
+def test_declared_precision_the_profile_lacks(suite):
+    result = suite("""
+        def test_fp8(sol):
+            sol.measure(lambda: busy(1e-4), flops={"fp8_tensor": 10})
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*WorkError: flops declared in 'fp8_tensor', which profile 'synthetic' lacks; it has: fp32, bf16_tensor"])
+
+
+def test_kernel_that_raises_shows_its_own_traceback(suite):
+    result = suite("""
+        def broken():
+            raise RuntimeError("CUDA error: illegal memory access")
+
+        def test_broken(sol):
+            sol.measure(broken, bytes=1e3)
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*def broken():*", "*RuntimeError: CUDA error: illegal memory access"])
+    result.stdout.no_fnmatch_line("*pytest_solgate/*")  # none of our frames in the traceback
+    result.stdout.no_fnmatch_line("*take_timing*")
+
+
+def test_fixture_used_after_its_test(suite):
+    result = suite("""
+        kept = []
+
+        def test_keep(sol):
+            kept.append(sol)
+
+        def test_reuse():
+            kept[0].measure(lambda: busy(1e-4), bytes=1e3)
+    """)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*sol.measure called after test_kernels.py::test_keep finished; call it inside the test body"])
+
+
+def test_report_swallowing_a_test_path_is_explained(pytester):
+    pytester.mkdir("suite")
+    result = pytester.runpytest("--sol-report", "suite")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--sol-report took 'suite' as its output path; write --sol-report=PATH*"])
+
+
+def test_cpu_profile_is_measured_once_and_cached(suite, pytester):
+    pytest.importorskip("torch")  # imported here, so the in-process runs do not import it twice
+    body = """
+        def test_cpu(sol):
+            assert sol.profile.kind == "cpu" and sol.profile.ceilings == "measured"
+            assert str(sol.device) == "cpu"
+            sol.measure(lambda: busy(1e-3), bytes=1e3, flops=1e3)
+    """
+    first = suite(body, "--sol-json=out.json", profile=False)
+    first.assert_outcomes(passed=1)
+    first.stdout.fnmatch_lines(["solgate: measuring this CPU's ceilings once (cached in *.solgate/profiles/cpu-*.toml) ..."])
+    cached = list((pytester.path / ".solgate" / "profiles").glob("cpu-*.toml"))
+    assert len(cached) == 1
+    text = cached[0].read_text()
+    assert 'ceilings = "measured"' in text and "fp32 =" in text and "fp64 =" in text and "triad" in text
+    second = suite(body, profile=False)
+    second.assert_outcomes(passed=1)
+    second.stdout.no_fnmatch_line("*measuring this CPU*")
+
+
+def test_importing_the_plugin_imports_no_heavy_library():
+    code = (
+        "import sys, pytest_solgate, pytest_solgate.plugin, pytest_solgate.engine, pytest_solgate.cli; "
+        "heavy = [m for m in ('torch', 'triton', 'pynvml', 'numpy') if m in sys.modules]; "
+        "print(heavy); sys.exit(1 if heavy else 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_run_that_never_measures_never_imports_torch(pytester):
+    pytester.makepyfile("import sys\n\ndef test_x():\n    assert 'torch' not in sys.modules\n")
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def test_plugin_is_registered_through_the_entry_point(pytester):
+    result = pytester.runpytest_subprocess("--help")
+    result.stdout.fnmatch_lines(["*pytest-solgate*", "*--sol-report*", "*--sol-baseline*"])
