@@ -69,6 +69,7 @@ class Backend(Protocol):
 
 
 def _timed_call(fn: Callable[[], Any], backend: Backend, batch: int) -> Any:
+    __tracebackhide__ = True
     backend.flush(batch)
     token = backend.start()
     for _ in range(batch):
@@ -84,6 +85,7 @@ def take_timing(
     clock: Callable[[], float] = time.perf_counter,
 ) -> Timing:
     """Run the sampling loop on ``fn`` (a zero-argument callable) and return its ``Timing``."""
+    __tracebackhide__ = True  # a kernel that raises shows its own traceback, not ours
     if not callable(fn):
         raise MeasureError(f"sol.measure needs a zero-argument callable, got {type(fn).__name__}")
     wall_start = clock()

@@ -46,3 +46,12 @@ def suite(pytester: pytest.Pytester):
         return runner(*options)
 
     return run
+
+
+def pytest_configure(config):
+    # pytester restores sys.modules after each in-process run; torch cannot be imported twice in
+    # one process, so it is imported once up front, before any snapshot is taken.
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass

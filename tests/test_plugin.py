@@ -1,5 +1,6 @@
 """The plugin as users meet it: real pytest runs of real test files (pytester)."""
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -45,7 +46,7 @@ def test_above_sol_fails_and_can_warn(suite):
     """
     result = suite(body)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*SOL 2.00 > 1.05 on synthetic is impossible*check the declared bytes/flops*"])
+    result.stdout.fnmatch_lines(["*SOL ?.?? > 1.05 on synthetic is impossible*check the declared bytes/flops*"])
     warned = suite(body, "--sol-above-one=warn")
     warned.assert_outcomes(passed=1, warnings=1)
     warned.stdout.fnmatch_lines(["*SolgateWarning: above-sol*"])
@@ -293,22 +294,23 @@ def test_report_swallowing_a_test_path_is_explained(pytester):
     result.stderr.fnmatch_lines(["*--sol-report took 'suite' as its output path; write --sol-report=PATH*"])
 
 
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="CPU calibration measures through torch")
 def test_cpu_profile_is_measured_once_and_cached(suite, pytester):
-    pytest.importorskip("torch")  # imported here, so the in-process runs do not import it twice
     body = """
         def test_cpu(sol):
             assert sol.profile.kind == "cpu" and sol.profile.ceilings == "measured"
             assert str(sol.device) == "cpu"
             sol.measure(lambda: busy(1e-3), bytes=1e3, flops=1e3)
     """
-    first = suite(body, "--sol-json=out.json", profile=False)
+    # In a subprocess: torch must not be imported (and unloaded) inside an in-process pytester run.
+    first = suite(body, "--sol-json=out.json", profile=False, subprocess=True)
     first.assert_outcomes(passed=1)
     first.stdout.fnmatch_lines(["solgate: measuring this CPU's ceilings once (cached in *.solgate/profiles/cpu-*.toml) ..."])
     cached = list((pytester.path / ".solgate" / "profiles").glob("cpu-*.toml"))
     assert len(cached) == 1
     text = cached[0].read_text()
     assert 'ceilings = "measured"' in text and "fp32 =" in text and "fp64 =" in text and "triad" in text
-    second = suite(body, profile=False)
+    second = suite(body, profile=False, subprocess=True)
     second.assert_outcomes(passed=1)
     second.stdout.no_fnmatch_line("*measuring this CPU*")
 
