@@ -186,7 +186,8 @@ class Engine:
             timing = measure.take_timing(fn, context.backend, sampling, telemetry.is_throttled)
         scored = score.score(work, timing.seconds, context.profile)
         notes = list(timing.notes)
-        if timing.wall_seconds > sampling.max_time * 1.5 and len(timing.samples) < sampling.min_samples:
+        interpreted = context.backend.name == "triton-interpreter"
+        if not interpreted and timing.wall_seconds > sampling.max_time * 1.5 and len(timing.samples) < sampling.min_samples:
             notes.append(
                 f"one call takes {timing.seconds:.3g} s, longer than the time budget "
                 f"--sol-max-time={sampling.max_time:g}; raise it for more samples"
