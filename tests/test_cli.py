@@ -1,0 +1,123 @@
+"""The solgate command, run as users run it."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE
+
+
+def solgate(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "pytest_solgate.cli", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def test_help_on_every_subcommand():
+    for command in ("profiles", "profile", "detect", "calibrate", "history", "trend", "compare", "import"):
+        done = solgate(command, "--help")
+        assert done.returncode == 0 and "usage: solgate " + command in done.stdout, command
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        ((), "the following arguments are required: COMMAND"),
+        (("frobnicate",), "invalid choice: 'frobnicate'"),
+        (("profile",), "the following arguments are required: id"),
+        (("profile", "h100-sxn"), "no profile with id 'h100-sxn'"),
+        (("compare", "a"), "the following arguments are required: head"),
+        (("import",), "the following arguments are required: file"),
+        (("import", "missing.json"), "missing.json: no such file"),
+        (("history", "--history", "nope.db"), "nope.db: no history database here yet"),
+        (("detect", "--name", "Acme GPU 9000"), "no hardware profile matches device 'Acme GPU 9000'"),
+        (("detect", "--device", "tpu"), "--sol-device='tpu' is not auto, cpu, cuda or cuda:N"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragment):
+    done = solgate(*args, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_profiles_profile_and_detect():
+    listing = solgate("profiles").stdout
+    assert "h100-sxm" in listing and "mi300x" in listing and "3350 GB/s" in listing
+    shown = solgate("profile", "h200").stdout
+    assert 'id = "h200"' in shown and "memory_bandwidth_gbps = 4800" in shown
+    detected = solgate("detect", "--name", "NVIDIA H100 80GB HBM3")
+    assert detected.stdout.strip() == "h100-sxm" and "*H100 80GB HBM3*" in detected.stderr
+    warned = solgate("detect", "--name", "NVIDIA H100 80GB HBM3", "--sm-count", "114")
+    assert "114 SMs" in warned.stderr
+    assert solgate("detect", "--device", "cpu").stdout.startswith("cpu")
+
+
+def test_import_is_idempotent_and_refuses_foreign_files(tmp_path):
+    (tmp_path / "theirs.json").write_text(json.dumps({"benchmarks": []}))
+    done = solgate("import", "theirs.json", "--history", "h.db", cwd=tmp_path)
+    assert done.returncode == 2 and "not a solgate/1 file" in done.stderr
+    (tmp_path / "broken.json").write_text("{not json")
+    done = solgate("import", "broken.json", "--history", "h.db", cwd=tmp_path)
+    assert done.returncode == 2 and "not JSON" in done.stderr
+
+
+@pytest.fixture
+def two_commits(pytester):
+    """A repository with commit A (1 ms) and commit B (1.3 ms), each measured once."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=pytester.path, check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q", "-b", "main")
+    git("config", "user.email", "t@example.invalid")
+    git("config", "user.name", "t")
+    pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
+    (pytester.path / ".gitignore").write_text(".solgate/\n*.json\n*.html\n")
+    commits = []
+    for seconds in (1e-3, 1.3e-3):
+        pytester.makepyfile(test_k=KERNELS + f"\ndef test_k(sol):\n    sol.measure(lambda: busy({seconds}), bytes=0.5e6)\n"
+                            "\ndef test_same(sol):\n    sol.measure(lambda: busy(5e-4), bytes=0.2e6)\n")
+        git("add", "-A")
+        git("commit", "-q", "-m", f"{seconds}")
+        commits.append(git("rev-parse", "HEAD"))
+        pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml", f"--sol-json=run-{len(commits)}.json")
+    return pytester.path, commits
+
+
+def test_history_trend_compare(two_commits):
+    path, (a, b) = two_commits
+    listing = solgate("history", cwd=path)
+    assert listing.returncode == 0 and listing.stdout.count("test_k.py::test_k [default]") == 2
+    assert a[:10] in listing.stdout and b[:10] in listing.stdout
+    assert solgate("history", "*same*", cwd=path).stdout.count("test_same") == 2
+    compared = solgate("compare", a, b, cwd=path)
+    assert compared.returncode == 1, compared.stdout + compared.stderr
+    assert "regressed" in compared.stdout and "1 regressed between" in compared.stdout
+    assert solgate("compare", a, a, cwd=path).returncode == 0
+    assert solgate("compare", "HEAD~1", "HEAD", cwd=path).returncode == 1
+    bad = solgate("compare", a, "nosuchref", cwd=path)
+    assert bad.returncode == 2 and "'nosuchref' is neither a git ref" in bad.stderr
+    trend = solgate("trend", "-o", "trend.html", cwd=path)
+    assert trend.returncode == 0, trend.stderr
+    page = (path / "trend.html").read_text()
+    assert page.count('class="series"') == 2 and a[:8] in page and b[:8] in page
+    assert "<script src" not in page
+
+
+def test_import_merges_a_run_once(two_commits, tmp_path):
+    path, _ = two_commits
+    target = tmp_path / "merged.db"
+    first = solgate("import", str(path / "run-1.json"), "--history", str(target))
+    assert first.returncode == 0 and "imported run" in first.stdout, first.stderr
+    again = solgate("import", str(path / "run-1.json"), "--history", str(target))
+    assert again.returncode == 0 and "nothing added" in again.stdout
+    listing = solgate("history", "--history", str(target))
+    assert listing.stdout.count("test_k.py::test_k") == 1
+    original = json.loads((path / "run-1.json").read_text())["measurements"]
+    from pytest_solgate.history import HistoryStore
+
+    with HistoryStore(target) as store:
+        stored = sorted((m.to_dict() for _, m in store.results()), key=lambda m: m["test"])
+    for before, after in zip(sorted(original, key=lambda m: m["test"]), stored):
+        assert after["samples"] == before["samples"] and after["sol"] == before["sol"] and after["verdict"] == before["verdict"]
