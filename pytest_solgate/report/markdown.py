@@ -32,9 +32,7 @@ def render(run: RunInfo, measurements: Sequence[Measurement]) -> str:
     failing = []
     for m in ordered(measurements):
         r = row(m)
-        cells = list(r.cells())
-        cells[0] = f"`{cells[0]}`"
-        lines.append("| " + " | ".join(_cell(c) if i else cells[0].replace("|", "\\|") for i, c in enumerate(cells)) + " |")
+        lines.append("| " + " | ".join(_cell(c) for c in r.cells()) + " |")
         if m.failed:
             failing.append(f"- {_cell(m.reason)}")
     if failing:

@@ -1,0 +1,184 @@
+"""Rendering over finished records, and the reports as a pytest run writes them."""
+
+import json
+import re
+import xml.etree.ElementTree as ElementTree
+
+import pytest
+
+from pytest_solgate import records
+from pytest_solgate.profiles import HardwareProfile
+from pytest_solgate.records import Measurement, RunInfo
+from pytest_solgate.report import html, machine, markdown, roofline, terminal
+
+PROFILE = HardwareProfile(id="synthetic", name="Synthetic", kind="cpu", memory_bandwidth_gbps=1,
+                          peak_tflops={"fp32": 0.001}, ceilings="measured", source="tests")
+RUN = RunInfo(id="r" * 32, started_at="2026-12-02T10:00:00+00:00", commit="c" * 40, branch="main", host="box",
+              device="cpu", profile="synthetic", ceilings="measured", plugin="0.1.0", python="3.11")
+
+
+def record(test="t.py::test_k", name="default", verdict=records.PASS, sol=0.5, intensity=0.1, tflops=1e-4, **extra):
+    fields = dict(
+        test=test, name=name, profile="synthetic", backend="cpu", flops={"fp32": 1e5}, bytes=1e6, seconds=1e-3,
+        samples=(1e-3, 1.1e-3, 0.9e-3) * 4, noise=0.01, t_sol=0.5e-3, sol=sol, mfu=0.1, bound="memory",
+        tflops=tflops, gbps=1.0, intensity=intensity, ridge=1.0, verdict=verdict, reason=f"reason for {verdict}",
+        budget={"min": 0.4}, trend=({"commit": "a" * 40, "sol": 0.45}, {"commit": "c" * 40, "sol": sol}),
+    )
+    fields.update(extra)
+    return Measurement(**fields)
+
+
+EVERY_VERDICT = [record(test=f"t.py::test_{i}", verdict=v) for i, v in enumerate(records.VERDICTS)]
+
+
+def test_every_verdict_appears_failures_first():
+    page = html.render_report(RUN, EVERY_VERDICT, {"synthetic": PROFILE})
+    rows = re.findall(r'<tr class="[^"]*" data-verdict="([^"]+)"', page)
+    assert rows[:3] == ["below-budget", "regressed", "above-sol"] and sorted(rows) == sorted(records.VERDICTS)
+    for verdict in records.VERDICTS:
+        assert f"reason for {verdict}" in page
+    assert page.count('class="point"') == len(records.VERDICTS)
+    text = "\n".join(terminal.render(EVERY_VERDICT))
+    assert text.index("below-budget") < text.index("pass")
+
+
+def test_roofline_point_lands_where_the_arithmetic_says():
+    # 1 GB/s and 1 GFLOP/s: ridge at 1 FLOP/B. Axes: x from 1e-2 to 1e1, y from 1e6 to 1e10 FLOP/s.
+    m = record(intensity=0.1, tflops=1e-4)  # 0.1 FLOP/B, 1e8 FLOP/s
+    chart = roofline.roofline(PROFILE, [m])
+    (point,) = chart.points
+    frame = chart.frame
+    assert point.x == pytest.approx(frame.left + frame.plot_width / 3, abs=0.01)
+    assert point.y == pytest.approx(frame.top + frame.plot_height / 2, abs=0.01)
+    (roof,) = chart.roofs
+    ridge = roof.points.split()[1]
+    assert ridge == f"{round(frame.left + frame.plot_width * 2 / 3, 2)},{round(frame.top + frame.plot_height / 4, 2)}"
+    page = html.render_report(RUN, [m], {"synthetic": PROFILE})
+    assert f'cx="{point.x}" cy="{point.y}"' in page
+
+
+def test_measurements_without_flops_are_listed_off_the_chart():
+    m = record(intensity=None, tflops=0.0, flops={})
+    chart = roofline.roofline(PROFILE, [m])
+    assert not chart.points and chart.left_out == ("t.py::test_k [default]",)
+
+
+HOSTILE = [
+    "t.py::test_x[<script>alert(1)</script>]",
+    "t.py::test_q[\"quoted\" & 'single' & ampersand]",
+    "t.py::test_long[" + "x" * 5000 + "]",
+    "t.py::test_ünïcödé[α-β-🚀]",
+]
+
+
+def test_hostile_ids_are_escaped():
+    ms = [record(test=t, name=t[-20:], reason=t) for t in HOSTILE]
+    import dataclasses
+
+    page = html.render_report(dataclasses.replace(RUN, command="pytest <script>"), ms, {"synthetic": PROFILE})
+    assert "<script>alert(1)</script>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "&#34;quoted&#34; &amp; &#39;single&#39;" in page
+    assert "x" * 5000 in page and "α-β-🚀" in page
+    assert len(re.findall(r"<script\b", page)) == 1  # our own small, inline sorting script
+    md = markdown.render(RUN, ms)
+    assert "<script>" not in md and "&lt;script&gt;" in md
+
+
+def test_no_reference_to_another_host():
+    page = html.render_report(RUN, EVERY_VERDICT, {"synthetic": PROFILE})
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
+    assert not re.search(r"@import|url\(", page)
+    refs = re.findall(r"""(?:src|href)\s*=\s*["']([^"']*)""", page)
+    assert all(ref.startswith("#") for ref in refs), refs
+
+
+def test_an_empty_run_says_so():
+    page = html.render_report(RUN, [], {})
+    assert "This run measured nothing" in page
+    assert "_This run measured nothing._" in markdown.render(RUN, [])
+    assert terminal.render([]) == ["no SOL measurements in this run"]
+
+
+def test_markdown_table_and_counts():
+    md = markdown.render(RUN, EVERY_VERDICT + [record(test="t.py::test_pipe[a|b]")])
+    assert "| test | name | bound |" in md and "**1** below-budget" in md
+    assert "| t.py::test_pipe[a\\|b] |" in md
+    assert "<details><summary>Why they failed</summary>" in md
+
+
+def test_benchmark_action_format():
+    entries = json.loads(machine.benchmark_action([record()]))
+    assert entries == [{"name": "t.py::test_k [default]", "unit": "SOL", "value": 0.5, "range": "±0.0050",
+                        "extra": entries[0]["extra"]}]
+    assert "profile synthetic" in entries[0]["extra"] and "median 1 ms" in entries[0]["extra"]
+
+
+def test_json_has_no_nan_and_keeps_the_contract():
+    data = json.loads(machine.solgate_json(RUN, [record(noise=float("inf"))]))
+    assert data["schema"] == "solgate/1" and data["measurements"][0]["noise"] is None
+    assert data["measurements"][0]["trend"][0]["sol"] == 0.45
+
+
+REPORT_SUITE = """
+import pytest
+
+@pytest.mark.sol(min=0.5)
+def test_fast(sol):
+    sol.measure(lambda: busy(1e-3), bytes=0.9e6, flops=1e5)
+    sol.measure(lambda: busy(1e-3), bytes=0.1e6, gate=False, name="ref")
+
+@pytest.mark.sol(min=0.95)
+def test_slow(sol):
+    sol.measure(lambda: busy(1e-3), bytes=0.5e6, flops=2e5)
+"""
+
+
+def test_a_pytest_run_writes_every_report(suite, pytester, monkeypatch):
+    summary = pytester.path / "step-summary.md"
+    summary.write_text("# earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = suite(REPORT_SUITE, "--sol-report=out/report.html", "--sol-markdown=out/summary.md",
+                   "--sol-benchmark-action=out/bench.json", "--sol-github-summary", "--junitxml=out/junit.xml")
+    result.assert_outcomes(passed=1, failed=1)
+    page = (pytester.path / "out" / "report.html").read_text()
+    assert page.count('class="point"') == 2 and page.count("<tr class=") == 3
+    assert "Not on the chart (no FLOPs or no bytes declared): test_kernels.py::test_fast [ref]" in page
+    assert (pytester.path / "out" / "summary.md").read_text() in summary.read_text()
+    assert summary.read_text().startswith("# earlier step\n")
+    bench = json.loads((pytester.path / "out" / "bench.json").read_text())
+    assert {b["name"] for b in bench} == {"test_kernels.py::test_fast [default]", "test_kernels.py::test_fast [ref]",
+                                          "test_kernels.py::test_slow [default]"}
+    cases = {c.get("name"): c for c in ElementTree.parse(pytester.path / "out" / "junit.xml").iter("testcase")}
+    properties = {p.get("name"): p.get("value") for p in cases["test_slow"].iter("property")}
+    assert properties["sol_verdict[default]"] == "below-budget" and properties["sol_bound[default]"] == "memory"
+    assert 0.45 < float(properties["sol[default]"]) < 0.55 and float(properties["sol_seconds[default]"]) > 0
+    assert not list(pytester.path.glob("out/.*.tmp"))  # atomic writes leave no temporary behind
+
+
+def test_report_of_a_run_that_measured_nothing(suite, pytester):
+    result = suite("def test_plain():\n    pass\n", "--sol-report=r.html")
+    result.assert_outcomes(passed=1)
+    assert "This run measured nothing" in (pytester.path / "r.html").read_text()
+
+
+def test_a_report_that_cannot_be_written_does_not_change_verdicts(suite, pytester):
+    (pytester.path / "blocked").write_text("a file, not a folder")
+    result = suite(REPORT_SUITE, "--sol-report=blocked/report.html")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["solgate: cannot write the HTML report to *blocked/report.html*; choose another path"])
+
+
+def test_a_rendering_failure_leaves_the_previous_report(suite, pytester, monkeypatch):
+    from pytest_solgate.report import html as html_module
+
+    (pytester.path / "r.html").write_text("previous report")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("template exploded")
+
+    monkeypatch.setattr(html_module, "render_report", broken)
+    result = suite(REPORT_SUITE, "--sol-report=r.html")
+    result.assert_outcomes(passed=1, failed=1)
+    assert (pytester.path / "r.html").read_text() == "previous report"
+    result.stdout.fnmatch_lines(["*the HTML report could not be rendered (RuntimeError: template exploded)*untouched"])
