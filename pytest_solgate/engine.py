@@ -103,7 +103,10 @@ class Engine:
                         "--sol-ceilings=datasheet on a CPU: CPUs have only measured ceilings; "
                         "drop the option or pass --sol-profile"
                     )
-                profile = calibrate.cpu_profile(self.cache_dir, self.announce)
+                # Under the device lock: a calibration must not run beside another measurement,
+                # and a second worker waiting here then finds the cached profile.
+                with locking.device_lock("cpu"):
+                    profile = calibrate.cpu_profile(self.cache_dir, self.announce)
             lock_key = "cpu"
         else:
             if self.explicit_profile is not None:
