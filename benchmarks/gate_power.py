@@ -19,7 +19,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import busy, machine, write_synthetic  # noqa: E402
-
 from pytest_solgate import judge, records  # noqa: E402
 from pytest_solgate.engine import Engine  # noqa: E402
 from pytest_solgate.score import sol_of_samples  # noqa: E402

@@ -77,29 +77,30 @@ def _best_time(fn: Callable[[], Any], repeats: int, sync: Callable[[], None] = l
     return min(times)
 
 
-def measure_cpu(torch: Any) -> tuple[float, dict[str, float], dict[str, float]]:
-    """(best bandwidth GB/s, GB/s per pattern, TFLOP/s per precision) on this CPU."""
-    llc = last_level_cache_bytes()
-    n = max(4 * llc, 64 * MIB) // 4  # float32 elements per buffer: each buffer >= 4x the LLC
-    a = torch.rand(n)
-    b = torch.rand(n)
-    c = torch.rand(n)
-    element = a.element_size()
+def _streaming_bandwidth(torch: Any, n: int) -> dict[str, float]:
+    """GB/s of four streaming patterns over float32 buffers of n elements (bytes read + written)."""
+    a, b, c = torch.rand(n), torch.rand(n), torch.rand(n)
     patterns = {
         "copy": (lambda: b.copy_(a), 2),
         "scale": (lambda: torch.mul(a, 3.0, out=b), 2),
         "add": (lambda: torch.add(a, b, out=c), 3),
         "triad": (lambda: torch.add(b, c, alpha=3.0, out=a), 3),
     }
-    per_pattern = {
-        name: arrays * n * element / _best_time(fn, 5) / 1e9 for name, (fn, arrays) in patterns.items()
-    }
-    del a, b, c
-    peaks = {}
-    for precision, dtype, size in (("fp32", torch.float32, 1024), ("fp64", torch.float64, 768)):
-        x = torch.rand(size, size, dtype=dtype)
-        y = torch.rand(size, size, dtype=dtype)
-        peaks[precision] = 2 * size**3 / _best_time(lambda: torch.mm(x, y), 5) / 1e12
+    return {name: arrays * n * 4 / _best_time(fn, 5) / 1e9 for name, (fn, arrays) in patterns.items()}
+
+
+def _matmul_tflops(torch: Any, dtype: Any, size: int) -> float:
+    x = torch.rand(size, size, dtype=dtype)
+    y = torch.rand(size, size, dtype=dtype)
+    return 2 * size**3 / _best_time(lambda: torch.mm(x, y), 5) / 1e12
+
+
+def measure_cpu(torch: Any) -> tuple[float, dict[str, float], dict[str, float]]:
+    """(best bandwidth GB/s, GB/s per pattern, TFLOP/s per precision) on this CPU."""
+    llc = last_level_cache_bytes()
+    n = max(4 * llc, 64 * MIB) // 4  # float32 elements per buffer: each buffer >= 4x the LLC
+    per_pattern = _streaming_bandwidth(torch, n)
+    peaks = {"fp32": _matmul_tflops(torch, torch.float32, 1024), "fp64": _matmul_tflops(torch, torch.float64, 768)}
     return max(per_pattern.values()), per_pattern, peaks
 
 
@@ -169,16 +170,25 @@ def _cuda_median(torch: Any, fn: Callable[[], Any], repeats: int) -> float:
     return stats.median(times)
 
 
+def _copy_bandwidth(torch: Any, device: Any, size: int) -> float:
+    src = torch.empty(size // 4, dtype=torch.float32, device=device).uniform_()
+    dst = torch.empty_like(src)
+    seconds = _cuda_median(torch, lambda: dst.copy_(src), 20)
+    return 2 * src.numel() * 4 / seconds / 1e9  # bytes read plus bytes written
+
+
+def _cuda_mm_tflops(torch: Any, device: Any, dtype: Any, size: int) -> float:
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    return 2 * size**3 / _cuda_median(torch, lambda: torch.mm(a, b), 10) / 1e12
+
+
 def measure_gpu(torch: Any, device: Any, datasheet: HardwareProfile, l2_bytes: int | None) -> tuple[float, dict[str, float]]:
     """(copy GB/s counting read + write, TFLOP/s per precision) on one GPU."""
     free, _total = torch.cuda.mem_get_info(device)
     size = max(16 * (l2_bytes or 64 * MIB), 1024 * MIB)
     size = min(size, free // 8)
-    src = torch.empty(size // 4, dtype=torch.float32, device=device).uniform_()
-    dst = torch.empty_like(src)
-    seconds = _cuda_median(torch, lambda: dst.copy_(src), 20)
-    bandwidth = 2 * src.numel() * 4 / seconds / 1e9
-    del src, dst
+    bandwidth = _copy_bandwidth(torch, device, size)
     peaks: dict[str, float] = {}
     n = 8192
     cases = [
@@ -195,9 +205,7 @@ def measure_gpu(torch: Any, device: Any, datasheet: HardwareProfile, l2_bytes: i
                 continue
             torch.backends.cuda.matmul.allow_tf32 = tf32
             size = 4096 if dtype in (torch.float32, torch.float64) and not tf32 else n
-            a = torch.randn(size, size, device=device, dtype=dtype)
-            b = torch.randn(size, size, device=device, dtype=dtype)
-            peaks[precision] = 2 * size**3 / _cuda_median(torch, lambda: torch.mm(a, b), 10) / 1e12
+            peaks[precision] = _cuda_mm_tflops(torch, device, dtype, size)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = saved_tf32
     if "fp8_tensor" in datasheet.peak_tflops and hasattr(torch, "_scaled_mm"):

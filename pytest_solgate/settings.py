@@ -118,7 +118,7 @@ def parse_settings(raw: Mapping[str, Any]) -> Settings:
     )
     for key in ("sol_history",):
         if not str(values[key]).strip():
-            raise OptionError(f"--sol-history is empty; give a path such as .solgate/history.db")
+            raise OptionError("--sol-history is empty; give a path such as .solgate/history.db")
     return Settings(
         report=values["sol_report"],
         json=values["sol_json"],

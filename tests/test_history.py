@@ -8,7 +8,6 @@ import pytest
 
 from pytest_solgate import history
 from pytest_solgate.records import Measurement, RunInfo
-
 from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE
 
 KERNEL_TEST = KERNELS + '''

@@ -3,7 +3,6 @@
 import json
 import sqlite3
 
-
 BODY = """
 import pytest
 
