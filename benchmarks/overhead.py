@@ -29,7 +29,7 @@ def timed(folder: Path, *extra: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tests", type=int, default=500)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=15)
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp())
     (folder / "test_trivial.py").write_text(
@@ -41,11 +41,13 @@ def main() -> None:
     for _ in range(args.repeats):  # interleaved, so drift on the machine hits both alike
         with_plugin.append(timed(folder))
         without.append(timed(folder, "-p", "no:solgate"))
-    a, b = statistics.median(with_plugin), statistics.median(without)
+    # Whole-process times on a shared machine swing by 10 % or more from run to run; the fastest of
+    # many runs is the stable estimate of what the work itself costs, so the verdict uses it.
+    a, b = min(with_plugin), min(without)
     print(f"machine: {machine()}")
-    print(f"{args.tests} trivial tests, median of {args.repeats} runs each")
-    print(f"with pytest-solgate:   {a:.3f} s")
-    print(f"with -p no:solgate:    {b:.3f} s")
+    print(f"{args.tests} trivial tests, {args.repeats} interleaved runs each (fastest; median in brackets)")
+    print(f"with pytest-solgate:   {a:.3f} s  ({statistics.median(with_plugin):.3f} s)")
+    print(f"with -p no:solgate:    {b:.3f} s  ({statistics.median(without):.3f} s)")
     print(f"overhead:              {(a - b) / b:+.1%} (target < 5%)")
 
 

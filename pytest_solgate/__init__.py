@@ -1,12 +1,25 @@
 """pytest-solgate: speed-of-light budgets for GPU kernels, inside pytest.
 
-Importing this package is cheap on purpose: it imports neither torch, triton nor pynvml. Those are
-loaded only when a measurement needs them.
+Importing this package is cheap on purpose: it imports neither torch, triton nor pynvml, and the
+plugin's own modules load only when a run needs them.
 """
 
 __version__ = "0.1.0"
 
-from pytest_solgate.errors import SolgateError  # noqa: E402
-from pytest_solgate.work import PRECISIONS, Work  # noqa: E402
-
 __all__ = ["PRECISIONS", "SolgateError", "Work", "__version__"]
+
+
+def __getattr__(name: str):  # noqa: ANN202 - lazy re-exports
+    if name == "Work":
+        from pytest_solgate.work import Work
+
+        return Work
+    if name == "PRECISIONS":
+        from pytest_solgate.precisions import PRECISIONS
+
+        return PRECISIONS
+    if name == "SolgateError":
+        from pytest_solgate.errors import SolgateError
+
+        return SolgateError
+    raise AttributeError(f"module 'pytest_solgate' has no attribute {name!r}")

@@ -12,6 +12,7 @@ from typing import Any
 
 from pytest_solgate import telemetry
 from pytest_solgate.errors import OptionError
+from pytest_solgate.settings import parse_device
 
 DEFAULT_FLUSH_BYTES = 256 * 1024 * 1024  # when neither the device nor the profile gives an L2 size
 
@@ -107,15 +108,6 @@ class DeviceChoice:
 
     def __str__(self) -> str:
         return self.kind if self.index is None else f"{self.kind}:{self.index}"
-
-
-def parse_device(spec: str) -> tuple[str, int | None]:
-    """``--sol-device``: auto, cpu, cuda or cuda:N."""
-    if spec in ("auto", "cpu", "cuda"):
-        return spec, None
-    if spec.startswith("cuda:") and spec[5:].isdigit():
-        return "cuda", int(spec[5:])
-    raise OptionError(f"--sol-device={spec!r} is not auto, cpu, cuda or cuda:N (N a device number)")
 
 
 def choose_device(spec: str, worker_index: int | None) -> DeviceChoice:

@@ -20,19 +20,11 @@ from typing import Any, Callable, Protocol
 
 from pytest_solgate import stats
 from pytest_solgate.errors import MeasureError
+from pytest_solgate.settings import SamplingSettings
 
 MAX_BATCH = 100_000
 ROUND_SECONDS = 0.01  # how much work to queue between two synchronizations
 MAX_ROUND = 100
-
-
-@dataclass(frozen=True)
-class SamplingSettings:
-    min_time: float = 0.25
-    max_time: float = 2.0
-    noise: float = 0.005
-    min_samples: int = 10
-    warmup_time: float = 0.05
 
 
 @dataclass(frozen=True)

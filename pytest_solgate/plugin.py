@@ -13,18 +13,19 @@ from __future__ import annotations
 import datetime
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
-from pytest_solgate import gitinfo, judge, records
-from pytest_solgate.engine import Engine
-from pytest_solgate.errors import HistoryError, MeasureError, SolgateError
-from pytest_solgate.records import Measurement
+from pytest_solgate.errors import MeasureError, SolgateError
 from pytest_solgate.settings import OPTIONS, Settings, parse_settings
-from pytest_solgate.work import count_flops, nbytes
 
-BUDGET_KEY = pytest.StashKey[judge.Budget]()
+if TYPE_CHECKING:
+    from pytest_solgate.records import Measurement
+
+# Only what every run needs is imported above: a suite that never measures must not pay for the
+# engine, the history or the reports (benchmarks/overhead.py keeps us honest).
+BUDGET_KEY = pytest.StashKey[Any]()
 FIXTURE_KEY = pytest.StashKey["SolFixture"]()
 RECORDS_KEY = pytest.StashKey[list]()
 
@@ -81,14 +82,25 @@ def pytest_configure(config: pytest.Config) -> None:
 class SolFixture:
     """What a test receives as ``sol``: ``measure``, ``nbytes``, ``count_flops``, ``device``, ``profile``."""
 
-    nbytes = staticmethod(nbytes)
-    count_flops = staticmethod(count_flops)
-
-    def __init__(self, engine: Engine, test: str) -> None:
+    def __init__(self, engine: Any, test: str) -> None:
         self._engine = engine
         self._test = test
         self._closed = False
         self.measurements: list[Measurement] = []
+
+    @staticmethod
+    def nbytes(*arrays: Any) -> int:
+        """Sum of ``nbytes`` of tensors or arrays: the usual way to write total fused bytes."""
+        from pytest_solgate.work import nbytes
+
+        return nbytes(*arrays)
+
+    @staticmethod
+    def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, int]:
+        """FLOPs of ``fn(*args, **kwargs)`` by precision, through FlopCounterMode (meta tensors work)."""
+        from pytest_solgate.work import count_flops
+
+        return count_flops(fn, *args, **kwargs)
 
     @property
     def device(self) -> Any:
@@ -163,20 +175,33 @@ class SolgateSession:
         self.history_path = self._resolve(settings.history, self.rootdir)
         self.started_at = datetime.datetime.now(datetime.timezone.utc)
         self.run_id = (getattr(config, "workerinput", {}) or {}).get("solgate_run_id") or _new_id()
-        self.records: list[Measurement] = []
+        self.records: list[Any] = []
         self.messages: list[str] = []
-        self._git: gitinfo.GitFacts | None = None
+        self._git: Any = None
         self._candidates: list[str] | None = None
         self._store: Any = None
         if settings.baseline != "none" and self.history_path.exists():
             self._open_store()  # a foreign or corrupt history is refused now, before any test runs
-        self.engine = Engine(
-            settings,
-            cache_dir=self.rootdir / ".solgate",
-            baseline_finder=self._find_baseline,
-            announce=self._announce,
-            warn=lambda text: warnings.warn(SolgateWarning(text), stacklevel=2),
-        )
+        self._engine: Any = None
+        if settings.profile:
+            from pytest_solgate.profiles import find_profile
+
+            find_profile(settings.profile)  # a bad --sol-profile is a usage error before any test runs
+
+    @property
+    def engine(self) -> Any:
+        """The measuring engine, built on first use (by the first test that requests ``sol``)."""
+        if self._engine is None:
+            from pytest_solgate.engine import Engine
+
+            self._engine = Engine(
+                self.settings,
+                cache_dir=self.rootdir / ".solgate",
+                baseline_finder=self._find_baseline,
+                announce=self._announce,
+                warn=lambda text: warnings.warn(SolgateWarning(text), stacklevel=2),
+            )
+        return self._engine
 
     @staticmethod
     def _resolve(path: str, base: Path) -> Path:
@@ -198,8 +223,10 @@ class SolgateSession:
     # --- git and baselines ----------------------------------------------------------------------
 
     @property
-    def git(self) -> gitinfo.GitFacts:
+    def git(self) -> Any:
         if self._git is None:
+            from pytest_solgate import gitinfo, judge
+
             self._git = gitinfo.facts(self.rootdir)
             self.engine.judge_settings = judge.JudgeSettings(
                 gate=self.settings.gate,
@@ -217,7 +244,10 @@ class SolgateSession:
             self._store = history.open_for_reading(self.history_path)
         return self._store
 
-    def _find_baseline(self, test: str, name: str, profile: str, ceilings: str) -> judge.Baseline | None:
+    def _find_baseline(self, test: str, name: str, profile: str, ceilings: str) -> Any:
+        from pytest_solgate import gitinfo
+        from pytest_solgate.errors import HistoryError
+
         if self.settings.baseline == "none":
             return None
         if self._candidates is None:
@@ -238,6 +268,8 @@ class SolgateSession:
             marker = item.get_closest_marker("sol")
             if marker is None:
                 continue
+            from pytest_solgate import judge
+
             try:
                 item.stash[BUDGET_KEY] = judge.parse_marker(item.nodeid, marker.args, marker.kwargs)
             except SolgateError as exc:
@@ -245,6 +277,8 @@ class SolgateSession:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Any:
+        if FIXTURE_KEY not in pyfuncitem.stash and BUDGET_KEY not in pyfuncitem.stash:
+            return (yield)  # neither measures nor is marked: nothing to judge
         try:
             result = yield
         except BaseException:
@@ -256,6 +290,8 @@ class SolgateSession:
     def _judge(self, item: pytest.Item, body_failed: bool) -> None:
         """Judge the test's measurements; fail it now when a verdict says so."""
         __tracebackhide__ = True
+        from pytest_solgate import judge, records
+
         fixture = item.stash.get(FIXTURE_KEY, None)
         measured = fixture.measurements if fixture else []
         marked = BUDGET_KEY in item.stash
@@ -289,15 +325,17 @@ class SolgateSession:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Any:
         report = yield
-        if report.when == "call":
+        if report.when == "call" and RECORDS_KEY in item.stash:
             report.solgate_records = [m.to_dict() for m in item.stash.get(RECORDS_KEY, [])]
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if self.is_worker:
+        data = getattr(report, "solgate_records", None)
+        if not data or self.is_worker:
             return
-        for data in getattr(report, "solgate_records", None) or ():
-            self.records.append(Measurement.from_dict(data))
+        from pytest_solgate.records import Measurement
+
+        self.records += [Measurement.from_dict(d) for d in data]
 
     # --- xdist: one run id for the whole session -------------------------------------------------
 
@@ -309,8 +347,10 @@ class SolgateSession:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self.is_worker:
+        if self.is_worker or not (self.records or self.settings.report or self.settings.json
+                                  or self.settings.markdown or self.settings.benchmark_action):
             return
+        from pytest_solgate import gitinfo
         from pytest_solgate.report import outputs
         from pytest_solgate.runinfo import build_run_info
 

@@ -10,10 +10,28 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from pytest_solgate.backends import parse_device
 from pytest_solgate.errors import OptionError
-from pytest_solgate.measure import SamplingSettings
-from pytest_solgate.work import PRECISIONS
+from pytest_solgate.precisions import PRECISIONS
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """The sampling loop's budget for one measurement (see measure.py)."""
+
+    min_time: float = 0.25
+    max_time: float = 2.0
+    noise: float = 0.005
+    min_samples: int = 10
+    warmup_time: float = 0.05
+
+
+def parse_device(spec: str) -> tuple[str, int | None]:
+    """``--sol-device``: auto, cpu, cuda or cuda:N."""
+    if spec in ("auto", "cpu", "cuda"):
+        return spec, None
+    if spec.startswith("cuda:") and spec[5:].isdigit():
+        return "cuda", int(spec[5:])
+    raise OptionError(f"--sol-device={spec!r} is not auto, cpu, cuda or cuda:N (N a device number)")
 
 
 @dataclass(frozen=True)

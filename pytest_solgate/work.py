@@ -12,18 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from pytest_solgate.errors import WorkError
-
-# One key per kind of arithmetic unit: vector units first, then matrix (tensor) units.
-VECTOR_PRECISIONS = ("fp64", "fp32", "fp16", "bf16")
-TENSOR_PRECISIONS = (
-    "fp64_tensor",
-    "tf32_tensor",
-    "fp16_tensor",
-    "bf16_tensor",
-    "fp8_tensor",
-    "int8_tensor",
-)
-PRECISIONS = VECTOR_PRECISIONS + TENSOR_PRECISIONS
+from pytest_solgate.precisions import PRECISIONS, TENSOR_PRECISIONS, VECTOR_PRECISIONS  # noqa: F401
 
 
 @dataclass(frozen=True)
