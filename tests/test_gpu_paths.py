@@ -1,0 +1,118 @@
+"""The GPU-only paths, exercised here against fakes of torch.cuda and NVML (no GPU on CI).
+
+They check the order of operations and the arithmetic; the real thing is checked by
+benchmarks/gpu_check.py whenever a GPU is at hand (docs/results.md).
+"""
+
+import types
+
+import pytest
+
+from pytest_solgate import backends, telemetry
+from pytest_solgate.measure import take_timing
+from pytest_solgate.settings import SamplingSettings
+
+
+class FakeEvent:
+    log: list = []
+    clock = [0.0]
+
+    def __init__(self, enable_timing=False):
+        assert enable_timing
+        self.time = None
+
+    def record(self):
+        self.time = self.clock[0]
+        self.log.append("record")
+
+    def elapsed_time(self, end):
+        return (end.time - self.time) * 1e3  # milliseconds, as torch returns them
+
+
+class FakeTensor:
+    def __init__(self, numel):
+        self.numel_ = numel
+
+    def zero_(self):
+        FakeEvent.log.append(f"flush {self.numel_ * 4}")
+
+
+def fake_torch():
+    cuda = types.SimpleNamespace(
+        Event=FakeEvent,
+        _sleep=lambda cycles: FakeEvent.log.append(f"sleep {cycles}"),
+        synchronize=lambda device=None: FakeEvent.log.append("sync"),
+        get_device_properties=lambda device: types.SimpleNamespace(uuid="", multi_processor_count=132),
+    )
+    return types.SimpleNamespace(cuda=cuda, int32="int32", empty=lambda n, dtype, device: FakeTensor(n))
+
+
+def test_cuda_backend_flushes_twice_the_l2_and_holds_the_stream_outside_the_timed_region(monkeypatch):
+    monkeypatch.setattr(telemetry, "open_reader", lambda index, uuid=None: (None, "no telemetry: fake"))
+    FakeEvent.log = []
+    backend = backends.CudaBackend(fake_torch(), types.SimpleNamespace(index=0), l2_bytes=50_000_000, clock_mhz=1980)
+
+    def kernel():
+        FakeEvent.clock[0] += 1e-3
+        FakeEvent.log.append("kernel")
+
+    timing = take_timing(kernel, backend, SamplingSettings(min_time=0, max_time=0.05, min_samples=3, warmup_time=0))
+    assert timing.backend == "cuda" and timing.seconds == pytest.approx(1e-3)
+    log = FakeEvent.log
+    first = log.index("kernel")
+    # flush (2 x 50 MB), then the spin, then the start event, then the kernel, then the stop event
+    hold_cycles = int(120e-6 * 1980e6)  # 100 us + 20 us for a batch of one, at 1980 MHz
+    assert log[first - 3:first + 2] == ["flush 100000000", f"sleep {hold_cycles}", "record", "kernel", "record"]
+    # one synchronization per round, not per sample
+    assert log.count("sync") < log.count("kernel")
+    assert timing.telemetry is None and timing.telemetry_note == "no telemetry: fake"
+
+
+def fake_nvml(sm_clock=1980, reasons=0):
+    nvml = types.SimpleNamespace(
+        NVML_CLOCK_SM=0, NVML_CLOCK_MEM=1, NVML_TEMPERATURE_GPU=0,
+        nvmlDeviceGetMaxClockInfo=lambda h, kind: 1980 if kind == 0 else 2619,
+        nvmlDeviceGetClockInfo=lambda h, kind: sm_clock if kind == 0 else 2619,
+        nvmlDeviceGetEnforcedPowerLimit=lambda h: 700_000,
+        nvmlDeviceGetPowerUsage=lambda h: 412_000,
+        nvmlDeviceGetTemperature=lambda h, kind: 61,
+        nvmlDeviceGetCurrentClocksEventReasons=lambda h: reasons,
+    )
+    return nvml
+
+
+def test_nvml_reading_and_throttle_rules():
+    reading = telemetry.NvmlReader(fake_nvml(), handle=object()).read()
+    assert reading == {"sm_clock_mhz": 1980, "sm_clock_max_mhz": 1980, "mem_clock_mhz": 2619, "mem_clock_max_mhz": 2619,
+                       "temperature_c": 61, "power_w": 412.0, "power_limit_w": 700.0, "throttle_reasons": []}
+    assert not telemetry.is_throttled(reading)
+    slow = telemetry.NvmlReader(fake_nvml(sm_clock=1400), handle=object()).read()
+    assert telemetry.is_throttled(slow)  # 1400 < 0.75 * 1980
+    hot = telemetry.NvmlReader(fake_nvml(reasons=0x40), handle=object()).read()
+    assert hot["throttle_reasons"] == ["hw_thermal_slowdown"] and telemetry.is_throttled(hot)
+
+
+def test_an_unsupported_query_does_not_hide_the_others():
+    nvml = fake_nvml()
+
+    def unsupported(handle):
+        raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+
+    nvml.nvmlDeviceGetPowerUsage = unsupported
+    reading = telemetry.NvmlReader(nvml, handle=object()).read()
+    assert "power_w" not in reading and reading["sm_clock_mhz"] == 1980
+
+
+def test_without_nvml_telemetry_is_absent_and_says_why():
+    reader, note = telemetry.open_reader(0)
+    assert reader is None and note.startswith("no telemetry:")  # no NVIDIA driver on this machine
+
+
+def test_device_choice_on_a_machine_without_cuda():
+    assert str(backends.choose_device("auto", worker_index=3)) == "cpu"
+    from pytest_solgate.errors import OptionError
+
+    torch = backends.torch_or_none()
+    if torch is not None and not torch.cuda.is_available():
+        with pytest.raises(OptionError, match="no CUDA device is available"):
+            backends.choose_device("cuda:1", None)
