@@ -1,0 +1,205 @@
+"""The catalogue of bad inputs, each met the way a user meets it: a real pytest run or the CLI.
+
+Every entry asserts a one-line message that names what is at fault and what to do, a non-zero
+exit, and no traceback from the plugin's internals.
+"""
+
+import subprocess
+import sys
+
+import pytest
+
+from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE
+
+GOOD_PROFILE = 'id = "x"\nname = "X"\nkind = "cpu"\nmemory_bandwidth_gbps = 1\n[peak_tflops]\nfp32 = 1\n'
+PLAIN_TEST = "def test_x():\n    pass\n"
+
+# (id, extra pytest arguments, files to write, the message fragment on its one ERROR line)
+USAGE_ERRORS = [
+    ("marker-positional", [], {"test_m.py": "import pytest\n@pytest.mark.sol(0.8)\ndef test_m(sol): pass\n"},
+     "test_m.py::test_m: @pytest.mark.sol takes keyword arguments only"),
+    ("marker-unknown-keyword", [], {"test_m.py": "import pytest\n@pytest.mark.sol(budget=0.8)\ndef test_m(sol): pass\n"},
+     "test_m.py::test_m: @pytest.mark.sol got unknown argument 'budget'"),
+    ("marker-out-of-range", [], {"test_m.py": "import pytest\n@pytest.mark.sol(min=1.5)\ndef test_m(sol): pass\n"},
+     "test_m.py::test_m: @pytest.mark.sol(min=1.5): must be in (0, 1]"),
+    ("marker-string", [], {"test_m.py": "import pytest\n@pytest.mark.sol(min='high')\ndef test_m(sol): pass\n"},
+     "test_m.py::test_m: @pytest.mark.sol(min='high'): must be a number"),
+    ("marker-mfu-zero", [], {"test_m.py": "import pytest\n@pytest.mark.sol(mfu=0)\ndef test_m(sol): pass\n"},
+     "test_m.py::test_m: @pytest.mark.sol(mfu=0): must be in (0, 1]"),
+    ("marker-regression-one", [], {"test_m.py": "import pytest\n@pytest.mark.sol(max_regression=1)\ndef test_m(sol): pass\n"},
+     "test_m.py::test_m: @pytest.mark.sol(max_regression=1): must be in [0, 1)"),
+    ("marker-empty-mapping", [], {"test_m.py": "import pytest\n@pytest.mark.sol(min={})\ndef test_m(sol): pass\n"},
+     "give at least one 'glob': budget"),
+    ("marker-mapping-value", [], {"test_m.py": "import pytest\n@pytest.mark.sol(min={'h100*': 2})\ndef test_m(sol): pass\n"},
+     "@pytest.mark.sol(min['h100*']=2): must be in (0, 1]"),
+    ("profile-bad-toml", ["--sol-profile=p.toml"], {"p.toml": "id = [", "test_x.py": PLAIN_TEST}, "p.toml: invalid TOML"),
+    ("profile-missing-field", ["--sol-profile=p.toml"], {"p.toml": GOOD_PROFILE.replace('name = "X"\n', ""), "test_x.py": PLAIN_TEST},
+     "p.toml: missing required field 'name'"),
+    ("profile-mistyped", ["--sol-profile=p.toml"], {"p.toml": GOOD_PROFILE.replace("= 1\n[", "= \"1\"\n["), "test_x.py": PLAIN_TEST},
+     "p.toml: field 'memory_bandwidth_gbps' must be a number, got '1'"),
+    ("profile-unknown-field", ["--sol-profile=p.toml"], {"p.toml": "vendor = 'x'\n" + GOOD_PROFILE, "test_x.py": PLAIN_TEST},
+     "p.toml: unknown field 'vendor'"),
+    ("profile-non-positive", ["--sol-profile=p.toml"], {"p.toml": GOOD_PROFILE.replace("fp32 = 1", "fp32 = -2"), "test_x.py": PLAIN_TEST},
+     "p.toml: field 'peak_tflops.fp32' must be a finite number > 0, got -2"),
+    ("profile-empty", ["--sol-profile=p.toml"], {"p.toml": "", "test_x.py": PLAIN_TEST}, "p.toml: the profile file is empty"),
+    ("profile-directory", ["--sol-profile=profiles/"], {"profiles/keep.txt": "", "test_x.py": PLAIN_TEST},
+     "profiles/: is a directory, not a profile file; pass a .toml file"),
+    ("profile-unreadable", ["--sol-profile=/proc/self/mem"], {"test_x.py": PLAIN_TEST},
+     "/proc/self/mem: cannot read the profile file"),
+    ("profile-missing-file", ["--sol-profile=gone.toml"], {"test_x.py": PLAIN_TEST}, "gone.toml: no such profile file"),
+    ("profile-unknown-id", ["--sol-profile=h100-sxn"], {"test_x.py": PLAIN_TEST}, "no profile with id 'h100-sxn'"),
+    ("option-gate", ["--sol-gate=sometimes"], {"test_x.py": PLAIN_TEST}, "--sol-gate='sometimes' is not one of: fail, warn, off"),
+    ("option-above-one", ["--sol-above-one=ignore"], {"test_x.py": PLAIN_TEST}, "--sol-above-one='ignore' is not one of: fail, warn"),
+    ("option-noise", ["--sol-noise=low"], {"test_x.py": PLAIN_TEST}, "--sol-noise='low' is not a number"),
+    ("option-min-time", ["--sol-min-time=-1"], {"test_x.py": PLAIN_TEST}, "--sol-min-time='-1': give seconds >= 0"),
+    ("option-max-below-min", ["--sol-min-time=3", "--sol-max-time=1"], {"test_x.py": PLAIN_TEST},
+     "--sol-max-time=1 is below --sol-min-time=3; raise the budget"),
+    ("option-device", ["--sol-device=gpu0"], {"test_x.py": PLAIN_TEST}, "--sol-device='gpu0' is not auto, cpu, cuda or cuda:N"),
+    ("option-ceilings", ["--sol-ceilings=peak"], {"test_x.py": PLAIN_TEST}, "--sol-ceilings='peak' is not one of: datasheet, measured"),
+    ("option-max-regression", ["--sol-max-regression=5%"], {"test_x.py": PLAIN_TEST}, "--sol-max-regression='5%' is not a number"),
+    ("option-precision", ["--sol-precision=fp4"], {"test_x.py": PLAIN_TEST}, "--sol-precision='fp4' is not one of"),
+    ("option-baseline", ["--sol-baseline=--x"], {"test_x.py": PLAIN_TEST}, "--sol-baseline='--x': give auto, none, or a git ref"),
+    ("option-in-ini", [], {"pytest.ini": "[pytest]\nsol_noise = 2\n", "test_x.py": PLAIN_TEST}, "--sol-noise='2': give a fraction in (0, 1)"),
+    ("option-report-swallows-path", ["--sol-report", "suite"], {"suite/test_x.py": PLAIN_TEST},
+     "--sol-report took 'suite' as its output path; write --sol-report=PATH, or put --sol-report last"),
+    ("history-not-a-database", ["--sol-history=notes.txt"], {"notes.txt": "my notes\n" * 50, "test_x.py": PLAIN_TEST},
+     "notes.txt: not a solgate history database"),
+    ("history-foreign-sqlite", ["--sol-history=other.db"], {"test_x.py": PLAIN_TEST}, "not a solgate history (tables: orders)"),
+]
+
+
+def write(pytester, files):
+    for name, text in files.items():
+        path = pytester.path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def assert_one_line_error(result, fragment):
+    errors = [line for line in result.stderr.lines if line.startswith("ERROR: ")]
+    assert len(errors) == 1, result.stderr.lines
+    assert fragment in errors[0], errors[0]
+    index = result.stderr.lines.index(errors[0])
+    assert not "".join(result.stderr.lines[index + 1:]).strip(), "the message must be one line"
+    assert "Traceback" not in result.stderr.str() and "pytest_solgate/" not in result.stderr.str()
+
+
+@pytest.mark.parametrize("case, args, files, fragment", USAGE_ERRORS, ids=[c[0] for c in USAGE_ERRORS])
+def test_usage_errors(pytester, case, args, files, fragment):
+    write(pytester, files)
+    if case == "history-foreign-sqlite":
+        import sqlite3
+
+        db = sqlite3.connect(pytester.path / "other.db")
+        db.execute("CREATE TABLE orders (id INTEGER)")
+        db.commit()
+        db.close()
+    result = pytester.runpytest("-p", "no:cacheprovider", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert_one_line_error(result, fragment)
+    if case == "history-not-a-database":
+        assert (pytester.path / "notes.txt").read_text() == "my notes\n" * 50  # refused, never overwritten
+    if case == "history-foreign-sqlite":
+        import sqlite3
+
+        assert sqlite3.connect(pytester.path / "other.db").execute("SELECT COUNT(*) FROM orders").fetchone() == (0,)
+
+
+# (id, test body, the one line the failure shows)
+TEST_FAILURES = [
+    ("work-negative", "sol.measure(lambda: busy(1e-4), bytes=-5)", "WorkError: bytes=-5 is negative"),
+    ("work-nan", "sol.measure(lambda: busy(1e-4), flops=float('nan'))", "WorkError: flops=nan must be finite"),
+    ("work-infinite", "sol.measure(lambda: busy(1e-4), bytes=float('inf'))", "WorkError: bytes=inf must be finite"),
+    ("work-unknown-precision", "sol.measure(lambda: busy(1e-4), flops={'fp12': 3})", "WorkError: unknown precision 'fp12'; use one of"),
+    ("work-precision-profile-lacks", "sol.measure(lambda: busy(1e-4), flops={'fp8_tensor': 3})",
+     "WorkError: flops declared in 'fp8_tensor', which profile 'synthetic' lacks; it has: fp32, bf16_tensor"),
+    ("work-none", "sol.measure(lambda: busy(1e-4))", "WorkError: no work declared: pass bytes=... (total fused bytes)"),
+    ("work-not-a-number", "sol.measure(lambda: busy(1e-4), bytes='1MB')", "WorkError: bytes='1MB' is not a number"),
+    ("not-callable", "sol.measure(42, bytes=1)", "MeasureError: sol.measure needs a zero-argument callable, got int"),
+    ("duplicate-name", "sol.measure(lambda: 0, bytes=1, name='k'); sol.measure(lambda: 0, bytes=1, name='k')",
+     "a measurement named 'k' already exists in this test; give another name="),
+    ("bad-name", "sol.measure(lambda: 0, bytes=1, name='')", "sol.measure(name='') must be a non-empty string"),
+    ("instant-kernel", "sol.measure(lambda: None, bytes=1e6)", "is impossible"),
+    ("marked-measured-nothing", "pass", "marked sol but measured nothing; call sol.measure(...) in the test"),
+]
+
+
+@pytest.mark.parametrize("case, body, line", TEST_FAILURES, ids=[c[0] for c in TEST_FAILURES])
+def test_failures_inside_a_test(pytester, case, body, line):
+    pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
+    marker = "@pytest.mark.sol(min=0.5)\n" if case == "marked-measured-nothing" else ""
+    pytester.makepyfile(test_k=KERNELS + f"\nimport pytest\n\n{marker}def test_k(sol):\n    {body}\n")
+    result = pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml")
+    result.assert_outcomes(failed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert any(line in text for text in result.stdout.lines), line
+    assert "pytest_solgate/" not in result.stdout.str()
+
+
+def test_kernel_that_raises_keeps_its_own_traceback(pytester):
+    pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
+    pytester.makepyfile(test_k="def kernel():\n    raise ValueError('bad launch grid')\n\n"
+                               "def test_k(sol):\n    sol.measure(kernel, bytes=1)\n")
+    result = pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*raise ValueError('bad launch grid')", "E       ValueError: bad launch grid"])
+    assert "pytest_solgate/" not in result.stdout.str() and "SolgateError" not in result.stdout.str()
+
+
+def test_kernel_longer_than_the_time_budget_warns(pytester):
+    pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
+    pytester.makepyfile(test_k=KERNELS + "\ndef test_k(sol):\n    sol.measure(lambda: busy(0.2), bytes=1e6)\n")
+    result = pytester.runpytest("--sol-device=cpu", "--sol-min-time=0", "--sol-max-time=0.05", "--sol-profile=synthetic.toml")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["*one call takes 0.2* s, longer than the time budget --sol-max-time=0.05; raise it for more samples"])
+
+
+def test_fixture_used_outside_its_test(pytester):
+    pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
+    pytester.makepyfile(test_k="saved = []\n\ndef test_a(sol):\n    saved.append(sol)\n\n"
+                               "def test_b():\n    saved[0].measure(lambda: 0, bytes=1)\n")
+    result = pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["E   *MeasureError: sol.measure called after test_k.py::test_a finished; call it inside the test body"])
+
+
+def test_sol_fixture_from_a_wider_scope_is_pytests_scope_error(pytester):
+    pytester.makepyfile(test_k="import pytest\n\n@pytest.fixture(scope='session')\ndef shared(sol):\n    return sol\n\n"
+                               "def test_k(shared):\n    pass\n")
+    result = pytester.runpytest("--sol-device=cpu")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*ScopeMismatch*"])
+
+
+CLI_ERRORS = [
+    ("cli-no-command", [], "the following arguments are required: COMMAND"),
+    ("cli-unknown-command", ["deploy"], "invalid choice: 'deploy'"),
+    ("cli-profile-missing-id", ["profile"], "the following arguments are required: id"),
+    ("cli-compare-one-ref", ["compare", "HEAD"], "the following arguments are required: head"),
+    ("cli-compare-bad-tolerance", ["compare", "a", "b", "--max-regression", "x"], "argument --max-regression: invalid float value: 'x'"),
+    ("cli-import-missing-file", ["import", "nothere.json"], "nothere.json: no such file"),
+    ("cli-import-not-json", ["import", "broken.json"], "broken.json: not JSON"),
+    ("cli-import-not-ours", ["import", "theirs.json"], "theirs.json: not a solgate/1 file"),
+    ("cli-import-malformed", ["import", "half.json"], "half.json: a solgate/1 file with a missing or malformed field"),
+    ("cli-history-not-a-database", ["history", "--history", "notes.txt"], "notes.txt: not a solgate history database"),
+    ("cli-history-directory", ["history", "--history", "."], "is a directory; --sol-history needs a database file path"),
+    ("cli-detect-unknown-device", ["detect", "--name", "Potato GPU"], "no hardware profile matches device 'Potato GPU'"),
+    ("cli-trend-no-history", ["trend", "--history", "none.db"], "none.db: no history database here yet"),
+]
+
+
+@pytest.mark.parametrize("case, args, fragment", CLI_ERRORS, ids=[c[0] for c in CLI_ERRORS])
+def test_cli_errors(tmp_path, case, args, fragment):
+    (tmp_path / "broken.json").write_text("{ nope")
+    (tmp_path / "theirs.json").write_text('{"benchmarks": [{"name": "x"}]}')
+    (tmp_path / "half.json").write_text('{"schema": "solgate/1", "run": {"id": "r"}}')
+    (tmp_path / "notes.txt").write_text("notes\n" * 100)
+    done = subprocess.run([sys.executable, "-m", "pytest_solgate.cli", *args], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], done.stderr
+    assert (tmp_path / "notes.txt").read_text() == "notes\n" * 100
+
+
+def test_the_catalogue_has_at_least_thirty_entries():
+    assert len(USAGE_ERRORS) + len(TEST_FAILURES) + len(CLI_ERRORS) + 4 >= 30
