@@ -1,0 +1,130 @@
+"""Faults: concurrent writers, SIGKILL mid-write, corrupt files, unwritable places.
+
+The figures these tests establish are quoted in docs/reliability.md.
+"""
+
+import multiprocessing
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pytest_solgate.history import HistoryStore
+from pytest_solgate.records import Measurement, RunInfo
+from solgate_testing import KERNELS, SYNTHETIC_PROFILE
+
+PER_RUN = 3
+
+
+def a_measurement(i):
+    return Measurement(test=f"t.py::test_{i}", name="default", profile="synthetic", backend="cpu", flops={}, bytes=1.0,
+                       seconds=1e-3, samples=(1e-3,) * 50, noise=0.0, t_sol=5e-4, sol=0.5, mfu=0.0, bound="memory",
+                       tflops=0.0, gbps=1.0, ceilings="measured", verdict="pass")
+
+
+def writer(path, worker, runs):
+    for r in range(runs):
+        run = RunInfo(id=f"w{worker}-r{r}", started_at=f"2026-12-02T00:00:{r:02d}+00:00", commit="a" * 40)
+        with HistoryStore(path) as store:
+            store.record_run(run, [a_measurement(i) for i in range(PER_RUN)])
+
+
+def test_eight_processes_fifty_runs_each(tmp_path):
+    path = tmp_path / "history.db"
+    processes = [multiprocessing.Process(target=writer, args=(path, w, 50)) for w in range(8)]
+    for p in processes:
+        p.start()
+    for p in processes:
+        p.join(timeout=300)
+        assert p.exitcode == 0
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    uids = [row[0] for row in db.execute("SELECT run_uid FROM runs")]
+    assert len(uids) == 400 and len(set(uids)) == 400  # every run there, none twice
+    per_run = db.execute("SELECT run_id, COUNT(*) FROM measurements GROUP BY run_id").fetchall()
+    assert len(per_run) == 400 and {count for _, count in per_run} == {PER_RUN}  # none partial
+
+
+# A pytest run whose end-of-session write is large: 40 measurements with many samples each.
+KILL_SUITE = KERNELS + """
+import pytest
+
+@pytest.mark.parametrize("i", range(40))
+def test_k(sol, i):
+    sol.measure(lambda: busy(2e-6), bytes=1e3)
+"""
+
+
+def test_sigkill_while_writing_the_history(pytester):
+    pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
+    pytester.makepyfile(test_kill=KILL_SUITE)
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:xdist",
+            "--sol-device=cpu", "--sol-min-time=0",
+            "--sol-max-time=0.002", "--sol-profile=synthetic.toml", "--sol-history=h.db"]
+    started = time.perf_counter()
+    subprocess.run(args, cwd=pytester.path, capture_output=True, check=False)
+    duration = time.perf_counter() - started
+    db_path = pytester.path / "h.db"
+    assert db_path.exists()
+    rng = random.Random(2026)
+    kills = 0
+    for trial in range(50):
+        process = subprocess.Popen(args, cwd=pytester.path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # Most of a run is collecting and measuring; aim the kill at its last third, where it writes.
+        time.sleep(rng.uniform(0.6, 1.05) * duration)
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            kills += 1
+        process.wait()
+        db = sqlite3.connect(db_path)
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok", trial
+        counts = {count for _, count in db.execute("SELECT run_id, COUNT(*) FROM measurements GROUP BY run_id")}
+        runs = db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+        measured_runs = db.execute("SELECT COUNT(DISTINCT run_id) FROM measurements").fetchone()[0]
+        db.close()
+        assert counts == {40} and runs == measured_runs, (trial, counts)  # only whole runs
+    assert kills >= 10, f"only {kills} of 50 runs were killed: the timing missed"
+    with HistoryStore(db_path) as store:
+        assert store.integrity() == "ok"
+    print(f"kill safety: 50 runs, {kills} killed with SIGKILL mid-run, {runs} whole runs recorded, integrity ok")
+
+
+def test_corrupt_history_is_refused_and_kept(pytester, tmp_path):
+    path = tmp_path / "h.db"
+    with HistoryStore(path) as store:
+        store.record_run(RunInfo(id="r", started_at="2026-12-02T00:00:00+00:00"), [a_measurement(0)])
+    data = bytearray(path.read_bytes())
+    data[:16] = b"garbage garbage!"
+    path.write_bytes(bytes(data))
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest(f"--sol-history={path}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {path}: not a solgate history database*left untouched*"])
+    assert path.read_bytes() == bytes(data)
+
+
+def test_unwritable_history_and_report_leave_verdicts_alone(suite, pytester):
+    # As root, permission bits do not stop a write; /proc refuses new files for everyone.
+    result = suite("""
+        import pytest
+
+        @pytest.mark.sol(min=0.5)
+        def test_ok(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.9e6)
+
+        @pytest.mark.sol(min=0.95)
+        def test_slow(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.5e6)
+    """, "--sol-history=/proc/solgate/history.db", "--sol-report=/proc/solgate/report.html")
+    result.assert_outcomes(passed=1, failed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "solgate: history NOT saved: /proc/solgate/history.db: cannot create its folder*; pass --sol-history=PATH",
+        "solgate: cannot write the HTML report to /proc/solgate/report.html*choose another path",
+    ])
+
+
