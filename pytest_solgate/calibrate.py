@@ -170,62 +170,84 @@ def _cuda_median(torch: Any, fn: Callable[[], Any], repeats: int) -> float:
     return stats.median(times)
 
 
-def _copy_bandwidth(torch: Any, device: Any, size: int) -> float:
+Timer = Callable[[Callable[[], Any], int], float]  # (fn, repeats) -> median seconds per call
+
+
+def _copy_bandwidth(torch: Any, device: Any, size: int, timer: Timer) -> float:
     src = torch.empty(size // 4, dtype=torch.float32, device=device).uniform_()
     dst = torch.empty_like(src)
-    seconds = _cuda_median(torch, lambda: dst.copy_(src), 20)
-    return 2 * src.numel() * 4 / seconds / 1e9  # bytes read plus bytes written
+    return 2 * src.numel() * 4 / timer(lambda: dst.copy_(src), 20) / 1e9  # bytes read plus bytes written
 
 
-def _cuda_mm_tflops(torch: Any, device: Any, dtype: Any, size: int) -> float:
+def _mm_tflops(torch: Any, device: Any, dtype: Any, size: int, timer: Timer) -> float:
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
-    return 2 * size**3 / _cuda_median(torch, lambda: torch.mm(a, b), 10) / 1e12
+    return 2 * size**3 / timer(lambda: torch.mm(a, b), 10) / 1e12
 
 
-def measure_gpu(torch: Any, device: Any, datasheet: HardwareProfile, l2_bytes: int | None) -> tuple[float, dict[str, float]]:
-    """(copy GB/s counting read + write, TFLOP/s per precision) on one GPU."""
-    free, _total = torch.cuda.mem_get_info(device)
-    size = max(16 * (l2_bytes or 64 * MIB), 1024 * MIB)
-    size = min(size, free // 8)
-    bandwidth = _copy_bandwidth(torch, device, size)
+def _fp8_tflops(torch: Any, device: Any, size: int, timer: Timer) -> float:
+    a = torch.randn(size, size, device=device).to(torch.float8_e4m3fn)
+    b = torch.randn(size, size, device=device).to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm wants
+    one = torch.tensor(1.0, device=device)
+    run = lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
+    return 2 * size**3 / timer(run, 10) / 1e12
+
+
+MATMUL_CASES = (  # precision class, dtype name, TF32 allowed
+    ("fp32", "float32", False),
+    ("tf32_tensor", "float32", True),
+    ("bf16_tensor", "bfloat16", False),
+    ("fp16_tensor", "float16", False),
+    ("fp64_tensor", "float64", False),
+)
+
+
+def measure_gpu(
+    torch: Any,
+    device: Any,
+    datasheet: HardwareProfile,
+    l2_bytes: int | None,
+    timer: Timer | None = None,
+    matmul_size: int = 8192,
+    copy_bytes: int | None = None,
+) -> tuple[float, dict[str, float]]:
+    """(copy GB/s counting read + write, TFLOP/s per precision) on one GPU.
+
+    ``timer``, ``matmul_size`` and ``copy_bytes`` exist so that the same code can be exercised on a
+    CPU in tests; on a GPU the defaults are CUDA events, 8192^3 matmuls and a copy far beyond L2.
+    """
+    timer = timer or (lambda fn, repeats: _cuda_median(torch, fn, repeats))
+    if copy_bytes is None:
+        free, _total = torch.cuda.mem_get_info(device)
+        copy_bytes = min(max(16 * (l2_bytes or 64 * MIB), 1024 * MIB), free // 8)
+    bandwidth = _copy_bandwidth(torch, device, copy_bytes, timer)
     peaks: dict[str, float] = {}
-    n = 8192
-    cases = [
-        ("fp32", torch.float32, False),
-        ("tf32_tensor", torch.float32, True),
-        ("bf16_tensor", torch.bfloat16, False),
-        ("fp16_tensor", torch.float16, False),
-        ("fp64_tensor", torch.float64, False),
-    ]
     saved_tf32 = torch.backends.cuda.matmul.allow_tf32
     try:
-        for precision, dtype, tf32 in cases:
+        for precision, dtype_name, tf32 in MATMUL_CASES:
             if precision not in datasheet.peak_tflops:
                 continue
             torch.backends.cuda.matmul.allow_tf32 = tf32
-            size = 4096 if dtype in (torch.float32, torch.float64) and not tf32 else n
-            peaks[precision] = _cuda_mm_tflops(torch, device, dtype, size)
+            dtype = getattr(torch, dtype_name)
+            # Non-tensor fp32 and fp64 are an order of magnitude slower: a smaller cube suffices.
+            size = matmul_size // 2 if dtype_name in ("float32", "float64") and not tf32 else matmul_size
+            peaks[precision] = _mm_tflops(torch, device, dtype, size, timer)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = saved_tf32
     if "fp8_tensor" in datasheet.peak_tflops and hasattr(torch, "_scaled_mm"):
         try:
-            a = torch.randn(n, n, device=device).to(torch.float8_e4m3fn)
-            b = torch.randn(n, n, device=device).to(torch.float8_e4m3fn).t()
-            one = torch.tensor(1.0, device=device)
-            run = lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
-            peaks["fp8_tensor"] = 2 * n**3 / _cuda_median(torch, run, 10) / 1e12
-        except Exception:
+            peaks["fp8_tensor"] = _fp8_tflops(torch, device, matmul_size, timer)
+        except (RuntimeError, TypeError, NotImplementedError):
             pass  # fp8 matmul is not supported on this device or build: keep the other figures
     return bandwidth, peaks
 
 
 def gpu_profile(
-    datasheet: HardwareProfile, device: Any, device_key: str, device_name: str, l2_bytes: int | None
+    datasheet: HardwareProfile, device: Any, device_key: str, device_name: str, l2_bytes: int | None, **measure_options: Any
 ) -> HardwareProfile:
     import torch
 
-    bandwidth, peaks = measure_gpu(torch, device, datasheet, l2_bytes)
+    bandwidth, peaks = measure_gpu(torch, device, datasheet, l2_bytes, **measure_options)
     kept = [k for k in datasheet.peak_tflops if k not in peaks]
     merged = {**dict(datasheet.peak_tflops), **peaks}
     return HardwareProfile(

@@ -301,7 +301,8 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, float):
-        return repr(round(value, 4))
+        # Six significant digits, not decimal places: measured CPU peaks can be 1e-5 TFLOP/s.
+        return repr(float(f"{value:.6g}"))
     return str(value)
 
 

@@ -116,3 +116,31 @@ def test_device_choice_on_a_machine_without_cuda():
     if torch is not None and not torch.cuda.is_available():
         with pytest.raises(OptionError, match="no CUDA device is available"):
             backends.choose_device("cuda:1", None)
+
+
+def test_gpu_calibration_logic_runs_on_cpu_tensors(tmp_path):
+    """The GPU calibration, with a CPU timer and small sizes: every precision is measured, fp8 is
+    skipped where unsupported, and the profile is written next to its datasheet one."""
+    torch = pytest.importorskip("torch")
+    from pytest_solgate import calibrate
+    from pytest_solgate.profiles import find_profile, load_profile
+
+    def timer(fn, repeats):
+        return calibrate._best_time(fn, min(repeats, 3))
+
+    datasheet = find_profile("h100-sxm")
+    profile = calibrate.gpu_profile(datasheet, torch.device("cpu"), "uuid-1", "NVIDIA H100 80GB HBM3", None,
+                                    timer=timer, matmul_size=128, copy_bytes=8 << 20)
+    assert profile.id == "h100-sxm-measured" and profile.derived_from == "h100-sxm" and profile.ceilings == "measured"
+    assert set(profile.peak_tflops) == set(datasheet.peak_tflops)
+    measured = {"fp32", "tf32_tensor", "bf16_tensor", "fp16_tensor", "fp64_tensor"}
+    for key in measured:
+        assert profile.peak_tflops[key] != datasheet.peak_tflops[key], key  # a CPU is not an H100
+    assert "kept from the datasheet" in profile.notes and "int8_tensor" in profile.notes
+    path = calibrate.gpu_measured_path(tmp_path, datasheet.id, "uuid-1")
+    calibrate.write_profile(path, profile)
+    reloaded = load_profile(path)  # written with six significant digits
+    assert reloaded.id == profile.id and reloaded.derived_from == "h100-sxm"
+    assert reloaded.peak_tflops == pytest.approx(profile.peak_tflops, rel=1e-5)
+    assert reloaded.memory_bandwidth_gbps == pytest.approx(profile.memory_bandwidth_gbps, rel=1e-5)
+    assert path.name == "h100-sxm-measured-uuid-1.toml"
