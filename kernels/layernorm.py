@@ -6,6 +6,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import row_config
+
 
 @triton.jit
 def _layernorm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_cols, stride, eps, BLOCK: tl.constexpr):
@@ -32,8 +34,7 @@ def layernorm(
     x = x.contiguous()
     out = torch.empty_like(x) if out is None else out
     n_rows, n_cols = x.shape
-    block = triton.next_power_of_2(n_cols)
-    num_warps = 4 if block <= 2048 else 8 if block <= 8192 else 16
+    block, num_warps = row_config(n_cols)
     _layernorm_kernel[(n_rows,)](x, weight, bias, out, n_cols, x.stride(0), eps, BLOCK=block, num_warps=num_warps)
     return out
 

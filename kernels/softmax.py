@@ -6,6 +6,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import row_config
+
 
 @triton.jit
 def _softmax_kernel(x_ptr, out_ptr, n_rows, n_cols, x_stride, out_stride, BLOCK: tl.constexpr):
@@ -26,8 +28,7 @@ def softmax(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     x = x.contiguous()
     out = torch.empty_like(x) if out is None else out
     n_rows, n_cols = x.shape
-    block = triton.next_power_of_2(n_cols)
-    num_warps = 4 if block <= 2048 else 8 if block <= 8192 else 16
+    block, num_warps = row_config(n_cols)
     _softmax_kernel[(n_rows,)](x, out, n_rows, n_cols, x.stride(0), out.stride(0), BLOCK=block, num_warps=num_warps)
     return out
 
