@@ -144,3 +144,35 @@ def test_gpu_calibration_logic_runs_on_cpu_tensors(tmp_path):
     assert reloaded.peak_tflops == pytest.approx(profile.peak_tflops, rel=1e-5)
     assert reloaded.memory_bandwidth_gbps == pytest.approx(profile.memory_bandwidth_gbps, rel=1e-5)
     assert path.name == "h100-sxm-measured-uuid-1.toml"
+
+
+def test_throttled_measurement_is_flagged_warned_and_reported(suite, pytester, monkeypatch):
+    """Telemetry travels from the backend into the record, the warning and the reports."""
+    import json
+
+    class ThrottlingBackend(backends.CpuBackend):
+        telemetry_note = ""
+
+        def __init__(self):
+            super().__init__("cpu")
+            self.reads = 0
+
+        def read_telemetry(self):
+            self.reads += 1
+            hot = self.reads % 3 == 0  # one round in three runs hot
+            return {"sm_clock_mhz": 1200 if hot else 1980, "sm_clock_max_mhz": 1980, "temperature_c": 88 if hot else 60,
+                    "throttle_reasons": ["hw_thermal_slowdown"] if hot else []}
+
+    monkeypatch.setattr(backends, "make_backend", lambda choice, l2, clock: ThrottlingBackend())
+    result = suite("""
+        def test_hot(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.5e6)
+    """, "--sol-json=out.json", "--sol-report=r.html", "--sol-min-time=0.1")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["*'default' was throttled (hw_thermal_slowdown); * throttled samples dropped*"])
+    m = json.loads((pytester.path / "out.json").read_text())["measurements"][0]
+    assert m["throttled"] is True and m["dropped_samples"] > 0
+    assert m["telemetry"]["sm_clock_mhz"] == {"min": 1200, "max": 1980}
+    assert m["telemetry"]["throttle_reasons"] == ["hw_thermal_slowdown"]
+    page = (pytester.path / "r.html").read_text()
+    assert "sm_clock_mhz" in page and "1200 – 1980" in page and "throttled" in page
