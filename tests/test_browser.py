@@ -13,7 +13,9 @@ import pytest
 
 from test_reports import REPORT_SUITE
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# Debian's chromium here and in .ci/run; GitHub's Ubuntu runners ship Google Chrome instead.
+CHROMIUM = (os.environ.get("SOLGATE_CHROMIUM") or shutil.which("chromium") or shutil.which("google-chrome")
+            or "/usr/bin/chromium")
 OUTPUT = Path(__file__).resolve().parent.parent / "test-output"
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"]
