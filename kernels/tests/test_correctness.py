@@ -9,7 +9,7 @@ from kernels.tests.helpers import DEVICE, GPU, assert_matches, poisoned_like, ra
 FLOATS = [torch.float32, torch.bfloat16, torch.float16]
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("n", [1, 1000, 4096, 4096 * 3 + 17])
 def test_vector_add(dtype, n):
     x, y = randn(n, dtype=dtype), randn(n, dtype=dtype)
@@ -19,7 +19,7 @@ def test_vector_add(dtype, n):
     assert_matches(vector_add.add(x, y), vector_add.reference(x.double(), y.double()))
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("dtype", FLOATS, ids=["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("rows, cols", [(1, 1), (1, 781), (37, 1000), (64, 128)])
 def test_softmax(dtype, rows, cols):
     x = randn(rows, cols, dtype=dtype) * 4
@@ -34,7 +34,7 @@ def test_softmax_is_stable_for_large_inputs():
     assert_matches(out, torch.softmax(x.double(), dim=-1))
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("dtype", FLOATS, ids=["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("rows, cols", [(1, 1), (1, 500), (33, 1000), (64, 256)])
 def test_layernorm(dtype, rows, cols):
     x = randn(rows, cols, dtype=dtype) * 3 + 1
@@ -46,7 +46,7 @@ def test_layernorm(dtype, rows, cols):
     assert_matches(out, truth)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("activation", ["gelu", "relu", "none"])
 @pytest.mark.parametrize("m, n, k", [(1, 1, 1), (37, 45, 70), (64, 96, 128)])
 def test_fused_gemm(dtype, activation, m, n, k):
@@ -63,7 +63,7 @@ def test_fused_gemm_without_epilogue_inputs():
     assert_matches(fused_gemm.fused_gemm(a, b, activation="none"), a.double() @ b.double())
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("shape", [(1, 1, 1, 1), (2, 7, 9, 5), (1, 16, 17, 70)])
 def test_depthwise_conv2d(dtype, shape):
     x = randn(*shape, dtype=dtype)

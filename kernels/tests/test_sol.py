@@ -18,7 +18,7 @@ def budget(value):  # noqa: ANN001, ANN201
 
 
 @pytest.mark.sol(min=budget(0.85))
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_vector_add(sol, dtype):
     n = on_device(1 << 28, (1 << 23) + 3)  # 3 GiB of fp32 traffic on a GPU; 96 MiB on a CPU
     x, y = randn(n, dtype=dtype, device=sol.device), randn(n, dtype=dtype, device=sol.device)
@@ -32,7 +32,7 @@ def test_vector_add(sol, dtype):
 
 
 @pytest.mark.sol(min=budget(0.80))
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_softmax(sol, dtype):
     rows, cols = on_device((32768, 4096), (512, 1000))
     x = randn(rows, cols, dtype=dtype, device=sol.device)
@@ -46,7 +46,7 @@ def test_softmax(sol, dtype):
 
 
 @pytest.mark.sol(min=budget(0.75))
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_layernorm(sol, dtype):
     rows, cols = on_device((32768, 4096), (512, 1000))
     x = randn(rows, cols, dtype=dtype, device=sol.device)

@@ -111,17 +111,20 @@ def roofline(profile: HardwareProfile, measurements: Sequence[Measurement], fram
     x_start = 10.0**x_low
     x_end = 10.0**x_high
     roofs = []
-    for precision, peak in sorted(peaks.items(), key=lambda kv: kv[1]):
+    label_floor = -math.inf  # labels go top to bottom; one never overlaps the one above it
+    for precision, peak in sorted(peaks.items(), key=lambda kv: -kv[1]):
         ridge = peak / bandwidth
         start_y = max(bandwidth * x_start, 10.0**y_low)
         start_x = start_y / bandwidth
         coords = [(px(start_x), py(start_y)), (px(ridge), py(peak)), (px(x_end), py(peak))]
+        label_y = max(py(peak) - 4, label_floor + 12)
+        label_floor = label_y
         roofs.append(
             Roof(
-                label=f"{precision} {peak / 1e12:g} TFLOP/s",
+                label=f"{precision} {peak / 1e12:.3g} TFLOP/s",
                 points=" ".join(f"{x},{y}" for x, y in coords),
                 label_x=px(x_end) - 4,
-                label_y=py(peak) - 4,
+                label_y=round(label_y, 2),
             )
         )
     points = tuple(
