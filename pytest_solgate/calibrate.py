@@ -154,6 +154,27 @@ def gpu_measured_path(cache_dir: Path, datasheet_id: str, device_key: str) -> Pa
     return cache_dir / "profiles" / f"{datasheet_id}-measured-{device_key}.toml"
 
 
+def device_key(index: int) -> str:
+    """A name for one physical GPU that survives CUDA_VISIBLE_DEVICES renumbering: its UUID."""
+    import torch
+
+    uuid = str(getattr(torch.cuda.get_device_properties(index), "uuid", "") or "")
+    return uuid or f"index{index}"
+
+
+def calibrate_gpu(
+    cache_dir: Path, index: int, datasheet: HardwareProfile, device_name: str, l2_bytes: int | None
+) -> tuple[HardwareProfile, Path]:
+    """Measure GPU ``index`` and cache the profile per device under ``cache_dir``."""
+    import torch
+
+    key = device_key(index)
+    profile = gpu_profile(datasheet, torch.device("cuda", index), key, device_name, l2_bytes)
+    path = gpu_measured_path(cache_dir, datasheet.id, key)
+    write_profile(path, profile)
+    return profile, path
+
+
 def _cuda_median(torch: Any, fn: Callable[[], Any], repeats: int) -> float:
     for _ in range(3):
         fn()

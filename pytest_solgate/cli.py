@@ -133,16 +133,12 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             cached.unlink()  # calibrate means measure now
         profile = calibrate.cpu_profile(cache, lambda text: print(text, file=sys.stderr))
     else:
-        import torch
-
         name = backends.device_name(choice)
         facts = backends.device_facts(choice)
         datasheet = match_device(name, known_profiles(cache), facts.get("sm_count"), facts.get("arch")).profile
-        props = torch.cuda.get_device_properties(choice.index)
-        key = str(getattr(props, "uuid", "") or f"index{choice.index}")
         print(f"solgate: calibrating {name} against {datasheet.id} ...", file=sys.stderr)
-        profile = calibrate.gpu_profile(datasheet, torch.device("cuda", choice.index), key, name, facts.get("l2_bytes"))
-        calibrate.write_profile(calibrate.gpu_measured_path(cache, datasheet.id, key), profile)
+        profile, path = calibrate.calibrate_gpu(cache, choice.index, datasheet, name, facts.get("l2_bytes"))
+        print(f"solgate: cached in {path}", file=sys.stderr)
     if args.output:
         calibrate.write_profile(Path(args.output), profile)
     print(profile_to_toml(profile), end="")

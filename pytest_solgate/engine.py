@@ -6,6 +6,7 @@ on the first measurement, so that a session that measures nothing never imports 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from dataclasses import dataclass
@@ -14,7 +15,14 @@ from typing import Any, Callable
 
 from pytest_solgate import backends, calibrate, judge, locking, measure, score, telemetry
 from pytest_solgate.errors import OptionError, ProfileError, SolgateError
-from pytest_solgate.profiles import HardwareProfile, builtin_profiles, find_profile, load_profiles, match_device
+from pytest_solgate.profiles import (
+    HardwareProfile,
+    builtin_profiles,
+    find_profile,
+    load_profile,
+    load_profiles,
+    match_device,
+)
 from pytest_solgate.records import Measurement
 from pytest_solgate.settings import Settings
 from pytest_solgate.work import make_work
@@ -71,6 +79,10 @@ class Engine:
             gate=settings.gate, above_one=settings.above_one, max_regression=settings.max_regression
         )
 
+    def know_commit(self, commit: str | None, dirty: bool) -> None:
+        """The commit being measured, named in regression messages."""
+        self.judge_settings = dataclasses.replace(self.judge_settings, commit=commit, dirty=dirty)
+
     # --- context --------------------------------------------------------------------------------
 
     def context(self) -> Context:
@@ -118,7 +130,7 @@ class Engine:
                     warnings.append(match.warning)
             if ceilings == "measured" and profile.ceilings != "measured":
                 profile = self._measured_gpu_profile(profile, choice, name, facts)
-            lock_key = f"cuda-{self._device_key(choice)}"
+            lock_key = f"cuda-{calibrate.device_key(choice.index)}"
         l2_bytes = facts.get("l2_bytes") or (
             int(profile.device.l2_cache_mb * 1e6) if profile.device.l2_cache_mb else None
         )
@@ -133,32 +145,17 @@ class Engine:
             warnings=tuple(warnings),
         )
 
-    @staticmethod
-    def _device_key(choice: backends.DeviceChoice) -> str:
-        import torch
-
-        props = torch.cuda.get_device_properties(choice.index)
-        uuid = str(getattr(props, "uuid", "") or "")
-        return uuid or f"index{choice.index}"
-
     def _measured_gpu_profile(self, datasheet: HardwareProfile, choice: Any, name: str, facts: dict) -> HardwareProfile:
-        import torch
-
-        key = self._device_key(choice)
+        key = calibrate.device_key(choice.index)
         path = calibrate.gpu_measured_path(self.cache_dir, datasheet.id, key)
         if path.is_file():
             try:
-                from pytest_solgate.profiles import load_profile
-
                 return load_profile(path)
             except ProfileError:
-                pass
+                pass  # a damaged cache entry is re-measured, never trusted
         self.announce(f"solgate: calibrating {name} once (cached in {path}) ...")
         with locking.device_lock(f"cuda-{key}"):
-            profile = calibrate.gpu_profile(
-                datasheet, torch.device("cuda", choice.index), key, name, facts.get("l2_bytes")
-            )
-        calibrate.write_profile(path, profile)
+            profile, _ = calibrate.calibrate_gpu(self.cache_dir, choice.index, datasheet, name, facts.get("l2_bytes"))
         return profile
 
     # --- declare, measure, score ----------------------------------------------------------------

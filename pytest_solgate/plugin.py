@@ -180,7 +180,7 @@ class SolgateSession:
         self._git: Any = None
         self._candidates: list[str] | None = None
         self._store: Any = None
-        if settings.baseline != "none" and self.history_path.exists():
+        if (settings.baseline != "none" or not settings.no_save) and self.history_path.exists():
             self._open_store()  # a foreign or corrupt history is refused now, before any test runs
         self._engine: Any = None
         if settings.profile:
@@ -225,16 +225,10 @@ class SolgateSession:
     @property
     def git(self) -> Any:
         if self._git is None:
-            from pytest_solgate import gitinfo, judge
+            from pytest_solgate import gitinfo
 
             self._git = gitinfo.facts(self.rootdir)
-            self.engine.judge_settings = judge.JudgeSettings(
-                gate=self.settings.gate,
-                above_one=self.settings.above_one,
-                max_regression=self.settings.max_regression,
-                commit=self._git.commit,
-                dirty=self._git.dirty,
-            )
+            self.engine.know_commit(self._git.commit, self._git.dirty)  # for the verdict messages
         return self._git
 
     def _open_store(self) -> Any:
