@@ -197,6 +197,7 @@ def _cmd_trend(args: argparse.Namespace) -> int:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from pytest_solgate import gitinfo, judge, records, units
+    from pytest_solgate.score import sol_of_samples
 
     if not 0 <= args.max_regression < 1:
         raise UsageFailure(f"--max-regression={args.max_regression}: give a fraction in [0, 1)")
@@ -212,14 +213,12 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     base_sha, head_sha = find(args.base), find(args.head)
 
-    def newest(sha: str) -> dict[tuple[str, str, str, str], Measurement]:
+    def newest(sha: str) -> dict[tuple[str, str, str, str], Any]:
         found = {}
         for run, m in results:  # oldest first, so later runs overwrite
             if run["commit_sha"] == sha and not run["dirty"]:
                 found[(m.test, m.name, m.profile, m.ceilings)] = m
         return found
-
-    from pytest_solgate.records import Measurement  # noqa: F811
 
     base, head = newest(base_sha), newest(head_sha)
     if not base or not head:
@@ -234,11 +233,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             print(f"{key[0] + ' [' + key[1] + ']':<60} {'':>7} {'':>7} {'':>8}  only in {only}")
             continue
         b, h = base[key], head[key]
-        baseline = judge.Baseline(commit=base_sha, sol=b.sol, sol_samples=tuple(b.t_sol / s for s in b.samples if s > 0))
-        verdict = judge.judge(h.replace(gate=True, backend="compare"), judge.Budget(), baseline, settings)
-        regressed += verdict.verdict == records.REGRESSED
-        change = verdict.baseline["change"] if verdict.baseline else None
-        print(f"{key[0] + ' [' + key[1] + ']':<60} {b.sol:>7.3f} {h.sol:>7.3f} {units.percent(change, True):>8}  {verdict.verdict}")
+        baseline = judge.Baseline(commit=base_sha, sol=b.sol, sol_samples=tuple(sol_of_samples(b.t_sol, b.samples)))
+        verdict, _, info = judge.against_baseline(h, baseline, args.max_regression, settings)
+        regressed += verdict == records.REGRESSED
+        print(f"{key[0] + ' [' + key[1] + ']':<60} {b.sol:>7.3f} {h.sol:>7.3f} {units.percent(info['change'], True):>8}  {verdict}")
     print(f"{regressed} regressed between {base_sha[:10]} and {head_sha[:10]}")
     return 1 if regressed else 0
 

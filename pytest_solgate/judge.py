@@ -139,27 +139,47 @@ def compare(m: Measurement, baseline: Baseline) -> tuple[float, float]:
     return change, p_value
 
 
+def against_baseline(
+    m: Measurement, baseline: Baseline, tolerance: float, settings: JudgeSettings
+) -> tuple[str, str, dict[str, Any]]:
+    """(verdict, reason, baseline fields) from the baseline comparison alone.
+
+    `regressed` needs both a drop beyond the tolerance and significance; a large drop that is not
+    significant is `ambiguous`; a significant rise beyond the tolerance is `improved`.
+    """
+    change, p_value = compare(m, baseline)
+    info = {
+        "commit": baseline.commit,
+        "sol": baseline.sol,
+        "run_id": baseline.run_id,
+        "change": change,
+        "p_value": p_value,
+        "test": "mann-whitney-u",
+    }
+    versus = (
+        f"{label(m)} SOL {m.sol:.3f} at {short(settings.commit)}{' (dirty)' if settings.dirty else ''} "
+        f"vs {baseline.sol:.3f} at {short(baseline.commit)}: {units.percent(change, signed=True)}, "
+        f"tolerance {units.percent(tolerance)}, Mann-Whitney U p={p_value:.2g}"
+    )
+    if change < -tolerance and p_value < SIGNIFICANCE:
+        return records.REGRESSED, f"{versus} < {SIGNIFICANCE}: regressed", info
+    if change < -tolerance:
+        return records.AMBIGUOUS, f"{versus} >= {SIGNIFICANCE}: too noisy to call a regression; rerun or lower the noise", info
+    if change > tolerance and p_value < SIGNIFICANCE:
+        return records.IMPROVED, f"{versus}: improved", info
+    return records.PASS, versus, info
+
+
 def judge(m: Measurement, budget: Budget, baseline: Baseline | None, settings: JudgeSettings) -> Measurement:
     """Return ``m`` with its verdict, reason, budget and baseline fields set."""
     min_sol = resolve(budget.min, m.profile)
     min_mfu = resolve(budget.mfu, m.profile)
     tolerance = budget.max_regression if budget.max_regression is not None else settings.max_regression
     budget_info = {"min": min_sol, "mfu": min_mfu, "max_regression": tolerance}
-    baseline_info = None
-    change = p_value = None
-    if baseline is not None:
-        change, p_value = compare(m, baseline)
-        baseline_info = {
-            "commit": baseline.commit,
-            "sol": baseline.sol,
-            "run_id": baseline.run_id,
-            "change": change,
-            "p_value": p_value,
-            "test": "mann-whitney-u",
-        }
+    versus = against_baseline(m, baseline, tolerance, settings) if baseline is not None else None
 
     def done(verdict: str, reason: str) -> Measurement:
-        return m.replace(verdict=verdict, reason=reason, budget=budget_info, baseline=baseline_info)
+        return m.replace(verdict=verdict, reason=reason, budget=budget_info, baseline=versus[2] if versus else None)
 
     where = f"on {m.profile}"
     if not m.gate:
@@ -184,21 +204,8 @@ def judge(m: Measurement, budget: Budget, baseline: Baseline | None, settings: J
             records.BELOW_BUDGET,
             f"{label(m)} MFU {m.mfu:.2f} < budget {min_mfu:.2f} {where}: {describe(m)}, {timing_phrase(m)}",
         )
-    if baseline is not None and change is not None and p_value is not None:
-        versus = (
-            f"{label(m)} SOL {m.sol:.3f} at {short(settings.commit)}{' (dirty)' if settings.dirty else ''} "
-            f"vs {baseline.sol:.3f} at {short(baseline.commit)}: {units.percent(change, signed=True)}, "
-            f"tolerance {units.percent(tolerance)}, Mann-Whitney U p={p_value:.2g}"
-        )
-        if change < -tolerance:
-            if p_value < SIGNIFICANCE:
-                return done(records.REGRESSED, f"{versus} < {SIGNIFICANCE}: regressed")
-            return done(
-                records.AMBIGUOUS,
-                f"{versus} >= {SIGNIFICANCE}: too noisy to call a regression; rerun or lower the noise",
-            )
-        if change > tolerance and p_value < SIGNIFICANCE:
-            return done(records.IMPROVED, f"{versus}: improved")
+    if versus is not None and versus[0] != records.PASS:
+        return done(versus[0], versus[1])
     if min_sol is None and min_mfu is None and baseline is None:
         return done(records.PASS, f"no budget for {m.profile} and no baseline: recorded")
     return done(records.PASS, f"{label(m)} SOL {m.sol:.2f} {where}: {describe(m)}, {timing_phrase(m)}")
