@@ -182,3 +182,17 @@ def test_a_rendering_failure_leaves_the_previous_report(suite, pytester, monkeyp
     result.assert_outcomes(passed=1, failed=1)
     assert (pytester.path / "r.html").read_text() == "previous report"
     result.stdout.fnmatch_lines(["*the HTML report could not be rendered (RuntimeError: template exploded)*untouched"])
+
+
+def test_each_kernel_row_shows_its_torch_reference():
+    ours = record(test="t.py::test_gemm", name="triton", sol=0.8, seconds=1e-3)
+    torch_ref = record(test="t.py::test_gemm", name="torch", sol=0.4, seconds=2e-3, gate=False, verdict=records.NOT_GATED)
+    other = record(test="t.py::test_other", name="default")
+    from pytest_solgate.report.table import row
+
+    assert row(ours, [ours, torch_ref, other]).reference == "torch 0.40, 2x"
+    assert row(torch_ref, [ours, torch_ref]).reference == "-" and row(other, [ours, torch_ref, other]).reference == "-"
+    page = html.render_report(RUN, [ours, torch_ref, other], {"synthetic": PROFILE})
+    assert "torch 0.40, 2x" in page
+    assert "torch 0.40, 2x" in markdown.render(RUN, [ours, torch_ref])
+    assert any("torch 0.40, 2x" in line for line in terminal.render([ours, torch_ref]))

@@ -43,11 +43,11 @@ def environment() -> Any:
     return env
 
 
-def _detail(m: Measurement, index: int) -> dict[str, Any]:
+def _detail(m: Measurement, index: int, peers: Sequence[Measurement]) -> dict[str, Any]:
     return {
         "index": index,
         "m": m,
-        "row": table.row(m),
+        "row": table.row(m, peers),
         "describe": judge.describe(m) if m.t_sol > 0 else "",
         "strip": roofline.strip(m.samples),
         "spark": roofline.sparkline([t["sol"] for t in m.trend]),
@@ -71,7 +71,7 @@ def render_report(
             charts.append(roofline.roofline(profile, [m for m in ordered if m.profile == profile_id]))
     return environment().get_template("report.html.j2").render(
         run=run,
-        details=[_detail(m, i) for i, m in enumerate(ordered)],
+        details=[_detail(m, i, ordered) for i, m in enumerate(ordered)],
         counts=table.counts(ordered),
         charts=charts,
         profiles=[profiles[p] for p in sorted({m.profile for m in ordered}) if p in profiles],

@@ -28,10 +28,10 @@ def render(run: RunInfo, measurements: Sequence[Measurement]) -> str:
     lines.append(" · ".join(f"**{n}** {verdict}" for verdict, n in counts(measurements).items()))
     lines.append("")
     lines.append("| " + " | ".join(HEADERS) + " |")
-    lines.append("|" + "|".join("---:" if h in ("time", "achieved", "SOL", "vs baseline") else "---" for h in HEADERS) + "|")
+    lines.append("|" + "|".join("---:" if h in ("time", "achieved", "SOL", "vs reference", "vs baseline") else "---" for h in HEADERS) + "|")
     failing = []
     for m in ordered(measurements):
-        r = row(m)
+        r = row(m, measurements)
         lines.append("| " + " | ".join(_cell(c) for c in r.cells()) + " |")
         if m.failed:
             failing.append(f"- {_cell(m.reason)}")

@@ -9,7 +9,7 @@ from pytest_solgate import records, units
 from pytest_solgate.records import Measurement
 
 ORDER = {verdict: rank for rank, verdict in enumerate(records.VERDICTS)}
-HEADERS = ("test", "name", "bound", "time", "achieved", "SOL", "budget", "vs baseline", "verdict")
+HEADERS = ("test", "name", "bound", "time", "achieved", "SOL", "budget", "vs reference", "vs baseline", "verdict")
 
 
 @dataclass(frozen=True)
@@ -21,12 +21,14 @@ class Row:
     achieved: str
     sol: str
     budget: str
+    reference: str
     change: str
     verdict: str
     reason: str
 
     def cells(self) -> tuple[str, ...]:
-        return (self.test, self.name, self.bound, self.time, self.achieved, self.sol, self.budget, self.change, self.verdict)
+        return (self.test, self.name, self.bound, self.time, self.achieved, self.sol, self.budget, self.reference,
+                self.change, self.verdict)
 
 
 def ordered(measurements: Iterable[Measurement]) -> list[Measurement]:
@@ -53,7 +55,16 @@ def change_text(m: Measurement) -> str:
     return units.percent(m.baseline.get("change"), signed=True)
 
 
-def row(m: Measurement) -> Row:
+def reference_text(m: Measurement, peers: Sequence[Measurement]) -> str:
+    """Against the test's own gate=False measurements (the torch reference): their SOL and how
+    many times faster this one is, e.g. 'torch 0.55, 1.8x'."""
+    if not m.gate:
+        return "-"
+    references = [p for p in peers if p.test == m.test and not p.gate and p.name != m.name]
+    return "; ".join(f"{p.name} {p.sol:.2f}, {p.seconds / m.seconds:.2g}x" for p in references) or "-"
+
+
+def row(m: Measurement, peers: Sequence[Measurement] = ()) -> Row:
     return Row(
         test=m.test,
         name=m.name,
@@ -62,6 +73,7 @@ def row(m: Measurement) -> Row:
         achieved=achieved(m),
         sol=f"{m.sol:.2f}",
         budget=budget_text(m),
+        reference=reference_text(m, peers),
         change=change_text(m),
         verdict=m.verdict or "-",
         reason=m.reason,

@@ -13,7 +13,7 @@ def render(measurements: Sequence[Measurement], profile_line: str = "") -> list[
         return ["no SOL measurements in this run"]
     # The test id goes last so that it is never cut, however narrow the terminal.
     headers = (*HEADERS[1:], HEADERS[0])
-    rows = [(*cells[1:], cells[0]) for cells in (row(m).cells() for m in ordered(measurements))]
+    rows = [(*cells[1:], cells[0]) for cells in (row(m, measurements).cells() for m in ordered(measurements))]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:
