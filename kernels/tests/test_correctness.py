@@ -1,5 +1,7 @@
 """Every kernel against a float64 PyTorch reference, with NaN-poisoned outputs and odd shapes."""
 
+import subprocess
+
 import pytest
 import torch
 
@@ -90,6 +92,12 @@ def test_cuda_kernel_compiles_for_ampere_and_hopper(tmp_path):
     assert "arch=compute_90,code=sm_90" in command and "arch=compute_80,code=sm_80" in command
     library = cuda_epilogue.build(tmp_path)
     assert library.stat().st_size > 0
+    # The vectorized path really issues 16-byte loads and stores on Hopper.
+    ptx = tmp_path / "epilogue.ptx"
+    subprocess.run([cuda_epilogue.nvcc(), "-ptx", "-arch=sm_90", "-o", str(ptx), str(cuda_epilogue.SOURCE)], check=True)
+    text = ptx.read_text()
+    assert "ld.global.nc.v4.u32" in text or "ld.global.v4.u32" in text
+    assert "st.global.v4.u32" in text
 
 
 @pytest.mark.skipif(not GPU, reason="the CUDA C++ kernel needs an NVIDIA GPU to run")
