@@ -133,12 +133,11 @@ def device_name(choice: DeviceChoice) -> str:
     """NVML's name when NVML is there, else torch's."""
     if choice.kind != "cuda":
         return "cpu"
-    name = telemetry.nvml_device_name(choice.index or 0)
-    if name:
-        return name
     import torch
 
-    return torch.cuda.get_device_name(choice.index)
+    # By UUID: CUDA_VISIBLE_DEVICES renumbers devices, NVML does not.
+    uuid = str(getattr(torch.cuda.get_device_properties(choice.index), "uuid", "") or "")
+    return telemetry.nvml_device_name(choice.index or 0, uuid or None) or torch.cuda.get_device_name(choice.index)
 
 
 def device_facts(choice: DeviceChoice) -> dict[str, Any]:

@@ -74,13 +74,17 @@ def open_reader(torch_device_index: int, uuid: str | None = None) -> tuple[NvmlR
     return NvmlReader(pynvml, handle), ""
 
 
-def nvml_device_name(index: int) -> str | None:
-    """The device name as NVML reports it, or None when NVML is not there."""
+def nvml_device_name(index: int, uuid: str | None = None) -> str | None:
+    """The device name as NVML reports it (found by UUID when known), or None without NVML."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(index))
+        if uuid:
+            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+        else:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        name = pynvml.nvmlDeviceGetName(handle)
     except Exception:
         return None
     return name.decode() if isinstance(name, bytes) else str(name)
