@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("detect", help="which profile this machine (or a given device name) gets, and why")
     p.add_argument("--name", help="match this device name instead of reading the device")
     p.add_argument("--sm-count", type=int, help="with --name: the device's multiprocessor count, for the cross-check")
+    p.add_argument("--dir", action="append", default=[], help="also detect among the profiles in this folder")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
     p = sub.add_parser("calibrate", help="measure this machine's ceilings and write a profile")
     p.add_argument("-o", "--output", help="write the profile TOML here (default: cache it under .solgate/)")
@@ -94,7 +95,7 @@ def _cmd_detect(args: argparse.Namespace) -> int:
 
     cache = Path(".solgate")
     if args.name:
-        match = match_device(args.name, known_profiles(cache), args.sm_count)
+        match = match_device(args.name, known_profiles(cache, tuple(args.dir)), args.sm_count)
         print(match.profile.id)
         print(f"  '{args.name}' matched glob '{match.pattern}' of {match.profile.path}", file=sys.stderr)
         if match.warning:
@@ -109,7 +110,7 @@ def _cmd_detect(args: argparse.Namespace) -> int:
         return 0
     name = backends.device_name(choice)
     facts = backends.device_facts(choice)
-    match = match_device(name, known_profiles(cache), facts.get("sm_count"), facts.get("arch"))
+    match = match_device(name, known_profiles(cache, tuple(args.dir)), facts.get("sm_count"), facts.get("arch"))
     print(match.profile.id)
     print(f"  device {choice} is '{name}' ({facts.get('sm_count')} SMs); matched glob '{match.pattern}'", file=sys.stderr)
     if match.warning:

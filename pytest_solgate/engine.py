@@ -18,10 +18,10 @@ from pytest_solgate.errors import OptionError, ProfileError, SolgateError
 from pytest_solgate.profiles import (
     HardwareProfile,
     builtin_profiles,
-    find_profile,
     load_profile,
     load_profiles,
     match_device,
+    resolve_profile_option,
 )
 from pytest_solgate.records import Measurement
 from pytest_solgate.settings import Settings
@@ -48,14 +48,15 @@ def worker_index() -> int | None:
     return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None
 
 
-def known_profiles(cache_dir: Path) -> list[HardwareProfile]:
-    """Shipped profiles plus measured ones cached under .solgate/profiles."""
-    profiles = builtin_profiles()
+def known_profiles(cache_dir: Path, folders: tuple[str, ...] = ()) -> list[HardwareProfile]:
+    """The user's folders (``--sol-profile=DIR``), then the shipped profiles, then measured ones
+    cached under .solgate/profiles; a user's profile replaces a shipped one with the same id."""
+    by_id: dict[str, HardwareProfile] = {}
     measured = cache_dir / "profiles"
-    if measured.is_dir():
-        ids = {p.id for p in profiles}
-        profiles += [p for p in load_profiles([measured]) if p.id not in ids]
-    return profiles
+    for group in (load_profiles(folders), builtin_profiles(), load_profiles([measured]) if measured.is_dir() else []):
+        for profile in group:
+            by_id.setdefault(profile.id, profile)
+    return [by_id[key] for key in sorted(by_id)]
 
 
 class Engine:
@@ -74,7 +75,8 @@ class Engine:
         self.warn = warn or self.announce
         self._context: Context | None = None
         self._context_error: SolgateError | None = None
-        self.explicit_profile = find_profile(settings.profile) if settings.profile else None
+        self.profile_option = resolve_profile_option(settings.profile)
+        self.explicit_profile = self.profile_option.profile
         self.judge_settings = judge.JudgeSettings(
             gate=settings.gate, above_one=settings.above_one, max_regression=settings.max_regression
         )
@@ -124,7 +126,8 @@ class Engine:
             if self.explicit_profile is not None:
                 profile = self.explicit_profile
             else:
-                match = match_device(name, known_profiles(self.cache_dir), facts.get("sm_count"), facts.get("arch"))
+                candidates = known_profiles(self.cache_dir, self.profile_option.folders)
+                match = match_device(name, candidates, facts.get("sm_count"), facts.get("arch"))
                 profile = match.profile
                 if match.warning:
                     warnings.append(match.warning)

@@ -184,9 +184,9 @@ class SolgateSession:
             self._open_store()  # a foreign or corrupt history is refused now, before any test runs
         self._engine: Any = None
         if settings.profile:
-            from pytest_solgate.profiles import find_profile
+            from pytest_solgate.profiles import resolve_profile_option
 
-            find_profile(settings.profile)  # a bad --sol-profile is a usage error before any test runs
+            resolve_profile_option(settings.profile)  # a bad --sol-profile is a usage error before any test runs
 
     @property
     def engine(self) -> Any:

@@ -235,6 +235,27 @@ def find_profile(spec: str, profiles: Iterable[HardwareProfile] | None = None) -
     )
 
 
+@dataclass(frozen=True)
+class ProfileOption:
+    """What ``--sol-profile`` asks for: one profile (a file or an id), or a folder to detect among."""
+
+    profile: HardwareProfile | None = None
+    folders: tuple[str, ...] = ()
+
+
+def resolve_profile_option(spec: str | None) -> ProfileOption:
+    """Check ``--sol-profile`` at start-up; every file in a given folder is checked too."""
+    if not spec:
+        return ProfileOption()
+    if Path(spec).is_dir():
+        if not load_profiles([spec]):
+            raise ProfileError(
+                f"{spec}: a folder with no *.toml profiles in it; pass a profile file, an id, or a folder of profiles"
+            )
+        return ProfileOption(folders=(spec,))
+    return ProfileOption(profile=find_profile(spec))
+
+
 def _normalize(name: str) -> str:
     return " ".join(name.split()).lower()
 

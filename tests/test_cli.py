@@ -121,3 +121,27 @@ def test_import_merges_a_run_once(two_commits, tmp_path):
         stored = sorted((m.to_dict() for _, m in store.results()), key=lambda m: m["test"])
     for before, after in zip(sorted(original, key=lambda m: m["test"]), stored):
         assert after["samples"] == before["samples"] and after["sol"] == before["sol"] and after["verdict"] == before["verdict"]
+
+
+def test_a_folder_of_user_profiles_joins_detection(tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "acme.toml").write_text('id = "acme-x1"\nname = "Acme X1"\nkind = "gpu"\nmatch = ["*Acme X1*"]\n'
+                                    'memory_bandwidth_gbps = 2000\n[peak_tflops]\nbf16_tensor = 500\n')
+    (mine / "h100.toml").write_text('id = "h100-sxm"\nname = "our H100, clocks locked"\nkind = "gpu"\n'
+                                    'match = ["*H100 80GB HBM3*"]\nmemory_bandwidth_gbps = 3000\n[peak_tflops]\nbf16_tensor = 800\n')
+    done = solgate("detect", "--name", "Acme X1 rev B", "--dir", str(mine), cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.strip() == "acme-x1", done.stderr
+    from pytest_solgate.engine import known_profiles
+
+    by_id = {p.id: p for p in known_profiles(tmp_path / ".solgate", (str(mine),))}
+    assert by_id["h100-sxm"].memory_bandwidth_gbps == 3000  # the user's file replaces the shipped one
+    assert "h200" in by_id and "acme-x1" in by_id
+
+
+def test_sol_profile_folder_is_checked_at_start(pytester):
+    (pytester.path / "mine").mkdir()
+    (pytester.path / "mine" / "ok.toml").write_text('id = "ok"\nname = "OK"\nkind = "gpu"\nmemory_bandwidth_gbps = 1\n'
+                                                    '[peak_tflops]\nfp32 = 1\n')
+    pytester.makepyfile("def test_x():\n    pass\n")
+    pytester.runpytest("--sol-profile=mine").assert_outcomes(passed=1)

@@ -18,14 +18,14 @@ from pytest_solgate.settings import Settings
 
 def _profiles(settings: Settings, rootdir: Path, wanted: set[str]) -> dict[str, HardwareProfile]:
     from pytest_solgate.engine import known_profiles
-    from pytest_solgate.profiles import find_profile
+    from pytest_solgate.profiles import resolve_profile_option
 
     found: dict[str, HardwareProfile] = {}
     try:
-        if settings.profile:
-            explicit = find_profile(settings.profile)
-            found[explicit.id] = explicit
-        for profile in known_profiles(rootdir / ".solgate"):
+        option = resolve_profile_option(settings.profile)
+        if option.profile is not None:
+            found[option.profile.id] = option.profile
+        for profile in known_profiles(rootdir / ".solgate", option.folders):
             if profile.id in wanted:
                 found.setdefault(profile.id, profile)
     except SolgateError:
