@@ -66,10 +66,6 @@ class Measurement:
     trend: tuple[Mapping[str, Any], ...] = ()
 
     @property
-    def key(self) -> tuple[str, str]:
-        return (self.test, self.name)
-
-    @property
     def failed(self) -> bool:
         return self.verdict in FAILING
 

@@ -8,7 +8,7 @@ from pytest_solgate.records import Measurement
 from pytest_solgate.report.table import HEADERS, counts, ordered, row
 
 
-def render(measurements: Sequence[Measurement], profile_line: str = "") -> list[str]:
+def render(measurements: Sequence[Measurement]) -> list[str]:
     if not measurements:
         return ["no SOL measurements in this run"]
     # The test id goes last so that it is never cut, however narrow the terminal.
@@ -19,11 +19,9 @@ def render(measurements: Sequence[Measurement], profile_line: str = "") -> list[
     def line(cells: Sequence[str]) -> str:
         return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
 
-    lines = []
-    if profile_line:
-        lines.append(profile_line)
-    lines.append(line(headers))
-    lines.append(line(["-" * w for w in widths]))
-    lines += [line(r) for r in rows]
-    lines.append(", ".join(f"{n} {verdict}" for verdict, n in counts(measurements).items()))
-    return lines
+    return [
+        line(headers),
+        line(["-" * w for w in widths]),
+        *(line(r) for r in rows),
+        ", ".join(f"{n} {verdict}" for verdict, n in counts(measurements).items()),
+    ]
