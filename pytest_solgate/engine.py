@@ -17,6 +17,7 @@ from pytest_solgate import backends, calibrate, judge, locking, measure, score, 
 from pytest_solgate.errors import OptionError, ProfileError, SolgateError
 from pytest_solgate.profiles import (
     HardwareProfile,
+    ProfileOption,
     builtin_profiles,
     load_profile,
     load_profiles,
@@ -65,6 +66,7 @@ class Engine:
         settings: Settings,
         cache_dir: Path,
         baseline_finder: BaselineFinder | None = None,
+        profile_option: ProfileOption | None = None,
         announce: Callable[[str], None] | None = None,
         warn: Callable[[str], None] | None = None,
     ) -> None:
@@ -75,7 +77,7 @@ class Engine:
         self.warn = warn or self.announce
         self._context: Context | None = None
         self._context_error: SolgateError | None = None
-        self.profile_option = resolve_profile_option(settings.profile)
+        self.profile_option = profile_option or resolve_profile_option(settings.profile)
         self.explicit_profile = self.profile_option.profile
         self.judge_settings = judge.JudgeSettings(
             gate=settings.gate, above_one=settings.above_one, max_regression=settings.max_regression

@@ -183,10 +183,11 @@ class SolgateSession:
         if (settings.baseline != "none" or not settings.no_save) and self.history_path.exists():
             self._open_store()  # a foreign or corrupt history is refused now, before any test runs
         self._engine: Any = None
+        self.profile_option: Any = None  # resolved once, here: a bad --sol-profile fails before any test runs
         if settings.profile:
             from pytest_solgate.profiles import resolve_profile_option
 
-            resolve_profile_option(settings.profile)  # a bad --sol-profile is a usage error before any test runs
+            self.profile_option = resolve_profile_option(settings.profile)
 
     @property
     def engine(self) -> Any:
@@ -197,6 +198,7 @@ class SolgateSession:
             self._engine = Engine(
                 self.settings,
                 cache_dir=self.rootdir / ".solgate",
+                profile_option=self.profile_option,
                 baseline_finder=self._find_baseline,
                 announce=self._announce,
                 warn=lambda text: warnings.warn(SolgateWarning(text), stacklevel=2),
@@ -368,7 +370,8 @@ class SolgateSession:
             self._store.close()
             self._store = None
         self.records, self.messages = outputs.publish(
-            self.settings, run, self.records, self.history_path, Path(self.config.invocation_params.dir), self.rootdir
+            self.settings, run, self.records, self.history_path, Path(self.config.invocation_params.dir), self.rootdir,
+            self.profile_option,
         )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

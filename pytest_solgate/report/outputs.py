@@ -11,21 +11,19 @@ from pathlib import Path
 from typing import Sequence
 
 from pytest_solgate.errors import SolgateError
-from pytest_solgate.profiles import HardwareProfile
+from pytest_solgate.profiles import HardwareProfile, ProfileOption
 from pytest_solgate.records import Measurement, RunInfo
 from pytest_solgate.settings import Settings
 
 
-def _profiles(settings: Settings, rootdir: Path, wanted: set[str]) -> dict[str, HardwareProfile]:
+def _profiles(option: ProfileOption | None, rootdir: Path, wanted: set[str]) -> dict[str, HardwareProfile]:
     from pytest_solgate.engine import known_profiles
-    from pytest_solgate.profiles import resolve_profile_option
 
     found: dict[str, HardwareProfile] = {}
+    if option is not None and option.profile is not None:
+        found[option.profile.id] = option.profile
     try:
-        option = resolve_profile_option(settings.profile)
-        if option.profile is not None:
-            found[option.profile.id] = option.profile
-        for profile in known_profiles(rootdir / ".solgate", option.folders):
+        for profile in known_profiles(rootdir / ".solgate", option.folders if option else ()):
             if profile.id in wanted:
                 found.setdefault(profile.id, profile)
     except SolgateError:
@@ -40,6 +38,7 @@ def publish(
     history_path: Path,
     invocation_dir: Path,
     rootdir: Path,
+    profile_option: ProfileOption | None = None,
 ) -> tuple[list[Measurement], list[str]]:
     """Returns the measurements (with their history trends) and the messages to print."""
     from pytest_solgate.report import atomic, machine
@@ -92,6 +91,6 @@ def publish(
     if settings.report:
         from pytest_solgate.report import html
 
-        profiles = _profiles(settings, rootdir, {m.profile for m in measurements})
+        profiles = _profiles(profile_option, rootdir, {m.profile for m in measurements})
         write(settings.report, "HTML report", lambda: html.render_report(run, measurements, profiles))
     return measurements, messages
