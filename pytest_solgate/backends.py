@@ -29,6 +29,11 @@ def torch_or_none() -> Any:
     return torch
 
 
+def cuda_uuid(torch: Any, device: Any) -> str | None:
+    """The UUID torch reports for a CUDA device (an index or torch.device), or None."""
+    return str(getattr(torch.cuda.get_device_properties(device), "uuid", "") or "") or None
+
+
 class CpuBackend:
     """``time.perf_counter_ns`` around the call(s). CPU caches are not flushed: see docs."""
 
@@ -70,9 +75,7 @@ class CudaBackend:
         flush_bytes = 2 * l2_bytes if l2_bytes else DEFAULT_FLUSH_BYTES
         self.flush_buffer = torch.empty(flush_bytes // 4, dtype=torch.int32, device=device)
         self.cycles_per_second = (clock_mhz or 2000) * 1e6
-        props = torch.cuda.get_device_properties(device)
-        uuid = str(getattr(props, "uuid", "") or "")
-        self.reader, self.telemetry_note = telemetry.open_reader(device.index or 0, uuid or None)
+        self.reader, self.telemetry_note = telemetry.open_reader(device.index or 0, cuda_uuid(torch, device))
 
     def flush(self, batch: int) -> None:
         self.flush_buffer.zero_()
@@ -135,9 +138,8 @@ def device_name(choice: DeviceChoice) -> str:
         return "cpu"
     import torch
 
-    # By UUID: CUDA_VISIBLE_DEVICES renumbers devices, NVML does not.
-    uuid = str(getattr(torch.cuda.get_device_properties(choice.index), "uuid", "") or "")
-    return telemetry.nvml_device_name(choice.index or 0, uuid or None) or torch.cuda.get_device_name(choice.index)
+    uuid = cuda_uuid(torch, choice.index)
+    return telemetry.nvml_device_name(choice.index or 0, uuid) or torch.cuda.get_device_name(choice.index)
 
 
 def device_facts(choice: DeviceChoice) -> dict[str, Any]:

@@ -158,8 +158,9 @@ def device_key(index: int) -> str:
     """A name for one physical GPU that survives CUDA_VISIBLE_DEVICES renumbering: its UUID."""
     import torch
 
-    uuid = str(getattr(torch.cuda.get_device_properties(index), "uuid", "") or "")
-    return uuid or f"index{index}"
+    from pytest_solgate.backends import cuda_uuid
+
+    return cuda_uuid(torch, index) or f"index{index}"
 
 
 def calibrate_gpu(

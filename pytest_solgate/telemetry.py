@@ -53,6 +53,14 @@ class NvmlReader:
         return {k: v for k, v in reading.items() if v is not None}
 
 
+def _handle(pynvml: Any, index: int, uuid: str | None) -> Any:
+    """NVML's handle for a CUDA device: by UUID when known, since CUDA_VISIBLE_DEVICES renumbers
+    CUDA devices and NVML does not; by index otherwise."""
+    if uuid:
+        return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+    return pynvml.nvmlDeviceGetHandleByIndex(index)
+
+
 def open_reader(torch_device_index: int, uuid: str | None = None) -> tuple[NvmlReader | None, str]:
     """An NVML reader for the CUDA device, or None and the reason there is none."""
     try:
@@ -64,11 +72,7 @@ def open_reader(torch_device_index: int, uuid: str | None = None) -> tuple[NvmlR
     except Exception as exc:
         return None, f"no telemetry: NVML did not start ({exc})"
     try:
-        # CUDA_VISIBLE_DEVICES renumbers devices; the UUID names the same physical GPU in both.
-        if uuid:
-            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
-        else:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(torch_device_index)
+        handle = _handle(pynvml, torch_device_index, uuid)
     except Exception as exc:
         return None, f"no telemetry: NVML does not know this device ({exc})"
     return NvmlReader(pynvml, handle), ""
@@ -80,11 +84,7 @@ def nvml_device_name(index: int, uuid: str | None = None) -> str | None:
         import pynvml
 
         pynvml.nvmlInit()
-        if uuid:
-            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
-        else:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        name = pynvml.nvmlDeviceGetName(handle)
+        name = pynvml.nvmlDeviceGetName(_handle(pynvml, index, uuid))
     except Exception:
         return None
     return name.decode() if isinstance(name, bytes) else str(name)

@@ -176,3 +176,13 @@ def test_throttled_measurement_is_flagged_warned_and_reported(suite, pytester, m
     assert m["telemetry"]["throttle_reasons"] == ["hw_thermal_slowdown"]
     page = (pytester.path / "r.html").read_text()
     assert "sm_clock_mhz" in page and "1200 – 1980" in page and "throttled" in page
+
+
+def test_nvml_finds_the_gpu_by_uuid_when_torch_knows_it():
+    asked = []
+    nvml = types.SimpleNamespace(nvmlDeviceGetHandleByUUID=lambda u: asked.append(("uuid", u)) or "h",
+                                 nvmlDeviceGetHandleByIndex=lambda i: asked.append(("index", i)) or "h")
+    telemetry._handle(nvml, 3, "58e0-ab")
+    telemetry._handle(nvml, 3, "GPU-58e0-ab")
+    telemetry._handle(nvml, 3, None)
+    assert asked == [("uuid", "GPU-58e0-ab"), ("uuid", "GPU-58e0-ab"), ("index", 3)]
