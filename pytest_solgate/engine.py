@@ -197,6 +197,13 @@ class Engine:
                 f"one call takes {timing.seconds:.3g} s, longer than the time budget "
                 f"--sol-max-time={sampling.max_time:g}; raise it for more samples"
             )
+            self.warn(f"{test} '{name}': {notes[-1]}")
+        if timing.throttled:
+            reasons = ", ".join((timing.telemetry or {}).get("throttle_reasons", [])) or "SM clock under 75% of its max"
+            self.warn(
+                f"{test} '{name}' was throttled ({reasons}); {timing.dropped_samples} throttled samples dropped; "
+                "its SOL may be low for a reason other than the kernel: check cooling, power and clocks"
+            )
         return Measurement(
             test=test,
             name=name,

@@ -312,15 +312,6 @@ class SolgateSession:
                 failures.append(m.reason)
             elif effect == "warn":
                 warnings.warn(SolgateWarning(f"{m.verdict}: {m.reason}"), stacklevel=1)
-            for note in m.notes:
-                if "longer than the time budget" in note:
-                    warnings.warn(SolgateWarning(f"{item.nodeid} '{m.name}': {note}"), stacklevel=1)
-            if m.throttled:
-                reasons = ", ".join((m.telemetry or {}).get("throttle_reasons", [])) or "SM clock under 75% of its max"
-                warnings.warn(SolgateWarning(
-                    f"{item.nodeid} '{m.name}' was throttled ({reasons}); {m.dropped_samples} throttled samples "
-                    "dropped; its SOL may be low for a reason other than the kernel: check cooling, power and clocks"
-                ), stacklevel=1)
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
 
