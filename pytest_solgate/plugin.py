@@ -340,8 +340,8 @@ class SolgateSession:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self.is_worker or not (self.records or self.settings.report or self.settings.json
-                                  or self.settings.markdown or self.settings.benchmark_action):
+        wanted = (self.settings.report, self.settings.json, self.settings.markdown, self.settings.benchmark_action)
+        if self.is_worker or not (self.records or any(wanted)):
             return
         from pytest_solgate import gitinfo
         from pytest_solgate.report import outputs
@@ -368,9 +368,7 @@ class SolgateSession:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker:
             return
-        if not self.records and not self.messages and not any(
-            (self.settings.report, self.settings.json, self.settings.markdown)
-        ):
+        if not self.records and not self.messages:  # every report asked for leaves a message
             return
         from pytest_solgate.report import terminal
 
