@@ -35,16 +35,29 @@ def cuda_uuid(torch: Any, device: Any) -> str | None:
 
 
 class CpuBackend:
-    """``time.perf_counter_ns`` around the call(s). CPU caches are not flushed: see docs."""
+    """``time.perf_counter_ns`` around the call(s), after writing a buffer of twice the last-level
+    cache outside the timed region (as the CUDA backend flushes L2), so that a working set that
+    fits in cache cannot beat DRAM bandwidth. The Triton interpreter's timings are not gated, so
+    it is not flushed (``flush_bytes=0``)."""
 
     min_sample_seconds = 100e-6
     telemetry_note = "no telemetry on the CPU backend"
 
-    def __init__(self, name: str = "cpu") -> None:
+    def __init__(self, name: str = "cpu", flush_bytes: int = 0) -> None:
         self.name = name
+        self.flush_bytes = flush_bytes
+        self._flush_buffer: Any = None
+        self._flush_value = 0
 
     def flush(self, batch: int) -> None:
-        pass
+        if not self.flush_bytes:
+            return
+        import ctypes
+
+        if self._flush_buffer is None:
+            self._flush_buffer = (ctypes.c_char * self.flush_bytes)()
+        self._flush_value = (self._flush_value + 1) % 256  # a new value each time: real writes
+        ctypes.memset(self._flush_buffer, self._flush_value, self.flush_bytes)
 
     def start(self) -> int:
         return time.perf_counter_ns()
@@ -162,4 +175,8 @@ def make_backend(choice: DeviceChoice, l2_bytes: int | None, clock_mhz: float | 
         import torch
 
         return CudaBackend(torch, torch.device("cuda", choice.index), l2_bytes, clock_mhz)
-    return CpuBackend("triton-interpreter" if triton_interpreter_active() else "cpu")
+    if triton_interpreter_active():
+        return CpuBackend("triton-interpreter")
+    from pytest_solgate.calibrate import last_level_cache_bytes
+
+    return CpuBackend("cpu", flush_bytes=2 * last_level_cache_bytes())

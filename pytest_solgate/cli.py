@@ -24,7 +24,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _history_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--history", default=".solgate/history.db", help="the history database (default: %(default)s)")
+    p.add_argument(
+        "--history", default=None,
+        help="the history database (default: .solgate/history.db at the git top level, else here)",
+    )
+
+
+def _history_path(args: argparse.Namespace) -> str:
+    from pytest_solgate import gitinfo
+
+    return args.history or str(gitinfo.state_dir(Path.cwd()) / "history.db")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
     p = sub.add_parser("history", help="list recorded results")
     p.add_argument("pattern", nargs="?", help="only tests whose id matches this glob or contains this text")
+    p.add_argument("--changes", action="store_true", help="list the commits where a measurement's SOL stepped (change points)")
     _history_arg(p)
     p = sub.add_parser("trend", help="write an HTML page of SOL over commits")
     p.add_argument("-o", "--output", default="sol-trend.html", help="output path (default: %(default)s)")
@@ -54,7 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="two commits' results side by side; exit 1 on a regression")
     p.add_argument("base", help="the base commit (a git ref or sha)")
     p.add_argument("head", help="the head commit (a git ref or sha)")
-    p.add_argument("--max-regression", type=float, default=0.05, help="tolerance (default: %(default)s)")
+    p.add_argument("--max-regression", type=float, default=None,
+                   help="tolerance (default: each measurement's recorded max_regression, else 0.05)")
+    p.add_argument("--window", type=int, default=10,
+                   help="clean runs along BASE's first-parent ancestry that form the baseline (default: %(default)s)")
     _history_arg(p)
     p = sub.add_parser("import", help="merge a --sol-json file from another runner into the history")
     p.add_argument("file", help="a JSON file written by pytest --sol-json")
@@ -93,7 +106,7 @@ def _cmd_detect(args: argparse.Namespace) -> int:
     from pytest_solgate.engine import known_profiles
     from pytest_solgate.profiles import match_device
 
-    cache = Path(".solgate")
+    cache = _state_dir()
     if args.name:
         match = match_device(args.name, known_profiles(cache, tuple(args.dir)), args.sm_count)
         print(match.profile.id)
@@ -123,7 +136,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     from pytest_solgate.engine import known_profiles
     from pytest_solgate.profiles import match_device, profile_to_toml
 
-    cache = Path(".solgate")
+    cache = _state_dir()
     choice = backends.choose_device(args.device, None)
     if choice.kind == "cpu":
         import torch
@@ -146,6 +159,12 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _state_dir() -> Path:
+    from pytest_solgate import gitinfo
+
+    return gitinfo.state_dir(Path.cwd())
+
+
 def _open_history(path: str, create: bool = False) -> Any:
     from pytest_solgate.history import HistoryStore
 
@@ -155,8 +174,10 @@ def _open_history(path: str, create: bool = False) -> Any:
 def _cmd_history(args: argparse.Namespace) -> int:
     from pytest_solgate import units
 
-    with _open_history(args.history) as store:
+    with _open_history(_history_path(args)) as store:
         results = store.results(args.pattern)
+    if args.changes:
+        return _print_changes(results)
     if not results:
         print("no recorded results" + (f" match '{args.pattern}'" if args.pattern else ""))
         return 0
@@ -169,76 +190,114 @@ def _cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_trend(args: argparse.Namespace) -> int:
-    from pytest_solgate import gitinfo
-    from pytest_solgate.report import atomic, html
+def _series(results: list) -> dict[tuple[str, str, str, str], list[dict[str, Any]]]:
+    from pytest_solgate import gitinfo, history
 
-    with _open_history(args.history) as store:
-        results = store.results(args.pattern)
-    clean = [(run, m) for run, m in results if not run["dirty"] and run["commit_sha"]]
-    times = gitinfo.commit_times(".", sorted({run["commit_sha"] for run, _ in clean}))
-    series: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
-    for run, m in clean:
-        when = times.get(run["commit_sha"]) or run["commit_time"] or run["started_at"]
-        series.setdefault((m.test, m.name, m.profile, m.ceilings), []).append(
-            {"commit": run["commit_sha"], "commit_time": when, "started_at": run["started_at"], "sol": m.sol}
-        )
-    lines = []
-    for (test, name, profile, _ceilings), points in sorted(series.items()):
-        points.sort(key=lambda p: (p["commit_time"], p["started_at"]))
-        latest: dict[str, dict[str, Any]] = {}
-        for p in points:  # one point per commit: its newest run
-            latest.pop(p["commit"], None)
-            latest[p["commit"]] = p
-        lines.append({"label": f"{test} [{name}] {profile}", "points": list(latest.values())})
-    target = atomic.write_text(args.output, html.render_trend(lines, args.history), "trend page")
-    print(f"trend of {len(lines)} measurement(s) written to {target}")
+    commits = sorted({run["commit_sha"] for run, _ in results if run["commit_sha"] and not run["dirty"]})
+    return history.commit_series(results, gitinfo.commit_times(".", commits))
+
+
+def _print_changes(results: list) -> int:
+    from pytest_solgate import changepoints, units
+
+    found = 0
+    for (test, name, profile, _ceilings), points in sorted(_series(results).items()):
+        for cp in changepoints.find([p["sol"] for p in points]):
+            found += 1
+            before, at = points[cp.index - 1], points[cp.index]
+            print(
+                f"{at['commit'][:10]} {units.percent(cp.change, signed=True):>8}  SOL {cp.before:.3f} -> {cp.after:.3f}  "
+                f"{test} [{name}] {profile} (after {before['commit'][:10]}, {at['commit_time'][:10]})"
+            )
+    if not found:
+        print("no change points: no measurement's SOL stepped over the recorded commits")
     return 0
 
 
-def _cmd_compare(args: argparse.Namespace) -> int:
-    from pytest_solgate import gitinfo, judge, records, units
-    from pytest_solgate.score import sol_of_samples
+def _cmd_trend(args: argparse.Namespace) -> int:
+    from pytest_solgate import changepoints
+    from pytest_solgate.report import atomic, html
 
-    if not 0 <= args.max_regression < 1:
-        raise UsageFailure(f"--max-regression={args.max_regression}: give a fraction in [0, 1)")
-    with _open_history(args.history) as store:
-        results = store.results()
-    shas = {row["commit_sha"] for row, _ in results if row["commit_sha"]}
+    history_path = _history_path(args)
+    with _open_history(history_path) as store:
+        results = store.results(args.pattern)
+    lines = []
+    note = ""
+    for (test, name, profile, _ceilings), points in sorted(_series(results).items()):
+        try:
+            changes = [points[cp.index]["commit"] for cp in changepoints.find([p["sol"] for p in points])]
+        except changepoints.ChangePointsUnavailable as exc:
+            changes, note = [], str(exc)
+        lines.append({"label": f"{test} [{name}] {profile}", "points": points, "changes": changes})
+    target = atomic.write_text(args.output, html.render_trend(lines, history_path, note), "trend page")
+    print(f"trend of {len(lines)} measurement(s) written to {target}" + (f" ({note})" if note else ""))
+    return 0
 
-    def find(ref: str) -> str:
-        sha = gitinfo.resolve(".", ref) or next((s for s in sorted(shas) if s.startswith(ref)), None)
-        if not sha:
-            raise UsageFailure(f"compare: '{ref}' is neither a git ref here nor a commit in {args.history}")
+
+def _find_commit(ref: str, shas: set[str], history_path: str) -> str:
+    """A git ref, or a unique prefix of a commit in the history."""
+    from pytest_solgate import gitinfo
+
+    sha = gitinfo.resolve(".", ref) if ref else None
+    if sha:
         return sha
+    matches = sorted(s for s in shas if ref and s.startswith(ref))
+    if len(matches) > 1:
+        raise UsageFailure(f"compare: '{ref}' is ambiguous in {history_path}: {', '.join(m[:12] for m in matches)}")
+    if not matches:
+        raise UsageFailure(f"compare: '{ref}' is neither a git ref here nor a commit in {history_path}")
+    return matches[0]
 
-    base_sha, head_sha = find(args.base), find(args.head)
 
-    def newest(sha: str) -> dict[tuple[str, str, str, str], Any]:
-        found = {}
-        for run, m in results:  # oldest first, so later runs overwrite
-            if run["commit_sha"] == sha and not run["dirty"]:
-                found[(m.test, m.name, m.profile, m.ceilings)] = m
-        return found
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from pytest_solgate import baseline, gitinfo, judge, records, units
 
-    base, head = newest(base_sha), newest(head_sha)
-    if not base or not head:
-        missing = args.base if not base else args.head
-        raise UsageFailure(f"compare: no clean results for '{missing}' in {args.history}")
-    settings = judge.JudgeSettings(gate="fail", max_regression=args.max_regression, commit=head_sha)
+    if args.max_regression is not None and not 0 <= args.max_regression < 1:
+        raise UsageFailure(f"--max-regression={args.max_regression}: give a fraction in [0, 1)")
+    if not 1 <= args.window <= 100:
+        raise UsageFailure(f"--window={args.window}: give a whole number of runs from 1 to 100")
+    history_path = _history_path(args)
+    with _open_history(history_path) as store:
+        results = store.results()
+        shas = {row["commit_sha"] for row, _ in results if row["commit_sha"]}
+        base_sha, head_sha = _find_commit(args.base, shas, history_path), _find_commit(args.head, shas, history_path)
+        head: dict[tuple[str, str, str, str], Any] = {}
+        for run, m in results:  # oldest first, so the newest clean run wins
+            if run["commit_sha"] == head_sha and not run["dirty"]:
+                head[(m.test, m.name, m.profile, m.ceilings)] = m
+        if not head:
+            raise UsageFailure(f"compare: no clean results for '{args.head}' in {history_path}")
+        # The base is a window along BASE's first-parent ancestry, as the plugin's baseline is.
+        commits = gitinfo.first_parent_chain(".", base_sha) or [base_sha]
+        windows = {
+            key: baseline.select(store.baseline_runs(*key, commits, args.window), m.environment)
+            for key, m in head.items() if m.gate
+        }
+    if not any(windows.values()):
+        raise UsageFailure(f"compare: no clean results for '{args.base}' or its ancestors in {history_path}")
+    settings = judge.JudgeSettings(gate="fail", commit=head_sha)
     regressed = 0
-    print(f"{'test [name]':<60} {'base':>7} {'head':>7} {'change':>8}  verdict")
-    for key in sorted(set(base) | set(head)):
-        if key not in head or key not in base:
-            only = "base" if key in base else "head"
-            print(f"{key[0] + ' [' + key[1] + ']':<60} {'':>7} {'':>7} {'':>8}  only in {only}")
+    print(f"{'test [name]':<60} {'base':>7} {'head':>7} {'change':>8} {'floor':>7}  verdict")
+    for key, h in sorted(head.items()):
+        label = f"{key[0]} [{key[1]}]"
+        if not h.gate:
+            print(f"{label:<60} {'':>7} {h.sol:>7.3f} {'':>8} {'':>7}  not gated (gate=False)")
             continue
-        b, h = base[key], head[key]
-        baseline = judge.Baseline(commit=base_sha, sol=b.sol, sol_samples=tuple(sol_of_samples(b.t_sol, b.samples)))
-        verdict, _, info = judge.against_baseline(h, baseline, args.max_regression, settings)
-        regressed += verdict == records.REGRESSED
-        print(f"{key[0] + ' [' + key[1] + ']':<60} {b.sol:>7.3f} {h.sol:>7.3f} {units.percent(info['change'], True):>8}  {verdict}")
-    print(f"{regressed} regressed between {base_sha[:10]} and {head_sha[:10]}")
+        window = windows.get(key)
+        if window is None:
+            print(f"{label:<60} {'':>7} {h.sol:>7.3f} {'':>8} {'':>7}  only in head")
+            continue
+        tolerance = args.max_regression
+        if tolerance is None:
+            tolerance = (h.budget or {}).get("max_regression")
+        tolerance = 0.05 if tolerance is None else tolerance
+        result = judge.against_window(h, window, tolerance, settings)
+        regressed += result.verdict == records.REGRESSED
+        floor = units.percent(result.floor) if result.floor is not None else "?"
+        print(f"{label:<60} {result.centre:>7.3f} {h.sol:>7.3f} {units.percent(result.change, True):>8} {floor:>7}  "
+              f"{result.verdict}")
+    print(f"{regressed} regressed between {base_sha[:10]} and {head_sha[:10]} "
+          f"(base: up to {args.window} clean runs along its first-parent ancestry; not re-measured)")
     return 1 if regressed else 0
 
 
@@ -264,12 +323,13 @@ def _cmd_import(args: argparse.Namespace) -> int:
         measurements = [Measurement.from_dict(_nan_for_null(m)) for m in document["measurements"]]
     except (KeyError, TypeError, AttributeError) as exc:
         raise ImportFileError(f"{path}: a {SCHEMA} file with a missing or malformed field ({exc})") from None
-    with _open_history(args.history, create=True) as store:
+    history_path = _history_path(args)
+    with _open_history(history_path, create=True) as store:
         added = store.record_run(run, measurements)
     if added:
-        print(f"imported run {run.id[:12]} ({len(measurements)} measurements) into {args.history}")
+        print(f"imported run {run.id[:12]} ({len(measurements)} measurements) into {history_path}")
     else:
-        print(f"run {run.id[:12]} is already in {args.history}: nothing added")
+        print(f"run {run.id[:12]} is already in {history_path}: nothing added")
     return 0
 
 

@@ -11,9 +11,9 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
-from pytest_solgate import backends, calibrate, judge, locking, measure, score, telemetry
+from pytest_solgate import backends, calibrate, environment, judge, locking, measure, records, score, telemetry
 from pytest_solgate.errors import OptionError, ProfileError, SolgateError
 from pytest_solgate.profiles import (
     HardwareProfile,
@@ -28,7 +28,8 @@ from pytest_solgate.records import Measurement
 from pytest_solgate.settings import Settings
 from pytest_solgate.work import make_work
 
-BaselineFinder = Callable[[str, str, str, str], "judge.Baseline | None"]
+# (test, name, profile, ceilings mode, environment) -> the baseline window, or None
+BaselineFinder = Callable[[str, str, str, str, Mapping[str, str]], "judge.BaselineWindow | None"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Context:
     backend: Any
     lock_key: str
     warnings: tuple[str, ...] = ()
+    environment: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 def worker_index() -> int | None:
@@ -76,6 +78,9 @@ class Engine:
         self.announce = announce or (lambda text: print(text, file=sys.stderr))
         self.warn = warn or self.announce
         self._context: Context | None = None
+        # What each measurement needs to be taken again, for the confirmation of a suspected
+        # regression; dropped when its test is done (see forget), so no tensor outlives its test.
+        self._retake: dict[tuple[str, str], Callable[[], Measurement]] = {}
         self._context_error: SolgateError | None = None
         self.profile_option = profile_option or resolve_profile_option(settings.profile)
         self.explicit_profile = self.profile_option.profile
@@ -140,6 +145,7 @@ class Engine:
             int(profile.device.l2_cache_mb * 1e6) if profile.device.l2_cache_mb else None
         )
         backend = backends.make_backend(choice, l2_bytes, profile.device.boost_clock_mhz)
+        uuid = calibrate.device_key(choice.index) if choice.kind == "cuda" else None
         return Context(
             device=choice,
             device_name=name,
@@ -148,6 +154,7 @@ class Engine:
             backend=backend,
             lock_key=lock_key,
             warnings=tuple(warnings),
+            environment=environment.describe(name, uuid, choice.kind == "cuda"),
         )
 
     def _measured_gpu_profile(self, datasheet: HardwareProfile, choice: Any, name: str, facts: dict) -> HardwareProfile:
@@ -198,6 +205,9 @@ class Engine:
                 f"--sol-max-time={sampling.max_time:g}; raise it for more samples"
             )
             self.warn(f"{test} '{name}': {notes[-1]}")
+        self._retake[(test, name)] = lambda: self.measure(
+            test, fn, flops=flops, bytes=bytes, precision=precision, name=name, gate=gate
+        )
         if timing.throttled:
             reasons = ", ".join((timing.telemetry or {}).get("throttle_reasons", [])) or "SM clock under 75% of its max"
             self.warn(
@@ -235,17 +245,32 @@ class Engine:
             notes=tuple(notes),
             telemetry=timing.telemetry,
             telemetry_note=timing.telemetry_note,
+            environment=dict(context.environment),
+            ceilings_id=context.profile.ceilings_id,
         )
 
     # --- judge ----------------------------------------------------------------------------------
 
     def judge(self, budget: judge.Budget, measurement: Measurement) -> Measurement:
-        baseline = None
+        """The verdict; a suspected regression is measured again (a fresh block of samples) and
+        stands only if the second block regresses too."""
+        window = None
         if self.baseline_finder is not None and measurement.gate:
-            baseline = self.baseline_finder(
-                measurement.test, measurement.name, measurement.profile, measurement.ceilings
+            window = self.baseline_finder(
+                measurement.test, measurement.name, measurement.profile, measurement.ceilings,
+                measurement.environment,
             )
-        return judge.judge(measurement, budget, baseline, self.judge_settings)
+        judged = judge.judge(measurement, budget, window, self.judge_settings)
+        retake = self._retake.get((measurement.test, measurement.name))
+        if judged.verdict != records.REGRESSED or retake is None:
+            return judged
+        second = judge.judge(retake(), budget, window, self.judge_settings)
+        return judge.confirm(judged, second)
+
+    def forget(self, test: str) -> None:
+        """Drop what was kept to re-measure ``test``'s measurements (its callables and tensors)."""
+        for key in [key for key in self._retake if key[0] == test]:
+            del self._retake[key]
 
 
 class _NullScope:

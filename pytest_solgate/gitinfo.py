@@ -48,6 +48,18 @@ def facts(cwd: str | Path) -> GitFacts:
     )
 
 
+def project_root(start: str | Path) -> Path:
+    """The git top level above ``start``, else ``start`` itself: where ``.solgate/`` (the history
+    and the calibration cache) lives, whichever directory pytest or solgate was started in."""
+    top = git(start, "rev-parse", "--show-toplevel")
+    return Path(top) if top else Path(start).resolve()
+
+
+def state_dir(start: str | Path) -> Path:
+    """The ``.solgate`` folder of the project that ``start`` belongs to."""
+    return project_root(start) / ".solgate"
+
+
 def resolve(cwd: str | Path, ref: str) -> str | None:
     return git(cwd, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
 
@@ -56,21 +68,6 @@ def first_parent_chain(cwd: str | Path, start: str, limit: int = MAX_ANCESTORS) 
     """``start`` and its first-parent ancestors, nearest first."""
     out = git(cwd, "rev-list", "--first-parent", f"--max-count={limit}", start)
     return out.split() if out else []
-
-
-def baseline_candidates(cwd: str | Path, spec: str, head: GitFacts) -> list[str]:
-    """Commits to look for a baseline in, nearest first, for ``--sol-baseline=spec``.
-
-    ``auto`` is HEAD when the tree is dirty (compare the change against its own commit), else
-    HEAD's first parent and its ancestors. ``none`` is nothing. Anything else is a git ref.
-    """
-    if spec == "none" or head.commit is None and spec == "auto":
-        return []
-    if spec == "auto":
-        start = head.commit if head.dirty else resolve(cwd, f"{head.commit}^")
-        return first_parent_chain(cwd, start) if start else []
-    sha = resolve(cwd, spec)
-    return first_parent_chain(cwd, sha) if sha else []
 
 
 def commit_times(cwd: str | Path, commits: list[str]) -> dict[str, str]:

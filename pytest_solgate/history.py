@@ -13,14 +13,13 @@ from __future__ import annotations
 import fnmatch
 import json
 import sqlite3
-import uuid
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from pytest_solgate.errors import HistoryError
-from pytest_solgate.judge import Baseline
+from pytest_solgate.judge import BaselineRun
 from pytest_solgate.records import Measurement, RunInfo
-from pytest_solgate.score import sol_of_samples
+from pytest_solgate.stats import median
 
 APPLICATION_ID = 0x536F4C47  # "SoLG"
 BUSY_TIMEOUT_MS = 60_000
@@ -79,8 +78,26 @@ RUN_COLUMNS = (
 )
 
 
-def new_run_id() -> str:
-    return uuid.uuid4().hex
+# Run facts that make two runs comparable, as the runs table names them (see environment.py).
+ENVIRONMENT_COLUMNS = ("host", "driver", "cuda", "torch", "triton", "python")
+COMMIT_SLICE = 50  # commits per baseline query: well under SQLite's limit on bound parameters
+
+
+def _baseline_run(run_uid: str, commit: str, started_at: str, record: dict[str, Any], columns: Sequence[Any]) -> BaselineRun:
+    environment = dict(record.get("environment") or {})
+    if not environment:  # recorded before measurements carried their environment
+        environment = {k: str(v) for k, v in zip(ENVIRONMENT_COLUMNS, columns) if v}
+    noise = record.get("noise")
+    return BaselineRun(
+        commit=commit,
+        run_id=run_uid,
+        started_at=started_at,
+        sol=float(record["sol"]),
+        seconds=float(record["seconds"]),
+        noise=float(noise) if isinstance(noise, (int, float)) else float("inf"),
+        ceilings_id=str(record.get("ceilings_id") or ""),
+        environment=environment,
+    )
 
 
 class HistoryStore:
@@ -221,26 +238,31 @@ class HistoryStore:
 
     # --- reading --------------------------------------------------------------------------------
 
-    def baseline(self, test: str, name: str, profile: str, ceilings: str, commits: Iterable[str]) -> Baseline | None:
-        """The newest clean run of the nearest commit (in ``commits`` order) with this result."""
-        for commit in commits:
-            row = self.db.execute(
-                "SELECT r.run_uid, r.commit_sha, r.started_at, m.record_json FROM measurements m "
+    def baseline_runs(
+        self, test: str, name: str, profile: str, ceilings: str, commits: Sequence[str], limit: int
+    ) -> list[BaselineRun]:
+        """Up to ``limit`` clean runs with this result, nearest commit first (in ``commits`` order),
+        newest run first within a commit. Commits are looked up in slices through the index, so
+        a long ancestry costs only as many queries as it takes to fill the window."""
+        found: list[BaselineRun] = []
+        position = {commit: i for i, commit in enumerate(commits)}
+        for start in range(0, len(commits), COMMIT_SLICE):
+            chunk = list(commits[start:start + COMMIT_SLICE])
+            rows = self.db.execute(
+                "SELECT r.run_uid, r.commit_sha, r.started_at, r.id, m.record_json, "
+                f"{', '.join('r.' + c for c in ENVIRONMENT_COLUMNS)} FROM measurements m "
                 "JOIN runs r ON r.id = m.run_id "
-                "WHERE r.commit_sha = ? AND r.dirty = 0 AND m.test = ? AND m.name = ? "
-                "AND m.profile = ? AND m.ceilings = ? ORDER BY r.started_at DESC, r.id DESC LIMIT 1",
-                (commit, test, name, profile, ceilings),
-            ).fetchone()
-            if row:
-                record = json.loads(row[3])
-                return Baseline(
-                    commit=row[1],
-                    sol=float(record["sol"]),
-                    sol_samples=tuple(sol_of_samples(record["t_sol"], record.get("samples") or [])),
-                    run_id=row[0],
-                    started_at=row[2],
-                )
-        return None
+                f"WHERE r.commit_sha IN ({', '.join('?' for _ in chunk)}) AND r.dirty = 0 AND m.test = ? "
+                "AND m.name = ? AND m.profile = ? AND m.ceilings = ?",
+                (*chunk, test, name, profile, ceilings),
+            ).fetchall()
+            rows.sort(key=lambda row: (row[2], row[3]), reverse=True)  # newest run first...
+            rows.sort(key=lambda row: position[row[1]])  # ...within the nearest commit first (stable)
+            for run_uid, commit, started_at, _, record_json, *columns in rows:
+                found.append(_baseline_run(run_uid, commit, started_at, json.loads(record_json), columns))
+                if len(found) >= limit:
+                    return found
+        return found
 
     def runs(self) -> list[dict[str, Any]]:
         columns = ("id", *RUN_COLUMNS)
@@ -283,3 +305,26 @@ def open_for_reading(path: str | Path) -> HistoryStore | None:
     if not p.exists() or (p.is_file() and p.stat().st_size == 0):
         return None
     return HistoryStore(p, create=False)
+
+
+def commit_series(
+    results: Sequence[tuple[dict[str, Any], Measurement]], commit_times: dict[str, str]
+) -> dict[tuple[str, str, str, str], list[dict[str, Any]]]:
+    """One point per commit for each (test, name, profile, ceilings): the median SOL of the
+    commit's clean runs, ordered by commit date. Dirty runs and unknown commits are left out."""
+    grouped: dict[tuple[str, str, str, str], dict[str, dict[str, Any]]] = {}
+    for run, m in results:
+        if run["dirty"] or not run["commit_sha"]:
+            continue
+        commit = run["commit_sha"]
+        when = commit_times.get(commit) or run["commit_time"] or run["started_at"]
+        point = grouped.setdefault((m.test, m.name, m.profile, m.ceilings), {}).setdefault(
+            commit, {"commit": commit, "commit_time": when, "started_at": run["started_at"], "runs": []}
+        )
+        point["runs"].append(m.sol)
+        point["started_at"] = max(point["started_at"], run["started_at"])
+    series = {}
+    for key, points in grouped.items():
+        ordered = sorted(points.values(), key=lambda p: (p["commit_time"], p["started_at"]))
+        series[key] = [{**p, "sol": median(p["runs"])} for p in ordered]
+    return series

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import fnmatch
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from pytest_solgate import records, stats, units
+from pytest_solgate.records import AMBIGUOUS, IMPROVED, PASS, REGRESSED
 from pytest_solgate.errors import MarkerError
 from pytest_solgate.records import Measurement
 
 MARKER_KEYS = ("min", "mfu", "max_regression")
 ABOVE_SOL_LIMIT = 1.05
-# A regression must be significant at this level: strict, because a gate run on every PR sees
-# many comparisons and each false alarm costs a kernel engineer an afternoon.
-SIGNIFICANCE = 0.001
+# A run-level value falls below the window's 99 % one-sided prediction bound by chance in 1 % of
+# runs (normal log-SOL, independent runs): the false-alarm rate per measurement before the
+# confirmation re-measure. Strict, because each false alarm costs a kernel engineer an afternoon.
+STATISTIC = "t-prediction-99"
+# Within-run precision is a 95 % half-width; divided by this it is a standard deviation.
+Z_95 = stats.Z_95
 
 BudgetSpec = float | tuple[tuple[str, float], ...] | None
 
@@ -28,12 +32,59 @@ class Budget:
 
 
 @dataclass(frozen=True)
-class Baseline:
+class BaselineRun:
+    """One clean run of the same measurement at an ancestor commit: a run-level value."""
+
     commit: str
+    run_id: str
     sol: float
-    sol_samples: tuple[float, ...]
-    run_id: str = ""
+    seconds: float
+    noise: float = 0.0  # the run's own precision: relative 95 % half-width of its median
     started_at: str = ""
+    ceilings_id: str = ""
+    environment: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BaselineWindow:
+    """The last K clean runs of a measurement along the baseline ref's first-parent ancestry,
+    newest first, chosen by ``pytest_solgate.baseline``."""
+
+    runs: tuple[BaselineRun, ...]
+    # Facts in which every run of the window differs from this run, e.g. "torch 2.12.0 -> 2.13.0".
+    environment_differs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A measurement against its baseline window, judged on run-level evidence."""
+
+    verdict: str
+    change: float  # relative SOL change against the window's centre
+    centre: float  # the window's SOL: geometric mean of its runs
+    spread: float | None  # run-to-run relative standard deviation; None with one run
+    floor: float | None  # the smallest drop the run-to-run noise cannot explain (99 %); None if unknown
+    window: BaselineWindow
+    compared_on: str  # "sol", or "time" when the ceilings changed since the baseline
+    text: str
+
+    def info(self) -> dict[str, Any]:
+        """The ``baseline`` fields of the solgate/1 JSON."""
+        runs = self.window.runs
+        return {
+            "commit": runs[0].commit,
+            "oldest_commit": runs[-1].commit,
+            "runs": len(runs),
+            "run_id": runs[0].run_id,
+            "sol": self.centre,
+            "change": self.change,
+            "spread": self.spread,
+            "noise_floor": self.floor,
+            "compared_on": self.compared_on,
+            "environment_differs": list(self.window.environment_differs),
+            "test": STATISTIC,
+            "confirmed": False,
+        }
 
 
 @dataclass(frozen=True)
@@ -130,56 +181,112 @@ def short(commit: str | None) -> str:
     return (commit or "unknown")[:10]
 
 
-def compare(m: Measurement, baseline: Baseline) -> tuple[float, float]:
-    """Relative SOL change against the baseline, and the rank test's p-value on the samples."""
-    from pytest_solgate.score import sol_of_samples
+def _run_value(m: Measurement, run: BaselineRun) -> tuple[float, bool]:
+    """A baseline run's SOL, made comparable with ``m``: when the ceilings differ (a re-calibrated
+    CPU, an edited profile) its SOL is not, so its time is scored against ``m``'s T_SOL instead."""
+    if run.ceilings_id and m.ceilings_id and run.ceilings_id != m.ceilings_id:
+        return (m.t_sol / run.seconds if run.seconds > 0 else 0.0), True
+    return run.sol, False
 
-    change = m.sol / baseline.sol - 1 if baseline.sol > 0 else 0.0
-    p_value = stats.mann_whitney_u(sol_of_samples(m.t_sol, m.samples), baseline.sol_samples)
-    return change, p_value
+
+def _commits(window: BaselineWindow) -> str:
+    newest, oldest = short(window.runs[0].commit), short(window.runs[-1].commit)
+    count = len(window.runs)
+    runs = f"{count} baseline run{'s' if count != 1 else ''}"
+    return f"{runs} at {newest}" if newest == oldest else f"{runs} from {oldest} to {newest}"
 
 
-def against_baseline(
-    m: Measurement, baseline: Baseline, tolerance: float, settings: JudgeSettings
-) -> tuple[str, str, dict[str, Any]]:
-    """(verdict, reason, baseline fields) from the baseline comparison alone.
+def against_window(m: Measurement, window: BaselineWindow, tolerance: float, settings: JudgeSettings) -> Comparison:
+    """Judge ``m`` against its baseline window on run-level evidence.
 
-    `regressed` needs both a drop beyond the tolerance and significance; a large drop that is not
-    significant is `ambiguous`; a significant rise beyond the tolerance is `improved`.
+    Each baseline run contributes one value, its median SOL; the head run is one more draw. In log
+    space (timing noise is multiplicative) the window gives a mean and a run-to-run standard
+    deviation s (never less than the runs' own within-run precision), and a new run of an unchanged
+    kernel falls below ``mean - t(0.99, k-1) * s * sqrt(1 + 1/k)`` in 1 % of runs: that distance is
+    the noise floor. ``regressed`` needs a drop beyond the tolerance AND beyond the floor; a drop
+    beyond the tolerance alone is ``ambiguous``; so is any drop when one run cannot show a spread.
     """
-    change, p_value = compare(m, baseline)
-    info = {
-        "commit": baseline.commit,
-        "sol": baseline.sol,
-        "run_id": baseline.run_id,
-        "change": change,
-        "p_value": p_value,
-        "test": "mann-whitney-u",
-    }
+    values = []
+    by_time = False
+    for run in window.runs:
+        value, timed = _run_value(m, run)
+        by_time = by_time or timed
+        if value > 0:
+            values.append(math.log(value))
+    compared_on = "time" if by_time else "sol"
+    if not values or m.sol <= 0:
+        centre, change, spread, floor_log = (math.exp(values[0]) if values else 0.0), 0.0, None, None
+    else:
+        centre_log = stats.mean(values)
+        centre = math.exp(centre_log)
+        change = math.exp(math.log(m.sol) - centre_log) - 1
+        spread = floor_log = None
+        if len(values) >= 2:
+            within = [run.noise / Z_95 for run in window.runs if math.isfinite(run.noise)]
+            head_within = m.noise / Z_95 if math.isfinite(m.noise) else 0.0
+            sd = max(stats.stdev(values), stats.median(within) if within else 0.0, head_within)
+            spread = sd
+            floor_log = stats.t_quantile_99(len(values) - 1) * sd * math.sqrt(1 + 1 / len(values))
+    floor = None if floor_log is None else 1 - math.exp(-floor_log)
+    floor_text = units.percent(floor) if floor is not None else "unknown (one run)"
     versus = (
         f"{label(m)} SOL {m.sol:.3f} at {short(settings.commit)}{' (dirty)' if settings.dirty else ''} "
-        f"vs {baseline.sol:.3f} at {short(baseline.commit)}: {units.percent(change, signed=True)}, "
-        f"tolerance {units.percent(tolerance)}, Mann-Whitney U p={p_value:.2g}"
+        f"vs {centre:.3f} over {_commits(window)}: {units.percent(change, signed=True)}, "
+        f"tolerance {units.percent(tolerance)}, noise floor {floor_text}"
     )
-    if change < -tolerance and p_value < SIGNIFICANCE:
-        return records.REGRESSED, f"{versus} < {SIGNIFICANCE}: regressed", info
+    if by_time:
+        versus += " (compared on time: the ceilings changed since the baseline, e.g. a re-calibration)"
+
+    def result(verdict: str, text: str) -> Comparison:
+        return Comparison(verdict, change, centre, spread, floor, window, compared_on, text)
+
+    beyond_floor = floor_log is not None and abs(math.log1p(change)) > floor_log
     if change < -tolerance:
-        return records.AMBIGUOUS, f"{versus} >= {SIGNIFICANCE}: too noisy to call a regression; rerun or lower the noise", info
-    if change > tolerance and p_value < SIGNIFICANCE:
-        return records.IMPROVED, f"{versus}: improved", info
-    return records.PASS, versus, info
+        if floor_log is None:
+            return result(AMBIGUOUS, f"{versus}: one baseline run cannot show the run-to-run noise, so the drop "
+                                     "cannot be told from it; the gate decides once two runs of ancestors are recorded")
+        if not beyond_floor:
+            return result(AMBIGUOUS, f"{versus}: within the run-to-run noise; the tolerance is below this runner's "
+                                     f"noise floor of {floor_text}: lock the clocks, give more --sol-min-time, "
+                                     f"or raise max_regression above {floor_text}")
+        if window.environment_differs:
+            return result(AMBIGUOUS, f"{versus}: would be a regression, but the baseline ran in another environment "
+                                     f"({'; '.join(window.environment_differs)}); the gate decides once runs in this "
+                                     "environment form a window")
+        return result(REGRESSED, f"{versus}: regressed (beyond the tolerance and the noise: 99 % t prediction bound "
+                                 f"over {len(values)} runs)")
+    if change > tolerance and beyond_floor:
+        return result(IMPROVED, f"{versus}: improved")
+    return result(PASS, versus)
 
 
-def judge(m: Measurement, budget: Budget, baseline: Baseline | None, settings: JudgeSettings) -> Measurement:
+def confirm(first: Measurement, second: Measurement) -> Measurement:
+    """Settle a suspected regression with the re-measurement ``second`` (judged on its own).
+
+    One disturbed block of samples cannot fail a test: the verdict is the second block's, and a
+    regression stands only when the second block regressed too.
+    """
+    if second.verdict == REGRESSED:
+        baseline = {**(second.baseline or {}), "confirmed": True}
+        return second.replace(
+            reason=f"{second.reason}; confirmed by a re-measurement (SOL {first.sol:.3f}, then {second.sol:.3f})",
+            baseline=baseline,
+        )
+    note = (f"a first block of samples read SOL {first.sol:.3f} (a suspected regression); "
+            f"the re-measurement read {second.sol:.3f} and did not confirm it")
+    return second.replace(notes=(*second.notes, note), reason=f"{second.reason}; {note}")
+
+
+def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, settings: JudgeSettings) -> Measurement:
     """Return ``m`` with its verdict, reason, budget and baseline fields set."""
     min_sol = resolve(budget.min, m.profile)
     min_mfu = resolve(budget.mfu, m.profile)
     tolerance = budget.max_regression if budget.max_regression is not None else settings.max_regression
     budget_info = {"min": min_sol, "mfu": min_mfu, "max_regression": tolerance}
-    versus = against_baseline(m, baseline, tolerance, settings) if baseline is not None else None
+    versus = against_window(m, window, tolerance, settings) if window is not None and window.runs else None
 
     def done(verdict: str, reason: str) -> Measurement:
-        return m.replace(verdict=verdict, reason=reason, budget=budget_info, baseline=versus[2] if versus else None)
+        return m.replace(verdict=verdict, reason=reason, budget=budget_info, baseline=versus.info() if versus else None)
 
     where = f"on {m.profile}"
     if not m.gate:
@@ -204,11 +311,14 @@ def judge(m: Measurement, budget: Budget, baseline: Baseline | None, settings: J
             records.BELOW_BUDGET,
             f"{label(m)} MFU {m.mfu:.2f} < budget {min_mfu:.2f} {where}: {describe(m)}, {timing_phrase(m)}",
         )
-    if versus is not None and versus[0] != records.PASS:
-        return done(versus[0], versus[1])
-    if min_sol is None and min_mfu is None and baseline is None:
+    if versus is not None and versus.verdict != records.PASS:
+        return done(versus.verdict, versus.text)
+    if min_sol is None and min_mfu is None and versus is None:
         return done(records.PASS, f"no budget for {m.profile} and no baseline: recorded")
-    return done(records.PASS, f"{label(m)} SOL {m.sol:.2f} {where}: {describe(m)}, {timing_phrase(m)}")
+    reason = f"{label(m)} SOL {m.sol:.2f} {where}: {describe(m)}, {timing_phrase(m)}"
+    if versus is not None:
+        reason += f"; {versus.text}"
+    return done(records.PASS, reason)
 
 
 def outcome(verdict: str, settings: JudgeSettings) -> str:

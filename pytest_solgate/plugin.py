@@ -172,16 +172,28 @@ class SolgateSession:
         self.settings = settings
         self.is_worker = hasattr(config, "workerinput")
         self.rootdir = Path(config.rootpath)
-        self.history_path = self._resolve(settings.history, self.rootdir)
+        from pytest_solgate import gitinfo
+
+        # The history and the calibration cache live at the git top level (else the rootdir),
+        # whichever directory pytest starts in; a relative --sol-history is taken from there too.
+        self.project_root = gitinfo.project_root(self.rootdir)
+        self.state_dir = self.project_root / ".solgate"
+        self.history_path = self._resolve(settings.history, self.project_root)
         self.started_at = datetime.datetime.now(datetime.timezone.utc)
         self.run_id = (getattr(config, "workerinput", {}) or {}).get("solgate_run_id") or _new_id()
         self.records: list[Any] = []
         self.messages: list[str] = []
         self._git: Any = None
-        self._candidates: list[str] | None = None
         self._store: Any = None
         if (settings.baseline != "none" or not settings.no_save) and self.history_path.exists():
             self._open_store()  # a foreign or corrupt history is refused now, before any test runs
+        from pytest_solgate.baseline import BaselineChooser, start_commit
+
+        if settings.baseline not in ("auto", "none") and not self.is_worker:
+            start_commit(self.project_root, settings.baseline, gitinfo.facts(self.project_root))  # a bad ref fails now
+        self.baselines = BaselineChooser(
+            self.project_root, settings.baseline, settings.baseline_window, lambda: self.git, self._store_or_none
+        )
         self._engine: Any = None
         self.profile_option: Any = None  # resolved once, here: a bad --sol-profile fails before any test runs
         if settings.profile:
@@ -197,9 +209,9 @@ class SolgateSession:
 
             self._engine = Engine(
                 self.settings,
-                cache_dir=self.rootdir / ".solgate",
+                cache_dir=self.state_dir,
                 profile_option=self.profile_option,
-                baseline_finder=self._find_baseline,
+                baseline_finder=self.baselines.window,
                 announce=self._announce,
                 warn=lambda text: warnings.warn(SolgateWarning(text), stacklevel=2),
             )
@@ -240,21 +252,13 @@ class SolgateSession:
             self._store = history.open_for_reading(self.history_path)
         return self._store
 
-    def _find_baseline(self, test: str, name: str, profile: str, ceilings: str) -> Any:
-        from pytest_solgate import gitinfo
+    def _store_or_none(self) -> Any:
         from pytest_solgate.errors import HistoryError
 
-        if self.settings.baseline == "none":
-            return None
-        if self._candidates is None:
-            self._candidates = gitinfo.baseline_candidates(self.rootdir, self.settings.baseline, self.git)
-        if not self._candidates:
-            return None
         try:
-            store = self._open_store()
+            return self._open_store()
         except HistoryError:
             return None
-        return store.baseline(test, name, profile, ceilings, self._candidates) if store else None
 
     # --- collection and running -----------------------------------------------------------------
 
@@ -295,6 +299,8 @@ class SolgateSession:
         if measured:
             self.git  # noqa: B018 - resolves commit/dirty for verdict messages
         judged = [self.engine.judge(budget, m) for m in measured]
+        if measured:
+            self.engine.forget(item.nodeid)
         item.stash[RECORDS_KEY] = judged
         for m in judged:
             item.user_properties.append((f"sol[{m.name}]", f"{m.sol:.4f}"))
@@ -361,7 +367,7 @@ class SolgateSession:
             self._store.close()
             self._store = None
         self.records, self.messages = outputs.publish(
-            self.settings, run, self.records, self.history_path, Path(self.config.invocation_params.dir), self.rootdir,
+            self.settings, run, self.records, self.history_path, Path(self.config.invocation_params.dir), self.state_dir,
             self.profile_option,
         )
 

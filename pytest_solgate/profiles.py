@@ -77,6 +77,15 @@ class HardwareProfile:
         """FLOP/s for one precision class."""
         return self.peak_tflops[precision] * 1e12
 
+    @property
+    def ceilings_id(self) -> str:
+        """A short hash of the numbers SOL is scored against. A re-calibrated CPU or an edited
+        profile file gets a new one, so history never compares SOL across different ceilings."""
+        import hashlib
+
+        numbers = [f"{self.memory_bandwidth_gbps:.6g}"] + [f"{k}={v:.6g}" for k, v in sorted(self.peak_tflops.items())]
+        return hashlib.sha256("|".join(numbers).encode()).hexdigest()[:12]
+
     def ridge_point(self, precision: str) -> float:
         """Arithmetic intensity (FLOP/byte) where this precision's roof meets the bandwidth roof."""
         return self.peak_flops(precision) / self.memory_bandwidth

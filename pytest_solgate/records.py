@@ -57,6 +57,10 @@ class Measurement:
     notes: tuple[str, ...] = ()
     telemetry: Mapping[str, Any] | None = None
     telemetry_note: str = ""
+    # Like with like: the facts that make two runs comparable (host, device and its UUID, driver,
+    # CUDA, torch, triton, Python) and the identity of the ceilings (profile numbers) scored against.
+    environment: Mapping[str, str] = field(default_factory=dict)
+    ceilings_id: str = ""
     # Set once judged:
     verdict: str | None = None
     reason: str = ""
@@ -78,6 +82,7 @@ class Measurement:
         data["samples"] = list(self.samples)
         data["notes"] = list(self.notes)
         data["trend"] = [dict(t) for t in self.trend]
+        data["environment"] = dict(self.environment)
         return data
 
     @classmethod
@@ -89,6 +94,7 @@ class Measurement:
         values["notes"] = tuple(values.get("notes") or ())
         values["trend"] = tuple(values.get("trend") or ())
         values["budget"] = dict(values.get("budget") or {})
+        values["environment"] = dict(values.get("environment") or {})
         return cls(**values)
 
 

@@ -1,45 +1,16 @@
-"""Facts about this run (host, versions, git) for the history and the reports.
-
-Library versions come from package metadata, so nothing heavy is imported to learn them.
-"""
+"""Facts about this run (host, versions, git) for the history and the reports."""
 
 from __future__ import annotations
 
 import datetime
 import platform
 import socket
-from importlib import metadata
 from pathlib import Path
 from typing import Sequence
 
 from pytest_solgate import __version__, gitinfo
+from pytest_solgate.environment import cuda_version, driver_version, package_version
 from pytest_solgate.records import Measurement, RunInfo
-
-
-def package_version(name: str) -> str:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return ""
-
-
-def driver_version() -> str:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        version = pynvml.nvmlSystemGetDriverVersion()
-    except Exception:
-        return ""
-    return version.decode() if isinstance(version, bytes) else str(version)
-
-
-def cuda_version() -> str:
-    """torch's CUDA version, only when torch is already imported (a measurement ran)."""
-    import sys
-
-    torch = sys.modules.get("torch")
-    return str(getattr(getattr(torch, "version", None), "cuda", "") or "") if torch else ""
 
 
 def build_run_info(

@@ -59,6 +59,7 @@ OPTIONS = (
     Option("sol_history", "the history database", ".solgate/history.db"),
     Option("sol_no_save", "do not record this run in the history", False, "bool"),
     Option("sol_baseline", "what to compare against: auto, a git ref, or none", "auto"),
+    Option("sol_baseline_window", "how many clean runs of ancestors form a baseline window", "10"),
     Option("sol_max_regression", "default relative SOL drop that fails a test", "0.05"),
     Option("sol_gate", "what a failing verdict does: fail, warn or off", "fail", "string", ("fail", "warn", "off")),
     Option("sol_above_one", "what SOL > 1.05 does: fail or warn", "fail", "string", ("fail", "warn")),
@@ -82,6 +83,7 @@ class Settings:
     history: str = ".solgate/history.db"
     no_save: bool = False
     baseline: str = "auto"
+    baseline_window: int = 10
     max_regression: float = 0.05
     gate: str = "fail"
     above_one: str = "fail"
@@ -134,6 +136,10 @@ def parse_settings(raw: Mapping[str, Any]) -> Settings:
     max_regression = _number(
         "--sol-max-regression", values["sol_max_regression"], lambda v: 0 <= v < 1, "give a fraction in [0, 1), e.g. 0.05"
     )
+    window = _number(
+        "--sol-baseline-window", values["sol_baseline_window"], lambda v: v == int(v) and 1 <= v <= 100,
+        "give a whole number of runs from 1 to 100, e.g. 10",
+    )
     for key in ("sol_history",):
         if not str(values[key]).strip():
             raise OptionError("--sol-history is empty; give a path such as .solgate/history.db")
@@ -149,6 +155,7 @@ def parse_settings(raw: Mapping[str, Any]) -> Settings:
         history=str(values["sol_history"]),
         no_save=values["sol_no_save"],
         baseline=baseline,
+        baseline_window=int(window),
         max_regression=max_regression,
         gate=values["sol_gate"],
         above_one=values["sol_above_one"],

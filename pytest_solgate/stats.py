@@ -84,3 +84,38 @@ def mann_whitney_u(a: Sequence[float], b: Sequence[float]) -> float:
         return 1.0
     z = (abs(u - mean_u) - 0.5) / math.sqrt(variance)
     return min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2)))
+
+
+# One-sided 99 % quantiles of Student's t by degrees of freedom (any statistics table; e.g. the
+# NIST/SEMATECH e-Handbook, table 1.4.2.7.3). Between listed entries the next smaller df is used,
+# which errs towards a larger bound, i.e. fewer false alarms.
+_T_99 = {
+    1: 31.821, 2: 6.965, 3: 4.541, 4: 3.747, 5: 3.365, 6: 3.143, 7: 2.998, 8: 2.896, 9: 2.821,
+    10: 2.764, 11: 2.718, 12: 2.681, 13: 2.650, 14: 2.624, 15: 2.602, 16: 2.583, 17: 2.567,
+    18: 2.552, 19: 2.539, 20: 2.528, 21: 2.518, 22: 2.508, 23: 2.500, 24: 2.492, 25: 2.485,
+    26: 2.479, 27: 2.473, 28: 2.467, 29: 2.462, 30: 2.457, 40: 2.423, 60: 2.390, 120: 2.358,
+}
+Z_99 = 2.326
+
+
+def t_quantile_99(df: int) -> float:
+    """One-sided 99 % quantile of Student's t with ``df`` degrees of freedom (df >= 1)."""
+    if df < 1:
+        raise ValueError("t quantile needs at least one degree of freedom")
+    if df > 120:
+        return Z_99
+    return _T_99[max(k for k in _T_99 if k <= df)]
+
+
+def mean(values: Sequence[float]) -> float:
+    if not values:
+        raise ValueError("mean of no values")
+    return sum(values) / len(values)
+
+
+def stdev(values: Sequence[float]) -> float:
+    """Sample standard deviation (n - 1 in the denominator); 0 for fewer than two values."""
+    if len(values) < 2:
+        return 0.0
+    centre = mean(values)
+    return math.sqrt(sum((v - centre) ** 2 for v in values) / (len(values) - 1))

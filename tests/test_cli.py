@@ -65,7 +65,8 @@ def test_import_is_idempotent_and_refuses_foreign_files(tmp_path):
 
 @pytest.fixture
 def two_commits(pytester):
-    """A repository with commit A (1 ms) and commit B (1.3 ms), each measured once."""
+    """A repository with commit A (1 ms, measured three times: a window with a spread) and commit
+    B (the kernel 1.3 ms, its gate=False reference twice as slow), measured once."""
     def git(*args):
         return subprocess.run(["git", *args], cwd=pytester.path, check=True, capture_output=True, text=True).stdout.strip()
 
@@ -75,25 +76,30 @@ def two_commits(pytester):
     pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
     (pytester.path / ".gitignore").write_text(".solgate/\n*.json\n*.html\n")
     commits = []
-    for seconds in (1e-3, 1.3e-3):
+    for seconds, runs in ((1e-3, 3), (1.3e-3, 1)):
         pytester.makepyfile(test_k=KERNELS + f"\ndef test_k(sol):\n    sol.measure(lambda: busy({seconds}), bytes=0.5e6)\n"
+                            f"    sol.measure(lambda: busy({seconds * 2 - 1e-3}), bytes=0.5e6, name='ref', gate=False)\n"
                             "\ndef test_same(sol):\n    sol.measure(lambda: busy(5e-4), bytes=0.2e6)\n")
         git("add", "-A")
         git("commit", "-q", "-m", f"{seconds}")
         commits.append(git("rev-parse", "HEAD"))
-        pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml", f"--sol-json=run-{len(commits)}.json")
+        for _ in range(runs):
+            pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml", f"--sol-json=run-{len(commits)}.json")
     return pytester.path, commits
 
 
 def test_history_trend_compare(two_commits):
     path, (a, b) = two_commits
     listing = solgate("history", cwd=path)
-    assert listing.returncode == 0 and listing.stdout.count("test_k.py::test_k [default]") == 2
+    assert listing.returncode == 0 and listing.stdout.count("test_k.py::test_k [default]") == 4
     assert a[:10] in listing.stdout and b[:10] in listing.stdout
-    assert solgate("history", "*same*", cwd=path).stdout.count("test_same") == 2
+    assert solgate("history", "*same*", cwd=path).stdout.count("test_same") == 4
     compared = solgate("compare", a, b, cwd=path)
     assert compared.returncode == 1, compared.stdout + compared.stderr
-    assert "regressed" in compared.stdout and "1 regressed between" in compared.stdout
+    assert "1 regressed between" in compared.stdout and "up to 10 clean runs" in compared.stdout
+    # the reference slowed far more, but gate=False measurements are never judged
+    (ref_row,) = [line for line in compared.stdout.splitlines() if "[ref]" in line]
+    assert ref_row.endswith("not gated (gate=False)")
     assert solgate("compare", a, a, cwd=path).returncode == 0
     assert solgate("compare", "HEAD~1", "HEAD", cwd=path).returncode == 1
     bad = solgate("compare", a, "nosuchref", cwd=path)
@@ -101,7 +107,7 @@ def test_history_trend_compare(two_commits):
     trend = solgate("trend", "-o", "trend.html", cwd=path)
     assert trend.returncode == 0, trend.stderr
     page = (path / "trend.html").read_text()
-    assert page.count('class="series"') == 2 and a[:8] in page and b[:8] in page
+    assert page.count('class="series"') == 3 and a[:8] in page and b[:8] in page
     assert "<script src" not in page
 
 
@@ -113,7 +119,7 @@ def test_import_merges_a_run_once(two_commits, tmp_path):
     again = solgate("import", str(path / "run-1.json"), "--history", str(target))
     assert again.returncode == 0 and "nothing added" in again.stdout
     listing = solgate("history", "--history", str(target))
-    assert listing.stdout.count("test_k.py::test_k") == 1
+    assert listing.stdout.count("test_k.py::test_k [default]") == 1
     original = json.loads((path / "run-1.json").read_text())["measurements"]
     from pytest_solgate.history import HistoryStore
 

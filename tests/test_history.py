@@ -1,6 +1,7 @@
 """History and baselines, in a real git repository: pytester runs at successive commits."""
 
 import json
+import re
 import sqlite3
 import subprocess
 
@@ -64,94 +65,216 @@ class Repo:
         return result, verdicts, data
 
 
+    def seed(self, sols, environment=None, ceilings_id=None, seconds=None):
+        """A synthetic history: one commit and one clean run of test_kernel per SOL, oldest first,
+        as if measured earlier on this runner. Returns the commits."""
+        from pytest_solgate.profiles import load_profile
+
+        ceilings_id = ceilings_id or load_profile(self.path / "synthetic.toml").ceilings_id
+        commits = []
+        with history.HistoryStore(self.path / ".solgate" / "history.db") as store:
+            for i, sol in enumerate(sols):
+                commits.append(self.commit(f"seed {i}"))
+                run = RunInfo(id=f"seed-{i}-{commits[-1][:8]}", started_at=f"2026-11-01T00:{i:02d}:00+00:00",
+                              commit=commits[-1], profile="synthetic", ceilings="measured")
+                m = a_measurement(sol).replace(
+                    test="test_kernels.py::test_kernel", t_sol=0.4e-3, seconds=seconds or 0.4e-3 / sol, noise=0.002,
+                    ceilings_id=ceilings_id, environment=environment or {},
+                )
+                store.record_run(run, [m])
+        return commits
+
+
 @pytest.fixture
 def repo(pytester):
     return Repo(pytester)
 
 
-def test_regression_fails_the_test_naming_both_commits(repo):
-    a = repo.commit("A", seconds=1e-3)
-    result, verdicts, _ = repo.run()
-    result.assert_outcomes(passed=2)
-    assert verdicts["test_kernel"]["baseline"] is None  # nothing before A
-    b = repo.commit("B: slower", seconds=1.25e-3)
+# Five runs of the kernel at SOL 0.40 +- 1 %: the window's noise floor is a few percent.
+STEADY = [0.400, 0.404, 0.396, 0.402, 0.398]
+
+
+def test_a_window_of_runs_is_the_baseline_and_a_confirmed_regression_fails(repo):
+    seeds = repo.seed(STEADY)
+    head = repo.commit("slower", seconds=1.25e-3)
     result, verdicts, _ = repo.run()
     result.assert_outcomes(passed=1, failed=1)
     kernel = verdicts["test_kernel"]
-    assert kernel["verdict"] == "regressed"
-    assert kernel["baseline"]["commit"] == a and kernel["baseline"]["change"] < -0.15
+    assert kernel["verdict"] == "regressed", kernel["reason"]
+    info = kernel["baseline"]
+    assert info["runs"] == 5 and info["commit"] == seeds[-1] and info["oldest_commit"] == seeds[0]
+    assert info["confirmed"] is True and info["change"] < -0.15 and info["noise_floor"] < 0.1
     result.stdout.fnmatch_lines([
-        f"*test_kernel SOL 0.??? at {b[:10]} vs 0.??? at {a[:10]}: -*%, tolerance 5.0%, Mann-Whitney U p=* < 0.001: regressed*"
+        f"*test_kernel SOL 0.3?? at {head[:10]} vs 0.400 over 5 baseline runs from {seeds[0][:10]} to {seeds[-1][:10]}: "
+        "-*%, tolerance 5.0%, noise floor *%: regressed (beyond the tolerance and the noise: 99 % t prediction bound "
+        "over 5 runs); confirmed by a re-measurement (SOL 0.3*, then 0.3*)*"
     ])
-    assert verdicts["test_other"]["verdict"] == "pass"
+    assert verdicts["test_other"]["baseline"] is None  # never seeded: nothing to compare against
 
 
-def test_same_kernel_twice_passes(repo):
-    repo.commit("A")
-    repo.run()
-    repo.commit("B: docs only")
+def test_the_window_is_the_last_k_runs(repo):
+    repo.seed([0.2] * 3 + STEADY)  # older runs at another speed fall outside a window of 5
+    repo.commit("same speed", seconds=1e-3)
+    result, verdicts, _ = repo.run("--sol-baseline-window=5")
+    assert verdicts["test_kernel"]["baseline"]["runs"] == 5
+    assert verdicts["test_kernel"]["verdict"] == "pass", verdicts["test_kernel"]["reason"]
+    result, verdicts, _ = repo.run("--sol-baseline-window=8", "--sol-no-save")
+    # the 0.2 runs drag the window down and widen its spread: far above the mean, within the noise
+    assert verdicts["test_kernel"]["baseline"]["runs"] == 8 and verdicts["test_kernel"]["baseline"]["change"] > 0.2
+    assert verdicts["test_kernel"]["baseline"]["noise_floor"] > 0.3
+
+
+def test_a_kernel_slow_only_in_its_first_block_passes(repo):
+    repo.seed(STEADY)
+    (repo.path / "test_kernels.py").write_text(KERNELS + """
+import pytest
+
+def test_kernel(sol):
+    # 2x slow while the first block is taken (nothing measured yet), normal speed afterwards.
+    sol.measure(lambda: busy(2e-3 if not sol.measurements else 1e-3), bytes=0.4e6)
+""")
+    repo.commit("flaky first block")
+    result, verdicts, _ = repo.run()
+    result.assert_outcomes(passed=1)
+    kernel = verdicts["test_kernel"]
+    assert kernel["verdict"] == "pass", kernel["reason"]
+    assert re.search(r"a first block of samples read SOL 0\.(19|20)\d \(a suspected regression\); "
+                     r"the re-measurement read 0\.(39|40)\d and did not confirm it", kernel["reason"]), kernel["reason"]
+    assert kernel["sol"] > 0.38  # the recorded result is the re-measurement
+
+
+def test_a_drop_within_the_noise_floor_is_ambiguous_and_says_so(repo):
+    repo.seed([0.40, 0.46, 0.34, 0.43, 0.37])  # +-10 % from run to run
+    repo.commit("a little slower", seconds=1.2e-3)
     result, verdicts, _ = repo.run()
     result.assert_outcomes(passed=2)
-    assert verdicts["test_kernel"]["verdict"] == "pass" and verdicts["test_kernel"]["baseline"]["commit"]
-
-
-def test_noisy_large_drop_is_ambiguous_and_warns(repo):
-    few_samples = ["--sol-device=cpu", "--sol-min-time=0", "--sol-max-time=0.001", "-p", "no:cacheprovider"]
-    repo.commit("A", spread=[0.5e-3, 5e-3], seed=1)
-    repo.run(timing=few_samples)
-    repo.commit("B", spread=[0.5e-3, 7e-3], seed=2)
-    result, verdicts, _ = repo.run(timing=few_samples)
     kernel = verdicts["test_kernel"]
-    assert kernel["baseline"]["change"] < -0.05, kernel["baseline"]
+    assert kernel["verdict"] == "ambiguous" and kernel["baseline"]["noise_floor"] > 0.2
+    result.stdout.fnmatch_lines([
+        "*SolgateWarning: ambiguous: test_kernel SOL * tolerance 5.0%, noise floor *: within the run-to-run noise; "
+        "the tolerance is below this runner's noise floor of *: lock the clocks, give more --sol-min-time, or raise "
+        "max_regression above *",
+        "*-1?.?%, floor 3?.?%*ambiguous*test_kernels.py::test_kernel*",
+    ])
+
+
+def test_one_baseline_run_is_honest_about_its_unknown_noise(repo):
+    a = repo.commit("A", seconds=1e-3)
+    repo.run()
+    repo.commit("B: slower", seconds=1.3e-3)
+    result, verdicts, _ = repo.run()
+    result.assert_outcomes(passed=2)
+    kernel = verdicts["test_kernel"]
+    assert kernel["verdict"] == "ambiguous" and kernel["baseline"]["commit"] == a
+    assert kernel["baseline"]["runs"] == 1 and kernel["baseline"]["noise_floor"] is None
+    result.stdout.fnmatch_lines(["*noise floor unknown (one run): one baseline run cannot show the run-to-run noise*"])
+
+
+def test_same_kernel_again_passes(repo):
+    repo.seed(STEADY)
+    repo.commit("docs only")
+    result, verdicts, _ = repo.run()
+    result.assert_outcomes(passed=2)
+    assert verdicts["test_kernel"]["verdict"] == "pass", verdicts["test_kernel"]["reason"]
+
+
+def test_changed_ceilings_are_compared_on_time(repo):
+    # The window was scored against other ceilings (SOL 0.8 at the same 1 ms): a changed profile
+    # must not read as a 50 % regression.
+    repo.seed([0.8] * 5, ceilings_id="recalibrated", seconds=1e-3)
+    repo.commit("same speed")
+    result, verdicts, _ = repo.run()
+    kernel = verdicts["test_kernel"]
+    assert kernel["verdict"] == "pass", kernel["reason"]
+    assert kernel["baseline"]["compared_on"] == "time" and abs(kernel["baseline"]["change"]) < 0.05
+    assert "compared on time: the ceilings changed" in kernel["reason"]
+
+
+def test_a_changed_environment_is_named_and_not_failed(repo):
+    repo.seed(STEADY, environment={"torch": "0.0.1-elsewhere", "host": "another-runner"})
+    repo.commit("slower, on a new torch", seconds=1.5e-3)
+    result, verdicts, _ = repo.run()
+    result.assert_outcomes(passed=2)
+    kernel = verdicts["test_kernel"]
     assert kernel["verdict"] == "ambiguous", kernel["reason"]
-    assert result.parseoutcomes()["passed"] == 2
-    result.stdout.fnmatch_lines(["*SolgateWarning: ambiguous: *too noisy to call a regression*"])
+    assert "would be a regression, but the baseline ran in another environment (host another-runner -> " in kernel["reason"]
+    assert "torch 0.0.1-elsewhere -> " in kernel["reason"]
+    assert kernel["baseline"]["environment_differs"]
+
+
+def test_an_unresolvable_baseline_ref_is_a_usage_error(repo):
+    repo.commit("A")
+    result = repo.pytester.runpytest(*HISTORY_TIMING, "--sol-profile=synthetic.toml", "--sol-baseline=origin/nope")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--sol-baseline=origin/nope: * has no such commit; fetch the ref*"])
+
+
+def test_history_lives_at_the_git_top_level(repo):
+    (repo.path / "sub").mkdir()
+    (repo.path / "sub" / "pytest.ini").write_text("[pytest]\n")
+    (repo.path / "sub" / "test_here.py").write_text(KERNELS + "\ndef test_k(sol):\n    sol.measure(lambda: busy(1e-4), bytes=1e3)\n")
+    repo.commit("A")
+    result = repo.pytester.runpytest(*HISTORY_TIMING, f"--sol-profile={repo.path / 'synthetic.toml'}", "sub")
+    result.assert_outcomes(passed=1)
+    assert (repo.path / ".solgate" / "history.db").exists()
+    assert not (repo.path / "sub" / ".solgate").exists()
+
+
+def test_change_points_are_found_at_the_commit_that_stepped(repo):
+    from test_cli import solgate
+
+    commits = repo.seed([0.400, 0.404, 0.397, 0.402, 0.399, 0.401, 0.300, 0.303, 0.298, 0.301, 0.299, 0.302])
+    listing = solgate("history", "--changes", cwd=repo.path)
+    assert listing.returncode == 0, listing.stderr
+    (line,) = listing.stdout.strip().splitlines()
+    assert line.startswith(f"{commits[6][:10]}   -25.0%") and "SOL 0.400 -> 0.300" in line
+    trend = solgate("trend", "-o", "trend.html", cwd=repo.path)
+    assert trend.returncode == 0, trend.stderr
+    page = (repo.path / "trend.html").read_text()
+    assert page.count('class="change"') == 1 and f"stepped at {commits[6][:10]}" in page
 
 
 def test_dirty_run_is_recorded_but_never_a_baseline(repo):
-    a = repo.commit("A", seconds=1e-3)
-    repo.run()
+    seeds = repo.seed(STEADY)
     repo.set_speed(seconds=2e-3)  # uncommitted change to a tracked file: dirty
     result, verdicts, data = repo.run()
-    assert data["run"]["dirty"] is True and data["run"]["commit"] == a
+    assert data["run"]["dirty"] is True and data["run"]["commit"] == seeds[-1]
     # auto on a dirty tree compares against HEAD itself, so the slow change is caught
-    assert verdicts["test_kernel"]["verdict"] == "regressed"
+    assert verdicts["test_kernel"]["verdict"] == "regressed", verdicts["test_kernel"]["reason"]
     repo.set_speed(seconds=1e-3)
     repo.commit("B")
     result, verdicts, _ = repo.run()
-    # B's baseline is A's clean run, not the dirty slow one recorded after it
-    assert verdicts["test_kernel"]["baseline"]["commit"] == a
-    assert verdicts["test_kernel"]["verdict"] == "pass"
+    # B's window is the clean runs, not the dirty slow one recorded after them
+    assert verdicts["test_kernel"]["baseline"]["commit"] == seeds[-1]
+    assert verdicts["test_kernel"]["baseline"]["runs"] == 5
+    assert verdicts["test_kernel"]["verdict"] == "pass", verdicts["test_kernel"]["reason"]
     with history.HistoryStore(repo.path / ".solgate" / "history.db") as store:
-        assert [bool(r["dirty"]) for r in store.runs()] == [False, True, False]
+        assert [bool(r["dirty"]) for r in store.runs()] == [False] * 5 + [True, False]
 
 
 def test_ancestor_walk_skips_commits_without_results(repo):
-    a = repo.commit("A", seconds=1e-3)
-    repo.run()
+    seeds = repo.seed(STEADY)
     repo.commit("B: not measured", seconds=1e-3, note="b")
     repo.commit("C: not measured either", seconds=1e-3, note="c")
     repo.commit("D: slower", seconds=1.3e-3)
     result, verdicts, _ = repo.run()
-    assert verdicts["test_kernel"]["baseline"]["commit"] == a
+    assert verdicts["test_kernel"]["baseline"]["commit"] == seeds[-1]
     assert verdicts["test_kernel"]["verdict"] == "regressed"
 
 
 def test_baseline_none_and_explicit_ref(repo):
-    a = repo.commit("A", seconds=1e-3)
-    repo.run()
+    seeds = repo.seed(STEADY)
     repo.commit("B", seconds=1.3e-3)
     result, verdicts, _ = repo.run("--sol-baseline=none")
     result.assert_outcomes(passed=2)
     assert verdicts["test_kernel"]["baseline"] is None
-    repo.git("tag", "v1", a)
+    repo.git("tag", "v1", seeds[-1])
     result, verdicts, _ = repo.run("--sol-baseline=v1", "--sol-no-save")
-    assert verdicts["test_kernel"]["verdict"] == "regressed" and verdicts["test_kernel"]["baseline"]["commit"] == a
+    assert verdicts["test_kernel"]["verdict"] == "regressed" and verdicts["test_kernel"]["baseline"]["commit"] == seeds[-1]
 
 
 def test_tolerance_from_marker_and_option(repo):
-    repo.commit("A", seconds=1e-3)
-    repo.run()
+    repo.seed(STEADY)
     repo.commit("B", seconds=1.25e-3, tolerance=0.5)
     result, verdicts, _ = repo.run("--sol-no-save")
     assert verdicts["test_kernel"]["verdict"] == "pass"  # the marker's 50 % wins
@@ -170,7 +293,7 @@ def test_no_save_records_nothing_and_outside_git_is_unknown(pytester):
     with history.HistoryStore(pytester.path / ".solgate" / "history.db") as store:
         (run,) = store.runs()
         assert run["commit_sha"] is None
-        assert store.baseline("test_k.py::test_k", "default", "synthetic", "measured", []) is None
+        assert store.baseline_runs("test_k.py::test_k", "default", "synthetic", "measured", [], 10) == []
 
 
 def test_history_option_and_ini(repo):
@@ -225,8 +348,8 @@ def test_older_schema_is_migrated_not_thrown_away(tmp_path):
         assert store.db.execute("PRAGMA user_version").fetchone()[0] == history.SCHEMA_VERSION
         (run,) = store.runs()
         assert run["run_uid"] == "legacy-1" and run["commit_sha"] == "a" * 40
-        base = store.baseline("t.py::test_k", "default", "synthetic", "measured", ["a" * 40])
-        assert base.sol == 0.5 and len(base.sol_samples) == 10
+        (base,) = store.baseline_runs("t.py::test_k", "default", "synthetic", "measured", ["a" * 40], 10)
+        assert base.sol == 0.5 and base.commit == "a" * 40 and base.run_id == "legacy-1"
         assert store.record_run(a_run(), [a_measurement()])
         assert len(store.runs()) == 2
 

@@ -105,24 +105,92 @@ def test_gate_off_and_warn():
     assert judge.outcome(records.IMPROVED, SETTINGS) == "pass"
 
 
-def test_baseline_regressed_ambiguous_improved():
-    rng = random.Random(7)
-    tight_old = [1e-3 * rng.gauss(1, 0.002) for _ in range(30)]
-    base = judge.Baseline(commit="a" * 40, sol=0.7, sol_samples=tuple(0.7e-3 / s for s in tight_old))
-    slower = [s * 1.2 for s in tight_old]
-    m = measurement(0.58, samples=slower).replace(t_sol=0.7e-3, seconds=stats.median(slower), sol=0.7e-3 / stats.median(slower))
-    got = judge.judge(m, judge.Budget(), base, SETTINGS)
-    assert got.verdict == records.REGRESSED
-    assert "vs 0.700 at aaaaaaaaaa" in got.reason and "tolerance 5.0%" in got.reason and "p=" in got.reason
-    noisy_base = judge.Baseline(commit="b" * 40, sol=0.7, sol_samples=(0.3, 1.2, 0.7, 0.2, 1.5))
-    assert judge.judge(m, judge.Budget(), noisy_base, SETTINGS).verdict == records.AMBIGUOUS
-    faster = [s / 1.2 for s in tight_old]
-    f = m.replace(samples=tuple(faster), seconds=stats.median(faster), sol=0.7e-3 / stats.median(faster))
-    assert judge.judge(f, judge.Budget(), base, SETTINGS).verdict == records.IMPROVED
-    same = m.replace(samples=tuple(tight_old), seconds=stats.median(tight_old), sol=0.7e-3 / stats.median(tight_old))
-    assert judge.judge(same, judge.Budget(), base, SETTINGS).verdict == records.PASS
+def window(*sols, noise=0.002, commit="a", ceilings_id="", environment=None):
+    """A baseline window of runs with these SOLs, newest first, at commits a, b, c, ..."""
+    runs = tuple(
+        judge.BaselineRun(commit=chr(ord(commit) + i) * 40, run_id=f"r{i}", sol=sol, seconds=0.7e-3 / sol,
+                          noise=noise, ceilings_id=ceilings_id, environment=environment or {})
+        for i, sol in enumerate(sols)
+    )
+    return judge.BaselineWindow(runs=runs)
+
+
+def at_sol(sol, noise=0.002):
+    return measurement(sol).replace(t_sol=0.7e-3, seconds=0.7e-3 / sol, noise=noise)
+
+
+# Five runs with 1.6 % run-to-run spread: the 99 % bound sits 6.4 % below their mean.
+STEADY = (0.70, 0.72, 0.69, 0.71, 0.70)
+
+
+def test_window_regressed_ambiguous_improved_pass():
+    got = judge.judge(at_sol(0.56), judge.Budget(), window(*STEADY), SETTINGS)
+    assert got.verdict == records.REGRESSED, got.reason
+    assert "vs 0.704 over 5 baseline runs from eeeeeeeeee to aaaaaaaaaa" in got.reason
+    assert "tolerance 5.0%, noise floor 6.4%" in got.reason and "99 % t prediction bound over 5 runs" in got.reason
+    info = got.baseline
+    assert info["runs"] == 5 and info["commit"] == "a" * 40 and info["oldest_commit"] == "e" * 40
+    assert abs(info["noise_floor"] - 0.0642) < 0.001 and info["test"] == "t-prediction-99" and info["compared_on"] == "sol"
+    assert judge.judge(at_sol(0.85), judge.Budget(), window(*STEADY), SETTINGS).verdict == records.IMPROVED
+    assert judge.judge(at_sol(0.70), judge.Budget(), window(*STEADY), SETTINGS).verdict == records.PASS
     # the marker's tolerance wins over the default
-    assert judge.judge(m, judge.Budget(max_regression=0.5), base, SETTINGS).verdict == records.PASS
+    assert judge.judge(at_sol(0.56), judge.Budget(max_regression=0.5), window(*STEADY), SETTINGS).verdict == records.PASS
+
+
+def test_a_drop_within_the_noise_floor_is_ambiguous_and_names_the_floor():
+    noisy = (0.70, 0.80, 0.60, 0.75, 0.65)  # +-10 % from run to run: the floor is near 35 %
+    got = judge.judge(at_sol(0.60), judge.Budget(), window(*noisy), SETTINGS)
+    assert got.verdict == records.AMBIGUOUS
+    assert "below this runner's noise floor of" in got.reason and "raise max_regression above" in got.reason
+    assert got.baseline["noise_floor"] > 0.25
+
+
+def test_one_run_cannot_show_the_spread_so_a_drop_is_ambiguous():
+    got = judge.judge(at_sol(0.35), judge.Budget(), window(0.70), SETTINGS)
+    assert got.verdict == records.AMBIGUOUS
+    assert "noise floor unknown (one run)" in got.reason and got.baseline["noise_floor"] is None
+
+
+def test_within_run_precision_bounds_the_spread_from_below():
+    # Identical run values cannot mean zero noise: each run's own precision (0.5 % half-width) counts.
+    identical = window(0.7, 0.7, 0.7, noise=0.05)
+    got = judge.judge(at_sol(0.63), judge.Budget(), identical, SETTINGS)
+    assert got.verdict == records.AMBIGUOUS and got.baseline["spread"] >= 0.05 / stats.Z_95
+
+
+def test_changed_ceilings_compare_times_not_sol():
+    # The baseline scored 0.70 against other ceilings; its time equals this run's: no change.
+    old = window(*[0.35] * 3, ceilings_id="old-ceilings")
+    runs = tuple(r.__class__(**{**r.__dict__, "seconds": 1e-3}) for r in old.runs)
+    m = at_sol(0.70).replace(seconds=1e-3, ceilings_id="new-ceilings")
+    got = judge.judge(m, judge.Budget(), judge.BaselineWindow(runs=runs), SETTINGS)
+    assert got.verdict == records.PASS and got.baseline["compared_on"] == "time"
+    assert abs(got.baseline["change"]) < 1e-9 and "compared on time" in got.reason
+
+
+def test_environment_that_differs_turns_a_regression_ambiguous():
+    differs = judge.BaselineWindow(runs=window(*STEADY).runs, environment_differs=("torch 2.12.0 -> 2.13.0",))
+    got = judge.judge(at_sol(0.56), judge.Budget(), differs, SETTINGS)
+    assert got.verdict == records.AMBIGUOUS and "another environment (torch 2.12.0 -> 2.13.0)" in got.reason
+
+
+def test_confirmation_keeps_or_drops_a_suspected_regression():
+    first = judge.judge(at_sol(0.56), judge.Budget(), window(*STEADY), SETTINGS)
+    slow_again = judge.judge(at_sol(0.55), judge.Budget(), window(*STEADY), SETTINGS)
+    kept = judge.confirm(first, slow_again)
+    assert kept.verdict == records.REGRESSED and kept.baseline["confirmed"] is True
+    assert "confirmed by a re-measurement (SOL 0.560, then 0.550)" in kept.reason
+    fine_now = judge.judge(at_sol(0.70), judge.Budget(), window(*STEADY), SETTINGS)
+    cleared = judge.confirm(first, fine_now)
+    assert cleared.verdict == records.PASS and "did not confirm it" in cleared.reason
+    assert cleared.sol == 0.70 and any("did not confirm" in note for note in cleared.notes)
+
+
+def test_t_quantiles_and_spread():
+    assert stats.t_quantile_99(1) == 31.821 and stats.t_quantile_99(9) == 2.821
+    assert stats.t_quantile_99(35) == stats.t_quantile_99(30)  # the next smaller df: a wider bound
+    assert stats.t_quantile_99(1000) == stats.Z_99
+    assert stats.stdev([1.0]) == 0.0 and abs(stats.stdev([1.0, 2.0, 3.0]) - 1.0) < 1e-12
 
 
 @pytest.mark.parametrize(

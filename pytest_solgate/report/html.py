@@ -79,8 +79,9 @@ def render_report(
     )
 
 
-def render_trend(series: Sequence[Mapping[str, Any]], generated_from: str) -> str:
-    """``series``: [{"label", "points": [{"commit", "commit_time", "sol"}]}], one line each."""
+def render_trend(series: Sequence[Mapping[str, Any]], generated_from: str, note: str = "") -> str:
+    """``series``: [{"label", "points": [{"commit", "commit_time", "sol"}], "changes": [commit]}],
+    one line each; ``changes`` are the commits where the line stepped (change points)."""
     commits: list[str] = []
     for s in series:
         for p in s["points"]:
@@ -97,8 +98,9 @@ def render_trend(series: Sequence[Mapping[str, Any]], generated_from: str) -> st
             (round(left + commits.index(p["commit"]) * step, 2), round(top + plot_h - p["sol"] / top_sol * plot_h, 2), p)
             for p in s["points"]
         ]
+        changes = [(round(left + commits.index(c) * step, 2), c) for c in s.get("changes", ())]
         lines.append({"label": s["label"], "colour": palette[i % len(palette)], "coords": coords,
-                      "points": " ".join(f"{x},{y}" for x, y, _ in coords)})
+                      "points": " ".join(f"{x},{y}" for x, y, _ in coords), "changes": changes})
     return environment().get_template("trend.html.j2").render(
         lines=lines,
         commits=[(round(left + i * step, 2), c) for i, c in enumerate(commits)],
@@ -106,4 +108,5 @@ def render_trend(series: Sequence[Mapping[str, Any]], generated_from: str) -> st
         y_ticks=[(round(top + plot_h - v / top_sol * plot_h, 2), f"{v:.2f}") for v in (0, top_sol / 4, top_sol / 2, 3 * top_sol / 4, top_sol)],
         generated_from=generated_from,
         generated=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        note=note,
     )

@@ -16,14 +16,14 @@ from pytest_solgate.records import Measurement, RunInfo
 from pytest_solgate.settings import Settings
 
 
-def _profiles(option: ProfileOption | None, rootdir: Path, wanted: set[str]) -> dict[str, HardwareProfile]:
+def _profiles(option: ProfileOption | None, state_dir: Path, wanted: set[str]) -> dict[str, HardwareProfile]:
     from pytest_solgate.engine import known_profiles
 
     found: dict[str, HardwareProfile] = {}
     if option is not None and option.profile is not None:
         found[option.profile.id] = option.profile
     try:
-        for profile in known_profiles(rootdir / ".solgate", option.folders if option else ()):
+        for profile in known_profiles(state_dir, option.folders if option else ()):
             if profile.id in wanted:
                 found.setdefault(profile.id, profile)
     except SolgateError:
@@ -37,7 +37,7 @@ def publish(
     measurements: Sequence[Measurement],
     history_path: Path,
     invocation_dir: Path,
-    rootdir: Path,
+    state_dir: Path,
     profile_option: ProfileOption | None = None,
 ) -> tuple[list[Measurement], list[str]]:
     """Returns the measurements (with their history trends) and the messages to print."""
@@ -91,6 +91,6 @@ def publish(
     if settings.report:
         from pytest_solgate.report import html
 
-        profiles = _profiles(profile_option, rootdir, {m.profile for m in measurements})
+        profiles = _profiles(profile_option, state_dir, {m.profile for m in measurements})
         write(settings.report, "HTML report", lambda: html.render_report(run, measurements, profiles))
     return measurements, messages

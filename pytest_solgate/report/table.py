@@ -50,9 +50,13 @@ def budget_text(m: Measurement) -> str:
 
 
 def change_text(m: Measurement) -> str:
+    """The change against the baseline window and the window's noise floor (the smallest drop
+    its run-to-run noise cannot explain; '?' while one run cannot show a spread)."""
     if not m.baseline:
         return "-"
-    return units.percent(m.baseline.get("change"), signed=True)
+    floor = m.baseline.get("noise_floor")
+    floor_text = units.percent(floor) if isinstance(floor, (int, float)) else "?"
+    return f"{units.percent(m.baseline.get('change'), signed=True)}, floor {floor_text}"
 
 
 def reference_text(m: Measurement, peers: Sequence[Measurement]) -> str:
