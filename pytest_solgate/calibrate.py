@@ -135,8 +135,13 @@ def cpu_profile_path(cache_dir: Path, key: str) -> Path:
     return cache_dir / "profiles" / f"cpu-{key}.toml"
 
 
-def cpu_profile(cache_dir: Path, announce: Callable[[str], None] = print) -> HardwareProfile:
-    """The measured CPU profile for this machine, from the cache or measured now (a few seconds)."""
+def cpu_profile(
+    cache_dir: Path, announce: Callable[[str], None] = print, calibration: Callable[[Any], tuple] | None = None
+) -> HardwareProfile:
+    """The measured CPU profile for this machine, from the cache or measured now (about 10 s).
+
+    ``calibration`` (torch -> figures, as ``repeated_cpu_calibration`` returns them) exists so that
+    tests can hand in repetitions that agree or disagree."""
     import torch
 
     fingerprint = cpu_fingerprint(torch)
@@ -149,7 +154,7 @@ def cpu_profile(cache_dir: Path, announce: Callable[[str], None] = print) -> Har
             pass  # a damaged cache entry is re-measured, never trusted
     announce(f"solgate: measuring this CPU's ceilings once, {CPU_REPETITIONS} repetitions (cached in {path}) ...")
     started = time.perf_counter()
-    bandwidth, per_pattern, peaks, spreads = repeated_cpu_calibration(torch)
+    bandwidth, per_pattern, peaks, spreads = (calibration or repeated_cpu_calibration)(torch)
     spread_text = ", ".join(f"{k} {v:.1%}" for k, v in spreads.items())
     profile = HardwareProfile(
         id=f"cpu-{key}",

@@ -14,7 +14,7 @@ import fnmatch
 import json
 import sqlite3
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from pytest_solgate.errors import HistoryError
 from pytest_solgate.judge import BaselineRun

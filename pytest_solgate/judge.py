@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from pytest_solgate import records, stats, units
-from pytest_solgate.records import AMBIGUOUS, IMPROVED, PASS, REGRESSED
 from pytest_solgate.errors import MarkerError
-from pytest_solgate.records import Measurement
+from pytest_solgate.records import AMBIGUOUS, IMPROVED, PASS, REGRESSED, Measurement
 
 MARKER_KEYS = ("min", "mfu", "max_regression")
 ABOVE_SOL_LIMIT = 1.05

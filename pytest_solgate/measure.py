@@ -82,10 +82,13 @@ def take_timing(
         raise MeasureError(f"sol.measure needs a zero-argument callable, got {type(fn).__name__}")
     wall_start = clock()
     warmup: list[float] = []
+    warmup_wall: list[float] = []  # per call, the flush and the timer included
     while True:
+        call_start = clock()
         handle = _timed_call(fn, backend, 1)
         backend.synchronize()
         warmup.append(backend.elapsed(handle))
+        warmup_wall.append(clock() - call_start)
         if clock() - wall_start >= settings.warmup_time or clock() - wall_start >= settings.max_time:
             break
     # The first call may include compilation; estimate from the others when there are any.
@@ -93,7 +96,10 @@ def take_timing(
     batch = 1
     if estimate < backend.min_sample_seconds:
         batch = min(MAX_BATCH, math.ceil(backend.min_sample_seconds / estimate))
-    round_size = max(1, min(MAX_ROUND, int(ROUND_SECONDS / (estimate * batch))))
+    # A round is sized by wall time, the cache flush included: a flush can cost far more than a
+    # short kernel, and the stopping rule is only checked between rounds.
+    overhead = max(0.0, stats.median(warmup_wall[1:] or warmup_wall) - estimate)
+    round_size = max(1, min(MAX_ROUND, int(ROUND_SECONDS / (estimate * batch + overhead))))
 
     samples: list[float] = []
     throttled_flags: list[bool] = []

@@ -33,7 +33,9 @@ def test_below_budget_fails_in_the_call_phase_with_an_actionable_message(suite):
     """)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*test_slow SOL 0.50 < budget 0.85 on synthetic: * MB/s of 1 GB/s (memory-bound), median 1 ms ±*% over * samples",
+        # The CPU backend evicts the caches before each sample, the interpreter's too: a 1 ms
+        # busy-wait reads a little over 1 ms.
+        "*test_slow SOL 0.[45]? < budget 0.85 on synthetic: * MB/s of 1 GB/s (memory-bound), median 1* ms ±*% over * samples*",
     ])
     result.stdout.no_fnmatch_line("*teardown*")
     result.stdout.no_fnmatch_line("*pytest_solgate/*")  # no traceback from our internals
@@ -76,7 +78,7 @@ def test_gate_warn_and_off(suite):
     """
     warn = suite(body, "--sol-gate=warn")
     warn.assert_outcomes(passed=1, warnings=1)
-    warn.stdout.fnmatch_lines(["*SolgateWarning: below-budget: test_slow SOL 0.50 < budget 0.85*", "*below-budget*"])
+    warn.stdout.fnmatch_lines(["*SolgateWarning: below-budget: test_slow SOL 0.[45]? < budget 0.85*", "*below-budget*"])
     off = suite(body, "--sol-gate=off")
     off.assert_outcomes(passed=1)
     off.stdout.fnmatch_lines(["*not-gated*test_slow*"])
@@ -160,7 +162,7 @@ def test_several_measurements_and_json_contents(suite, pytester):
     assert gemm["test"] == "test_kernels.py::test_many" and gemm["profile"] == "synthetic"
     assert gemm["backend"] == "cpu" and gemm["bound"] == "compute" and gemm["flops"] == {"bf16_tensor": 1.5e6}
     assert gemm["t_sol"] == pytest.approx(0.75e-3)
-    assert gemm["seconds"] == pytest.approx(1e-3, rel=0.05) and len(gemm["samples"]) >= 10
+    assert gemm["seconds"] == pytest.approx(1e-3, rel=0.15) and len(gemm["samples"]) >= 10
     assert gemm["budget"]["min"] == 0.5 and gemm["verdict"] == "pass"
 
 
@@ -305,11 +307,15 @@ def test_cpu_profile_is_measured_once_and_cached(suite, pytester):
     # In a subprocess: torch must not be imported (and unloaded) inside an in-process pytester run.
     first = suite(body, "--sol-json=out.json", profile=False, subprocess=True)
     first.assert_outcomes(passed=1)
-    first.stdout.fnmatch_lines(["solgate: measuring this CPU's ceilings once (cached in *.solgate/profiles/cpu-*.toml) ..."])
+    first.stdout.fnmatch_lines(["solgate: measuring this CPU's ceilings once, 5 repetitions (cached in *.solgate/profiles/cpu-*.toml) ..."])
+    if "repetitions disagree" in first.stdout.str():  # a busy machine (xdist's other worker): not cached
+        assert not list((pytester.path / ".solgate" / "profiles").glob("cpu-*.toml"))
+        return
     cached = list((pytester.path / ".solgate" / "profiles").glob("cpu-*.toml"))
     assert len(cached) == 1
     text = cached[0].read_text()
     assert 'ceilings = "measured"' in text and "fp32 =" in text and "fp64 =" in text and "triad" in text
+    assert "median of 5 repetitions, spread (max-min)/median: bandwidth" in text
     second = suite(body, profile=False, subprocess=True)
     second.assert_outcomes(passed=1)
     second.stdout.no_fnmatch_line("*measuring this CPU*")
