@@ -23,7 +23,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
