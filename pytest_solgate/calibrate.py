@@ -77,6 +77,28 @@ def _best_time(fn: Callable[[], Any], repeats: int, sync: Callable[[], None] = l
     return min(times)
 
 
+# A CPU ceiling is the rate this machine sustains when it is not disturbed. A shared VM runs in
+# phases (1024^3 fp32 matmuls here stepped between about 190 and 100 GFLOP/s from one second to
+# the next), so the best single call is an outlier and a median lands in whichever phase it
+# happens to meet, below what a kernel reaches in a good phase (torch adds then read SOL 1.33).
+# The 90th percentile of the rate over many calls is what the machine reaches, reproducibly.
+RATE_QUANTILE = 0.9
+SECONDS_PER_FIGURE = 0.4
+
+
+def _sustained_rate(fn: Callable[[], Any], work: float, seconds: float = SECONDS_PER_FIGURE) -> float:
+    """The RATE_QUANTILE quantile of ``work`` per second over calls of ``fn`` for ``seconds``
+    (at least 5 calls, after one untimed call)."""
+    fn()
+    rates = []
+    deadline = time.perf_counter() + seconds
+    while len(rates) < 5 or time.perf_counter() < deadline:
+        start = time.perf_counter()
+        fn()
+        rates.append(work / (time.perf_counter() - start))
+    return stats.quantile(rates, RATE_QUANTILE)
+
+
 def _streaming_bandwidth(torch: Any, n: int) -> dict[str, float]:
     """GB/s of four streaming patterns over float32 buffers of n elements (bytes read + written)."""
     a, b, c = torch.rand(n), torch.rand(n), torch.rand(n)
@@ -86,13 +108,13 @@ def _streaming_bandwidth(torch: Any, n: int) -> dict[str, float]:
         "add": (lambda: torch.add(a, b, out=c), 3),
         "triad": (lambda: torch.add(b, c, alpha=3.0, out=a), 3),
     }
-    return {name: arrays * n * 4 / _best_time(fn, 5) / 1e9 for name, (fn, arrays) in patterns.items()}
+    return {name: _sustained_rate(fn, arrays * n * 4) / 1e9 for name, (fn, arrays) in patterns.items()}
 
 
 def _matmul_tflops(torch: Any, dtype: Any, size: int) -> float:
     x = torch.rand(size, size, dtype=dtype)
     y = torch.rand(size, size, dtype=dtype)
-    return 2 * size**3 / _best_time(lambda: torch.mm(x, y), 5) / 1e12
+    return _sustained_rate(lambda: torch.mm(x, y), 2 * size**3) / 1e12
 
 
 def measure_cpu(torch: Any) -> tuple[float, dict[str, float], dict[str, float]]:
@@ -104,7 +126,7 @@ def measure_cpu(torch: Any) -> tuple[float, dict[str, float], dict[str, float]]:
     return max(per_pattern.values()), per_pattern, peaks
 
 
-CPU_REPETITIONS = 5
+CPU_REPETITIONS = 3
 # Repetitions whose spread ((max - min) / median) exceeds this disagree: the machine was busy or
 # its clocks moved, and such ceilings are used for this session only, never cached.
 MAX_CALIBRATION_SPREAD = 0.10
