@@ -6,7 +6,6 @@ Every bad input is one line on stderr and exit status 2; ``compare`` exits 1 whe
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -219,6 +218,8 @@ def _cmd_trend(args: argparse.Namespace) -> int:
     from pytest_solgate.report import atomic, html
 
     history_path = _history_path(args)
+    if Path(args.output).resolve() == Path(history_path).resolve():
+        raise UsageFailure(f"trend: -o {args.output} is the history database itself; write the page elsewhere")
     with _open_history(history_path) as store:
         results = store.results(args.pattern)
     lines = []
@@ -302,27 +303,20 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
+    from pytest_solgate import schema
     from pytest_solgate.errors import ImportFileError
-    from pytest_solgate.records import SCHEMA, Measurement, RunInfo
+    from pytest_solgate.records import Measurement, RunInfo
 
     path = Path(args.file)
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ImportFileError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ImportFileError(f"{path}: cannot read it ({exc})") from None
-    except json.JSONDecodeError as exc:
-        raise ImportFileError(f"{path}: not JSON ({exc.msg} at line {exc.lineno}); give a file written by --sol-json") from None
-    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
-        raise ImportFileError(f"{path}: not a {SCHEMA} file (no \"schema\": \"{SCHEMA}\"); give a file written by pytest --sol-json")
-    try:
-        run = RunInfo.from_dict(document["run"])
-        if not run.id:
-            raise KeyError("run.id")
-        measurements = [Measurement.from_dict(_nan_for_null(m)) for m in document["measurements"]]
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise ImportFileError(f"{path}: a {SCHEMA} file with a missing or malformed field ({exc})") from None
+    document = schema.load(text, str(path))  # every field checked before anything is written
+    run = RunInfo.from_dict(document["run"])
+    measurements = [Measurement.from_dict(_nan_for_null(m)) for m in document["measurements"]]
     history_path = _history_path(args)
     with _open_history(history_path, create=True) as store:
         added = store.record_run(run, measurements)

@@ -7,6 +7,7 @@ on the first measurement, so that a session that measures nothing never imports 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import sys
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from pytest_solgate import backends, calibrate, environment, judge, locking, measure, records, score, telemetry
-from pytest_solgate.errors import OptionError, ProfileError, SolgateError
+from pytest_solgate.errors import MeasureError, OptionError, ProfileError, SolgateError
 from pytest_solgate.profiles import (
     HardwareProfile,
     ProfileOption,
@@ -81,6 +82,7 @@ class Engine:
         # What each measurement needs to be taken again, for the confirmation of a suspected
         # regression; dropped when its test is done (see forget), so no tensor outlives its test.
         self._retake: dict[tuple[str, str], Callable[[], Measurement]] = {}
+        self._measuring = ""  # the name of the measurement being taken: nesting would deadlock on the lock
         self._context_error: SolgateError | None = None
         self.profile_option = profile_option or resolve_profile_option(settings.profile)
         self.explicit_profile = self.profile_option.profile
@@ -184,6 +186,16 @@ class Engine:
         gate: bool = True,
     ) -> Measurement:
         __tracebackhide__ = True
+        if self._measuring:
+            raise MeasureError(
+                f"{test}: sol.measure called inside the kernel of another measurement ({self._measuring!r}); "
+                "measure each kernel on its own, from the test body"
+            )
+        if inspect.iscoroutinefunction(fn):
+            raise MeasureError(
+                f"{test}: sol.measure got an async function; only its coroutine would be created, never run: "
+                "pass a plain callable (e.g. lambda: asyncio.run(kernel()))"
+            )
         work = make_work(flops, bytes, precision or self.settings.precision)
         context = self.context()
         score.check_precisions(work, context.profile)
@@ -194,8 +206,12 @@ class Engine:
                 min_time=0.0, max_time=min(sampling.max_time, 0.5), noise=sampling.noise, min_samples=3, warmup_time=0.0
             )
         device_scope = _cuda_device_scope(context)
-        with locking.device_lock(context.lock_key), device_scope:
-            timing = measure.take_timing(fn, context.backend, sampling, telemetry.is_throttled)
+        self._measuring = name
+        try:
+            with locking.device_lock(context.lock_key), device_scope:
+                timing = measure.take_timing(fn, context.backend, sampling, telemetry.is_throttled)
+        finally:
+            self._measuring = ""
         scored = score.score(work, timing.seconds, context.profile)
         notes = list(timing.notes)
         interpreted = context.backend.name == "triton-interpreter"

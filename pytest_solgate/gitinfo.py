@@ -26,7 +26,9 @@ def git(cwd: str | Path, *args: str) -> str | None:
     """stdout of ``git args...`` in ``cwd``, or None when git is missing or the command fails."""
     try:
         done = subprocess.run(
-            ["git", *args], cwd=str(cwd), capture_output=True, text=True, timeout=30, check=False
+            ["git", *args], cwd=str(cwd), capture_output=True, text=True, timeout=30, check=False,
+            # Branch and file names are bytes to git: a non-UTF-8 one must not fail the test.
+            encoding="utf-8", errors="replace",
         )
     except (OSError, subprocess.SubprocessError):
         return None

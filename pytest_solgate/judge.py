@@ -305,6 +305,12 @@ def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, setting
             records.BELOW_BUDGET,
             f"{label(m)} SOL {m.sol:.2f} < budget {min_sol:.2f} {where}: {describe(m)}, {timing_phrase(m)}",
         )
+    if min_mfu is not None and not any(m.flops.values()):
+        return done(
+            records.BELOW_BUDGET,
+            f"{label(m)} has an MFU budget of {min_mfu:.2f} {where} but declares no FLOPs, so its MFU is 0 "
+            "(count_flops counts pointwise ops, softmax and norms as 0): pass flops= or drop mfu= from the marker",
+        )
     if min_mfu is not None and m.mfu < min_mfu:
         return done(
             records.BELOW_BUDGET,

@@ -13,6 +13,7 @@ optionally, telemetry; the loop decides how many calls per sample and when to st
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from dataclasses import dataclass, field
@@ -65,8 +66,16 @@ def _timed_call(fn: Callable[[], Any], backend: Backend, batch: int) -> Any:
     backend.flush(batch)
     token = backend.start()
     for _ in range(batch):
-        fn()
-    return backend.stop(token)
+        result = fn()
+    handle = backend.stop(token)
+    if inspect.isawaitable(result):  # a lambda around an async kernel: nothing ran
+        if inspect.iscoroutine(result):
+            result.close()
+        raise MeasureError(
+            "sol.measure's kernel returned an awaitable, so it only created a coroutine and ran nothing; "
+            "pass a callable that runs the work (e.g. lambda: asyncio.run(kernel()))"
+        )
+    return handle
 
 
 def take_timing(

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
-from pytest_solgate.errors import MeasureError, SolgateError
+from pytest_solgate.errors import MeasureError, OptionError, SolgateError
 from pytest_solgate.settings import OPTIONS, Settings, parse_settings
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             group.addoption(option.flag, nargs="?", const="sol-report.html", default=None, dest=option.name, metavar="PATH", help=text)
         else:
             group.addoption(option.flag, default=None, dest=option.name, help=text)
-        parser.addini(option.name, help=option.help, default=None)
+        parser.addini(option.name, help=option.help, default=None, type="bool" if option.kind == "bool" else "string")
 
 
 def _raw_settings(config: pytest.Config) -> dict[str, Any]:
@@ -53,6 +53,12 @@ def _raw_settings(config: pytest.Config) -> dict[str, Any]:
         value = config.getoption(option.name)
         if value is None:
             value = config.getini(option.name) or None
+            if value is not None and not isinstance(value, (str, bool, int, float)):
+                # A TOML list or table where one value belongs: never a file named "['h.db']".
+                raise OptionError(
+                    f"ini option {option.name} = {value!r}: give one {'true or false' if option.kind == 'bool' else 'value'} "
+                    f"(a string such as {option.name} = \"{option.default or '...'}\"), not a {type(value).__name__}"
+                )
         raw[option.name] = value
     return raw
 
@@ -118,7 +124,7 @@ class SolFixture:
     def measure(
         self,
         fn: Callable[[], Any],
-        *,
+        *positional: Any,
         flops: Any = None,
         bytes: Any = None,
         precision: str | None = None,
@@ -126,9 +132,15 @@ class SolFixture:
         gate: bool = True,
     ) -> Measurement:
         __tracebackhide__ = True
+        if positional:
+            raise MeasureError(
+                f"{self._test}: sol.measure(fn, {', '.join(repr(p) for p in positional)}): after the kernel it takes "
+                "keywords only: flops=, bytes=, precision=, name=, gate= (e.g. sol.measure(fn, bytes=1e6))"
+            )
         if self._closed:
             raise MeasureError(
-                f"sol.measure called after {self._test} finished; call it inside the test body"
+                f"sol.measure called after the body of {self._test} returned (in a fixture's teardown?); it would "
+                "never be judged: call it inside the test body"
             )
         taken = {m.name for m in self.measurements}
         if name is None:
@@ -139,6 +151,11 @@ class SolFixture:
                 name = f"default-{number}"
         elif not isinstance(name, str) or not name:
             raise MeasureError(f"{self._test}: sol.measure(name={name!r}) must be a non-empty string")
+        elif not name.isprintable():
+            raise MeasureError(
+                f"{self._test}: sol.measure(name={name!r}) holds a newline or control character; every report shows "
+                "names on one line: give a printable name"
+            )
         elif name in taken:
             raise MeasureError(f"{self._test}: a measurement named {name!r} already exists in this test; give another name=")
         try:
@@ -179,6 +196,7 @@ class SolgateSession:
         self.project_root = gitinfo.project_root(self.rootdir)
         self.state_dir = self.project_root / ".solgate"
         self.history_path = self._resolve(settings.history, self.project_root)
+        self._refuse_colliding_outputs(Path(config.invocation_params.dir))
         self.started_at = datetime.datetime.now(datetime.timezone.utc)
         self.run_id = (getattr(config, "workerinput", {}) or {}).get("solgate_run_id") or _new_id()
         self.records: list[Any] = []
@@ -216,6 +234,29 @@ class SolgateSession:
                 warn=lambda text: warnings.warn(SolgateWarning(text), stacklevel=2),
             )
         return self._engine
+
+    def _refuse_colliding_outputs(self, invocation_dir: Path) -> None:
+        """No output may overwrite the history or another output of the same run."""
+        import os
+
+        settings = self.settings
+        targets = [("--sol-history", self.history_path)]
+        for flag, value in (("--sol-report", settings.report), ("--sol-json", settings.json),
+                            ("--sol-markdown", settings.markdown), ("--sol-benchmark-action", settings.benchmark_action),
+                            ("--junitxml", getattr(self.config.option, "xmlpath", None))):
+            if value:
+                targets.append((flag, self._resolve(str(value), invocation_dir)))
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if settings.github_summary and summary:
+            targets.append(("--sol-github-summary ($GITHUB_STEP_SUMMARY)", Path(summary)))
+        seen: dict[Path, str] = {}
+        for flag, path in targets:
+            key = Path(os.path.abspath(path))
+            if key in seen:
+                raise SolgateError(
+                    f"{seen[key]} and {flag} both name {path}: one would overwrite the other; give each its own path"
+                )
+            seen[key] = flag
 
     @staticmethod
     def _resolve(path: str, base: Path) -> Path:
@@ -301,6 +342,8 @@ class SolgateSession:
         judged = [self.engine.judge(budget, m) for m in measured]
         if measured:
             self.engine.forget(item.nodeid)
+        if fixture is not None:
+            fixture.close()  # a measurement after judging (a fixture's teardown) would be lost: refuse it
         item.stash[RECORDS_KEY] = judged
         for m in judged:
             item.user_properties.append((f"sol[{m.name}]", f"{m.sol:.4f}"))

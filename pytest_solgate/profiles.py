@@ -104,7 +104,17 @@ def _positive_number(path: str, key: str, value: Any) -> float:
         raise ProfileError(f"{path}: field '{key}' must be a number, got {value!r}")
     if not value > 0 or value == float("inf"):
         raise ProfileError(f"{path}: field '{key}' must be a finite number > 0, got {value!r}")
+    if not PHYSICAL_RANGE[0] <= value <= PHYSICAL_RANGE[1]:
+        raise ProfileError(
+            f"{path}: field '{key}' = {value!r} is not physically possible; give a value from "
+            f"{PHYSICAL_RANGE[0]:g} to {PHYSICAL_RANGE[1]:g} in the datasheet's units (GB/s, TFLOP/s, MB, MHz)"
+        )
     return float(value)
+
+
+# Every profile number, in its datasheet unit: 10 PB/s, 10 EFLOP/s or 10 million SMs is no device,
+# and such a number breaks the roofline's axes; 1e-9 TFLOP/s is still a (very slow) CPU.
+PHYSICAL_RANGE = (1e-9, 1e7)
 
 
 def _string(path: str, key: str, value: Any) -> str:
@@ -231,6 +241,8 @@ def builtin_profiles() -> list[HardwareProfile]:
 
 def find_profile(spec: str, profiles: Iterable[HardwareProfile] | None = None) -> HardwareProfile:
     """``--sol-profile``: a path to a TOML file, or the id of a known profile."""
+    if not spec.strip():
+        raise ProfileError(f"the profile id is empty ({spec!r}); give an id from `solgate profiles` or a path to a .toml file")
     if spec.endswith(".toml") or "/" in spec or Path(spec).exists():
         return load_profile(spec)
     known = list(profiles) if profiles is not None else builtin_profiles()

@@ -67,6 +67,23 @@ USAGE_ERRORS = [
     ("history-not-a-database", ["--sol-history=notes.txt"], {"notes.txt": "my notes\n" * 50, "test_x.py": PLAIN_TEST},
      "notes.txt: not a solgate history database"),
     ("history-foreign-sqlite", ["--sol-history=other.db"], {"test_x.py": PLAIN_TEST}, "not a solgate history (tables: orders)"),
+    # Outputs that collide: refused before anything runs, so the history is never replaced.
+    ("output-json-is-history", ["--sol-history=team.db", "--sol-json=team.db"], {"test_x.py": PLAIN_TEST},
+     "--sol-history and --sol-json both name"),
+    ("output-report-is-markdown", ["--sol-markdown=out.txt", "--sol-report=out.txt"], {"test_x.py": PLAIN_TEST},
+     "--sol-report and --sol-markdown both name"),
+    ("output-junit-is-json", ["--sol-json=r.xml", "--junitxml=r.xml"], {"test_x.py": PLAIN_TEST},
+     "--sol-json and --junitxml both name"),
+    ("ini-list-for-a-path", [], {"pyproject.toml": '[tool.pytest.ini_options]\nsol_history = ["h.db"]\n', "test_x.py": PLAIN_TEST},
+     "ini option sol_history = ['h.db']: give one value"),
+    ("ini-list-for-report", [], {"pyproject.toml": '[tool.pytest.ini_options]\nsol_report = ["a.html"]\n', "test_x.py": PLAIN_TEST},
+     "ini option sol_report = ['a.html']: give one value"),
+    ("profile-absurd-bandwidth", ["--sol-profile=p.toml"],
+     {"p.toml": GOOD_PROFILE.replace("memory_bandwidth_gbps = 1", "memory_bandwidth_gbps = 1e300"), "test_x.py": PLAIN_TEST},
+     "p.toml: field 'memory_bandwidth_gbps' = 1e+300 is not physically possible"),
+    ("profile-empty-id", ["--sol-profile= "], {"test_x.py": PLAIN_TEST}, "the profile id is empty"),
+    ("baseline-ref-missing", ["--sol-baseline=origin/main"], {"test_x.py": PLAIN_TEST},
+     "--sol-baseline=origin/main: "),
 ]
 
 
@@ -123,13 +140,25 @@ TEST_FAILURES = [
     ("bad-name", "sol.measure(lambda: 0, bytes=1, name='')", "sol.measure(name='') must be a non-empty string"),
     ("instant-kernel", "sol.measure(lambda: None, bytes=1e6)", "is impossible"),
     ("marked-measured-nothing", "pass", "marked sol but measured nothing; call sol.measure(...) in the test"),
+    ("positional-work", "sol.measure(lambda: busy(1e-4), 1e6)",
+     "sol.measure(fn, 1000000.0): after the kernel it takes keywords only: flops=, bytes=, precision=, name=, gate="),
+    ("async-kernel", "async def kernel():\n        busy(1e-4)\n    sol.measure(kernel, bytes=1e3)",
+     "sol.measure got an async function; only its coroutine would be created, never run"),
+    ("lambda-around-async", "async def kernel():\n        busy(1e-4)\n    sol.measure(lambda: kernel(), bytes=1e3)",
+     "kernel returned an awaitable, so it only created a coroutine and ran nothing"),
+    ("nested-measure", "sol.measure(lambda: sol.measure(lambda: busy(1e-4), bytes=1, name='inner'), bytes=1e3)",
+     "sol.measure called inside the kernel of another measurement ('default')"),
+    ("name-with-newline", "sol.measure(lambda: busy(1e-4), bytes=1e3, name='a\\nb')",
+     "holds a newline or control character; every report shows names on one line"),
+    ("mfu-without-flops", "sol.measure(lambda: busy(1e-4), bytes=1e3)",
+     "has an MFU budget of 0.10 on synthetic but declares no FLOPs"),
 ]
 
 
 @pytest.mark.parametrize("case, body, line", TEST_FAILURES, ids=[c[0] for c in TEST_FAILURES])
 def test_failures_inside_a_test(pytester, case, body, line):
     pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
-    marker = "@pytest.mark.sol(min=0.5)\n" if case == "marked-measured-nothing" else ""
+    marker = {"marked-measured-nothing": "@pytest.mark.sol(min=0.5)\n", "mfu-without-flops": "@pytest.mark.sol(mfu=0.1)\n"}.get(case, "")
     pytester.makepyfile(test_k=KERNELS + f"\nimport pytest\n\n{marker}def test_k(sol):\n    {body}\n")
     result = pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml")
     result.assert_outcomes(failed=1)
@@ -162,7 +191,59 @@ def test_fixture_used_outside_its_test(pytester):
                                "def test_b():\n    saved[0].measure(lambda: 0, bytes=1)\n")
     result = pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml")
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["E   *MeasureError: sol.measure called after test_k.py::test_a finished; call it inside the test body"])
+    result.stdout.fnmatch_lines(["E   *MeasureError: sol.measure called after the body of test_k.py::test_a returned*; "
+                                 "it would never be judged: call it inside the test body"])
+
+
+def test_a_measurement_in_a_fixtures_teardown_is_refused_not_lost(pytester):
+    pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
+    pytester.makepyfile(test_k=KERNELS + """
+import pytest
+
+@pytest.fixture
+def late(sol):
+    yield
+    sol.measure(lambda: busy(1e-4), bytes=1e3, name="late")
+
+def test_k(sol, late):
+    sol.measure(lambda: busy(1e-4), bytes=1e3)
+""")
+    result = pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml")
+    result.assert_outcomes(passed=1, errors=1)  # the test passed; its teardown says what went wrong
+    result.stdout.fnmatch_lines(["*sol.measure called after the body of test_k.py::test_k returned (in a fixture's teardown?)*"])
+
+
+def test_benchmark_action_writes_no_empty_file(pytester):
+    pytester.makepyfile(test_x=PLAIN_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--sol-benchmark-action=bench.json")
+    result.assert_outcomes(passed=1)
+    assert not (pytester.path / "bench.json").exists()
+    result.stdout.fnmatch_lines(["solgate: nothing was measured, so no benchmark-action JSON was written to bench.json"])
+
+
+def test_git_names_that_are_not_utf8_neither_fail_nor_lose_the_run(pytester):
+    import json
+    import os
+
+    def git(*args):
+        subprocess.run([b"git", *args], cwd=pytester.path, check=True, capture_output=True)
+
+    pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
+    pytester.makepyfile(test_k=KERNELS + "\ndef test_k(sol):\n    sol.measure(lambda: busy(1e-4), bytes=1e3)\n")
+    odd = os.path.join(os.fsencode(pytester.path), b"caf\xe9.txt")  # Latin-1, not UTF-8
+    with open(odd, "wb") as f:
+        f.write(b"x")
+    git(b"init", b"-q", b"-b", b"main")
+    git(b"add", b"-A")
+    git(b"-c", b"user.email=t@example.invalid", b"-c", b"user.name=t", b"commit", b"-q", b"-m", b"A")
+    git(b"checkout", b"-q", b"-b", b"br\xe9nch")
+    with open(odd, "wb") as f:
+        f.write(b"changed")  # a modified tracked file with a non-UTF-8 name: the tree is dirty
+    result = pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml", "--sol-json=out.json")
+    result.assert_outcomes(passed=1)
+    run = json.loads((pytester.path / "out.json").read_text())["run"]
+    assert run["dirty"] is True and run["commit"] and run["branch"].startswith("br")
+    assert (pytester.path / ".solgate" / "history.db").exists()  # recorded
 
 
 def test_sol_fixture_from_a_wider_scope_is_pytests_scope_error(pytester):
@@ -182,7 +263,15 @@ CLI_ERRORS = [
     ("cli-import-missing-file", ["import", "nothere.json"], "nothere.json: no such file"),
     ("cli-import-not-json", ["import", "broken.json"], "broken.json: not JSON"),
     ("cli-import-not-ours", ["import", "theirs.json"], "theirs.json: not a solgate/1 file"),
-    ("cli-import-malformed", ["import", "half.json"], "half.json: a solgate/1 file with a missing or malformed field"),
+    ("cli-import-malformed", ["import", "half.json"], "half.json: the document = {'schema': 'solgate/1', 'run': {'id': 'r'}}: 'measurements' is a required property"),
+    ("cli-import-samples-text", ["import", "poison.json"], "poison.json: measurements[0].samples = 'abc': it is not of type 'array'"),
+    ("cli-import-sol-text", ["import", "poison-sol.json"], "poison-sol.json: measurements[0].sol = 'high': it is not of type 'number'"),
+    ("cli-import-huge-number", ["import", "huge.json"], "huge.json: measurements[0].bytes = 1000"),
+    ("cli-import-nan", ["import", "nan.json"], "nan.json: not JSON that solgate can import (NaN is not a number"),
+    ("cli-import-null-required", ["import", "null.json"], "null.json: measurements[0].seconds = None: it is not of type 'number'"),
+    ("cli-import-strings-for-records", ["import", "strings.json"], "it is not of type 'object'; nothing was imported"),
+    ("cli-profile-empty-id", ["profile", ""], "the profile id is empty"),
+    ("cli-trend-onto-history", ["trend", "--history", "notes.txt", "-o", "notes.txt"], "is the history database itself"),
     ("cli-history-not-a-database", ["history", "--history", "notes.txt"], "notes.txt: not a solgate history database"),
     ("cli-history-directory", ["history", "--history", "."], "is a directory; --sol-history needs a database file path"),
     ("cli-detect-unknown-device", ["detect", "--name", "Potato GPU"], "no hardware profile matches device 'Potato GPU'"),
@@ -196,11 +285,23 @@ def test_cli_errors(tmp_path, case, args, fragment):
     (tmp_path / "theirs.json").write_text('{"benchmarks": [{"name": "x"}]}')
     (tmp_path / "half.json").write_text('{"schema": "solgate/1", "run": {"id": "r"}}')
     (tmp_path / "notes.txt").write_text("notes\n" * 100)
+    import json
+
+    good = {"test": "t.py::test_k", "name": "default", "profile": "p", "backend": "cpu", "flops": {}, "bytes": 1,
+            "seconds": 1e-3, "samples": [1e-3], "noise": 0.01, "t_sol": 1e-4, "sol": 0.1, "mfu": 0, "bound": "memory",
+            "tflops": 0, "gbps": 1}
+    for name, change in (("poison", {"samples": "abc"}), ("poison-sol", {"sol": "high"}), ("huge", {"bytes": 10**400}),
+                         ("null", {"seconds": None})):
+        document = {"schema": "solgate/1", "run": {"id": "r", "started_at": "2026-12-02"}, "measurements": [{**good, **change}]}
+        (tmp_path / f"{name}.json").write_text(json.dumps(document))
+    (tmp_path / "nan.json").write_text((tmp_path / "poison.json").read_text().replace('"abc"', "[NaN]"))
+    (tmp_path / "strings.json").write_text('{"schema": "solgate/1", "run": {"id": "r", "started_at": "x"}, "measurements": ["a", "b"]}')
     done = subprocess.run([sys.executable, "-m", "pytest_solgate.cli", *args], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 2, (done.stdout, done.stderr)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and fragment in lines[0], done.stderr
     assert (tmp_path / "notes.txt").read_text() == "notes\n" * 100
+    assert not (tmp_path / ".solgate").exists()  # a refused import writes nothing
 
 
 def test_the_catalogue_has_at_least_thirty_entries():

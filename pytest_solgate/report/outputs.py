@@ -75,7 +75,11 @@ def publish(
             messages.append(f"solgate: the {what} could not be rendered ({type(exc).__name__}: {exc}); the previous file, if any, is untouched")
 
     write(settings.json, "JSON results", lambda: machine.solgate_json(run, measurements))
-    write(settings.benchmark_action, "benchmark-action JSON", lambda: machine.benchmark_action(measurements))
+    if settings.benchmark_action and not measurements:
+        # github-action-benchmark rejects an empty list ("No benchmark result was found").
+        messages.append(f"solgate: nothing was measured, so no benchmark-action JSON was written to {settings.benchmark_action}")
+    else:
+        write(settings.benchmark_action, "benchmark-action JSON", lambda: machine.benchmark_action(measurements))
     if settings.markdown or (settings.github_summary and os.environ.get("GITHUB_STEP_SUMMARY")):
         from pytest_solgate.report import markdown
 

@@ -1,0 +1,133 @@
+"""Record: the solgate/1 JSON schema, checked before ``solgate import`` writes anything.
+
+A file from another runner is untrusted input: a record of the wrong type ("samples": "abc") or a
+number out of range would poison every later run that reads it as a baseline. The check is a JSON
+Schema run by the maintained ``jsonschema`` library; the bounds are physical (a sample longer
+than a day, a kernel moving more than an exabyte, a SOL of a thousand are not measurements).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pytest_solgate.errors import ImportFileError
+from pytest_solgate.precisions import PRECISIONS
+from pytest_solgate.records import SCHEMA, VERDICTS
+
+MAX_SECONDS = 86_400.0
+MAX_SAMPLES = 1_000_000
+MAX_TEXT = 100_000
+
+
+def _number(maximum: float, minimum: float = 0.0, exclusive: bool = False) -> dict[str, Any]:
+    bound = {"exclusiveMinimum": minimum} if exclusive else {"minimum": minimum}
+    return {"type": "number", "maximum": maximum, **bound}
+
+
+def _text(max_length: int = MAX_TEXT) -> dict[str, Any]:
+    return {"type": "string", "maxLength": max_length}
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+MEASUREMENT = {
+    "type": "object",
+    "required": ["test", "name", "profile", "backend", "flops", "bytes", "seconds", "samples", "noise",
+                 "t_sol", "sol", "mfu", "bound", "tflops", "gbps"],
+    "properties": {
+        "test": {**_text(10_000), "minLength": 1},
+        "name": {**_text(1_000), "minLength": 1},
+        "profile": {**_text(200), "minLength": 1},
+        "backend": _text(100),
+        "flops": {"type": "object", "propertyNames": {"enum": list(PRECISIONS)},
+                  "additionalProperties": _number(1e24)},
+        "bytes": _number(1e18),
+        "seconds": _number(MAX_SECONDS, exclusive=True),
+        "samples": {"type": "array", "maxItems": MAX_SAMPLES, "items": _number(MAX_SECONDS)},
+        "noise": _nullable(_number(1e6)),
+        "t_sol": _number(MAX_SECONDS),
+        "sol": _number(1e3),
+        "mfu": _number(1e3),
+        "bound": {"enum": ["memory", "compute"]},
+        "tflops": _number(1e9),
+        "gbps": _number(1e12),
+        "intensity": _nullable(_number(1e30)),
+        "ridge": _nullable(_number(1e30)),
+        "gate": {"type": "boolean"},
+        "ceilings": {"enum": ["datasheet", "measured"]},
+        "device": _text(1_000),
+        "batch": {"type": "integer", "minimum": 1, "maximum": 10**9},
+        "noisy": {"type": "boolean"},
+        "throttled": {"type": "boolean"},
+        "dropped_samples": {"type": "integer", "minimum": 0, "maximum": MAX_SAMPLES},
+        "notes": {"type": "array", "maxItems": 1_000, "items": _text()},
+        "verdict": _nullable({"enum": list(VERDICTS)}),
+        "reason": _text(),
+        "budget": _nullable({"type": "object"}),
+        "baseline": _nullable({"type": "object"}),
+        "telemetry": _nullable({"type": "object"}),
+        "environment": {"type": "object", "additionalProperties": _text(1_000)},
+        "ceilings_id": _text(100),
+        "trend": {"type": "array", "maxItems": 100_000, "items": {"type": "object"}},
+    },
+}
+
+RUN = {
+    "type": "object",
+    "required": ["id", "started_at"],
+    "properties": {
+        "id": {**_text(200), "minLength": 1},
+        "started_at": {**_text(100), "minLength": 1},
+        "commit": _nullable(_text(100)),
+        "commit_time": _nullable(_text(100)),
+        "branch": _nullable(_text(1_000)),
+        "dirty": {"type": "boolean"},
+        **{key: _text() for key in ("host", "device", "driver", "cuda", "torch", "triton", "python", "plugin",
+                                    "profile", "ceilings", "command", "baseline_ref")},
+    },
+}
+
+DOCUMENT = {
+    "type": "object",
+    "required": ["schema", "run", "measurements"],
+    "properties": {
+        "schema": {"const": SCHEMA},
+        "run": RUN,
+        "measurements": {"type": "array", "maxItems": 100_000, "items": MEASUREMENT},
+    },
+}
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number a measurement can have")
+
+
+def load(text: str, where: str) -> dict[str, Any]:
+    """Parse and check a solgate/1 document; any fault is one ImportFileError naming the field."""
+    try:
+        document = json.loads(text, parse_constant=_refuse_constant)
+    except ValueError as exc:  # JSONDecodeError is a ValueError too
+        detail = f"{exc.msg} at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise ImportFileError(f"{where}: not JSON that solgate can import ({detail}); give a file written by --sol-json") from None
+    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
+        raise ImportFileError(f"{where}: not a {SCHEMA} file (no \"schema\": \"{SCHEMA}\"); give a file written by pytest --sol-json")
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(DOCUMENT).iter_errors(document))
+    if error is not None:
+        field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".") or "the document"
+        value = " ".join(repr(error.instance).split())
+        value = _short(value, 60)
+        raise ImportFileError(
+            f"{where}: {field} = {value}: {_short(error.message.replace(repr(error.instance), 'it', 1))}; "
+            "nothing was imported"
+        )
+    return document
+
+
+def _short(text: str, limit: int = 120) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
