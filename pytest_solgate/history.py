@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any, Sequence
@@ -115,8 +116,11 @@ class HistoryStore:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise HistoryError(f"{self.path}: cannot create its folder ({exc.strerror}); pass --sol-history=PATH") from None
+        # A history on a read-only mount is still a history: it is read (baselines, `solgate
+        # history`), and only writing it is refused.
+        self.read_only = existed and not (os.access(self.path, os.W_OK) and os.access(self.path.parent, os.W_OK))
         try:
-            self.db = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+            self.db = self._connect()
         except sqlite3.Error as exc:
             raise HistoryError(f"{self.path}: cannot open the history database ({exc}); pass --sol-history=PATH") from None
         try:
@@ -131,6 +135,18 @@ class HistoryStore:
             if "readonly" in str(exc) or "unable to open" in str(exc):
                 raise HistoryError(f"{self.path}: cannot write the history ({exc}); pass --sol-history=PATH") from None
             raise HistoryError(f"{self.path}: history database error ({exc})") from None
+
+    def _connect(self) -> sqlite3.Connection:
+        if not self.read_only:
+            return sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        uri = self.path.resolve().as_uri()
+        try:
+            db = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None)
+            db.execute("PRAGMA user_version").fetchone()
+            return db
+        except sqlite3.OperationalError:
+            # A WAL database whose folder cannot hold the -shm file: nothing can change it there.
+            return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, isolation_level=None)
 
     def __enter__(self) -> "HistoryStore":
         return self
@@ -159,6 +175,13 @@ class HistoryStore:
                 f"{self.path}: history schema version {version} is newer than this pytest-solgate "
                 f"understands ({SCHEMA_VERSION}); upgrade pytest-solgate"
             )
+        if version < SCHEMA_VERSION and self.read_only:
+            raise HistoryError(
+                f"{self.path}: a read-only history at schema version {version} (this pytest-solgate reads {SCHEMA_VERSION}); "
+                "migrate it once where it can be written (any solgate command there does it)"
+            )
+        if self.read_only:
+            return
         if version < SCHEMA_VERSION:
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -187,6 +210,8 @@ class HistoryStore:
 
     def record_run(self, run: RunInfo, measurements: Sequence[Measurement]) -> bool:
         """Write one run and all its measurements in one transaction. False if the run id exists."""
+        if self.read_only:
+            raise HistoryError(f"{self.path}: the history is read-only here; this run is not saved in it")
         row = {
             "run_uid": run.id,
             "started_at": run.started_at,

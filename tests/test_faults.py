@@ -4,7 +4,9 @@ The figures these tests establish are quoted in docs/reliability.md.
 """
 
 import multiprocessing
+import os
 import random
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -15,7 +17,7 @@ import pytest
 
 from pytest_solgate.history import HistoryStore
 from pytest_solgate.records import Measurement, RunInfo
-from solgate_testing import KERNELS, SYNTHETIC_PROFILE
+from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE
 
 PER_RUN = 3
 
@@ -135,3 +137,44 @@ def test_unwritable_history_and_report_leave_verdicts_alone(suite, pytester):
     ])
 
 
+
+
+READ_ONLY_SCRIPT = r"""
+set -e
+mount -t tmpfs none "$RO"
+cp history.db "$RO/history.db"
+mount -o remount,ro "$RO"
+"$PY" -m pytest -p no:cacheprovider --sol-device=cpu --sol-min-time=0.02 --sol-max-time=0.3 \
+    --sol-profile=synthetic.toml --sol-history="$RO/history.db" --sol-baseline=HEAD test_k.py > pytest.out 2>&1 || echo "pytest exit $?" >> pytest.out
+"$PY" -m pytest -p no:cacheprovider --sol-device=cpu --sol-min-time=0.02 --sol-max-time=0.3 \
+    --sol-profile=synthetic.toml --sol-history="$RO/history.db" --sol-no-save test_k.py > nosave.out 2>&1 || echo "pytest exit $?" >> nosave.out
+"$PY" -m pytest_solgate.cli history --history "$RO/history.db" > history.out 2>&1 || echo "solgate exit $?" >> history.out
+"""
+
+
+@pytest.mark.skipif(not shutil.which("unshare"), reason="needs util-linux unshare for a private read-only mount")
+def test_a_read_only_history_is_still_read(pytester):
+    """An existing history on a read-only mount: the session runs, baselines come from it, and it
+    says once that this run is not saved; `solgate history` reads it."""
+    import subprocess as sp
+
+    pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
+    pytester.makepyfile(test_k=KERNELS + "\ndef test_k(sol):\n    sol.measure(lambda: busy(1e-3), bytes=0.4e6)\n")
+    for args in (["init", "-q", "-b", "main"], ["-c", "user.email=t@e.invalid", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "A"]):
+        sp.run(["git", *args], cwd=pytester.path, check=True, capture_output=True)
+    for _ in range(2):  # two runs at HEAD: a window
+        pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml", "--sol-history=history.db").assert_outcomes(passed=1)
+    (pytester.path / "ro").mkdir()
+    done = sp.run(["unshare", "-rm", "sh", "-c", READ_ONLY_SCRIPT], cwd=pytester.path, capture_output=True, text=True,
+                  env={**os.environ, "RO": str(pytester.path / "ro"), "PY": sys.executable})
+    if "Operation not permitted" in done.stderr or "cannot" in done.stderr and "mount" in done.stderr:
+        pytest.skip(f"no private mounts here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    out = (pytester.path / "pytest.out").read_text()
+    assert "1 passed" in out and "pytest exit" not in out, out
+    assert out.count("is read-only here; this run is not saved") == 1, out
+    assert ", floor " in out  # judged against the window read from the read-only history
+    nosave = (pytester.path / "nosave.out").read_text()
+    assert "1 passed" in nosave and "not saved" not in nosave, nosave
+    listing = (pytester.path / "history.out").read_text()
+    assert listing.count("test_k.py::test_k [default]") == 2 and "solgate exit" not in listing, listing
