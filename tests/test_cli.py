@@ -151,3 +151,21 @@ def test_sol_profile_folder_is_checked_at_start(pytester):
                                                     '[peak_tflops]\nfp32 = 1\n')
     pytester.makepyfile("def test_x():\n    pass\n")
     pytester.runpytest("--sol-profile=mine").assert_outcomes(passed=1)
+
+
+def test_compare_refuses_an_ambiguous_or_empty_sha(tmp_path):
+    from pytest_solgate.history import HistoryStore
+    from pytest_solgate.records import Measurement, RunInfo
+
+    m = Measurement(test="t.py::test_k", name="default", profile="p", backend="cpu", flops={}, bytes=1.0, seconds=1e-3,
+                    samples=(1e-3,), noise=0.0, t_sol=1e-4, sol=0.1, mfu=0.0, bound="memory", tflops=0.0, gbps=1.0)
+    with HistoryStore(tmp_path / "h.db") as store:
+        for i, sha in enumerate(("abc1" + "0" * 36, "abc2" + "0" * 36)):
+            store.record_run(RunInfo(id=f"r{i}", started_at=f"2026-12-02T00:0{i}:00", commit=sha), [m])
+    ambiguous = solgate("compare", "abc", "abc1", "--history", "h.db", cwd=tmp_path)
+    assert ambiguous.returncode == 2
+    assert "'abc' is ambiguous in h.db: abc100000000, abc200000000" in ambiguous.stderr
+    empty = solgate("compare", "", "abc1", "--history", "h.db", cwd=tmp_path)
+    assert empty.returncode == 2 and "'' is neither a git ref here nor a commit in h.db" in empty.stderr
+    fine = solgate("compare", "abc1", "abc2", "--history", "h.db", cwd=tmp_path)
+    assert fine.returncode == 0, fine.stderr
