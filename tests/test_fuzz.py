@@ -111,6 +111,9 @@ def test_matcher_does_not_depend_on_profile_order(name, rng):
 
 
 finite = st.floats(min_value=1e-9, max_value=1e9, allow_nan=False)
+# Times and scores within the physical bounds that `solgate import` checks (pytest_solgate/schema.py).
+duration = st.floats(min_value=1e-9, max_value=1e4, allow_nan=False)
+ratio = st.floats(min_value=1e-9, max_value=1e3, allow_nan=False)
 measurements = st.builds(
     Measurement,
     test=st.text(min_size=1, max_size=40).map(lambda t: "t.py::" + t),
@@ -118,8 +121,8 @@ measurements = st.builds(
     profile=st.sampled_from(["h100-sxm", "cpu-x"]),
     backend=st.sampled_from(["cuda", "cpu", "triton-interpreter"]),
     flops=st.dictionaries(st.sampled_from(PRECISIONS), finite, max_size=2),
-    bytes=finite, seconds=finite, samples=st.lists(finite, min_size=1, max_size=20).map(tuple),
-    noise=st.one_of(finite, st.just(math.inf)), t_sol=finite, sol=finite, mfu=finite,
+    bytes=finite, seconds=duration, samples=st.lists(duration, min_size=1, max_size=20).map(tuple),
+    noise=st.one_of(ratio, st.just(math.inf)), t_sol=duration, sol=ratio, mfu=ratio,
     bound=st.sampled_from(["memory", "compute"]), tflops=finite, gbps=finite,
     verdict=st.sampled_from(["pass", "below-budget", "not-gated"]), reason=st.text(max_size=50),
 )
@@ -138,3 +141,28 @@ def test_json_records_round_trip_through_import(tmp_path, ms):
     with HistoryStore(db) as store:
         stored = [m for r, m in store.results() if r["run_uid"] == run.id]
     assert stored == list(ms)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(measurements, st.sampled_from(["samples", "sol", "seconds", "flops", "bound", "noise", "test", "bytes"]), json_values)
+def test_import_of_any_poisoned_field_is_refused_or_valid_never_a_traceback(tmp_path, m, field, value):
+    import json
+
+    document = json.loads(solgate_json(RunInfo(id=uuid.uuid4().hex, started_at="2026-12-02T00:00:00+00:00"), [m]))
+    document["measurements"][0][field] = value
+    path = tmp_path / f"{uuid.uuid4().hex}.json"
+    path.write_text(json.dumps(document))
+    db = tmp_path / "poison.db"
+    status = cli.main(["import", str(path), "--history", str(db)])  # raises nothing
+    assert status in (0, 2)
+    if status == 0:  # what was accepted reads back as a usable record
+        with HistoryStore(db) as store:
+            for _, stored in store.results():
+                assert isinstance(stored.sol, (int, float)) and all(isinstance(s, (int, float)) for s in stored.samples)

@@ -286,7 +286,8 @@ def test_fixture_used_after_its_test(suite):
             kept[0].measure(lambda: busy(1e-4), bytes=1e3)
     """)
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*sol.measure called after test_kernels.py::test_keep finished; call it inside the test body"])
+    result.stdout.fnmatch_lines(["*sol.measure called after the body of test_kernels.py::test_keep returned*; "
+                                 "it would never be judged: call it inside the test body"])
 
 
 def test_report_swallowing_a_test_path_is_explained(pytester):
