@@ -38,12 +38,12 @@ def test_junit_properties_read_by_junitparser(pytester):
     xml = junitparser.JUnitXml.fromfile(str(pytester.path / "junit.xml"))
     cases = {case.name: case for suite in xml for case in suite}
     assert set(cases) == {"test_pass", "test_slow"}
+
     def properties(case):
         (block,) = case.iterchildren(junitparser.Properties)
         return {p.name: p.value for p in block.iterchildren(junitparser.Property)}
 
-    properties_of_slow = properties(cases["test_slow"])
-    slow = properties_of_slow
+    slow = properties(cases["test_slow"])
     assert slow["sol_verdict[default]"] == "below-budget" and float(slow["sol[default]"]) < 0.5
     assert slow["sol_bound[default]"] == "memory" and float(slow["sol_seconds[default]"]) > 0
     passed = properties(cases["test_pass"])
