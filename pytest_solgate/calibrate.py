@@ -227,6 +227,12 @@ def device_key(index: int) -> str:
     return cuda_uuid(torch, index) or f"index{index}"
 
 
+def measured_id_suffix(device_key: str) -> str:
+    """A short, id-safe form of a device's UUID ('GPU-1a2b3c4d-...' -> '1a2b3c4d')."""
+    text = "".join(c for c in device_key.lower().removeprefix("gpu-") if c.isalnum())
+    return text[:8] or "unknown"
+
+
 def calibrate_gpu(
     cache_dir: Path, index: int, datasheet: HardwareProfile, device_name: str, l2_bytes: int | None
 ) -> tuple[HardwareProfile, Path]:
@@ -234,7 +240,10 @@ def calibrate_gpu(
     import torch
 
     key = device_key(index)
-    profile = gpu_profile(datasheet, torch.device("cuda", index), key, device_name, l2_bytes)
+    # Inside the device's scope: events and work then share cuda:index's current stream (recorded
+    # on cuda:0 while the work ran on cuda:N, the ceilings came out far too high).
+    with torch.cuda.device(index):
+        profile = gpu_profile(datasheet, torch.device("cuda", index), key, device_name, l2_bytes)
     path = gpu_measured_path(cache_dir, datasheet.id, key)
     write_profile(path, profile)
     return profile, path
@@ -337,7 +346,8 @@ def gpu_profile(
     kept = [k for k in datasheet.peak_tflops if k not in peaks]
     merged = {**dict(datasheet.peak_tflops), **peaks}
     return HardwareProfile(
-        id=f"{datasheet.id}-measured",
+        # One id per physical GPU: two calibrated GPUs of one box must not collide in the cache.
+        id=f"{datasheet.id}-measured-{measured_id_suffix(device_key)}",
         name=f"{device_name} (measured ceilings)",
         kind="gpu",
         memory_bandwidth_gbps=bandwidth,

@@ -162,13 +162,14 @@ class Engine:
     def _measured_gpu_profile(self, datasheet: HardwareProfile, choice: Any, name: str, facts: dict) -> HardwareProfile:
         key = calibrate.device_key(choice.index)
         path = calibrate.gpu_measured_path(self.cache_dir, datasheet.id, key)
-        if path.is_file():
-            try:
-                return load_profile(path)
-            except ProfileError:
-                pass  # a damaged cache entry is re-measured, never trusted
-        self.announce(f"solgate: calibrating {name} once (cached in {path}) ...")
+        cached = _cached_profile(path)
+        if cached is not None:
+            return cached
         with locking.device_lock(f"cuda-{key}"):
+            cached = _cached_profile(path)  # a worker that waited here finds what another measured
+            if cached is not None:
+                return cached
+            self.announce(f"solgate: calibrating {name} once (cached in {path}) ...")
             profile, _ = calibrate.calibrate_gpu(self.cache_dir, choice.index, datasheet, name, facts.get("l2_bytes"))
         return profile
 
@@ -295,6 +296,15 @@ class _NullScope:
 
     def __exit__(self, *exc: Any) -> None:
         return None
+
+
+def _cached_profile(path: Path) -> HardwareProfile | None:
+    if not path.is_file():
+        return None
+    try:
+        return load_profile(path)
+    except ProfileError:
+        return None  # a damaged cache entry is re-measured, never trusted
 
 
 def _cuda_device_scope(context: Context) -> Any:

@@ -109,6 +109,9 @@ def test_without_nvml_telemetry_is_absent_and_says_why():
 
 
 def test_device_choice_on_a_machine_without_cuda():
+    torch = backends.torch_or_none()
+    if torch is not None and torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
     assert str(backends.choose_device("auto", worker_index=3)) == "cpu"
     from pytest_solgate.errors import OptionError
 
@@ -131,7 +134,7 @@ def test_gpu_calibration_logic_runs_on_cpu_tensors(tmp_path):
     datasheet = find_profile("h100-sxm")
     profile = calibrate.gpu_profile(datasheet, torch.device("cpu"), "uuid-1", "NVIDIA H100 80GB HBM3", None,
                                     timer=timer, matmul_size=128, copy_bytes=8 << 20)
-    assert profile.id == "h100-sxm-measured" and profile.derived_from == "h100-sxm" and profile.ceilings == "measured"
+    assert profile.id == "h100-sxm-measured-uuid1" and profile.derived_from == "h100-sxm" and profile.ceilings == "measured"
     assert set(profile.peak_tflops) == set(datasheet.peak_tflops)
     measured = {"fp32", "tf32_tensor", "bf16_tensor", "fp16_tensor", "fp64_tensor"}
     for key in measured:
@@ -186,3 +189,70 @@ def test_nvml_finds_the_gpu_by_uuid_when_torch_knows_it():
     telemetry._handle(nvml, 3, "GPU-58e0-ab")
     telemetry._handle(nvml, 3, None)
     assert asked == [("uuid", "GPU-58e0-ab"), ("uuid", "GPU-58e0-ab"), ("index", 3)]
+
+
+def test_gpu_calibration_runs_inside_the_devices_scope_and_ids_differ_per_gpu(tmp_path, monkeypatch):
+    """cuda:1's events must be recorded on cuda:1, and two calibrated GPUs must not share an id."""
+    torch = pytest.importorskip("torch")
+    import contextlib
+
+    from pytest_solgate import calibrate
+    from pytest_solgate.engine import known_profiles
+    from pytest_solgate.profiles import find_profile
+
+    current = [0]
+
+    @contextlib.contextmanager
+    def device(index):
+        saved, current[0] = current[0], index
+        yield
+        current[0] = saved
+
+    datasheet = find_profile("h100-sxm")
+    seen = []
+
+    def fake_gpu_profile(datasheet, device_, key, name, l2, **_):
+        seen.append(current[0])
+        bandwidth, peaks = 3000.0, dict(datasheet.peak_tflops)
+        return calibrate.HardwareProfile(
+            id=f"{datasheet.id}-measured-{calibrate.measured_id_suffix(key)}", name=name, kind="gpu",
+            memory_bandwidth_gbps=bandwidth, peak_tflops=peaks, ceilings="measured", derived_from=datasheet.id,
+        )
+
+    monkeypatch.setattr(torch.cuda, "device", device)
+    monkeypatch.setattr(calibrate, "gpu_profile", fake_gpu_profile)
+    monkeypatch.setattr(calibrate, "device_key", lambda index: f"GPU-{index}a2b3c4d-0000")
+    for index in (1, 3):
+        calibrate.calibrate_gpu(tmp_path, index, datasheet, "NVIDIA H100 80GB HBM3", None)
+    assert seen == [1, 3] and current[0] == 0
+    ids = [p.id for p in known_profiles(tmp_path) if p.id.startswith("h100-sxm-measured")]
+    assert sorted(ids) == ["h100-sxm-measured-1a2b3c4d", "h100-sxm-measured-3a2b3c4d"]  # no duplicate-id error
+
+
+def test_a_worker_that_waited_for_the_lock_finds_the_calibration_and_does_not_repeat_it(tmp_path, monkeypatch):
+    import contextlib
+
+    from pytest_solgate import calibrate, engine, locking
+    from pytest_solgate.profiles import find_profile, profile_to_toml
+    from pytest_solgate.settings import Settings
+
+    datasheet = find_profile("h100-sxm")
+    monkeypatch.setattr(calibrate, "device_key", lambda index: "GPU-feedbeef")
+    path = calibrate.gpu_measured_path(tmp_path, datasheet.id, "GPU-feedbeef")
+    other = calibrate.HardwareProfile(id="h100-sxm-measured-feedbeef", name="x", kind="gpu", memory_bandwidth_gbps=3000,
+                                      peak_tflops={"fp32": 60}, ceilings="measured")
+
+    @contextlib.contextmanager
+    def lock_taken_while_another_worker_calibrated(key):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(profile_to_toml(other))  # the other worker finished while we waited
+        yield
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("calibrated twice")
+
+    monkeypatch.setattr(locking, "device_lock", lock_taken_while_another_worker_calibrated)
+    monkeypatch.setattr(calibrate, "calibrate_gpu", must_not_run)
+    eng = engine.Engine(Settings(), cache_dir=tmp_path, announce=lambda text: None)
+    got = eng._measured_gpu_profile(datasheet, backends.DeviceChoice("cuda", 0), "NVIDIA H100 80GB HBM3", {})
+    assert got.id == "h100-sxm-measured-feedbeef"

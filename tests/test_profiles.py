@@ -179,3 +179,11 @@ def test_round_trip_through_toml(tmp_path):
 def test_builtin_dir_is_the_checkout_or_the_package():
     assert (builtin_profiles_dir() / "h100-sxm.toml").is_file()
     assert os.path.basename(builtin_profiles_dir()) == "hw_profiles"
+
+
+def test_gh200_is_not_taken_for_an_h200():
+    # GH200 parts (HBM3 96 GB at about 4 TB/s) once matched the H200's "*H200*" glob.
+    with pytest.raises(ProfileError, match="no hardware profile matches device 'NVIDIA GH200 480GB'"):
+        match_device("NVIDIA GH200 480GB", builtin_profiles())
+    assert match_device("NVIDIA H200", builtin_profiles()).profile.id == "h200"
+    assert match_device("NVIDIA H200 NVL", builtin_profiles()).profile.id == "h200-nvl"
