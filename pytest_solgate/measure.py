@@ -3,7 +3,8 @@
 A backend supplies only a timed region (start/stop/elapsed), a cache flush, a synchronization and,
 optionally, telemetry; the loop decides how many calls per sample and when to stop:
 
-1. warm up until at least one call and ``warmup_time`` are done (JIT and autotuning stay out);
+1. warm up until the first call (which may compile or autotune) and then at least three more calls
+   and ``warmup_time`` are done, counted from the end of the first call;
 2. estimate the per-call time and batch several calls per sample when one call is too short for
    the timer;
 3. take samples in rounds, each sample after a cache flush, with one synchronization per round;
@@ -26,6 +27,7 @@ from pytest_solgate.settings import SamplingSettings
 MAX_BATCH = 100_000
 ROUND_SECONDS = 0.01  # how much work to queue between two synchronizations
 MAX_ROUND = 100
+WARMUP_CALLS_AFTER_FIRST = 3  # calls after the first (which may compile) before sampling starts
 
 
 @dataclass(frozen=True)
@@ -92,15 +94,21 @@ def take_timing(
     wall_start = clock()
     warmup: list[float] = []
     warmup_wall: list[float] = []  # per call, the flush and the timer included
+    first_done = None
     while True:
         call_start = clock()
         handle = _timed_call(fn, backend, 1)
         backend.synchronize()
         warmup.append(backend.elapsed(handle))
         warmup_wall.append(clock() - call_start)
-        if clock() - wall_start >= settings.warmup_time or clock() - wall_start >= settings.max_time:
+        # The first call may compile (Triton JIT, autotuning): the warm-up is counted from its end,
+        # so a compile longer than the warm-up cannot leave the estimate to the compiling call.
+        first_done = clock() if first_done is None else first_done
+        since_first = clock() - first_done
+        warm = len(warmup) > WARMUP_CALLS_AFTER_FIRST and since_first >= settings.warmup_time
+        if warm or since_first >= settings.max_time:
             break
-    # The first call may include compilation; estimate from the others when there are any.
+    # Estimate from the calls after the first when there are any.
     estimate = max(stats.median(warmup[1:] or warmup), 1e-9)
     batch = 1
     if estimate < backend.min_sample_seconds:

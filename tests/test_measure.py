@@ -82,9 +82,10 @@ def test_noisy_kernel_runs_out_of_budget_and_says_so():
 
 
 def test_kernel_longer_than_the_budget_gets_one_sample_and_is_noisy():
+    # two warm-up calls: after the first alone a slow kernel cannot be told from a compiling one
     b = FakeBackend(lambda i: 3.0)
     t = run(b, min_time=0.1, max_time=1.0, noise=0.01, warmup_time=0.05)
-    assert len(t.samples) == 1 and t.warmup_calls == 1 and t.noisy
+    assert len(t.samples) == 1 and t.warmup_calls == 2 and t.noisy
 
 
 def test_throttled_samples_are_dropped_up_to_half():
@@ -104,3 +105,12 @@ def test_never_drops_everything():
 def test_not_callable():
     with pytest.raises(MeasureError, match="zero-argument callable, got int"):
         take_timing(3, FakeBackend(lambda i: 1), SamplingSettings())
+
+
+def test_a_compiling_first_call_stays_out_of_the_estimate_and_the_samples():
+    # The first call compiles for 2 s (longer than the whole time budget); the kernel takes 10 us.
+    b = FakeBackend(lambda i: 2.0 if i == 0 else 10e-6)
+    t = run(b, min_time=0.01, max_time=0.5, noise=0.01, min_samples=10, warmup_time=0.005)
+    assert t.warmup_calls > 4  # not just the compiling call
+    assert t.batch == 10  # batched from the 10 us estimate, not from the 2 s compile
+    assert t.seconds == pytest.approx(10e-6) and max(t.samples) == pytest.approx(10e-6)
