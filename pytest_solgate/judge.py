@@ -201,8 +201,9 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
     Each baseline run contributes one value, its median SOL; the head run is one more draw. In log
     space (timing noise is multiplicative) the window gives a mean and a run-to-run standard
     deviation s (never less than the runs' own within-run precision), and a new run of an unchanged
-    kernel falls below ``mean - t(0.99, k-1) * s * sqrt(1 + 1/k)`` in 1 % of runs: that distance is
-    the noise floor. ``regressed`` needs a drop beyond the tolerance AND beyond the floor; a drop
+    kernel falls below ``mean - t(0.99, k-1) * s * sqrt(1 + 1/k)`` in 1 % of runs; that distance,
+    combined in quadrature with this run's own precision at the normal 99 % quantile, is the noise
+    floor. ``regressed`` needs a drop beyond the tolerance AND beyond the floor; a drop
     beyond the tolerance alone is ``ambiguous``; so is any drop when one run cannot show a spread.
     """
     values = []
@@ -222,10 +223,13 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
         spread = floor_log = None
         if len(values) >= 2:
             within = [run.noise / Z_95 for run in window.runs if math.isfinite(run.noise)]
-            head_within = m.noise / Z_95 if math.isfinite(m.noise) else 0.0
-            sd = max(stats.stdev(values), stats.median(within) if within else 0.0, head_within)
+            sd = max(stats.stdev(values), stats.median(within) if within else 0.0)
             spread = sd
-            floor_log = stats.t_quantile_99(len(values) - 1) * sd * math.sqrt(1 + 1 / len(values))
+            window_term = stats.t_quantile_99(len(values) - 1) * sd * math.sqrt(1 + 1 / len(values))
+            # This run's own precision, when it is worse than usual (a disturbed block of samples),
+            # widens the bound too: in quadrature, at the normal 99 % quantile.
+            head_term = stats.Z_99 * m.noise / Z_95 if math.isfinite(m.noise) else 0.0
+            floor_log = math.hypot(window_term, head_term)
     floor = None if floor_log is None else 1 - math.exp(-floor_log)
     floor_text = units.percent(floor) if floor is not None else "unknown (one run)"
     versus = (

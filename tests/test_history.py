@@ -90,8 +90,10 @@ def repo(pytester):
     return Repo(pytester)
 
 
-# Five runs of the kernel at SOL 0.40 +- 1 %: the window's noise floor is a few percent.
-STEADY = [0.400, 0.404, 0.396, 0.402, 0.398]
+# Five runs of the 1 ms kernel around SOL 0.39 (with the CPU cache evicted before each sample a
+# 1 ms busy-wait reads 1.01-1.06 ms), +- 2 %: the window's noise floor is about 8 %, so a loaded
+# CI machine cannot push an unchanged kernel past it, and a 25 % slowdown is far beyond it.
+STEADY = [0.390, 0.400, 0.380, 0.395, 0.385]
 
 
 def test_a_window_of_runs_is_the_baseline_and_a_confirmed_regression_fails(repo):
@@ -103,9 +105,9 @@ def test_a_window_of_runs_is_the_baseline_and_a_confirmed_regression_fails(repo)
     assert kernel["verdict"] == "regressed", kernel["reason"]
     info = kernel["baseline"]
     assert info["runs"] == 5 and info["commit"] == seeds[-1] and info["oldest_commit"] == seeds[0]
-    assert info["confirmed"] is True and info["change"] < -0.15 and info["noise_floor"] < 0.1
+    assert info["confirmed"] is True and info["change"] < -0.12 and info["noise_floor"] < 0.1
     result.stdout.fnmatch_lines([
-        f"*test_kernel SOL 0.3?? at {head[:10]} vs 0.400 over 5 baseline runs from {seeds[0][:10]} to {seeds[-1][:10]}: "
+        f"*test_kernel SOL 0.3?? at {head[:10]} vs 0.390 over 5 baseline runs from {seeds[0][:10]} to {seeds[-1][:10]}: "
         "-*%, tolerance 5.0%, noise floor *%: regressed (beyond the tolerance and the noise: 99 % t prediction bound "
         "over 5 runs); confirmed by a re-measurement (SOL 0.3*, then 0.3*)*"
     ])
@@ -139,8 +141,8 @@ def test_kernel(sol):
     kernel = verdicts["test_kernel"]
     assert kernel["verdict"] == "pass", kernel["reason"]
     assert re.search(r"a first block of samples read SOL 0\.(19|20)\d \(a suspected regression\); "
-                     r"the re-measurement read 0\.(39|40)\d and did not confirm it", kernel["reason"]), kernel["reason"]
-    assert kernel["sol"] > 0.38  # the recorded result is the re-measurement
+                     r"the re-measurement read 0\.(3[6-9]|40)\d and did not confirm it", kernel["reason"]), kernel["reason"]
+    assert kernel["sol"] > 0.36  # the recorded result is the re-measurement (1 ms, a little over when flushed)
 
 
 def test_a_drop_within_the_noise_floor_is_ambiguous_and_says_so(repo):
