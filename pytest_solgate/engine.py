@@ -228,8 +228,9 @@ class Engine:
         if timing.throttled:
             reasons = ", ".join((timing.telemetry or {}).get("throttle_reasons", [])) or "SM clock under 75% of its max"
             self.warn(
-                f"{test} '{name}' was throttled ({reasons}); {timing.dropped_samples} throttled samples dropped; "
-                "its SOL may be low for a reason other than the kernel: check cooling, power and clocks"
+                f"{test} '{name}' was throttled ({reasons}) and stayed throttled after "
+                f"{measure.MAX_RECOVERIES} pauses to recover; its SOL may be low for a reason other than the "
+                "kernel: check cooling, power and clocks"
             )
         return Measurement(
             test=test,

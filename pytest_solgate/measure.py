@@ -8,7 +8,9 @@ optionally, telemetry; the loop decides how many calls per sample and when to st
 2. estimate the per-call time and batch several calls per sample when one call is too short for
    the timer;
 3. take samples in rounds, each sample after a cache flush, with one synchronization per round;
-4. stop once there are ``min_samples`` samples, ``min_time`` has passed and the median's relative
+4. a round taken while the device was throttled is discarded and taken again after a pause, up
+   to MAX_RECOVERIES times; after that throttled rounds are kept and the timing is flagged;
+5. stop once there are ``min_samples`` samples, ``min_time`` has passed and the median's relative
    95 % confidence half-width is under ``noise``; or when ``max_time`` is spent (flagged noisy).
 """
 
@@ -27,6 +29,8 @@ from pytest_solgate.settings import SamplingSettings
 MAX_BATCH = 100_000
 ROUND_SECONDS = 0.01  # how much work to queue between two synchronizations
 MAX_ROUND = 100
+MAX_RECOVERIES = 5  # throttled rounds re-sampled before throttled samples are kept (and flagged)
+RECOVERY_PAUSE = 0.05  # seconds to let clocks recover, as nvbench's throttle recovery delay
 WARMUP_CALLS_AFTER_FIRST = 3  # calls after the first (which may compile) before sampling starts
 
 
@@ -86,6 +90,7 @@ def take_timing(
     settings: SamplingSettings,
     throttle_check: Callable[[dict[str, Any]], bool] | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    pause: Callable[[float], None] = time.sleep,
 ) -> Timing:
     """Run the sampling loop on ``fn`` (a zero-argument callable) and return its ``Timing``."""
     __tracebackhide__ = True  # a kernel that raises shows its own traceback, not ours
@@ -119,7 +124,6 @@ def take_timing(
     round_size = max(1, min(MAX_ROUND, int(ROUND_SECONDS / (estimate * batch + overhead))))
 
     samples: list[float] = []
-    throttled_flags: list[bool] = []
     telemetry_seen: list[dict[str, Any]] = []
     before = backend.read_telemetry()
     if before is not None:
@@ -127,17 +131,28 @@ def take_timing(
     started_at = time.time()
     sampling_start = clock()
     noisy = False
+    throttled = False  # samples taken while throttled were kept (the recoveries ran out)
+    recoveries = 0
+    dropped = 0
     while True:
         handles = [_timed_call(fn, backend, batch) for _ in range(round_size)]
+        # Read the clocks while the GPU still runs the queued round, not after it went idle.
+        reading = backend.read_telemetry()
         backend.synchronize()
         round_samples = [backend.elapsed(h) / batch for h in handles]
-        reading = backend.read_telemetry()
         round_throttled = False
         if reading is not None:
             telemetry_seen.append(reading)
             round_throttled = bool(throttle_check and throttle_check(reading))
+        if round_throttled and recoveries < MAX_RECOVERIES and clock() - sampling_start < settings.max_time:
+            # nvbench's throttle recovery: discard the round, let the clocks come back, sample again.
+            # Dropping throttled samples without re-sampling would bias the median towards the fastest.
+            recoveries += 1
+            dropped += len(round_samples)
+            pause(RECOVERY_PAUSE)
+            continue
+        throttled = throttled or round_throttled
         samples += round_samples
-        throttled_flags += [round_throttled] * len(round_samples)
         elapsed = clock() - sampling_start
         noise = stats.relative_half_width(samples)
         if len(samples) >= settings.min_samples and elapsed >= settings.min_time and noise <= settings.noise:
@@ -146,17 +161,14 @@ def take_timing(
             noisy = noise > settings.noise or len(samples) < settings.min_samples
             break
     finished_at = time.time()
-
-    # Drop samples taken while throttled, but never more than half: an empty or tiny result
-    # would be worse than a flagged one.
     kept = samples
-    dropped = 0
-    if any(throttled_flags):
-        clean = [s for s, bad in zip(samples, throttled_flags) if not bad]
-        cap = len(samples) // 2
-        if len(samples) - len(clean) <= cap and clean:
-            kept, dropped = clean, len(samples) - len(clean)
+
     notes = []
+    if recoveries:
+        notes.append(
+            f"{recoveries} throttled round(s) of samples ({dropped} samples) discarded and taken again after a "
+            f"{RECOVERY_PAUSE * 1e3:g} ms pause" + ("; later rounds stayed throttled and were kept" if throttled else "")
+        )
     if batch > 1:
         notes.append(f"{batch} calls per sample (one call is under the timer's resolution); only the first is cold")
     return Timing(
@@ -170,7 +182,7 @@ def take_timing(
         started_at=started_at,
         finished_at=finished_at,
         wall_seconds=clock() - wall_start,
-        throttled=any(throttled_flags),
+        throttled=throttled,
         dropped_samples=dropped,
         telemetry=summarize_telemetry(telemetry_seen),
         telemetry_note=getattr(backend, "telemetry_note", ""),

@@ -17,6 +17,7 @@ THROTTLE_BITS = {
     0x0000000000000080: "hw_power_brake_slowdown",
 }
 MIN_CLOCK_FRACTION = 0.75
+POWER_CAP = "sw_power_cap"
 
 
 class NvmlReader:
@@ -91,8 +92,11 @@ def nvml_device_name(index: int, uuid: str | None = None) -> str | None:
 
 
 def is_throttled(reading: dict[str, Any]) -> bool:
-    """True when the SM clock is under 75 % of its max or a thermal/power reason is set."""
+    """True when the SM clock is under 75 % of its max (nvbench's threshold) or a thermal or
+    hardware slowdown is set. The software power cap alone is not throttling: dense tensor-core
+    work on H100/H200 often runs at the power cap, and that is its ceiling, not a fault; it is
+    reported as a fact (``throttle_reasons`` keeps ``sw_power_cap``)."""
     clock, clock_max = reading.get("sm_clock_mhz"), reading.get("sm_clock_max_mhz")
     if clock and clock_max and clock < MIN_CLOCK_FRACTION * clock_max:
         return True
-    return bool(reading.get("throttle_reasons"))
+    return any(reason != POWER_CAP for reason in reading.get("throttle_reasons", ()))

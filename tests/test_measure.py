@@ -88,18 +88,49 @@ def test_kernel_longer_than_the_budget_gets_one_sample_and_is_noisy():
     assert len(t.samples) == 1 and t.warmup_calls == 2 and t.noisy
 
 
-def test_throttled_samples_are_dropped_up_to_half():
-    readings = [{}] + [{"bad": i % 4 == 0} for i in range(1000)]
+def run_pausing(backend, **settings):
+    backend.pauses = 0
+
+    def pause(seconds):
+        backend.pauses += 1
+        backend.now += seconds
+
+    return take_timing(backend.kernel, backend, SamplingSettings(**settings), throttle_check=lambda r: r.get("bad", False),
+                       clock=backend.clock, pause=pause)
+
+
+def test_throttled_rounds_are_taken_again_after_a_pause_not_dropped():
+    # The clocks fall for two rounds, then recover: those rounds are discarded and re-sampled.
+    readings = [{}, {"bad": True}, {"bad": True}] + [{}] * 1000
     b = FakeBackend(lambda i: 1e-3, readings=readings)
-    t = run(b, min_time=0.05, max_time=0.5, noise=0.01, warmup_time=0.001)
-    assert t.throttled and 0 < t.dropped_samples <= (len(t.samples) + t.dropped_samples) // 2
+    t = run_pausing(b, min_time=0.05, max_time=0.5, noise=0.01, warmup_time=0.001)
+    assert b.pauses == 2 and t.dropped_samples > 0 and not t.throttled
+    assert len(t.samples) >= 10 and "2 throttled round(s)" in t.notes[0] and "taken again after a 50 ms pause" in t.notes[0]
 
 
-def test_never_drops_everything():
+def test_throttling_that_does_not_recover_is_kept_and_flagged():
     readings = [{}] + [{"bad": True}] * 1000
     b = FakeBackend(lambda i: 1e-3, readings=readings)
-    t = run(b, min_time=0.05, max_time=0.5, noise=0.01, warmup_time=0.001)
-    assert t.throttled and t.dropped_samples == 0 and t.samples
+    t = run_pausing(b, min_time=0.05, max_time=0.5, noise=0.01, warmup_time=0.001)
+    assert t.throttled and b.pauses == 5 and t.samples  # five recoveries, then the samples are kept
+    assert "later rounds stayed throttled and were kept" in t.notes[0]
+
+
+def test_telemetry_is_read_while_the_round_runs_not_after_the_synchronize():
+    order = []
+
+    class Recording(FakeBackend):
+        def synchronize(self):
+            order.append("sync")
+
+        def read_telemetry(self):
+            order.append("read")
+            return {}
+
+    b = Recording(lambda i: 1e-3)
+    run(b, min_time=0.01, max_time=0.1, noise=0.5, min_samples=3, warmup_time=0.001)
+    sampling = order[order.index("read"):]  # the first read is the one before sampling
+    assert sampling[:3] == ["read", "read", "sync"]  # before sampling, then each round: read, then sync
 
 
 def test_not_callable():
