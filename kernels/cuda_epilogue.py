@@ -34,11 +34,30 @@ def nvcc() -> str | None:
     return str(candidate) if candidate and candidate.exists() else None
 
 
+def cudart_dir(compiler: str) -> Path | None:
+    """The toolkit's library folder holding libcudart.so, next to nvcc or under CUDA_HOME."""
+    homes = [Path(compiler).resolve().parent.parent]
+    if os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"):
+        homes.insert(0, Path(os.environ.get("CUDA_HOME") or os.environ["CUDA_PATH"]))
+    homes += sorted(Path("/usr/local").glob("cuda*"), reverse=True)
+    for home in homes:
+        for lib in ("lib64", "lib", "targets/x86_64-linux/lib"):
+            if (home / lib / "libcudart.so").exists():
+                return home / lib
+    return None
+
+
 def nvcc_command(output: Path) -> list[str]:
     compiler = nvcc()
     if compiler is None:
         raise BuildError("nvcc not found: install the CUDA toolkit or set CUDA_HOME")
     command = [compiler, "-O3", "-shared", "-Xcompiler", "-fPIC", "-std=c++17", "--use_fast_math"]
+    # The CUDA runtime as a shared library (not nvcc's static default), found through an rpath: the
+    # driver/runtime version check in _library() then speaks for the runtime this library uses.
+    command += ["-cudart", "shared"]
+    lib = cudart_dir(compiler)
+    if lib is not None:
+        command += ["-Xlinker", f"-rpath,{lib}"]
     for arch in ARCHS:
         command += ["-gencode", f"arch=compute_{arch},code=sm_{arch}"]
     return command + ["-o", str(output), str(SOURCE)]
@@ -46,7 +65,7 @@ def nvcc_command(output: Path) -> list[str]:
 
 def build(build_dir: Path = BUILD_DIR) -> Path:
     """Compile the .cu file (cached by the hash of its source and flags) and return the library."""
-    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(ARCHS).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(ARCHS).encode() + b" cudart-shared").hexdigest()[:12]
     library = build_dir / f"libsolgate_epilogue-{digest}.so"
     if library.exists():
         return library
@@ -59,9 +78,28 @@ def build(build_dir: Path = BUILD_DIR) -> Path:
     return library
 
 
+def _version(number: int) -> str:
+    return f"{number // 1000}.{number % 1000 // 10}"
+
+
+def check_versions(lib: ctypes.CDLL) -> None:
+    """Refuse a driver that cannot run this build's CUDA runtime, naming both versions."""
+    driver, runtime = ctypes.c_int(0), ctypes.c_int(0)
+    lib.solgate_cuda_versions.argtypes = [ctypes.POINTER(ctypes.c_int)] * 2
+    lib.solgate_cuda_versions(ctypes.byref(driver), ctypes.byref(runtime))
+    if driver.value == 0:
+        raise BuildError("no NVIDIA driver found: the CUDA C++ kernel needs an NVIDIA GPU and its driver")
+    if driver.value < runtime.value:
+        raise BuildError(
+            f"the CUDA toolkit that built the kernel (CUDA {_version(runtime.value)}) is newer than the driver "
+            f"supports (CUDA {_version(driver.value)}): build with an older nvcc (CUDA_HOME) or update the driver"
+        )
+
+
 @functools.lru_cache(maxsize=1)
 def _library() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(build()))
+    check_versions(lib)
     fn = lib.solgate_bias_gelu_residual_bf16
     fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
     fn.restype = ctypes.c_int

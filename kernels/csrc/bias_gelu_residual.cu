@@ -71,3 +71,13 @@ extern "C" int solgate_bias_gelu_residual_bf16(const void* x, const void* bias, 
   }
   return static_cast<int>(cudaGetLastError());
 }
+
+// The driver's and this build's CUDA runtime versions (e.g. 12040 for 12.4), so that the Python
+// side can refuse a toolkit newer than the driver with a clear message before any launch (which
+// would otherwise fail with cudaErrorInsufficientDriver, error 35).
+extern "C" int solgate_cuda_versions(int* driver, int* runtime) {
+  *driver = 0;
+  *runtime = 0;
+  cudaDriverGetVersion(driver);
+  return static_cast<int>(cudaRuntimeGetVersion(runtime));
+}

@@ -9,6 +9,18 @@ TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 1e-2}
 TF32_TOLERANCE = 3e-4
 
 GPU = torch.cuda.is_available()
+
+
+def cuda_kernel_skip_reason() -> str | None:
+    """Why the CUDA C++ kernel cannot run here, or None: it needs a GPU and nvcc (pip's torch
+    ships no nvcc), so a GPU machine without a toolkit skips cleanly instead of failing."""
+    from kernels import cuda_epilogue
+
+    if not GPU:
+        return "the CUDA C++ kernel needs an NVIDIA GPU to run"
+    if cuda_epilogue.nvcc() is None:
+        return "the CUDA C++ kernel needs nvcc (install the CUDA toolkit or set CUDA_HOME)"
+    return None
 DEVICE = torch.device("cuda") if GPU else torch.device("cpu")
 
 

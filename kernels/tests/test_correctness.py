@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kernels import depthwise_conv2d, fused_gemm, layernorm, softmax, vector_add
-from kernels.tests.helpers import DEVICE, GPU, assert_matches, poisoned_like, randn
+from kernels.tests.helpers import DEVICE, GPU, assert_matches, cuda_kernel_skip_reason, poisoned_like, randn
 
 FLOATS = [torch.float32, torch.bfloat16, torch.float16]
 
@@ -98,9 +98,40 @@ def test_cuda_kernel_compiles_for_ampere_and_hopper(tmp_path):
     text = ptx.read_text()
     assert "ld.global.nc.v4.u32" in text or "ld.global.v4.u32" in text
     assert "st.global.v4.u32" in text
+    # The runtime is linked as a shared library, so its version check speaks for what runs.
+    linked = subprocess.run(["ldd", str(library)], capture_output=True, text=True).stdout
+    assert "libcudart.so" in linked and "not found" not in linked, linked
+    if not GPU:  # no driver here: a clear message, not CUDA error 35 at the first launch
+        import ctypes
+
+        with pytest.raises(cuda_epilogue.BuildError, match="no NVIDIA driver found"):
+            cuda_epilogue.check_versions(ctypes.CDLL(str(library)))
 
 
-@pytest.mark.skipif(not GPU, reason="the CUDA C++ kernel needs an NVIDIA GPU to run")
+def fake_library(driver, runtime):
+    """A stand-in for the built library whose solgate_cuda_versions reports these versions."""
+    import types
+
+    def versions(driver_ref, runtime_ref):
+        driver_ref._obj.value, runtime_ref._obj.value = driver, runtime
+        return 0
+
+    return types.SimpleNamespace(solgate_cuda_versions=versions)
+
+
+@pytest.mark.parametrize("driver, runtime, message", [
+    (12040, 13000, r"toolkit that built the kernel \(CUDA 13.0\) is newer than the driver supports \(CUDA 12.4\)"),
+    (0, 12040, "no NVIDIA driver found"),
+])
+def test_a_driver_older_than_the_toolkit_is_a_clear_error(driver, runtime, message):
+    from kernels import cuda_epilogue
+
+    with pytest.raises(cuda_epilogue.BuildError, match=message):
+        cuda_epilogue.check_versions(fake_library(driver, runtime))
+    cuda_epilogue.check_versions(fake_library(13000, 12040))  # a newer driver runs an older runtime
+
+
+@pytest.mark.skipif(cuda_kernel_skip_reason() is not None, reason=str(cuda_kernel_skip_reason()))
 @pytest.mark.parametrize("rows, cols", [(1, 8), (3, 13), (257, 1024)])
 def test_cuda_bias_gelu_residual(rows, cols):
     from kernels import cuda_epilogue

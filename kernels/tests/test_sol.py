@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kernels import depthwise_conv2d, fused_gemm, layernorm, softmax, vector_add
-from kernels.tests.helpers import GPU, assert_matches, on_device, poisoned_like, randn
+from kernels.tests.helpers import GPU, assert_matches, cuda_kernel_skip_reason, on_device, poisoned_like, randn
 
 
 def budget(value):  # noqa: ANN001, ANN201
@@ -102,7 +102,7 @@ def test_depthwise_conv2d(sol):
     assert m.bound == "memory"
 
 
-@pytest.mark.skipif(not GPU, reason="the CUDA C++ kernel needs an NVIDIA GPU to run")
+@pytest.mark.skipif(cuda_kernel_skip_reason() is not None, reason=str(cuda_kernel_skip_reason()))
 @pytest.mark.sol(min=budget(0.85))
 def test_cuda_bias_gelu_residual(sol):
     from kernels import cuda_epilogue
