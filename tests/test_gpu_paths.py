@@ -261,3 +261,31 @@ def test_a_worker_that_waited_for_the_lock_finds_the_calibration_and_does_not_re
     eng = engine.Engine(Settings(), cache_dir=tmp_path, announce=lambda text: None)
     got = eng._measured_gpu_profile(datasheet, backends.DeviceChoice("cuda", 0), "NVIDIA H100 80GB HBM3", {})
     assert got.id == "h100-sxm-measured-feedbeef"
+
+
+def test_gpu_calibration_times_through_the_sampling_loop_and_the_cuda_backend(monkeypatch):
+    """No private timing loop: calibration uses take_timing with the CUDA backend (flush and hold)
+    for at least half a second per figure; here the backend is a CPU one standing in for CUDA."""
+    torch = pytest.importorskip("torch")
+    from pytest_solgate import calibrate
+    from pytest_solgate.profiles import find_profile
+
+    made = []
+
+    class StandIn(backends.CpuBackend):
+        def __init__(self, torch_, device, l2_bytes, clock_mhz):
+            super().__init__("cuda-stand-in")
+            self.flushes = 0
+            made.append(self)
+
+        def flush(self, batch):
+            self.flushes += 1
+
+    assert calibrate.CALIBRATION_SAMPLING.min_time >= 0.5  # sustained, not a burst
+    monkeypatch.setattr(backends, "CudaBackend", StandIn)
+    monkeypatch.setattr(calibrate, "CALIBRATION_SAMPLING",
+                        calibrate.SamplingSettings(min_time=0.02, max_time=0.2, noise=0.5, min_samples=3, warmup_time=0))
+    datasheet = find_profile("h100-sxm")
+    bandwidth, peaks = calibrate.measure_gpu(torch, torch.device("cpu"), datasheet, None, matmul_size=64, copy_bytes=1 << 20)
+    (backend,) = made
+    assert backend.flushes > 10 and bandwidth > 0 and peaks["bf16_tensor"] > 0  # every figure went through it
