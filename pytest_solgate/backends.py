@@ -14,7 +14,9 @@ from pytest_solgate import telemetry
 from pytest_solgate.errors import OptionError
 from pytest_solgate.settings import parse_device
 
-DEFAULT_FLUSH_BYTES = 256 * 1024 * 1024  # when neither the device nor the profile gives an L2 size
+DEFAULT_FLUSH_BYTES = 256 * 1024 * 1024
+BASE_HOLD_SECONDS = 100e-6
+MAX_HOLD_SECONDS = 0.01  # when neither the device nor the profile gives an L2 size
 
 
 def triton_interpreter_active() -> bool:
@@ -89,22 +91,28 @@ class CudaBackend:
         self.flush_buffer = torch.empty(flush_bytes // 4, dtype=torch.int32, device=device)
         self.cycles_per_second = (clock_mhz or 2000) * 1e6
         self.reader, self.telemetry_note = telemetry.open_reader(device.index or 0, cuda_uuid(torch, device))
+        self.enqueue_seconds = 0.0  # the longest host time seen to queue one sample's calls
+        self._queued_from = 0.0
 
     def flush(self, batch: int) -> None:
         self.flush_buffer.zero_()
         # Hold the stream while Python queues the start event and the calls, so that launch
-        # latency lands before the start event instead of inside the timed region.
-        hold_seconds = min(0.01, 100e-6 + batch * 20e-6)
+        # latency lands before the start event instead of inside the timed region. The hold
+        # outlasts twice the longest enqueue seen so far (a slow Python launcher, an autotune
+        # wrapper), at least 100 us + 20 us per call, at most 10 ms.
+        hold_seconds = min(MAX_HOLD_SECONDS, BASE_HOLD_SECONDS + 2 * max(self.enqueue_seconds, batch * 20e-6))
         self.torch.cuda._sleep(int(hold_seconds * self.cycles_per_second))
 
     def start(self) -> Any:
         event = self.torch.cuda.Event(enable_timing=True)
         event.record()
+        self._queued_from = time.perf_counter()
         return event
 
     def stop(self, token: Any) -> tuple[Any, Any]:
         event = self.torch.cuda.Event(enable_timing=True)
         event.record()
+        self.enqueue_seconds = max(self.enqueue_seconds, time.perf_counter() - self._queued_from)
         return token, event
 
     def synchronize(self) -> None:

@@ -61,11 +61,30 @@ def test_cuda_backend_flushes_twice_the_l2_and_holds_the_stream_outside_the_time
     log = FakeEvent.log
     first = log.index("kernel")
     # flush (2 x 50 MB), then the spin, then the start event, then the kernel, then the stop event
-    hold_cycles = int(120e-6 * 1980e6)  # 100 us + 20 us for a batch of one, at 1980 MHz
+    hold_cycles = int(140e-6 * 1980e6)  # 100 us + 2 x 20 us for a batch of one (nothing enqueued yet), at 1980 MHz
     assert log[first - 3:first + 2] == ["flush 100000000", f"sleep {hold_cycles}", "record", "kernel", "record"]
     # one synchronization per round, not per sample
     assert log.count("sync") < log.count("kernel")
     assert timing.telemetry is None and timing.telemetry_note == "no telemetry: fake"
+
+
+def test_the_hold_outlasts_a_slow_python_launcher(monkeypatch):
+    """A launcher that takes 2 ms to queue its kernel (an autotune wrapper, say) must not leave the
+    GPU idle inside the timed region: the hold grows to twice the longest enqueue seen."""
+    import time
+
+    monkeypatch.setattr(telemetry, "open_reader", lambda index, uuid=None: (None, "no telemetry: fake"))
+    FakeEvent.log = []
+    backend = backends.CudaBackend(fake_torch(), types.SimpleNamespace(index=0), l2_bytes=50_000_000, clock_mhz=1980)
+
+    def slow_launch():
+        time.sleep(0.002)  # host time spent before the kernel reaches the stream
+        FakeEvent.clock[0] += 1e-4
+
+    take_timing(slow_launch, backend, SamplingSettings(min_time=0, max_time=0.05, min_samples=3, warmup_time=0))
+    holds = [int(entry.split()[1]) / 1980e6 for entry in FakeEvent.log if entry.startswith("sleep")]
+    assert holds[0] == pytest.approx(140e-6, rel=1e-3)  # nothing seen yet
+    assert min(holds[1:]) >= 2 * 0.002 and max(holds) <= backends.MAX_HOLD_SECONDS
 
 
 def fake_nvml(sm_clock=1980, reasons=0):
