@@ -134,8 +134,12 @@ class DeviceChoice:
         return self.kind if self.index is None else f"{self.kind}:{self.index}"
 
 
-def choose_device(spec: str, worker_index: int | None) -> DeviceChoice:
-    """Resolve ``--sol-device``; under xdist, worker N takes GPU N mod count with ``auto``."""
+def choose_device(spec: str, worker_index: int | None, worker_count: int | None = None) -> DeviceChoice:
+    """Resolve ``--sol-device``; under xdist, worker N takes GPU N mod count with ``auto``.
+
+    More xdist workers than GPUs is refused: the device lock keeps two timings apart, but not one
+    worker's timing from another's multi-GB setup, reference GEMM or autotuning on the same GPU.
+    """
     kind, index = parse_device(spec)
     if kind == "cpu":
         return DeviceChoice("cpu")
@@ -146,6 +150,12 @@ def choose_device(spec: str, worker_index: int | None) -> DeviceChoice:
     if not has_cuda:
         raise OptionError(f"--sol-device={spec} but no CUDA device is available; use --sol-device=auto or cpu")
     count = torch.cuda.device_count()
+    if worker_count is not None and (worker_count > count or (index is not None and worker_count > 1)):
+        gpus = 1 if index is not None else count
+        raise OptionError(
+            f"pytest -n {worker_count} with {gpus} GPU(s) for --sol-device={spec}: workers sharing a GPU would time "
+            f"kernels while another worker's setup runs on it; use -n {gpus} (one worker per GPU) or no -n"
+        )
     if index is None:
         index = (worker_index or 0) % count if kind == "auto" else torch.cuda.current_device()
     if index >= count:

@@ -52,6 +52,11 @@ def worker_index() -> int | None:
     return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None
 
 
+def worker_count() -> int | None:
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    return int(count) if count.isdigit() else None
+
+
 def known_profiles(cache_dir: Path, folders: tuple[str, ...] = ()) -> list[HardwareProfile]:
     """The user's folders (``--sol-profile=DIR``), then the shipped profiles, then measured ones
     cached under .solgate/profiles; a user's profile replaces a shipped one with the same id."""
@@ -112,7 +117,7 @@ class Engine:
         return self._context
 
     def _resolve(self) -> Context:
-        choice = backends.choose_device(self.settings.device, worker_index())
+        choice = backends.choose_device(self.settings.device, worker_index(), worker_count())
         facts = backends.device_facts(choice)
         name = backends.device_name(choice)
         warnings: list[str] = []
@@ -146,6 +151,12 @@ class Engine:
         l2_bytes = facts.get("l2_bytes") or (
             int(profile.device.l2_cache_mb * 1e6) if profile.device.l2_cache_mb else None
         )
+        if choice.kind == "cuda":
+            # The whole process (this xdist worker) works on its GPU: Triton launches and tensors
+            # created outside sol.measure then go to cuda:N too, not to cuda:0.
+            import torch
+
+            torch.cuda.set_device(choice.index)
         backend = backends.make_backend(choice, l2_bytes, profile.device.boost_clock_mhz)
         uuid = calibrate.device_key(choice.index) if choice.kind == "cuda" else None
         return Context(

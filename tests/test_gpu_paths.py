@@ -308,3 +308,16 @@ def test_gpu_calibration_times_through_the_sampling_loop_and_the_cuda_backend(mo
     bandwidth, peaks = calibrate.measure_gpu(torch, torch.device("cpu"), datasheet, None, matmul_size=64, copy_bytes=1 << 20)
     (backend,) = made
     assert backend.flushes > 10 and bandwidth > 0 and peaks["bf16_tensor"] > 0  # every figure went through it
+
+
+def test_more_xdist_workers_than_gpus_is_refused_with_what_to_do(monkeypatch):
+    from pytest_solgate.errors import OptionError
+
+    cuda = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 2, current_device=lambda: 0)
+    monkeypatch.setattr(backends, "torch_or_none", lambda: types.SimpleNamespace(cuda=cuda))
+    assert str(backends.choose_device("auto", worker_index=3, worker_count=2)) == "cuda:1"  # one worker per GPU
+    with pytest.raises(OptionError, match=r"pytest -n 4 with 2 GPU\(s\) for --sol-device=auto: .* use -n 2"):
+        backends.choose_device("auto", worker_index=3, worker_count=4)
+    with pytest.raises(OptionError, match=r"pytest -n 2 with 1 GPU\(s\) for --sol-device=cuda:1"):
+        backends.choose_device("cuda:1", worker_index=0, worker_count=2)
+    assert str(backends.choose_device("cuda:1", worker_index=None)) == "cuda:1"  # no xdist
