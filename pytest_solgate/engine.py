@@ -276,6 +276,8 @@ class Engine:
             telemetry_note=timing.telemetry_note,
             environment=dict(context.environment),
             ceilings_id=context.profile.ceilings_id,
+            sm_clock_mhz=timing.sm_clock_mhz,
+            sol_at_clock=score.sol_at_clock(work, timing.seconds, context.profile, timing.sm_clock_mhz),
         )
 
     # --- judge ----------------------------------------------------------------------------------

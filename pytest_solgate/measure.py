@@ -50,6 +50,7 @@ class Timing:
     wall_seconds: float  # warm-up included
     throttled: bool = False
     dropped_samples: int = 0
+    sm_clock_mhz: float | None = None  # mean SM clock over the readings taken while rounds ran
     telemetry: dict[str, Any] | None = None
     telemetry_note: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -134,6 +135,7 @@ def take_timing(
     throttled = False  # samples taken while throttled were kept (the recoveries ran out)
     recoveries = 0
     dropped = 0
+    clocks: list[float] = []  # SM clock read while each kept round ran
     while True:
         handles = [_timed_call(fn, backend, batch) for _ in range(round_size)]
         # Read the clocks while the GPU still runs the queued round, not after it went idle.
@@ -153,6 +155,8 @@ def take_timing(
             continue
         throttled = throttled or round_throttled
         samples += round_samples
+        if reading is not None and isinstance(reading.get("sm_clock_mhz"), (int, float)):
+            clocks.append(reading["sm_clock_mhz"])
         elapsed = clock() - sampling_start
         noise = stats.relative_half_width(samples)
         if len(samples) >= settings.min_samples and elapsed >= settings.min_time and noise <= settings.noise:
@@ -184,6 +188,7 @@ def take_timing(
         wall_seconds=clock() - wall_start,
         throttled=throttled,
         dropped_samples=dropped,
+        sm_clock_mhz=stats.mean(clocks) if clocks else None,
         telemetry=summarize_telemetry(telemetry_seen),
         telemetry_note=getattr(backend, "telemetry_note", ""),
         notes=tuple(notes),

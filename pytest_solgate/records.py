@@ -61,6 +61,10 @@ class Measurement:
     # CUDA, torch, triton, Python) and the identity of the ceilings (profile numbers) scored against.
     environment: Mapping[str, str] = field(default_factory=dict)
     ceilings_id: str = ""
+    # Clock-aware SOL: the mean SM clock while samples were taken, and SOL against ceilings scaled
+    # to it (reported beside SOL; the gate uses the configured ceilings).
+    sm_clock_mhz: float | None = None
+    sol_at_clock: float | None = None
     # Set once judged:
     verdict: str | None = None
     reason: str = ""

@@ -71,6 +71,8 @@ MEASUREMENT = {
         "telemetry": _nullable({"type": "object"}),
         "environment": {"type": "object", "additionalProperties": _text(1_000)},
         "ceilings_id": _text(100),
+        "sm_clock_mhz": _nullable(_number(1e5)),
+        "sol_at_clock": _nullable(_number(1e3)),
         "trend": {"type": "array", "maxItems": 100_000, "items": {"type": "object"}},
     },
 }

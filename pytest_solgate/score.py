@@ -62,6 +62,15 @@ def score(work: Work, seconds: float, profile: HardwareProfile) -> Score:
     )
 
 
-def sol_of_samples(t_sol: float, samples: tuple[float, ...] | list[float]) -> list[float]:
-    """Each sample's SOL: what a baseline comparison ranks (robust to changed declarations)."""
-    return [t_sol / s for s in samples if s > 0]
+def sol_at_clock(work: Work, seconds: float, profile: HardwareProfile, sm_clock_mhz: float | None) -> float | None:
+    """SOL against ceilings scaled to the SM clock the device really ran at: compute peaks scale
+    with the SM clock, memory bandwidth does not. A run at 1.4 GHz on a 1.98 GHz datasheet is then
+    explained, not blamed on the kernel. None without a measured clock or the profile's boost clock.
+    The gate keeps using the configured ceilings; this is reported beside SOL."""
+    boost = profile.device.boost_clock_mhz
+    if not sm_clock_mhz or not boost or not seconds > 0:
+        return None
+    factor = min(sm_clock_mhz / boost, 1.0)
+    memory_time = work.bytes / profile.memory_bandwidth
+    compute_time = max((count / (profile.peak_flops(p) * factor) for p, count in work.flops.items()), default=0.0)
+    return max(memory_time, compute_time) / seconds

@@ -203,6 +203,8 @@ def test_throttled_measurement_is_flagged_warned_and_reported(suite, pytester, m
     page = (pytester.path / "r.html").read_text()
     assert "sm_clock_mhz" in page and "1200 – 1980" in page and "throttled" in page
     assert any("throttled round(s)" in note for note in m["notes"])
+    assert m["sm_clock_mhz"] == 1200  # the mean over the rounds kept (all hot), not the idle reading before
+    assert m["sol_at_clock"] is None  # the synthetic profile gives no boost clock to scale from
 
 
 def test_nvml_finds_the_gpu_by_uuid_when_torch_knows_it():

@@ -9,7 +9,7 @@ from pytest_solgate import judge, records, stats
 from pytest_solgate.errors import MarkerError, WorkError
 from pytest_solgate.profiles import HardwareProfile
 from pytest_solgate.records import Measurement
-from pytest_solgate.score import score
+from pytest_solgate.score import score, sol_at_clock
 from pytest_solgate.work import make_work
 
 H100 = HardwareProfile(
@@ -213,3 +213,18 @@ def test_marker_errors_name_test_and_argument(args, kwargs, fragment):
     with pytest.raises(MarkerError, match=fragment) as info:
         judge.parse_marker("t.py::test_k", args, kwargs)
     assert str(info.value).startswith("t.py::test_k: ")
+
+
+def test_sol_at_the_measured_clock_scales_compute_roofs_only():
+    from pytest_solgate.profiles import DeviceFacts
+
+    gpu = HardwareProfile(id="g", name="g", kind="gpu", memory_bandwidth_gbps=1000, peak_tflops={"bf16_tensor": 1000},
+                          device=DeviceFacts(boost_clock_mhz=2000))
+    gemm = make_work({"bf16_tensor": 1e12}, 1e6, "fp32")  # compute-bound: 1 ms at the datasheet peak
+    assert score(gemm, 2e-3, gpu).sol == pytest.approx(0.5)
+    # at 1000 MHz the compute roof halves: the 2 ms run was at its speed of light for that clock
+    assert sol_at_clock(gemm, 2e-3, gpu, 1000) == pytest.approx(1.0)
+    copy = make_work(None, 1e9, "fp32")  # memory-bound: the SM clock does not move its roof
+    assert sol_at_clock(copy, 2e-3, gpu, 1000) == pytest.approx(score(copy, 2e-3, gpu).sol)
+    assert sol_at_clock(gemm, 2e-3, gpu, None) is None
+    assert sol_at_clock(gemm, 2e-3, gpu, 2500) == pytest.approx(0.5)  # boost above the datasheet: no credit
