@@ -115,6 +115,21 @@ class CudaBackend:
         self.enqueue_seconds = max(self.enqueue_seconds, time.perf_counter() - self._queued_from)
         return token, event
 
+    def capture_graph(self, fn: Any, calls: int) -> Any:
+        """``calls`` calls of ``fn`` captured as one CUDA graph; returns its replay. The flush and
+        the hold stay outside the graph, so every replay starts with a cold L2."""
+        torch = self.torch
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()  # one call on a side stream before capture, as the CUDA-graph documentation asks
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+        return graph.replay
+
     def synchronize(self) -> None:
         self.torch.cuda.synchronize(self.device)
 

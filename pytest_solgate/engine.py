@@ -215,7 +215,8 @@ class Engine:
         if context.backend.name == "triton-interpreter":
             # Interpreter timings are not gated: spend as little time on them as honesty allows.
             sampling = measure.SamplingSettings(
-                min_time=0.0, max_time=min(sampling.max_time, 0.5), noise=sampling.noise, min_samples=3, warmup_time=0.0
+                min_time=0.0, max_time=min(sampling.max_time, 0.5), noise=sampling.noise, min_samples=3, warmup_time=0.0,
+                cuda_graph="off",
             )
         device_scope = _cuda_device_scope(context)
         self._measuring = name
@@ -277,6 +278,7 @@ class Engine:
             environment=dict(context.environment),
             ceilings_id=context.profile.ceilings_id,
             sm_clock_mhz=timing.sm_clock_mhz,
+            timing_mode=timing.mode,
             sol_at_clock=score.sol_at_clock(work, timing.seconds, context.profile, timing.sm_clock_mhz),
         )
 

@@ -29,6 +29,7 @@ from pytest_solgate.settings import SamplingSettings
 MAX_BATCH = 100_000
 ROUND_SECONDS = 0.01  # how much work to queue between two synchronizations
 MAX_ROUND = 100
+GRAPH_BELOW = 20e-6  # per-call time under which --sol-cuda-graph=auto replays a CUDA graph
 MAX_RECOVERIES = 5  # throttled rounds re-sampled before throttled samples are kept (and flagged)
 RECOVERY_PAUSE = 0.05  # seconds to let clocks recover, as nvbench's throttle recovery delay
 WARMUP_CALLS_AFTER_FIRST = 3  # calls after the first (which may compile) before sampling starts
@@ -51,6 +52,7 @@ class Timing:
     throttled: bool = False
     dropped_samples: int = 0
     sm_clock_mhz: float | None = None  # mean SM clock over the readings taken while rounds ran
+    mode: str = "events"  # "events" (each sample's calls launched from Python) or "cuda-graph"
     telemetry: dict[str, Any] | None = None
     telemetry_note: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -124,6 +126,21 @@ def take_timing(
     overhead = max(0.0, stats.median(warmup_wall[1:] or warmup_wall) - estimate)
     round_size = max(1, min(MAX_ROUND, int(ROUND_SECONDS / (estimate * batch + overhead))))
 
+    # Under ~20 us a call, launch overhead and host jitter dominate a batch of Python launches:
+    # capture the batch once as a CUDA graph and time its replays (triton's do_bench_cudagraph).
+    mode = "events"
+    timed, calls_per_replay = fn, 1
+    graph_notes: list[str] = []
+    capture = getattr(backend, "capture_graph", None)
+    if capture is not None and (settings.cuda_graph == "on" or (settings.cuda_graph == "auto" and estimate < GRAPH_BELOW)):
+        try:
+            timed, calls_per_replay, mode = capture(fn, batch), batch, "cuda-graph"
+        except Exception as exc:  # a kernel that cannot be captured (a host sync, an allocation)
+            if settings.cuda_graph == "on":
+                raise MeasureError(f"--sol-cuda-graph=on but the kernel cannot be captured in a CUDA graph ({exc})") from None
+            graph_notes.append(f"CUDA graph capture failed ({type(exc).__name__}); timed with events instead")
+    sample_batch = 1 if mode == "cuda-graph" else batch
+
     samples: list[float] = []
     telemetry_seen: list[dict[str, Any]] = []
     before = backend.read_telemetry()
@@ -137,11 +154,11 @@ def take_timing(
     dropped = 0
     clocks: list[float] = []  # SM clock read while each kept round ran
     while True:
-        handles = [_timed_call(fn, backend, batch) for _ in range(round_size)]
+        handles = [_timed_call(timed, backend, sample_batch) for _ in range(round_size)]
         # Read the clocks while the GPU still runs the queued round, not after it went idle.
         reading = backend.read_telemetry()
         backend.synchronize()
-        round_samples = [backend.elapsed(h) / batch for h in handles]
+        round_samples = [backend.elapsed(h) / (sample_batch * calls_per_replay) for h in handles]
         round_throttled = False
         if reading is not None:
             telemetry_seen.append(reading)
@@ -167,7 +184,9 @@ def take_timing(
     finished_at = time.time()
     kept = samples
 
-    notes = []
+    notes = list(graph_notes)
+    if mode == "cuda-graph":
+        notes.append(f"timed as replays of a CUDA graph of {batch} call(s), the L2 flushed outside each replay")
     if recoveries:
         notes.append(
             f"{recoveries} throttled round(s) of samples ({dropped} samples) discarded and taken again after a "
@@ -189,6 +208,7 @@ def take_timing(
         throttled=throttled,
         dropped_samples=dropped,
         sm_clock_mhz=stats.mean(clocks) if clocks else None,
+        mode=mode,
         telemetry=summarize_telemetry(telemetry_seen),
         telemetry_note=getattr(backend, "telemetry_note", ""),
         notes=tuple(notes),

@@ -65,6 +65,7 @@ class Measurement:
     # to it (reported beside SOL; the gate uses the configured ceilings).
     sm_clock_mhz: float | None = None
     sol_at_clock: float | None = None
+    timing_mode: str = "events"  # or "cuda-graph": how the samples were taken
     # Set once judged:
     verdict: str | None = None
     reason: str = ""

@@ -23,6 +23,7 @@ class SamplingSettings:
     noise: float = 0.005
     min_samples: int = 10
     warmup_time: float = 0.05
+    cuda_graph: str = "auto"  # auto | on | off: replay the batched calls as one CUDA graph
 
 
 def parse_device(spec: str) -> tuple[str, int | None]:
@@ -66,6 +67,8 @@ OPTIONS = (
     Option("sol_min_time", "minimum sampling time per measurement, seconds", "0.25"),
     Option("sol_max_time", "time budget per measurement, seconds (then flagged noisy)", "2.0"),
     Option("sol_noise", "target relative 95% half-width of the median", "0.005"),
+    Option("sol_cuda_graph", "time short GPU kernels as a replayed CUDA graph: auto (under 20 us a call), on or off",
+           "auto", "string", ("auto", "on", "off")),
     Option("sol_precision", "precision class of a bare flops number", "fp32", "string", PRECISIONS),
 )
 
@@ -159,6 +162,6 @@ def parse_settings(raw: Mapping[str, Any]) -> Settings:
         max_regression=max_regression,
         gate=values["sol_gate"],
         above_one=values["sol_above_one"],
-        sampling=SamplingSettings(min_time=min_time, max_time=max_time, noise=noise),
+        sampling=SamplingSettings(min_time=min_time, max_time=max_time, noise=noise, cuda_graph=values["sol_cuda_graph"]),
         precision=values["sol_precision"],
     )

@@ -4,6 +4,7 @@ They check the order of operations and the arithmetic; the real thing is checked
 benchmarks/gpu_check.py whenever a GPU is at hand (docs/results.md).
 """
 
+import contextlib
 import types
 
 import pytest
@@ -37,8 +38,52 @@ class FakeTensor:
         FakeEvent.log.append(f"flush {self.numel_ * 4}")
 
 
+class FakeGraph:
+    """Captures the calls made inside ``torch.cuda.graph(g)`` and re-runs them on replay."""
+
+    capturing = None
+
+    def __init__(self):
+        self.calls = []
+
+    def replay(self):
+        FakeEvent.log.append(f"replay {len(self.calls)}")
+        for call in self.calls:
+            call()
+
+
+class FakeCapture:
+    def __init__(self, graph):
+        self.graph = graph
+
+    def __enter__(self):
+        FakeGraph.capturing = self.graph
+
+    def __exit__(self, *exc):
+        FakeGraph.capturing = None
+
+
+def fake_launch(seconds):
+    """A kernel launch: queued into the graph while one is captured, else run (advancing the clock)."""
+
+    def run():
+        FakeEvent.clock[0] += seconds
+        FakeEvent.log.append("kernel")
+
+    if FakeGraph.capturing is not None:
+        FakeGraph.capturing.calls.append(run)
+    else:
+        run()
+
+
 def fake_torch():
+    stream = types.SimpleNamespace(wait_stream=lambda other: None)
     cuda = types.SimpleNamespace(
+        Stream=lambda: stream,
+        stream=lambda s: contextlib.nullcontext(),
+        current_stream=lambda: stream,
+        CUDAGraph=FakeGraph,
+        graph=FakeCapture,
         Event=FakeEvent,
         _sleep=lambda cycles: FakeEvent.log.append(f"sleep {cycles}"),
         synchronize=lambda device=None: FakeEvent.log.append("sync"),
@@ -323,3 +368,39 @@ def test_more_xdist_workers_than_gpus_is_refused_with_what_to_do(monkeypatch):
     with pytest.raises(OptionError, match=r"pytest -n 2 with 1 GPU\(s\) for --sol-device=cuda:1"):
         backends.choose_device("cuda:1", worker_index=0, worker_count=2)
     assert str(backends.choose_device("cuda:1", worker_index=None)) == "cuda:1"  # no xdist
+
+
+def test_short_kernels_are_timed_as_cuda_graph_replays_with_the_flush_outside(monkeypatch):
+    monkeypatch.setattr(telemetry, "open_reader", lambda index, uuid=None: (None, "no telemetry: fake"))
+    FakeEvent.log = []
+    backend = backends.CudaBackend(fake_torch(), types.SimpleNamespace(index=0), l2_bytes=50_000_000, clock_mhz=1980)
+    timing = take_timing(lambda: fake_launch(2e-6), backend,
+                         SamplingSettings(min_time=0, max_time=0.05, min_samples=3, warmup_time=0))
+    assert timing.mode == "cuda-graph" and timing.batch == 10  # 20 us of work per replay
+    assert timing.seconds == pytest.approx(2e-6) and "CUDA graph of 10 call(s)" in timing.notes[0]
+    first = FakeEvent.log.index("replay 10")
+    log = FakeEvent.log
+    # flush and hold, then the start event, the replay of ten kernels, the stop event
+    assert log[first - 3] == "flush 100000000" and log[first - 2].startswith("sleep") and log[first - 1] == "record"
+    assert log[first + 1:first + 11] == ["kernel"] * 10 and log[first + 11] == "record"
+    off = take_timing(lambda: fake_launch(2e-6), backend,
+                      SamplingSettings(min_time=0, max_time=0.05, min_samples=3, warmup_time=0, cuda_graph="off"))
+    assert off.mode == "events"
+
+
+def test_a_kernel_that_cannot_be_captured_falls_back_or_is_refused(monkeypatch):
+    from pytest_solgate.errors import MeasureError
+
+    monkeypatch.setattr(telemetry, "open_reader", lambda index, uuid=None: (None, "no telemetry: fake"))
+    backend = backends.CudaBackend(fake_torch(), types.SimpleNamespace(index=0), l2_bytes=50_000_000, clock_mhz=1980)
+
+    def syncs_on_the_host():
+        if FakeGraph.capturing is not None:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        fake_launch(2e-6)
+
+    auto = take_timing(syncs_on_the_host, backend, SamplingSettings(min_time=0, max_time=0.05, min_samples=3, warmup_time=0))
+    assert auto.mode == "events" and "CUDA graph capture failed (RuntimeError)" in auto.notes[0]
+    with pytest.raises(MeasureError, match="--sol-cuda-graph=on but the kernel cannot be captured"):
+        take_timing(syncs_on_the_host, backend,
+                    SamplingSettings(min_time=0, max_time=0.05, min_samples=3, warmup_time=0, cuda_graph="on"))
