@@ -208,6 +208,9 @@ class Engine:
                 f"{test}: sol.measure got an async function; only its coroutine would be created, never run: "
                 "pass a plain callable (e.g. lambda: asyncio.run(kernel()))"
             )
+        rotation = len(fn) if isinstance(fn, (list, tuple)) else 0
+        if rotation:
+            fn = measure.rotating(fn, test)
         work = make_work(flops, bytes, precision or self.settings.precision)
         context = self.context()
         score.check_precisions(work, context.profile)
@@ -227,6 +230,8 @@ class Engine:
             self._measuring = ""
         scored = score.score(work, timing.seconds, context.profile)
         notes = list(timing.notes)
+        if rotation:
+            notes.append(f"rotating inputs: {rotation} buffer sets, called in turn, so no call finds the last one's data in cache")
         interpreted = context.backend.name == "triton-interpreter"
         if not interpreted and timing.wall_seconds > sampling.max_time * 1.5 and len(timing.samples) < sampling.min_samples:
             notes.append(

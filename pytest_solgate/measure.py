@@ -70,6 +70,25 @@ class Backend(Protocol):
     def read_telemetry(self) -> dict[str, Any] | None: ...
 
 
+def rotating(calls: Any, test: str) -> Callable[[], Any]:
+    """One callable that calls each of ``calls`` in turn: the kernel on a fresh buffer set each
+    time (SOL-ExecBench's rotating inputs), for kernels whose inputs are smaller than the cache."""
+    calls = list(calls)
+    if not calls or not all(callable(c) for c in calls):
+        raise MeasureError(
+            f"{test}: sol.measure got a list: give one zero-argument callable per buffer set "
+            "(e.g. [lambda: add(x1, y1, o1), lambda: add(x2, y2, o2)]), at least one"
+        )
+    position = [0]
+
+    def call_next() -> Any:
+        index = position[0]
+        position[0] = (index + 1) % len(calls)
+        return calls[index]()
+
+    return call_next
+
+
 def _timed_call(fn: Callable[[], Any], backend: Backend, batch: int) -> Any:
     __tracebackhide__ = True
     backend.flush(batch)

@@ -340,3 +340,23 @@ def test_a_run_that_never_measures_never_imports_torch(pytester):
 def test_plugin_is_registered_through_the_entry_point(pytester):
     result = pytester.runpytest_subprocess("--help")
     result.stdout.fnmatch_lines(["*pytest-solgate*", "*--sol-report*", "*--sol-baseline*"])
+
+
+def test_rotating_inputs_call_each_buffer_set_in_turn(suite, pytester):
+    import json
+
+    result = suite("""
+        calls = []
+
+        def test_rotating(sol):
+            kernels = [lambda i=i: (calls.append(i), busy(1e-4)) for i in range(3)]
+            m = sol.measure(kernels, bytes=1e5)
+            assert calls[:7] == [0, 1, 2, 0, 1, 2, 0] and m.seconds > 0
+
+        def test_not_callables(sol):
+            sol.measure([1, 2], bytes=1e5)
+    """, "--sol-json=out.json")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*sol.measure got a list: give one zero-argument callable per buffer set*"])
+    (m,) = json.loads((pytester.path / "out.json").read_text())["measurements"]
+    assert any(note.startswith("rotating inputs: 3 buffer sets") for note in m["notes"])
