@@ -101,12 +101,15 @@ class SolFixture:
 
         return nbytes(*arrays)
 
-    @staticmethod
-    def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, int]:
-        """FLOPs of ``fn(*args, **kwargs)`` by precision, through FlopCounterMode (meta tensors work)."""
-        from pytest_solgate.work import count_flops
+    def count_flops(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, int]:
+        """FLOPs of ``fn(*args, **kwargs)`` by precision, through FlopCounterMode (meta tensors work);
+        float64 matmuls count as ``fp64_tensor`` on profiles that have FP64 tensor cores."""
+        from pytest_solgate.work import count_flops, float64_on_tensor_cores
 
-        return count_flops(fn, *args, **kwargs)
+        counted = count_flops(fn, *args, **kwargs)
+        if "fp64" not in counted:
+            return counted
+        return float64_on_tensor_cores(counted, self.profile.peak_tflops)
 
     @property
     def device(self) -> Any:

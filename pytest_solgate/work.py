@@ -149,3 +149,17 @@ def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, 
     with _ByPrecision(display=False):
         fn(*args, **kwargs)
     return by_precision
+
+
+def float64_on_tensor_cores(flops: dict[str, int], precisions: Any) -> dict[str, int]:
+    """Counted float64 FLOPs on the FP64 tensor cores when the profile has them.
+
+    FlopCounterMode counts matmuls, convolutions and attention only, and on Ampere and Hopper
+    cuBLAS runs those in float64 on the FP64 tensor cores (calibration measures that roof too);
+    a profile without ``fp64_tensor`` (a CPU, a consumer GPU) keeps them as vector ``fp64``.
+    """
+    if "fp64" not in flops or "fp64_tensor" not in precisions:
+        return flops
+    moved = {k: v for k, v in flops.items() if k != "fp64"}
+    moved["fp64_tensor"] = moved.get("fp64_tensor", 0) + flops["fp64"]
+    return moved

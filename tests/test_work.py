@@ -87,3 +87,32 @@ def test_count_flops_pointwise_counts_nothing():
     torch = pytest.importorskip("torch")
     x = torch.randn(100, device="meta")
     assert count_flops(lambda: torch.softmax(x, 0)) == {}
+
+
+def test_float64_matmuls_go_to_fp64_tensor_cores_where_the_profile_has_them():
+    from pytest_solgate.work import float64_on_tensor_cores
+
+    counted = {"fp64": 1000, "fp32": 5}
+    assert float64_on_tensor_cores(counted, {"fp64": 34, "fp64_tensor": 67, "fp32": 67}) == {"fp32": 5, "fp64_tensor": 1000}
+    assert float64_on_tensor_cores(counted, {"fp64": 0.05, "fp32": 0.1}) == counted  # a CPU: vector fp64
+
+
+def test_the_fixture_counts_float64_on_the_profiles_tensor_cores(suite):
+    profile = """
+id = "fp64-tc"
+name = "A device with FP64 tensor cores"
+kind = "cpu"
+memory_bandwidth_gbps = 1
+ceilings = "measured"
+[peak_tflops]
+fp64 = 0.001
+fp64_tensor = 0.002
+"""
+    result = suite("""
+        import torch
+
+        def test_count(sol):
+            a = torch.randn(8, 4, dtype=torch.float64, device="meta")
+            assert sol.count_flops(torch.mm, a, a.T) == {"fp64_tensor": 2 * 8 * 4 * 8}
+    """, "--sol-profile=fp64.toml", profile=False, files={"fp64.toml": profile})
+    result.assert_outcomes(passed=1)
