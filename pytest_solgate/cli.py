@@ -52,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("calibrate", help="measure this machine's ceilings and write a profile")
     p.add_argument("-o", "--output", help="write the profile TOML here (default: cache it under .solgate/)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
+    p = sub.add_parser("sol", help="the speed of light of declared work on one or every profile (no timing)")
+    p.add_argument("--bytes", type=float, default=None, help="total fused bytes")
+    p.add_argument("--flops", action="append", default=[], metavar="P=N",
+                   help="FLOPs in a precision class, e.g. bf16_tensor=1.37e11 (repeat for several)")
+    p.add_argument("--profile", help="one profile id or .toml path (default: every shipped profile)")
     p = sub.add_parser("history", help="list recorded results")
     p.add_argument("pattern", nargs="?", help="only tests whose id matches this glob or contains this text")
     p.add_argument("--changes", action="store_true", help="list the commits where a measurement's SOL stepped (change points)")
@@ -83,6 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `solgate ... | head`: the reader left, nothing is wrong
+        sys.stderr.close()
+        return 0
 
 
 def _cmd_profiles(args: argparse.Namespace) -> int:
@@ -98,6 +106,39 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     from pytest_solgate.profiles import find_profile, profile_to_toml
 
     print(profile_to_toml(find_profile(args.id)), end="")
+    return 0
+
+
+def _cmd_sol(args: argparse.Namespace) -> int:
+    """T_SOL, bound, intensity and ridge of declared work: a planning tool, nothing is timed."""
+    from pytest_solgate import units
+    from pytest_solgate.profiles import builtin_profiles, find_profile
+    from pytest_solgate.score import score
+    from pytest_solgate.work import make_work
+
+    flops: dict[str, float] = {}
+    for entry in args.flops:
+        precision, equals, count = entry.partition("=")
+        if not equals:
+            raise UsageFailure(f"sol: --flops {entry!r}: write PRECISION=COUNT, e.g. --flops bf16_tensor=1.37e11")
+        try:
+            flops[precision.strip()] = float(count)
+        except ValueError:
+            raise UsageFailure(f"sol: --flops {entry!r}: {count!r} is not a number") from None
+    if not flops and args.bytes is None:
+        raise UsageFailure("sol: declare the work: --bytes N (total fused bytes) and/or --flops PRECISION=COUNT")
+    work = make_work(flops or None, args.bytes)
+    profiles = [find_profile(args.profile)] if args.profile else builtin_profiles()
+    print(f"{'profile':<16} {'T_SOL':>10}  {'bound':<8} {'intensity':>14}  ridge")
+    for profile in profiles:
+        missing = [p for p in work.flops if p not in profile.peak_tflops]
+        if missing:
+            print(f"{profile.id:<16} {'-':>10}  {'-':<8} {'-':>14}  (no {', '.join(missing)} roof)")
+            continue
+        at = score(work, 1.0, profile)  # T_SOL does not depend on the time
+        intensity = f"{at.intensity:.3g} FLOP/B" if at.intensity is not None else "-"
+        ridge = f"{at.ridge:.3g} FLOP/B ({at.dominant_precision})" if at.ridge is not None else "-"
+        print(f"{profile.id:<16} {units.seconds(at.t_sol):>10}  {at.bound:<8} {intensity:>14}  {ridge}")
     return 0
 
 
@@ -340,6 +381,7 @@ COMMANDS = {
     "profile": _cmd_profile,
     "detect": _cmd_detect,
     "calibrate": _cmd_calibrate,
+    "sol": _cmd_sol,
     "history": _cmd_history,
     "trend": _cmd_trend,
     "compare": _cmd_compare,

@@ -14,7 +14,7 @@ def solgate(*args, cwd=None):
 
 
 def test_help_on_every_subcommand():
-    for command in ("profiles", "profile", "detect", "calibrate", "history", "trend", "compare", "import"):
+    for command in ("profiles", "profile", "detect", "calibrate", "sol", "history", "trend", "compare", "import"):
         done = solgate(command, "--help")
         assert done.returncode == 0 and "usage: solgate " + command in done.stdout, command
 
@@ -169,3 +169,29 @@ def test_compare_refuses_an_ambiguous_or_empty_sha(tmp_path):
     assert empty.returncode == 2 and "'' is neither a git ref here nor a commit in h.db" in empty.stderr
     fine = solgate("compare", "abc1", "abc2", "--history", "h.db", cwd=tmp_path)
     assert fine.returncode == 0, fine.stderr
+
+
+def test_speed_of_light_without_timing():
+    one = solgate("sol", "--bytes", "134217728", "--flops", "bf16_tensor=1.37e11", "--profile", "h200")
+    assert one.returncode == 0, one.stderr
+    header, row = one.stdout.strip().splitlines()
+    # T_SOL = max(134217728 B / 4.8 TB/s, 1.37e11 / 989.4 TFLOP/s) = max(28.0 us, 138.5 us)
+    assert row.split()[:4] == ["h200", "138", "us", "compute"] and "206 FLOP/B (bf16_tensor)" in row
+    every = solgate("sol", "--bytes", "1e9").stdout.splitlines()
+    rows = {line.split()[0]: line for line in every[1:]}
+    assert "a100-sxm4-80gb" in rows and "mi300x" in rows and all("memory" in line for line in rows.values())
+    lacking = solgate("sol", "--flops", "fp8_tensor=1e12").stdout
+    assert "(no fp8_tensor roof)" in lacking and "h100-sxm" in lacking
+
+
+@pytest.mark.parametrize("args, fragment", [
+    ((), "sol: declare the work: --bytes N (total fused bytes) and/or --flops PRECISION=COUNT"),
+    (("--flops", "bf16_tensor"), "write PRECISION=COUNT"),
+    (("--flops", "bf16_tensor=lots"), "'lots' is not a number"),
+    (("--flops", "fp12=1e9"), "unknown precision 'fp12'"),
+    (("--bytes", "-1"), "bytes=-1.0 is negative"),
+    (("--bytes", "1e9", "--profile", "h100-sxn"), "no profile with id 'h100-sxn'"),
+])
+def test_speed_of_light_bad_input(args, fragment):
+    done = solgate("sol", *args)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and fragment in done.stderr, done.stderr
