@@ -103,9 +103,11 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
+    from pytest_solgate.engine import known_profiles
     from pytest_solgate.profiles import find_profile, profile_to_toml
 
-    print(profile_to_toml(find_profile(args.id)), end="")
+    # Shipped profiles and the ones measured here (cached under .solgate/profiles).
+    print(profile_to_toml(find_profile(args.id, known_profiles(_state_dir()))), end="")
     return 0
 
 
@@ -221,10 +223,10 @@ def _cmd_history(args: argparse.Namespace) -> int:
     if not results:
         print("no recorded results" + (f" match '{args.pattern}'" if args.pattern else ""))
         return 0
-    print(f"{'started':<20} {'commit':<10} {'d':<1} {'profile':<14} {'SOL':>6} {'time':>10}  {'verdict':<12} test [name]")
+    print(f"{'started':<20} {'commit':<10} {'dirty':<5} {'profile':<14} {'SOL':>6} {'time':>10}  {'verdict':<12} test [name]")
     for run, m in results:
         print(
-            f"{run['started_at'][:19]:<20} {(run['commit_sha'] or 'unknown')[:10]:<10} {'*' if run['dirty'] else ' '} "
+            f"{run['started_at'][:19]:<20} {(run['commit_sha'] or 'unknown')[:10]:<10} {'yes' if run['dirty'] else '':<5} "
             f"{m.profile[:14]:<14} {m.sol:>6.3f} {units.seconds(m.seconds):>10}  {m.verdict or '-':<12} {m.test} [{m.name}]"
         )
     return 0

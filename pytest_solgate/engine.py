@@ -125,6 +125,11 @@ class Engine:
         if choice.kind == "cpu":
             if self.explicit_profile is not None:
                 profile = self.explicit_profile
+                if profile.kind == "gpu":
+                    warnings.append(
+                        f"--sol-profile={profile.id} is a GPU profile but measurements run on the CPU: CPU work is "
+                        f"scored against {profile.id}'s ceilings; pass --sol-device=cuda, or drop --sol-profile"
+                    )
             else:
                 if ceilings == "datasheet":
                     raise OptionError(

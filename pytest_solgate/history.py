@@ -301,7 +301,8 @@ class HistoryStore:
         for run_id, test, record_json in self.db.execute(
             "SELECT run_id, test, record_json FROM measurements ORDER BY run_id, id"
         ):
-            if pattern and not (fnmatch.fnmatchcase(test, pattern) or pattern in test):
+            name = test.split("::")[-1]  # ids start with the path: 'test_matmul*' matches the test name
+            if pattern and not (fnmatch.fnmatchcase(test, pattern) or fnmatch.fnmatchcase(name, pattern) or pattern in test):
                 continue
             out.append((runs[run_id], Measurement.from_dict(json.loads(record_json))))
         return out

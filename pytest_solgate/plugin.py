@@ -363,7 +363,10 @@ class SolgateSession:
             if effect == "fail":
                 failures.append(m.reason)
             elif effect == "warn":
-                warnings.warn(SolgateWarning(f"{m.verdict}: {m.reason}"), stacklevel=1)
+                # Located at the test, not at this line of the plugin.
+                path, line, _ = item.location
+                warnings.warn_explicit(SolgateWarning(f"{m.verdict}: {m.reason}"), SolgateWarning,
+                                       str(self.config.rootpath / path), (line or 0) + 1)
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
 

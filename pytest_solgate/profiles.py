@@ -249,9 +249,10 @@ def find_profile(spec: str, profiles: Iterable[HardwareProfile] | None = None) -
     for profile in known:
         if profile.id == spec:
             return profile
-    close = [p.id for p in known if p.id.split("-")[0] == spec.split("-")[0]] or [p.id for p in known]
+    close = [p.id for p in known if p.id.split("-")[0] == spec.split("-")[0]]
+    hint = f"did you mean {', '.join(close)}? " if close else ""
     raise ProfileError(
-        f"no profile with id '{spec}'; known ids include: {', '.join(close[:12])} "
+        f"no profile with id '{spec}'; {hint}known ids: {', '.join(sorted(p.id for p in known))} "
         "(or pass a path to a .toml file)"
     )
 

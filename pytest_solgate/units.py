@@ -51,3 +51,8 @@ def count(value: float) -> str:
         if value >= scale:
             return f"{value / scale:.3g}{unit}"
     return f"{value:.3g}"
+
+
+def sol(value: float) -> str:
+    """Two decimals, and enough significant digits below 0.1 that 0.005 never reads as 0.00."""
+    return f"{value:.2f}" if value >= 0.1 or value == 0 else f"{value:.2g}"

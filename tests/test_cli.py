@@ -195,3 +195,21 @@ def test_speed_of_light_without_timing():
 def test_speed_of_light_bad_input(args, fragment):
     done = solgate("sol", *args)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and fragment in done.stderr, done.stderr
+
+
+def test_small_things_of_the_cli(two_commits, tmp_path):
+    path, _ = two_commits
+    by_name = solgate("history", "test_k*", cwd=path)  # ids start with the path; the name matches too
+    assert by_name.stdout.count("test_k.py::test_k [default]") == 4
+    assert by_name.stdout.splitlines()[0].split()[2] == "dirty"
+    from pytest_solgate.profiles import HardwareProfile, profile_to_toml
+
+    cached = tmp_path / ".solgate" / "profiles" / "cpu-0123456789.toml"
+    cached.parent.mkdir(parents=True)
+    cached.write_text(profile_to_toml(HardwareProfile(id="cpu-0123456789", name="this CPU", kind="cpu",
+                                                      memory_bandwidth_gbps=30, peak_tflops={"fp32": 0.1}, ceilings="measured")))
+    shown = solgate("profile", "cpu-0123456789", cwd=tmp_path)
+    assert shown.returncode == 0 and 'id = "cpu-0123456789"' in shown.stdout, shown.stderr
+    unknown = solgate("profile", "h100-sxn", cwd=tmp_path).stderr
+    assert "did you mean h100-nvl, h100-pcie, h100-sxm, h100?" in unknown or "did you mean h100" in unknown
+    assert "rtx-4090" in unknown and "v100-sxm2" in unknown and "mi300x" in unknown  # every known id, not some

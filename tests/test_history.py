@@ -153,7 +153,8 @@ def test_a_drop_within_the_noise_floor_is_ambiguous_and_says_so(repo):
     kernel = verdicts["test_kernel"]
     assert kernel["verdict"] == "ambiguous" and kernel["baseline"]["noise_floor"] > 0.2
     result.stdout.fnmatch_lines([
-        "*SolgateWarning: ambiguous: test_kernel SOL * tolerance 5.0%, noise floor *: within the run-to-run noise; "
+        # located at the test, not inside the plugin
+        "*test_kernels.py:*: SolgateWarning: ambiguous: test_kernel SOL * tolerance 5.0%, noise floor *: within the run-to-run noise; "
         "the tolerance is below this runner's noise floor of *: lock the clocks, give more --sol-min-time, or raise "
         "max_regression above *",
         "*-1?.?%, floor 3?.?%*ambiguous*test_kernels.py::test_kernel*",

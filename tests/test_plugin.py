@@ -360,3 +360,18 @@ def test_rotating_inputs_call_each_buffer_set_in_turn(suite, pytester):
     result.stdout.fnmatch_lines(["*sol.measure got a list: give one zero-argument callable per buffer set*"])
     (m,) = json.loads((pytester.path / "out.json").read_text())["measurements"]
     assert any(note.startswith("rotating inputs: 3 buffer sets") for note in m["notes"])
+
+
+def test_small_sol_values_keep_their_digits_and_a_gpu_profile_on_a_cpu_warns(suite):
+    result = suite("""
+        def test_tiny(sol):
+            sol.measure(lambda: busy(1e-3), bytes=5e3)  # SOL 0.005 on the synthetic 1 GB/s profile
+    """)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*0.005 *test_kernels.py::test_tiny*"])
+    result = suite("""
+        def test_on_gpu_ceilings(sol):
+            sol.measure(lambda: busy(1e-3), bytes=5e5)
+    """, "--sol-profile=h100-sxm")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*--sol-profile=h100-sxm is a GPU profile but measurements run on the CPU*"])
