@@ -228,3 +228,9 @@ def test_sol_at_the_measured_clock_scales_compute_roofs_only():
     assert sol_at_clock(copy, 2e-3, gpu, 1000) == pytest.approx(score(copy, 2e-3, gpu).sol)
     assert sol_at_clock(gemm, 2e-3, gpu, None) is None
     assert sol_at_clock(gemm, 2e-3, gpu, 2500) == pytest.approx(0.5)  # boost above the datasheet: no credit
+
+
+def test_sol_is_printed_with_enough_digits():
+    from pytest_solgate import units
+
+    assert [units.sol(v) for v in (0.8234, 0.1, 0.0049, 0.005, 0.0, 1.33)] == ["0.82", "0.10", "0.0049", "0.005", "0.00", "1.33"]
