@@ -14,9 +14,9 @@ from pytest_solgate import telemetry
 from pytest_solgate.errors import OptionError
 from pytest_solgate.settings import parse_device
 
-DEFAULT_FLUSH_BYTES = 256 * 1024 * 1024
+DEFAULT_FLUSH_BYTES = 256 * 1024 * 1024  # when neither the device nor the profile gives an L2 size
 BASE_HOLD_SECONDS = 100e-6
-MAX_HOLD_SECONDS = 0.01  # when neither the device nor the profile gives an L2 size
+MAX_HOLD_SECONDS = 0.01
 
 
 def triton_interpreter_active() -> bool:

@@ -20,7 +20,6 @@ from pytest_solgate import environment, gitinfo
 from pytest_solgate.errors import OptionError
 from pytest_solgate.judge import BaselineRun, BaselineWindow
 
-DEFAULT_WINDOW = 10
 MIN_SAME_ENVIRONMENT = 2  # runs of this environment needed to drop the others from a window
 
 

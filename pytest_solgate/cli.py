@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pytest_solgate.errors import SolgateError
+from pytest_solgate.settings import Settings
 
 
 class UsageFailure(SolgateError):
@@ -70,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("head", help="the head commit (a git ref or sha)")
     p.add_argument("--max-regression", type=float, default=None,
                    help="tolerance (default: each measurement's recorded max_regression, else 0.05)")
-    p.add_argument("--window", type=int, default=10,
+    p.add_argument("--window", type=int, default=Settings().baseline_window,
                    help="clean runs along BASE's first-parent ancestry that form the baseline (default: %(default)s)")
     _history_arg(p)
     p = sub.add_parser("import", help="merge a --sol-json file from another runner into the history")
@@ -334,7 +335,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         tolerance = args.max_regression
         if tolerance is None:
             tolerance = (h.budget or {}).get("max_regression")
-        tolerance = 0.05 if tolerance is None else tolerance
+        tolerance = settings.max_regression if tolerance is None else tolerance
         result = judge.against_window(h, window, tolerance, settings)
         regressed += result.verdict == records.REGRESSED
         floor = units.percent(result.floor) if result.floor is not None else "?"

@@ -140,8 +140,9 @@ class Engine:
                 # and a second worker waiting here then finds the cached profile.
                 with locking.device_lock("cpu"):
                     profile = calibrate.cpu_profile(self.cache_dir, self.announce)
-            lock_key = "cpu"
+            lock_key, device_uuid = "cpu", None
         else:
+            device_uuid = calibrate.device_key(choice.index)  # survives CUDA_VISIBLE_DEVICES renumbering
             if self.explicit_profile is not None:
                 profile = self.explicit_profile
             else:
@@ -151,19 +152,17 @@ class Engine:
                 if match.warning:
                     warnings.append(match.warning)
             if ceilings == "measured" and profile.ceilings != "measured":
-                profile = self._measured_gpu_profile(profile, choice, name, facts)
-            lock_key = f"cuda-{calibrate.device_key(choice.index)}"
-        l2_bytes = facts.get("l2_bytes") or (
-            int(profile.device.l2_cache_mb * 1e6) if profile.device.l2_cache_mb else None
-        )
-        if choice.kind == "cuda":
+                profile = self._measured_gpu_profile(profile, choice, device_uuid, name, facts)
+            lock_key = f"cuda-{device_uuid}"
             # The whole process (this xdist worker) works on its GPU: Triton launches and tensors
             # created outside sol.measure then go to cuda:N too, not to cuda:0.
             import torch
 
             torch.cuda.set_device(choice.index)
+        l2_bytes = facts.get("l2_bytes") or (
+            int(profile.device.l2_cache_mb * 1e6) if profile.device.l2_cache_mb else None
+        )
         backend = backends.make_backend(choice, l2_bytes, profile.device.boost_clock_mhz)
-        uuid = calibrate.device_key(choice.index) if choice.kind == "cuda" else None
         return Context(
             device=choice,
             device_name=name,
@@ -172,11 +171,12 @@ class Engine:
             backend=backend,
             lock_key=lock_key,
             warnings=tuple(warnings),
-            environment=environment.describe(name, uuid, choice.kind == "cuda"),
+            environment=environment.describe(name, device_uuid, choice.kind == "cuda"),
         )
 
-    def _measured_gpu_profile(self, datasheet: HardwareProfile, choice: Any, name: str, facts: dict) -> HardwareProfile:
-        key = calibrate.device_key(choice.index)
+    def _measured_gpu_profile(
+        self, datasheet: HardwareProfile, choice: Any, key: str, name: str, facts: dict
+    ) -> HardwareProfile:
         path = calibrate.gpu_measured_path(self.cache_dir, datasheet.id, key)
         cached = _cached_profile(path)
         if cached is not None:

@@ -52,9 +52,12 @@ def facts(cwd: str | Path) -> GitFacts:
 
 def project_root(start: str | Path) -> Path:
     """The git top level above ``start``, else ``start`` itself: where ``.solgate/`` (the history
-    and the calibration cache) lives, whichever directory pytest or solgate was started in."""
-    top = git(start, "rev-parse", "--show-toplevel")
-    return Path(top) if top else Path(start).resolve()
+    and the calibration cache) lives, whichever directory pytest or solgate was started in.
+
+    Found by looking for ``.git`` (a folder, or the file of a worktree or submodule) rather than
+    by running git: every pytest session asks, also one that never measures."""
+    here = Path(start).resolve()
+    return next((folder for folder in (here, *here.parents) if (folder / ".git").exists()), here)
 
 
 def state_dir(start: str | Path) -> Path:

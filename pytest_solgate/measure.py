@@ -148,17 +148,17 @@ def take_timing(
     # Under ~20 us a call, launch overhead and host jitter dominate a batch of Python launches:
     # capture the batch once as a CUDA graph and time its replays (triton's do_bench_cudagraph).
     mode = "events"
-    timed, calls_per_replay = fn, 1
+    timed = fn
     graph_notes: list[str] = []
     capture = getattr(backend, "capture_graph", None)
     if capture is not None and (settings.cuda_graph == "on" or (settings.cuda_graph == "auto" and estimate < GRAPH_BELOW)):
         try:
-            timed, calls_per_replay, mode = capture(fn, batch), batch, "cuda-graph"
+            timed, mode = capture(fn, batch), "cuda-graph"
         except Exception as exc:  # a kernel that cannot be captured (a host sync, an allocation)
             if settings.cuda_graph == "on":
                 raise MeasureError(f"--sol-cuda-graph=on but the kernel cannot be captured in a CUDA graph ({exc})") from None
             graph_notes.append(f"CUDA graph capture failed ({type(exc).__name__}); timed with events instead")
-    sample_batch = 1 if mode == "cuda-graph" else batch
+    sample_batch = 1 if mode == "cuda-graph" else batch  # calls of `timed` per sample; `batch` kernels either way
 
     samples: list[float] = []
     telemetry_seen: list[dict[str, Any]] = []
@@ -177,7 +177,7 @@ def take_timing(
         # Read the clocks while the GPU still runs the queued round, not after it went idle.
         reading = backend.read_telemetry()
         backend.synchronize()
-        round_samples = [backend.elapsed(h) / (sample_batch * calls_per_replay) for h in handles]
+        round_samples = [backend.elapsed(h) / batch for h in handles]
         round_throttled = False
         if reading is not None:
             telemetry_seen.append(reading)
@@ -201,7 +201,6 @@ def take_timing(
             noisy = noise > settings.noise or len(samples) < settings.min_samples
             break
     finished_at = time.time()
-    kept = samples
 
     notes = list(graph_notes)
     if mode == "cuda-graph":
@@ -214,9 +213,9 @@ def take_timing(
     if batch > 1:
         notes.append(f"{batch} calls per sample (one call is under the timer's resolution); only the first is cold")
     return Timing(
-        seconds=stats.median(kept),
-        samples=tuple(kept),
-        noise=stats.relative_half_width(kept),
+        seconds=stats.median(samples),
+        samples=tuple(samples),
+        noise=stats.relative_half_width(samples),
         batch=batch,
         warmup_calls=len(warmup),
         noisy=noisy,

@@ -308,7 +308,6 @@ def test_a_worker_that_waited_for_the_lock_finds_the_calibration_and_does_not_re
     from pytest_solgate.settings import Settings
 
     datasheet = find_profile("h100-sxm")
-    monkeypatch.setattr(calibrate, "device_key", lambda index: "GPU-feedbeef")
     path = calibrate.gpu_measured_path(tmp_path, datasheet.id, "GPU-feedbeef")
     other = calibrate.HardwareProfile(id="h100-sxm-measured-feedbeef", name="x", kind="gpu", memory_bandwidth_gbps=3000,
                                       peak_tflops={"fp32": 60}, ceilings="measured")
@@ -325,7 +324,7 @@ def test_a_worker_that_waited_for_the_lock_finds_the_calibration_and_does_not_re
     monkeypatch.setattr(locking, "device_lock", lock_taken_while_another_worker_calibrated)
     monkeypatch.setattr(calibrate, "calibrate_gpu", must_not_run)
     eng = engine.Engine(Settings(), cache_dir=tmp_path, announce=lambda text: None)
-    got = eng._measured_gpu_profile(datasheet, backends.DeviceChoice("cuda", 0), "NVIDIA H100 80GB HBM3", {})
+    got = eng._measured_gpu_profile(datasheet, backends.DeviceChoice("cuda", 0), "GPU-feedbeef", "NVIDIA H100 80GB HBM3", {})
     assert got.id == "h100-sxm-measured-feedbeef"
 
 
