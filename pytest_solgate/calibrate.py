@@ -66,18 +66,6 @@ def fingerprint_key(fingerprint: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
-def _best_time(fn: Callable[[], Any], repeats: int, sync: Callable[[], None] = lambda: None) -> float:
-    fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 # A CPU ceiling is the rate this machine sustains when it is not disturbed. A shared VM runs in
 # phases (1024^3 fp32 matmuls here stepped between about 190 and 100 GFLOP/s from one second to
 # the next), so the best single call is an outlier and a median lands in whichever phase it

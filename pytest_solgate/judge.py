@@ -17,8 +17,6 @@ ABOVE_SOL_LIMIT = 1.05
 # runs (normal log-SOL, independent runs): the false-alarm rate per measurement before the
 # confirmation re-measure. Strict, because each false alarm costs a kernel engineer an afternoon.
 STATISTIC = "t-prediction-99"
-# Within-run precision is a 95 % half-width; divided by this it is a standard deviation.
-Z_95 = stats.Z_95
 
 BudgetSpec = float | tuple[tuple[str, float], ...] | None
 
@@ -222,13 +220,14 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
         change = math.exp(math.log(m.sol) - centre_log) - 1
         spread = floor_log = None
         if len(values) >= 2:
-            within = [run.noise / Z_95 for run in window.runs if math.isfinite(run.noise)]
+            # Within-run precision is a 95 % half-width: divided by Z_95 it is a standard deviation.
+            within = [run.noise / stats.Z_95 for run in window.runs if math.isfinite(run.noise)]
             sd = max(stats.stdev(values), stats.median(within) if within else 0.0)
             spread = sd
             window_term = stats.t_quantile_99(len(values) - 1) * sd * math.sqrt(1 + 1 / len(values))
             # This run's own precision, when it is worse than usual (a disturbed block of samples),
             # widens the bound too: in quadrature, at the normal 99 % quantile.
-            head_term = stats.Z_99 * m.noise / Z_95 if math.isfinite(m.noise) else 0.0
+            head_term = stats.Z_99 * m.noise / stats.Z_95 if math.isfinite(m.noise) else 0.0
             floor_log = math.hypot(window_term, head_term)
     floor = None if floor_log is None else 1 - math.exp(-floor_log)
     floor_text = units.percent(floor) if floor is not None else "unknown (one run)"

@@ -55,37 +55,6 @@ def relative_half_width(values: Sequence[float]) -> float:
     return (high - low) / 2 / centre
 
 
-def mann_whitney_u(a: Sequence[float], b: Sequence[float]) -> float:
-    """Two-sided p-value of the Mann-Whitney U test (normal approximation, tie and continuity
-    corrected). Rank-based, so one outlier sample cannot make a difference significant."""
-    n1, n2 = len(a), len(b)
-    if n1 == 0 or n2 == 0:
-        return 1.0
-    pooled = sorted([(value, 0) for value in a] + [(value, 1) for value in b])
-    ranks = [0.0] * len(pooled)
-    tie_term = 0.0
-    i = 0
-    while i < len(pooled):
-        j = i
-        while j + 1 < len(pooled) and pooled[j + 1][0] == pooled[i][0]:
-            j += 1
-        rank = (i + j) / 2 + 1
-        for k in range(i, j + 1):
-            ranks[k] = rank
-        ties = j - i + 1
-        tie_term += ties**3 - ties
-        i = j + 1
-    rank_sum_a = sum(rank for rank, (_, group) in zip(ranks, pooled) if group == 0)
-    u = rank_sum_a - n1 * (n1 + 1) / 2
-    n = n1 + n2
-    mean_u = n1 * n2 / 2
-    variance = n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1)))
-    if variance <= 0:
-        return 1.0
-    z = (abs(u - mean_u) - 0.5) / math.sqrt(variance)
-    return min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2)))
-
-
 # One-sided 99 % quantiles of Student's t by degrees of freedom (any statistics table; e.g. the
 # NIST/SEMATECH e-Handbook, table 1.4.2.7.3). Between listed entries the next smaller df is used,
 # which errs towards a larger bound, i.e. fewer false alarms.

@@ -196,8 +196,9 @@ def test_gpu_calibration_logic_runs_on_cpu_tensors(tmp_path):
     from pytest_solgate import calibrate
     from pytest_solgate.profiles import find_profile, load_profile
 
-    def timer(fn, repeats):
-        return calibrate._best_time(fn, min(repeats, 3))
+    def timer(fn, repeats):  # the plugin's own sampling loop, on the CPU backend
+        quick = SamplingSettings(min_time=0, max_time=0.05, min_samples=3, warmup_time=0)
+        return take_timing(fn, backends.CpuBackend("cpu"), quick).seconds
 
     datasheet = find_profile("h100-sxm")
     profile = calibrate.gpu_profile(datasheet, torch.device("cpu"), "uuid-1", "NVIDIA H100 80GB HBM3", None,
