@@ -210,10 +210,10 @@ def report_power(series: dict[str, list[Measurement]]) -> None:
 
 def replay_history(path: Path) -> None:
     """The power replay alone, over the A/A runs that an earlier benchmark left in its history."""
-    from pytest_solgate.history import HistoryStore
+    from pytest_solgate.history import SqliteStore
 
     series: dict[str, list[Measurement]] = {k: [] for k in KERNELS}
-    with HistoryStore(path, create=False) as store:
+    with SqliteStore(path, create=False) as store:
         results = store.results()
     slow_commit = results[-1][0]["commit_sha"]  # the benchmark ends with two runs of the slow commit
     for run, m in results:

@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from pytest_solgate import environment, gitinfo
 from pytest_solgate.errors import OptionError
+from pytest_solgate.history import HistoryUnavailable
 from pytest_solgate.judge import BaselineRun, BaselineWindow
 
 MIN_SAME_ENVIRONMENT = 2  # runs of this environment needed to drop the others from a window
@@ -68,6 +69,7 @@ class BaselineChooser:
         window_size: int,
         head: Callable[[], gitinfo.GitFacts],
         open_store: Callable[[], Any],
+        unavailable: str | None = None,
     ) -> None:
         self.root = root
         self.spec = spec
@@ -75,6 +77,9 @@ class BaselineChooser:
         self._head = head
         self._open_store = open_store
         self._commits: list[str] | None = None
+        # Why the history server cannot be reached; then no lookup tries again (each would wait
+        # for its connection timeout) and verdicts come from budgets alone.
+        self.unavailable = unavailable
 
     def commits(self) -> list[str]:
         if self._commits is None:
@@ -86,10 +91,14 @@ class BaselineChooser:
         self, test: str, name: str, profile: str, ceilings: str, head_environment: Mapping[str, str]
     ) -> BaselineWindow | None:
         commits = self.commits()
-        if not commits:
+        if not commits or self.unavailable:
             return None
-        store = self._open_store()
-        if store is None:
+        try:
+            store = self._open_store()
+            if store is None:
+                return None
+            runs = store.baseline_runs(test, name, profile, ceilings, commits, self.window_size)
+        except HistoryUnavailable as exc:
+            self.unavailable = str(exc)
             return None
-        runs = store.baseline_runs(test, name, profile, ceilings, commits, self.window_size)
         return select(runs, head_environment)

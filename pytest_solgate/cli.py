@@ -23,17 +23,21 @@ class _Parser(argparse.ArgumentParser):
         raise UsageFailure(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
-def _history_arg(p: argparse.ArgumentParser) -> None:
+def _history_arg(p: argparse.ArgumentParser, flag: str = "--history") -> None:
     p.add_argument(
-        "--history", default=None,
-        help="the history database (default: .solgate/history.db at the git top level, else here)",
+        flag, default=None, dest="history",
+        help="the history: a SQLite file or a postgresql:// URL (default: $SOLGATE_HISTORY, else "
+             ".solgate/history.db at the git top level, else here)",
     )
 
 
 def _history_path(args: argparse.Namespace) -> str:
-    from pytest_solgate import gitinfo
+    import os
 
-    return args.history or str(gitinfo.state_dir(Path.cwd()) / "history.db")
+    from pytest_solgate import gitinfo
+    from pytest_solgate.settings import HISTORY_VARIABLE
+
+    return args.history or os.environ.get(HISTORY_VARIABLE) or str(gitinfo.state_dir(Path.cwd()) / "history.db")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,8 +78,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--window", type=int, default=Settings().baseline_window,
                    help="clean runs along BASE's first-parent ancestry that form the baseline (default: %(default)s)")
     _history_arg(p)
-    p = sub.add_parser("import", help="merge a --sol-json file from another runner into the history")
-    p.add_argument("file", help="a JSON file written by pytest --sol-json")
+    p = sub.add_parser("import", help="merge a --sol-json file from another runner (or the spool) into the history")
+    p.add_argument("file", nargs="?", help="a JSON file written by pytest --sol-json")
+    p.add_argument("--spool", action="store_true", help="send the runs spooled in .solgate/spool/ while the server was away")
+    _history_arg(p)
+    p = sub.add_parser("migrate", help="copy every run from one history to another (SQLite <-> PostgreSQL); idempotent")
+    p.add_argument("source", help="the history to read: a SQLite file or a postgresql:// URL")
+    p.add_argument("destination", help="the history to write: a SQLite file or a postgresql:// URL")
+    p = sub.add_parser("init", help="create or upgrade the history's tables (once, as a PostgreSQL database's owner)")
     _history_arg(p)
     return parser
 
@@ -208,10 +218,10 @@ def _state_dir() -> Path:
     return gitinfo.state_dir(Path.cwd())
 
 
-def _open_history(path: str, create: bool = False) -> Any:
-    from pytest_solgate.history import HistoryStore
+def _open_history(location: str, create: bool = False) -> Any:
+    from pytest_solgate import history
 
-    return HistoryStore(path, create=create)
+    return history.open_store(location, create=create)
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
@@ -258,14 +268,15 @@ def _print_changes(results: list) -> int:
 
 
 def _cmd_trend(args: argparse.Namespace) -> int:
-    from pytest_solgate import changepoints
-    from pytest_solgate.report import atomic, html
+    from pytest_solgate import atomic, changepoints
+    from pytest_solgate.report import html
 
     history_path = _history_path(args)
     if Path(args.output).resolve() == Path(history_path).resolve():
         raise UsageFailure(f"trend: -o {args.output} is the history database itself; write the page elsewhere")
     with _open_history(history_path) as store:
         results = store.results(args.pattern)
+        history_path = store.location  # never a password on the page
     lines = []
     note = ""
     for (test, name, profile, _ceilings), points in sorted(_series(results).items()):
@@ -301,14 +312,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         raise UsageFailure(f"--max-regression={args.max_regression}: give a fraction in [0, 1)")
     if not 1 <= args.window <= 100:
         raise UsageFailure(f"--window={args.window}: give a whole number of runs from 1 to 100")
-    history_path = _history_path(args)
-    with _open_history(history_path) as store:
-        results = store.results()
-        shas = {row["commit_sha"] for row, _ in results if row["commit_sha"]}
+    with _open_history(_history_path(args)) as store:
+        history_path = store.location
+        shas = store.commits()
         base_sha, head_sha = _find_commit(args.base, shas, history_path), _find_commit(args.head, shas, history_path)
         head: dict[tuple[str, str, str, str], Any] = {}
-        for run, m in results:  # oldest first, so the newest clean run wins
-            if run["commit_sha"] == head_sha and not run["dirty"]:
+        for run, m in store.results_at(head_sha):  # oldest first, so the newest clean run wins
+            if not run["dirty"]:
                 head[(m.test, m.name, m.profile, m.ceilings)] = m
         if not head:
             raise UsageFailure(f"compare: no clean results for '{args.head}' in {history_path}")
@@ -347,10 +357,21 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
-    from pytest_solgate import schema
+    from pytest_solgate import schema, spool
     from pytest_solgate.errors import ImportFileError
-    from pytest_solgate.records import Measurement, RunInfo
 
+    if args.spool == bool(args.file):
+        raise UsageFailure("import: give a --sol-json FILE, or --spool (not both)")
+    if args.spool:
+        with _open_history(_history_path(args), create=True) as store:
+            sent = spool.send(store, _state_dir())
+            location = store.location
+        for problem in sent.problems:
+            print(f"solgate: {problem}", file=sys.stderr)
+        print(f"{sent.sent} spooled run(s) sent to {location}"
+              + (f", {sent.already_there} already there" if sent.already_there else "")
+              + (f"; {sent.left} left in the spool: the server went away again" if sent.left else ""))
+        return 1 if sent.left or sent.problems else 0
     path = Path(args.file)
     try:
         text = path.read_text(encoding="utf-8")
@@ -358,25 +379,42 @@ def _cmd_import(args: argparse.Namespace) -> int:
         raise ImportFileError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ImportFileError(f"{path}: cannot read it ({exc})") from None
-    document = schema.load(text, str(path))  # every field checked before anything is written
-    run = RunInfo.from_dict(document["run"])
-    measurements = [Measurement.from_dict(_nan_for_null(m)) for m in document["measurements"]]
-    history_path = _history_path(args)
-    with _open_history(history_path, create=True) as store:
+    run, measurements = schema.read_run(text, str(path))  # every field checked before anything is written
+    with _open_history(_history_path(args), create=True) as store:
         added = store.record_run(run, measurements)
+        location = store.location
     if added:
-        print(f"imported run {run.id[:12]} ({len(measurements)} measurements) into {history_path}")
+        print(f"imported run {run.id[:12]} ({len(measurements)} measurements) into {location}")
     else:
-        print(f"run {run.id[:12]} is already in {history_path}: nothing added")
+        print(f"run {run.id[:12]} is already in {location}: nothing added")
     return 0
 
 
-def _nan_for_null(data: dict[str, Any]) -> dict[str, Any]:
-    """The JSON writer turns NaN/inf into null; read them back as inf so the record stays typed."""
-    fixed = dict(data)
-    if fixed.get("noise") is None:
-        fixed["noise"] = float("inf")
-    return fixed
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    """Every run of SOURCE into DESTINATION, each in its own transaction: run ids are unique, so
+    running it again (or after an interruption) adds only what is missing."""
+    from pytest_solgate import history
+
+    if history.is_url(args.source) == history.is_url(args.destination) and (
+        args.source == args.destination
+        or (not history.is_url(args.source) and Path(args.source).resolve() == Path(args.destination).resolve())
+    ):
+        raise UsageFailure("migrate: SOURCE and DESTINATION are the same history")
+    copied = present = 0
+    with _open_history(args.source) as source, _open_history(args.destination, create=True) as destination:
+        for run, measurements in source.whole_runs():
+            if destination.record_run(run, measurements):
+                copied += 1
+            else:
+                present += 1
+        print(f"{copied} run(s) copied from {source.location} to {destination.location}, {present} already there")
+    return 0
+
+
+def _cmd_init(args: argparse.Namespace) -> int:
+    with _open_history(_history_path(args), create=True) as store:
+        print(f"history ready at {store.location} (schema up to date)")
+    return 0
 
 
 COMMANDS = {
@@ -389,6 +427,8 @@ COMMANDS = {
     "trend": _cmd_trend,
     "compare": _cmd_compare,
     "import": _cmd_import,
+    "migrate": _cmd_migrate,
+    "init": _cmd_init,
 }
 
 if __name__ == "__main__":

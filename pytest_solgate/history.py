@@ -1,11 +1,18 @@
-"""Record: the history store, a SQLite database of runs and their measurements.
+"""Record: the history store. One interface (``Store``), two databases behind it:
 
-- Schema versioned with ``PRAGMA user_version``; ``MIGRATIONS[i]`` takes version i to i + 1, so an
-  old database is migrated forward in place, never thrown away.
-- ``PRAGMA application_id`` marks the file as ours: a foreign or corrupt file is refused, never
-  overwritten or deleted.
-- WAL mode and a busy timeout for concurrent writers; one ``BEGIN IMMEDIATE`` transaction per run,
-  so a run is either all there or not at all, even when the process is killed mid-write.
+- ``SqliteStore`` (here), the embedded default: one file at ``.solgate/history.db``.
+- ``PostgresStore`` (history_postgres.py), one server for a fleet of runners, chosen by a
+  ``postgresql://`` URL and imported only then.
+
+Both keep the same semantics: a versioned schema migrated forward in place, a foreign or newer
+one refused and left untouched, one transaction per run (a run is all there or not at all), and
+run ids unique so that importing or re-sending a run adds nothing. Reads share one set of SQL
+statements (below), all answered from indexes: a baseline window or one test's trend never loads
+the whole history.
+
+SQLite details: ``PRAGMA user_version`` holds the schema version, ``PRAGMA application_id`` marks
+the file as ours, WAL mode and a busy timeout serve concurrent writers, and each run is one
+``BEGIN IMMEDIATE`` transaction, so a process killed mid-write leaves no partial run.
 """
 
 from __future__ import annotations
@@ -13,9 +20,10 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import re
 import sqlite3
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from pytest_solgate.errors import HistoryError
 from pytest_solgate.judge import BaselineRun
@@ -70,6 +78,11 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX measurements_key ON measurements(test, name, profile, ceilings);
     CREATE INDEX runs_commit ON runs(commit_sha);
     """,
+    # 2 -> 3: a run's measurements found through an index (a baseline window joins a few runs to
+    # their measurements; without it every lookup walked all rows of the measurement's key).
+    """
+    CREATE INDEX measurements_run ON measurements(run_id, test);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -77,11 +90,36 @@ RUN_COLUMNS = (
     "run_uid", "started_at", "commit_sha", "commit_time", "branch", "dirty", "host", "device",
     "driver", "cuda", "torch", "triton", "python", "plugin", "profile", "ceilings", "command",
 )
+MEASUREMENT_COLUMNS = ("run_id", "test", "name", "profile", "ceilings", "sol", "seconds", "verdict", "record_json")
 
 
 # Run facts that make two runs comparable, as the runs table names them (see environment.py).
 ENVIRONMENT_COLUMNS = ("host", "driver", "cuda", "torch", "triton", "python")
 COMMIT_SLICE = 50  # commits per baseline query: well under SQLite's limit on bound parameters
+URL_SCHEMES = ("postgresql://", "postgres://")
+
+
+class NoHistoryYet(HistoryError):
+    """Reading a history that was never written: not an error for lookups, which find nothing."""
+
+
+class HistoryUnavailable(HistoryError):
+    """The history server cannot be reached now (down, unreachable, connection lost): the run is
+    judged without baselines and spooled for the next run to send."""
+
+
+def is_url(location: str | Path) -> bool:
+    return str(location).startswith(URL_SCHEMES)
+
+
+_URL_PASSWORD = re.compile(r"(postgres(?:ql)?://[^\s:/@]*:)[^\s@]*@")
+_PARAMETER_PASSWORD = re.compile(r"(password=)[^\s&]*", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """``text`` with the password of every database URL in it masked: for messages, the run
+    record's command line, reports and JSON. Credentials never leave the process."""
+    return _PARAMETER_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", text))
 
 
 def _baseline_run(run_uid: str, commit: str, started_at: str, record: dict[str, Any], columns: Sequence[Any]) -> BaselineRun:
@@ -101,16 +139,175 @@ def _baseline_run(run_uid: str, commit: str, started_at: str, record: dict[str, 
     )
 
 
-class HistoryStore:
-    """One open history database. Use as a context manager, or call ``close``."""
+def matches(pattern: str | None, test: str) -> bool:
+    """``solgate history PATTERN``: a glob on the test id or on the test's name, or a substring."""
+    if not pattern:
+        return True
+    name = test.split("::")[-1]  # ids start with the path: 'test_matmul*' matches the test name
+    return fnmatch.fnmatchcase(test, pattern) or fnmatch.fnmatchcase(name, pattern) or pattern in test
+
+
+def run_row(run: RunInfo) -> dict[str, Any]:
+    """The runs table's columns for one run."""
+    return {
+        "run_uid": run.id,
+        "started_at": run.started_at,
+        "commit_sha": run.commit,
+        "commit_time": run.commit_time,
+        "branch": run.branch,
+        "dirty": int(bool(run.dirty)),
+        "host": run.host,
+        "device": run.device,
+        "driver": run.driver,
+        "cuda": run.cuda,
+        "torch": run.torch,
+        "triton": run.triton,
+        "python": run.python,
+        "plugin": run.plugin,
+        "profile": run.profile,
+        "ceilings": run.ceilings,
+        "command": redact(run.command),
+    }
+
+
+def measurement_row(m: Measurement) -> tuple[Any, ...]:
+    """The measurements table's columns for one measurement, less its run's id."""
+    return (m.test, m.name, m.profile, m.ceilings, m.sol, m.seconds, m.verdict, json.dumps(m.to_dict(), allow_nan=True))
+
+
+class Store:
+    """What the plugin, the CLI and the reports need of a history, whichever database holds it.
+
+    A store implements ``_rows`` (one parameterised query, ``?`` placeholders), ``_write_run``
+    (one run in one transaction) and ``close``; everything else is shared.
+    """
+
+    location: str  # for messages: a path, or a URL with its password masked
+    read_only: bool = False
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _write_run(self, row: dict[str, Any], info_json: str, measurements: list[tuple[Any, ...]]) -> bool:
+        raise NotImplementedError
+
+    # --- writing --------------------------------------------------------------------------------
+
+    def record_run(self, run: RunInfo, measurements: Sequence[Measurement]) -> bool:
+        """Write one run and all its measurements in one transaction. False if the run id exists."""
+        if self.read_only:
+            raise HistoryError(f"{self.location}: the history is read-only here; this run is not saved in it")
+        row = run_row(run)
+        info = json.dumps({**run.to_dict(), "command": row["command"]})
+        return self._write_run(row, info, [measurement_row(m) for m in measurements])
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def baseline_runs(
+        self, test: str, name: str, profile: str, ceilings: str, commits: Sequence[str], limit: int
+    ) -> list[BaselineRun]:
+        """Up to ``limit`` clean runs with this result, nearest commit first (in ``commits`` order),
+        newest run first within a commit. Commits are looked up in slices through the index, so
+        a long ancestry costs only as many queries as it takes to fill the window."""
+        found: list[BaselineRun] = []
+        position = {commit: i for i, commit in enumerate(commits)}
+        for start in range(0, len(commits), COMMIT_SLICE):
+            chunk = list(commits[start:start + COMMIT_SLICE])
+            rows = self._rows(
+                "SELECT r.run_uid, r.commit_sha, r.started_at, r.id, m.record_json, "
+                f"{', '.join('r.' + c for c in ENVIRONMENT_COLUMNS)} FROM runs r "
+                "JOIN measurements m ON m.run_id = r.id "
+                f"WHERE r.commit_sha IN ({', '.join('?' for _ in chunk)}) AND r.dirty = 0 AND m.test = ? "
+                "AND m.name = ? AND m.profile = ? AND m.ceilings = ?",
+                (*chunk, test, name, profile, ceilings),
+            )
+            rows.sort(key=lambda row: (row[2], row[3]), reverse=True)  # newest run first...
+            rows.sort(key=lambda row: position[row[1]])  # ...within the nearest commit first (stable)
+            for run_uid, commit, started_at, _, record_json, *columns in rows:
+                found.append(_baseline_run(run_uid, commit, started_at, json.loads(record_json), columns))
+                if len(found) >= limit:
+                    return found
+        return found
+
+    def runs(self) -> list[dict[str, Any]]:
+        """Every run's facts (the runs table's columns), oldest first."""
+        rows = self._rows(f"SELECT id, {', '.join(RUN_COLUMNS)} FROM runs ORDER BY started_at, id")
+        return [dict(zip(RUN_COLUMNS, row[1:])) for row in rows]
+
+    def tests(self) -> list[str]:
+        """Every test id with a recorded measurement (an index-only scan)."""
+        return [row[0] for row in self._rows("SELECT DISTINCT test FROM measurements ORDER BY test")]
+
+    def results(self, pattern: str | None = None) -> list[tuple[dict[str, Any], Measurement]]:
+        """(run facts, measurement) pairs, oldest first, optionally filtered by a glob on test ids.
+        Only the matching tests' measurements are read (through the index on test)."""
+        if not pattern:
+            return self._results("", ())
+        tests = [t for t in self.tests() if matches(pattern, t)]
+        found = []
+        for start in range(0, len(tests), COMMIT_SLICE):
+            chunk = tests[start:start + COMMIT_SLICE]
+            found += self._results(f"WHERE m.test IN ({', '.join('?' for _ in chunk)})", chunk)
+        return sorted(found, key=lambda pair: pair[0]["started_at"])
+
+    def results_at(self, commit: str) -> list[tuple[dict[str, Any], Measurement]]:
+        """The results of every run at one commit, oldest first (through the index on commit)."""
+        return self._results("WHERE r.commit_sha = ?", (commit,))
+
+    def commits(self) -> set[str]:
+        """Every commit with a recorded run."""
+        return {row[0] for row in self._rows("SELECT DISTINCT commit_sha FROM runs WHERE commit_sha IS NOT NULL")}
+
+    def _results(self, where: str, params: Sequence[Any]) -> list[tuple[dict[str, Any], Measurement]]:
+        rows = self._rows(
+            f"SELECT {', '.join('r.' + c for c in RUN_COLUMNS)}, m.record_json FROM measurements m "
+            f"JOIN runs r ON r.id = m.run_id {where} ORDER BY r.started_at, r.id, m.id",
+            params,
+        )
+        return [(dict(zip(RUN_COLUMNS, row[:-1])), Measurement.from_dict(json.loads(row[-1]))) for row in rows]
+
+    def trend(self, test: str, name: str, profile: str, ceilings: str, limit: int = 50) -> list[dict[str, Any]]:
+        """SOL of this result over clean runs, oldest first (by commit date, then run start)."""
+        rows = self._rows(
+            "SELECT r.commit_sha, r.commit_time, r.started_at, m.sol FROM measurements m "
+            "JOIN runs r ON r.id = m.run_id WHERE m.test = ? AND m.name = ? AND m.profile = ? "
+            "AND m.ceilings = ? AND r.dirty = 0 ORDER BY COALESCE(r.commit_time, r.started_at) DESC, "
+            "r.started_at DESC LIMIT ?",
+            (test, name, profile, ceilings, limit),
+        )
+        return [
+            {"commit": commit, "commit_time": commit_time, "started_at": started, "sol": sol}
+            for commit, commit_time, started, sol in reversed(rows)
+        ]
+
+    def whole_runs(self) -> Iterator[tuple[RunInfo, list[Measurement]]]:
+        """Every run with its measurements, oldest first: what ``solgate migrate`` copies."""
+        for rowid, run_uid, info_json in self._rows("SELECT id, run_uid, info_json FROM runs ORDER BY started_at, id"):
+            run = RunInfo.from_dict({**json.loads(info_json or "{}"), "id": run_uid})
+            records = self._rows("SELECT record_json FROM measurements WHERE run_id = ? ORDER BY id", (rowid,))
+            yield run, [Measurement.from_dict(json.loads(record)) for (record,) in records]
+
+
+class SqliteStore(Store):
+    """One open SQLite history file. Use as a context manager, or call ``close``."""
 
     def __init__(self, path: str | Path, create: bool = True) -> None:
         self.path = Path(path)
+        self.location = str(self.path)
         if self.path.is_dir():
             raise HistoryError(f"{self.path}: is a directory; --sol-history needs a database file path")
         existed = self.path.exists() and self.path.stat().st_size > 0
         if not existed and not create:
-            raise HistoryError(f"{self.path}: no history database here yet; run pytest with measurements first")
+            raise NoHistoryYet(f"{self.path}: no history database here yet; run pytest with measurements first")
         if not existed:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -147,12 +344,6 @@ class HistoryStore:
         except sqlite3.OperationalError:
             # A WAL database whose folder cannot hold the -shm file: nothing can change it there.
             return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, isolation_level=None)
-
-    def __enter__(self) -> "HistoryStore":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def close(self) -> None:
         self.db.close()
@@ -206,51 +397,23 @@ class HistoryStore:
         db.execute("PRAGMA synchronous = NORMAL")
         db.execute("PRAGMA foreign_keys = ON")
 
-    # --- writing --------------------------------------------------------------------------------
-
-    def record_run(self, run: RunInfo, measurements: Sequence[Measurement]) -> bool:
-        """Write one run and all its measurements in one transaction. False if the run id exists."""
-        if self.read_only:
-            raise HistoryError(f"{self.path}: the history is read-only here; this run is not saved in it")
-        row = {
-            "run_uid": run.id,
-            "started_at": run.started_at,
-            "commit_sha": run.commit,
-            "commit_time": run.commit_time,
-            "branch": run.branch,
-            "dirty": int(bool(run.dirty)),
-            "host": run.host,
-            "device": run.device,
-            "driver": run.driver,
-            "cuda": run.cuda,
-            "torch": run.torch,
-            "triton": run.triton,
-            "python": run.python,
-            "plugin": run.plugin,
-            "profile": run.profile,
-            "ceilings": run.ceilings,
-            "command": run.command,
-        }
+    def _write_run(self, row: dict[str, Any], info_json: str, measurements: list[tuple[Any, ...]]) -> bool:
         try:
             self.db.execute("BEGIN IMMEDIATE")
             try:
-                if self.db.execute("SELECT 1 FROM runs WHERE run_uid = ?", (run.id,)).fetchone():
+                if self.db.execute("SELECT 1 FROM runs WHERE run_uid = ?", (row["run_uid"],)).fetchone():
                     self.db.execute("ROLLBACK")
                     return False
                 cursor = self.db.execute(
                     f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}, info_json) VALUES "
                     f"({', '.join('?' for _ in RUN_COLUMNS)}, ?)",
-                    [row[c] for c in RUN_COLUMNS] + [json.dumps(run.to_dict())],
+                    [row[c] for c in RUN_COLUMNS] + [info_json],
                 )
                 run_rowid = cursor.lastrowid
                 self.db.executemany(
-                    "INSERT INTO measurements (run_id, test, name, profile, ceilings, sol, seconds, verdict, record_json) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [
-                        (run_rowid, m.test, m.name, m.profile, m.ceilings, m.sol, m.seconds, m.verdict,
-                         json.dumps(m.to_dict(), allow_nan=True))
-                        for m in measurements
-                    ],
+                    f"INSERT INTO measurements ({', '.join(MEASUREMENT_COLUMNS)}) "
+                    f"VALUES ({', '.join('?' for _ in MEASUREMENT_COLUMNS)})",
+                    [(run_rowid, *m) for m in measurements],
                 )
                 self.db.execute("COMMIT")
             except BaseException:
@@ -261,76 +424,35 @@ class HistoryStore:
             raise HistoryError(f"{self.path}: cannot write the history ({exc}); pass --sol-history=PATH") from None
         return True
 
-    # --- reading --------------------------------------------------------------------------------
-
-    def baseline_runs(
-        self, test: str, name: str, profile: str, ceilings: str, commits: Sequence[str], limit: int
-    ) -> list[BaselineRun]:
-        """Up to ``limit`` clean runs with this result, nearest commit first (in ``commits`` order),
-        newest run first within a commit. Commits are looked up in slices through the index, so
-        a long ancestry costs only as many queries as it takes to fill the window."""
-        found: list[BaselineRun] = []
-        position = {commit: i for i, commit in enumerate(commits)}
-        for start in range(0, len(commits), COMMIT_SLICE):
-            chunk = list(commits[start:start + COMMIT_SLICE])
-            rows = self.db.execute(
-                "SELECT r.run_uid, r.commit_sha, r.started_at, r.id, m.record_json, "
-                f"{', '.join('r.' + c for c in ENVIRONMENT_COLUMNS)} FROM measurements m "
-                "JOIN runs r ON r.id = m.run_id "
-                f"WHERE r.commit_sha IN ({', '.join('?' for _ in chunk)}) AND r.dirty = 0 AND m.test = ? "
-                "AND m.name = ? AND m.profile = ? AND m.ceilings = ?",
-                (*chunk, test, name, profile, ceilings),
-            ).fetchall()
-            rows.sort(key=lambda row: (row[2], row[3]), reverse=True)  # newest run first...
-            rows.sort(key=lambda row: position[row[1]])  # ...within the nearest commit first (stable)
-            for run_uid, commit, started_at, _, record_json, *columns in rows:
-                found.append(_baseline_run(run_uid, commit, started_at, json.loads(record_json), columns))
-                if len(found) >= limit:
-                    return found
-        return found
-
-    def runs(self) -> list[dict[str, Any]]:
-        columns = ("id", *RUN_COLUMNS)
-        rows = self.db.execute(f"SELECT {', '.join(columns)} FROM runs ORDER BY started_at, id").fetchall()
-        return [dict(zip(columns, row)) for row in rows]
-
-    def results(self, pattern: str | None = None) -> list[tuple[dict[str, Any], Measurement]]:
-        """(run facts, measurement) pairs, oldest first, optionally filtered by a glob on test ids."""
-        runs = {run["id"]: run for run in self.runs()}
-        out = []
-        for run_id, test, record_json in self.db.execute(
-            "SELECT run_id, test, record_json FROM measurements ORDER BY run_id, id"
-        ):
-            name = test.split("::")[-1]  # ids start with the path: 'test_matmul*' matches the test name
-            if pattern and not (fnmatch.fnmatchcase(test, pattern) or fnmatch.fnmatchcase(name, pattern) or pattern in test):
-                continue
-            out.append((runs[run_id], Measurement.from_dict(json.loads(record_json))))
-        return out
-
-    def trend(self, test: str, name: str, profile: str, ceilings: str, limit: int = 50) -> list[dict[str, Any]]:
-        """SOL of this result over clean runs, oldest first (by commit date, then run start)."""
-        rows = self.db.execute(
-            "SELECT r.commit_sha, r.commit_time, r.started_at, m.sol FROM measurements m "
-            "JOIN runs r ON r.id = m.run_id WHERE m.test = ? AND m.name = ? AND m.profile = ? "
-            "AND m.ceilings = ? AND r.dirty = 0 ORDER BY COALESCE(r.commit_time, r.started_at) DESC, "
-            "r.started_at DESC LIMIT ?",
-            (test, name, profile, ceilings, limit),
-        ).fetchall()
-        return [
-            {"commit": commit, "commit_time": commit_time, "started_at": started, "sol": sol}
-            for commit, commit_time, started, sol in reversed(rows)
-        ]
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        try:
+            return self.db.execute(sql, tuple(params)).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise HistoryError(f"{self.path}: cannot read the history ({exc})") from None
 
     def integrity(self) -> str:
         return self.db.execute("PRAGMA integrity_check").fetchone()[0]
 
 
-def open_for_reading(path: str | Path) -> HistoryStore | None:
-    """The store when a database is there, else None (lookups must not create files)."""
-    p = Path(path)
-    if not p.exists() or (p.is_file() and p.stat().st_size == 0):
+def open_store(location: str | Path, create: bool = True) -> Store:
+    """The store at ``location``: a ``postgresql://`` URL, or the path of a SQLite file."""
+    if is_url(location):
+        from pytest_solgate.history_postgres import PostgresStore
+
+        return PostgresStore(str(location), create=create)
+    return SqliteStore(location, create=create)
+
+
+def open_for_reading(location: str | Path) -> Store | None:
+    """The store when a history is there, else None (lookups must not create files or tables)."""
+    if not is_url(location):
+        p = Path(location)
+        if not p.exists() or (p.is_file() and p.stat().st_size == 0):
+            return None
+    try:
+        return open_store(location, create=False)
+    except NoHistoryYet:
         return None
-    return HistoryStore(p, create=False)
 
 
 def commit_series(

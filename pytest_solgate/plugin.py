@@ -11,6 +11,7 @@ writes the history and the reports at the end of the session.
 from __future__ import annotations
 
 import datetime
+import os
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 from pytest_solgate.errors import MeasureError, OptionError, SolgateError
-from pytest_solgate.settings import OPTIONS, Settings, parse_settings
+from pytest_solgate.settings import HISTORY_VARIABLE, OPTIONS, Settings, parse_settings
 
 if TYPE_CHECKING:
     from pytest_solgate.records import Measurement
@@ -51,6 +52,9 @@ def _raw_settings(config: pytest.Config) -> dict[str, Any]:
     raw = {}
     for option in OPTIONS:
         value = config.getoption(option.name)
+        if value is None and option.name == "sol_history":
+            # CI keeps a history URL with its password in a secret, never on a command line.
+            value = os.environ.get(HISTORY_VARIABLE) or None
         if value is None:
             value = config.getini(option.name) or None
             if value is not None and not isinstance(value, (str, bool, int, float)):
@@ -198,7 +202,7 @@ class SolgateSession:
         # whichever directory pytest starts in; a relative --sol-history is taken from there too.
         self.project_root = gitinfo.project_root(self.rootdir)
         self.state_dir = self.project_root / ".solgate"
-        self.history_path = self._resolve(settings.history, self.project_root)
+        self.history_location = self._history_location(settings.history)
         self._refuse_colliding_outputs(Path(config.invocation_params.dir))
         self.started_at = datetime.datetime.now(datetime.timezone.utc)
         self.run_id = (getattr(config, "workerinput", {}) or {}).get("solgate_run_id") or _new_id()
@@ -206,14 +210,14 @@ class SolgateSession:
         self.messages: list[str] = []
         self._git: Any = None
         self._store: Any = None
-        if (settings.baseline != "none" or not settings.no_save) and self.history_path.exists():
-            self._open_store()  # a foreign or corrupt history is refused now, before any test runs
+        unavailable = self._open_store_at_start() if settings.baseline != "none" or not settings.no_save else None
         from pytest_solgate.baseline import BaselineChooser, start_commit
 
         if settings.baseline not in ("auto", "none") and not self.is_worker:
             start_commit(self.project_root, settings.baseline, gitinfo.facts(self.project_root))  # a bad ref fails now
         self.baselines = BaselineChooser(
-            self.project_root, settings.baseline, settings.baseline_window, lambda: self.git, self._store_or_none
+            self.project_root, settings.baseline, settings.baseline_window, lambda: self.git, self._store_or_none,
+            unavailable,
         )
         self._engine: Any = None
         self.profile_option: Any = None  # resolved once, here: a bad --sol-profile fails before any test runs
@@ -240,10 +244,10 @@ class SolgateSession:
 
     def _refuse_colliding_outputs(self, invocation_dir: Path) -> None:
         """No output may overwrite the history or another output of the same run."""
-        import os
+        from pytest_solgate import history
 
         settings = self.settings
-        targets = [("--sol-history", self.history_path)]
+        targets = [] if history.is_url(self.history_location) else [("--sol-history", Path(self.history_location))]
         for flag, value in (("--sol-report", settings.report), ("--sol-json", settings.json),
                             ("--sol-markdown", settings.markdown), ("--sol-benchmark-action", settings.benchmark_action),
                             ("--junitxml", getattr(self.config.option, "xmlpath", None))):
@@ -260,6 +264,11 @@ class SolgateSession:
                     f"{seen[key]} and {flag} both name {path}: one would overwrite the other; give each its own path"
                 )
             seen[key] = flag
+
+    def _history_location(self, given: str) -> str:
+        from pytest_solgate import history
+
+        return given if history.is_url(given) else str(self._resolve(given, self.project_root))
 
     @staticmethod
     def _resolve(path: str, base: Path) -> Path:
@@ -293,14 +302,32 @@ class SolgateSession:
         from pytest_solgate import history
 
         if self._store is None:
-            self._store = history.open_for_reading(self.history_path)
+            self._store = history.open_for_reading(self.history_location)
         return self._store
 
+    def _open_store_at_start(self) -> str | None:
+        """A foreign, corrupt or misconfigured history is refused now, before any test runs; an
+        unreachable server is not: budgets are still judged and the run is spooled at the end.
+        Returns why the history is unavailable, or None."""
+        from pytest_solgate import history
+
+        if not history.is_url(self.history_location) and not Path(self.history_location).exists():
+            return None
+        try:
+            self._open_store()
+        except history.HistoryUnavailable as exc:
+            if not self.is_worker:
+                self.config.issue_config_time_warning(SolgateWarning(f"{UNAVAILABLE}: {exc}"), stacklevel=2)
+            return str(exc)
+        return None
+
     def _store_or_none(self) -> Any:
-        from pytest_solgate.errors import HistoryError
+        from pytest_solgate.history import HistoryError, HistoryUnavailable
 
         try:
             return self._open_store()
+        except HistoryUnavailable:
+            raise  # the chooser remembers it and stops asking
         except HistoryError:
             return None
 
@@ -415,8 +442,15 @@ class SolgateSession:
         if self._store is not None:
             self._store.close()
             self._store = None
-        self.records, self.messages = outputs.publish(
-            self.settings, run, self.records, self.history_path, Path(self.config.invocation_params.dir), self.state_dir,
+        if self.baselines.unavailable:
+            self.messages.append(f"solgate: {UNAVAILABLE}: {self.baselines.unavailable}")
+        if self.records and not self.settings.no_save:
+            from pytest_solgate import record
+
+            self.records, saved = record.save(self.history_location, self.state_dir, run, self.records)
+            self.messages += saved
+        self.messages += outputs.publish(
+            self.settings, run, self.records, Path(self.config.invocation_params.dir), self.state_dir,
             self.profile_option,
         )
 
@@ -432,6 +466,9 @@ class SolgateSession:
             terminalreporter.write_line(line)
         for message in self.messages:
             terminalreporter.write_line(message)
+
+
+UNAVAILABLE = "baselines unavailable, so only budgets were judged"
 
 
 def _new_id() -> str:

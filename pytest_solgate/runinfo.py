@@ -10,6 +10,7 @@ from typing import Sequence
 
 from pytest_solgate import __version__, gitinfo
 from pytest_solgate.environment import cuda_version, driver_version, package_version
+from pytest_solgate.history import redact
 from pytest_solgate.records import Measurement, RunInfo
 
 
@@ -43,6 +44,6 @@ def build_run_info(
         plugin=__version__,
         profile=", ".join(profiles),
         ceilings=", ".join(ceilings),
-        command=command,
+        command=redact(command),  # a history URL's password must not reach the history or a report
         baseline_ref=baseline_ref,
     )

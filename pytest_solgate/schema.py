@@ -1,4 +1,5 @@
-"""Record: the solgate/1 JSON schema, checked before ``solgate import`` writes anything.
+"""Record: the solgate/1 JSON format: ``dump`` writes it, ``read_run`` reads and checks it before
+``solgate import`` (or the spool) writes anything.
 
 A file from another runner is untrusted input: a record of the wrong type ("samples": "abc") or a
 number out of range would poison every later run that reads it as a baseline. The check is a JSON
@@ -9,11 +10,12 @@ than a day, a kernel moving more than an exabyte, a SOL of a thousand are not me
 from __future__ import annotations
 
 import json
-from typing import Any
+import math
+from typing import Any, Sequence
 
 from pytest_solgate.errors import ImportFileError
 from pytest_solgate.precisions import PRECISIONS
-from pytest_solgate.records import SCHEMA, VERDICTS
+from pytest_solgate.records import SCHEMA, VERDICTS, Measurement, RunInfo
 
 MAX_SECONDS = 86_400.0
 MAX_SAMPLES = 1_000_000
@@ -134,3 +136,38 @@ def load(text: str, where: str) -> dict[str, Any]:
 def _short(text: str, limit: int = 120) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or Infinity: write null instead, so any parser can read the file."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def dump(run: RunInfo, measurements: Sequence[Measurement]) -> str:
+    """One run as a solgate/1 document (``--sol-json``, the spool)."""
+    document = {
+        "schema": SCHEMA,
+        "run": run.to_dict(),
+        "measurements": [m.to_dict() for m in measurements],
+    }
+    return json.dumps(_finite(document), indent=2, sort_keys=False) + "\n"
+
+
+def read_run(text: str, where: str) -> tuple[RunInfo, list[Measurement]]:
+    """The run and measurements of a checked solgate/1 document."""
+    document = load(text, where)
+    return RunInfo.from_dict(document["run"]), [Measurement.from_dict(_inf_for_null(m)) for m in document["measurements"]]
+
+
+def _inf_for_null(data: dict[str, Any]) -> dict[str, Any]:
+    """``dump`` turns an unknown noise (inf) into null; read it back as inf so the record stays typed."""
+    fixed = dict(data)
+    if fixed.get("noise") is None:
+        fixed["noise"] = float("inf")
+    return fixed

@@ -48,6 +48,8 @@ class Option:
         return "--" + self.name.replace("_", "-")
 
 
+HISTORY_VARIABLE = "SOLGATE_HISTORY"  # a history URL from the environment (a CI secret)
+
 OPTIONS = (
     Option("sol_report", "write the self-contained HTML report (default path sol-report.html)", None, "path-or-default"),
     Option("sol_json", "write all results as solgate/1 JSON to PATH"),
@@ -57,7 +59,7 @@ OPTIONS = (
     Option("sol_profile", "hardware profile id or TOML path instead of detection"),
     Option("sol_device", "where to measure: auto, cpu, cuda or cuda:N", "auto"),
     Option("sol_ceilings", "datasheet or measured ceilings (GPUs default to datasheet; CPUs are always measured)", None, "string", ("datasheet", "measured")),
-    Option("sol_history", "the history database", ".solgate/history.db"),
+    Option("sol_history", "the history: a SQLite file path or a postgresql:// URL (else $SOLGATE_HISTORY)", ".solgate/history.db"),
     Option("sol_no_save", "do not record this run in the history", False, "bool"),
     Option("sol_baseline", "what to compare against: auto, a git ref, or none", "auto"),
     Option("sol_baseline_window", "how many clean runs of ancestors form a baseline window", "10"),

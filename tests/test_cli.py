@@ -27,7 +27,7 @@ def test_help_on_every_subcommand():
         (("profile",), "the following arguments are required: id"),
         (("profile", "h100-sxn"), "no profile with id 'h100-sxn'"),
         (("compare", "a"), "the following arguments are required: head"),
-        (("import",), "the following arguments are required: file"),
+        (("import",), "import: give a --sol-json FILE, or --spool"),
         (("import", "missing.json"), "missing.json: no such file"),
         (("history", "--history", "nope.db"), "nope.db: no history database here yet"),
         (("detect", "--name", "Acme GPU 9000"), "no hardware profile matches device 'Acme GPU 9000'"),
@@ -121,9 +121,9 @@ def test_import_merges_a_run_once(two_commits, tmp_path):
     listing = solgate("history", "--history", str(target))
     assert listing.stdout.count("test_k.py::test_k [default]") == 1
     original = json.loads((path / "run-1.json").read_text())["measurements"]
-    from pytest_solgate.history import HistoryStore
+    from pytest_solgate.history import SqliteStore
 
-    with HistoryStore(target) as store:
+    with SqliteStore(target) as store:
         stored = sorted((m.to_dict() for _, m in store.results()), key=lambda m: m["test"])
     for before, after in zip(sorted(original, key=lambda m: m["test"]), stored):
         assert after["samples"] == before["samples"] and after["sol"] == before["sol"] and after["verdict"] == before["verdict"]
@@ -154,12 +154,12 @@ def test_sol_profile_folder_is_checked_at_start(pytester):
 
 
 def test_compare_refuses_an_ambiguous_or_empty_sha(tmp_path):
-    from pytest_solgate.history import HistoryStore
+    from pytest_solgate.history import SqliteStore
     from pytest_solgate.records import Measurement, RunInfo
 
     m = Measurement(test="t.py::test_k", name="default", profile="p", backend="cpu", flops={}, bytes=1.0, seconds=1e-3,
                     samples=(1e-3,), noise=0.0, t_sol=1e-4, sol=0.1, mfu=0.0, bound="memory", tflops=0.0, gbps=1.0)
-    with HistoryStore(tmp_path / "h.db") as store:
+    with SqliteStore(tmp_path / "h.db") as store:
         for i, sha in enumerate(("abc1" + "0" * 36, "abc2" + "0" * 36)):
             store.record_run(RunInfo(id=f"r{i}", started_at=f"2026-12-02T00:0{i}:00", commit=sha), [m])
     ambiguous = solgate("compare", "abc", "abc1", "--history", "h.db", cwd=tmp_path)

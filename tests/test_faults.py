@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from pytest_solgate.history import HistoryStore
+from pytest_solgate.history import SqliteStore
 from pytest_solgate.records import Measurement, RunInfo
 from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE
 
@@ -31,7 +31,7 @@ def a_measurement(i):
 def writer(path, worker, runs):
     for r in range(runs):
         run = RunInfo(id=f"w{worker}-r{r}", started_at=f"2026-12-02T00:00:{r:02d}+00:00", commit="a" * 40)
-        with HistoryStore(path) as store:
+        with SqliteStore(path) as store:
             store.record_run(run, [a_measurement(i) for i in range(PER_RUN)])
 
 
@@ -97,14 +97,14 @@ def test_sigkill_while_writing_the_history(pytester):
         db.close()
         assert counts == {40} and runs == measured_runs, (trial, counts)  # only whole runs
     assert kills >= 10, f"only {kills} of 50 runs were killed: the timing missed"
-    with HistoryStore(db_path) as store:
+    with SqliteStore(db_path) as store:
         assert store.integrity() == "ok"
     print(f"kill safety: 50 runs, {kills} killed with SIGKILL mid-run, {runs} whole runs recorded, integrity ok")
 
 
 def test_corrupt_history_is_refused_and_kept(pytester, tmp_path):
     path = tmp_path / "h.db"
-    with HistoryStore(path) as store:
+    with SqliteStore(path) as store:
         store.record_run(RunInfo(id="r", started_at="2026-12-02T00:00:00+00:00"), [a_measurement(0)])
     data = bytearray(path.read_bytes())
     data[:16] = b"garbage garbage!"

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from pytest_solgate import cli
 from pytest_solgate.errors import ProfileError
-from pytest_solgate.history import HistoryStore
+from pytest_solgate.history import SqliteStore
 from pytest_solgate.profiles import builtin_profiles, load_profile, match_device
 from pytest_solgate.records import Measurement, RunInfo
-from pytest_solgate.report.machine import solgate_json
+from pytest_solgate.schema import dump
 from pytest_solgate.score import score
 from pytest_solgate.work import PRECISIONS, make_work
 from test_profiles import DEVICE_NAMES
@@ -134,11 +134,11 @@ def test_json_records_round_trip_through_import(tmp_path, ms):
     run = RunInfo(id=uuid.uuid4().hex,  # not `random`: hypothesis seeds it per example
                    started_at="2026-12-02T00:00:00+00:00", commit="a" * 40)
     path = tmp_path / f"{run.id}.json"
-    path.write_text(solgate_json(run, ms))
+    path.write_text(dump(run, ms))
     db = tmp_path / "h.db"
     assert cli.main(["import", str(path), "--history", str(db)]) == 0
     assert cli.main(["import", str(path), "--history", str(db)]) == 0  # twice: nothing added
-    with HistoryStore(db) as store:
+    with SqliteStore(db) as store:
         stored = [m for r, m in store.results() if r["run_uid"] == run.id]
     assert stored == list(ms)
 
@@ -155,7 +155,7 @@ json_values = st.recursive(
 def test_import_of_any_poisoned_field_is_refused_or_valid_never_a_traceback(tmp_path, m, field, value):
     import json
 
-    document = json.loads(solgate_json(RunInfo(id=uuid.uuid4().hex, started_at="2026-12-02T00:00:00+00:00"), [m]))
+    document = json.loads(dump(RunInfo(id=uuid.uuid4().hex, started_at="2026-12-02T00:00:00+00:00"), [m]))
     document["measurements"][0][field] = value
     path = tmp_path / f"{uuid.uuid4().hex}.json"
     path.write_text(json.dumps(document))
@@ -163,6 +163,6 @@ def test_import_of_any_poisoned_field_is_refused_or_valid_never_a_traceback(tmp_
     status = cli.main(["import", str(path), "--history", str(db)])  # raises nothing
     assert status in (0, 2)
     if status == 0:  # what was accepted reads back as a usable record
-        with HistoryStore(db) as store:
+        with SqliteStore(db) as store:
             for _, stored in store.results():
                 assert isinstance(stored.sol, (int, float)) and all(isinstance(s, (int, float)) for s in stored.samples)

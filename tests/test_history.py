@@ -72,7 +72,7 @@ class Repo:
 
         ceilings_id = ceilings_id or load_profile(self.path / "synthetic.toml").ceilings_id
         commits = []
-        with history.HistoryStore(self.path / ".solgate" / "history.db") as store:
+        with history.SqliteStore(self.path / ".solgate" / "history.db") as store:
             for i, sol in enumerate(sols):
                 commits.append(self.commit(f"seed {i}"))
                 run = RunInfo(id=f"seed-{i}-{commits[-1][:8]}", started_at=f"2026-11-01T00:{i:02d}:00+00:00",
@@ -251,7 +251,7 @@ def test_dirty_run_is_recorded_but_never_a_baseline(repo):
     assert verdicts["test_kernel"]["baseline"]["commit"] == seeds[-1]
     assert verdicts["test_kernel"]["baseline"]["runs"] == 5
     assert verdicts["test_kernel"]["verdict"] == "pass", verdicts["test_kernel"]["reason"]
-    with history.HistoryStore(repo.path / ".solgate" / "history.db") as store:
+    with history.SqliteStore(repo.path / ".solgate" / "history.db") as store:
         assert [bool(r["dirty"]) for r in store.runs()] == [False] * 5 + [True, False]
 
 
@@ -293,7 +293,7 @@ def test_no_save_records_nothing_and_outside_git_is_unknown(pytester):
     pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml", "--sol-no-save").assert_outcomes(passed=1)
     assert not (pytester.path / ".solgate" / "history.db").exists()
     pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml").assert_outcomes(passed=1)
-    with history.HistoryStore(pytester.path / ".solgate" / "history.db") as store:
+    with history.SqliteStore(pytester.path / ".solgate" / "history.db") as store:
         (run,) = store.runs()
         assert run["commit_sha"] is None
         assert store.baseline_runs("test_k.py::test_k", "default", "synthetic", "measured", [], 10) == []
@@ -311,7 +311,7 @@ def test_history_option_and_ini(repo):
 def test_run_records_every_field(repo):
     a = repo.commit("A")
     _, _, data = repo.run()
-    with history.HistoryStore(repo.path / ".solgate" / "history.db") as store:
+    with history.SqliteStore(repo.path / ".solgate" / "history.db") as store:
         (run,) = store.runs()
         assert run["commit_sha"] == a and run["branch"] == "main" and run["dirty"] == 0
         assert run["host"] and run["python"] and run["plugin"] and run["profile"] == "synthetic"
@@ -347,7 +347,7 @@ def test_older_schema_is_migrated_not_thrown_away(tmp_path):
                (json.dumps(a_measurement().to_dict()),))
     db.commit()
     db.close()
-    with history.HistoryStore(path) as store:
+    with history.SqliteStore(path) as store:
         assert store.db.execute("PRAGMA user_version").fetchone()[0] == history.SCHEMA_VERSION
         (run,) = store.runs()
         assert run["run_uid"] == "legacy-1" and run["commit_sha"] == "a" * 40
@@ -358,7 +358,7 @@ def test_older_schema_is_migrated_not_thrown_away(tmp_path):
 
 
 def test_a_run_is_written_once(tmp_path):
-    with history.HistoryStore(tmp_path / "h.db") as store:
+    with history.SqliteStore(tmp_path / "h.db") as store:
         assert store.record_run(a_run(), [a_measurement()]) is True
         assert store.record_run(a_run(), [a_measurement()]) is False
         assert len(store.results()) == 1
@@ -369,7 +369,7 @@ def test_foreign_and_corrupt_files_are_refused_and_left_alone(tmp_path):
     text = tmp_path / "notes.db"
     text.write_text("these are my notes\n" * 100)
     with pytest.raises(history.HistoryError, match="not a solgate history database"):
-        history.HistoryStore(text)
+        history.SqliteStore(text)
     assert text.read_text() == "these are my notes\n" * 100
     foreign = tmp_path / "other.db"
     db = sqlite3.connect(foreign)
@@ -378,5 +378,5 @@ def test_foreign_and_corrupt_files_are_refused_and_left_alone(tmp_path):
     db.close()
     before = foreign.read_bytes()
     with pytest.raises(history.HistoryError, match="not a solgate history .tables: customers."):
-        history.HistoryStore(foreign)
+        history.SqliteStore(foreign)
     assert foreign.read_bytes() == before

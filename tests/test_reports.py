@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 
-from pytest_solgate import records
+from pytest_solgate import records, schema
 from pytest_solgate.profiles import HardwareProfile
 from pytest_solgate.records import Measurement, RunInfo
 from pytest_solgate.report import html, machine, markdown, roofline, terminal
@@ -115,7 +115,7 @@ def test_benchmark_action_format():
 
 
 def test_json_has_no_nan_and_keeps_the_contract():
-    data = json.loads(machine.solgate_json(RUN, [record(noise=float("inf"))]))
+    data = json.loads(schema.dump(RUN, [record(noise=float("inf"))]))
     assert data["schema"] == "solgate/1" and data["measurements"][0]["noise"] is None
     assert data["measurements"][0]["trend"][0]["sol"] == 0.45
 

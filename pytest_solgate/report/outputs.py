@@ -1,4 +1,5 @@
-"""End of session: record the run in the history, then write every report that was asked for.
+"""Report: at the end of a session, after the run is recorded (record.py), write every report
+that was asked for.
 
 Each step fails on its own with a one-line message; a failed write never changes a test's verdict
 and never leaves a half-written file.
@@ -35,29 +36,16 @@ def publish(
     settings: Settings,
     run: RunInfo,
     measurements: Sequence[Measurement],
-    history_path: Path,
     invocation_dir: Path,
     state_dir: Path,
     profile_option: ProfileOption | None = None,
-) -> tuple[list[Measurement], list[str]]:
-    """Returns the measurements (with their history trends) and the messages to print."""
-    from pytest_solgate.report import atomic, machine
+) -> list[str]:
+    """Writes the reports; returns the messages to print."""
+    from pytest_solgate import atomic, schema
+    from pytest_solgate.report import machine
 
     messages: list[str] = []
     measurements = list(measurements)
-
-    if measurements and not settings.no_save:
-        from pytest_solgate.history import HistoryStore
-
-        try:
-            with HistoryStore(history_path) as store:
-                store.record_run(run, measurements)
-                measurements = [
-                    m.replace(trend=tuple(store.trend(m.test, m.name, m.profile, m.ceilings))) for m in measurements
-                ]
-            messages.append(f"solgate: run recorded in {history_path}")
-        except SolgateError as exc:
-            messages.append(f"solgate: history NOT saved: {exc}")
 
     def where(path: str) -> Path:
         p = Path(path).expanduser()
@@ -74,7 +62,7 @@ def publish(
         except Exception as exc:  # a rendering bug must not take the run's verdicts with it
             messages.append(f"solgate: the {what} could not be rendered ({type(exc).__name__}: {exc}); the previous file, if any, is untouched")
 
-    write(settings.json, "JSON results", lambda: machine.solgate_json(run, measurements))
+    write(settings.json, "JSON results", lambda: schema.dump(run, measurements))
     if settings.benchmark_action and not measurements:
         # github-action-benchmark rejects an empty list ("No benchmark result was found").
         messages.append(f"solgate: nothing was measured, so no benchmark-action JSON was written to {settings.benchmark_action}")
@@ -97,4 +85,4 @@ def publish(
 
         profiles = _profiles(profile_option, state_dir, {m.profile for m in measurements})
         write(settings.report, "HTML report", lambda: html.render_report(run, measurements, profiles))
-    return measurements, messages
+    return messages

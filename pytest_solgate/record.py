@@ -1,0 +1,59 @@
+"""Record: save a finished run in its history, or in the spool when the history server is away.
+
+Runs before any report is rendered (reports read finished records only). A history that cannot be
+written never changes a verdict: the run is spooled (server unreachable) or the reason is said in
+one line (read-only file, foreign database, missing privilege).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from pytest_solgate import history, spool
+from pytest_solgate.errors import HistoryError
+from pytest_solgate.records import Measurement, RunInfo
+
+
+def _spool(state_dir: Path, run: RunInfo, measurements: Sequence[Measurement], why: HistoryError) -> str:
+    try:
+        path = spool.put(state_dir, run, measurements)
+    except HistoryError as exc:
+        return f"solgate: history NOT saved: {why}; {exc}"
+    return f"solgate: history unavailable: {why}; run spooled to {path}, the next run sends it"
+
+
+def save(
+    location: str, state_dir: Path, run: RunInfo, measurements: Sequence[Measurement]
+) -> tuple[list[Measurement], list[str]]:
+    """Record ``run`` (after any spooled runs); returns the measurements with their history trend
+    and the lines to print."""
+    measurements = list(measurements)
+    messages: list[str] = []
+    try:
+        store = history.open_store(location)
+    except history.HistoryUnavailable as exc:
+        return measurements, [_spool(state_dir, run, measurements, exc)]
+    except HistoryError as exc:
+        return measurements, [f"solgate: history NOT saved: {exc}"]
+    with store:
+        if spool.folder(state_dir).is_dir():
+            sent = spool.send(store, state_dir)
+            if sent.sent or sent.already_there:
+                messages.append(f"solgate: {sent.sent} spooled run(s) sent to {store.location}"
+                                + (f" ({sent.already_there} were there already)" if sent.already_there else ""))
+            messages += [f"solgate: {problem}" for problem in sent.problems]
+        try:
+            store.record_run(run, measurements)
+        except history.HistoryUnavailable as exc:
+            return measurements, messages + [_spool(state_dir, run, measurements, exc)]
+        except HistoryError as exc:
+            return measurements, messages + [f"solgate: history NOT saved: {exc}"]
+        messages.append(f"solgate: run recorded in {store.location}")
+        try:
+            measurements = [
+                m.replace(trend=tuple(store.trend(m.test, m.name, m.profile, m.ceilings))) for m in measurements
+            ]
+        except HistoryError as exc:
+            messages.append(f"solgate: the reports show no trends ({exc})")
+    return measurements, messages
