@@ -86,6 +86,7 @@ _SETTINGS_FAULTS = (
     ("role \"", "role {user} does not exist on the server: create it (see docs/ci.md) or fix the user in the URL"),
     ("database \"", "database {dbname} does not exist: create it (createdb -h {host} -p {port} {dbname}) or fix the URL"),
     ("no pg_hba.conf entry", "the server does not accept user {user} from this host: add a pg_hba.conf entry (see docs/ci.md)"),
+    ("invalid ", "the URL is not valid ({detail}): write postgresql://user@host:port/database?sslmode=..."),
     ("ssl", "TLS is not set up as the URL asks ({detail}): fix sslmode/sslrootcert in the URL or the server's ssl settings"),
 )
 
@@ -111,6 +112,9 @@ class PostgresStore(Store):
         except psycopg.ProgrammingError as exc:
             raise HistoryError(f"{redact(url)}: not a PostgreSQL URL ({redact(str(exc))}); "
                                "write postgresql://user@host:port/database") from None
+        if not all(part.isdigit() for part in str(params.get("port") or "5432").split(",")):
+            raise HistoryError(f"{redact(url)}: not a PostgreSQL URL (port {params.get('port')!r} is not a number); "
+                               "write postgresql://user@host:port/database")
         self._password = str(params.get("password") or "")
         self.host = str(params.get("host") or "localhost")
         self.port = str(params.get("port") or "5432")
@@ -154,19 +158,29 @@ class PostgresStore(Store):
 
     def _version(self) -> int | None:
         """The schema version; None when there is no solgate history in this database."""
+        # pg_catalog lists tables whatever this role may do with them (information_schema hides
+        # the ones it has no privilege on, which would make a history look absent).
         tables = {row[0] for row in self.conn.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (SCHEMA,))}
+            "SELECT c.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v')", (SCHEMA,))}
         if not tables:
             return None
         if "meta" not in tables:
             raise self._foreign(f"its schema '{SCHEMA}' holds tables {', '.join(sorted(tables))} but no solgate meta table")
-        meta = dict(self.conn.execute("SELECT key, value FROM solgate.meta").fetchall())
+        try:
+            meta = dict(self.conn.execute("SELECT key, value FROM solgate.meta").fetchall())
+        except self._errors.errors.InsufficientPrivilege:
+            raise self._no_read_grant() from None
         if meta.get("application") != APPLICATION:
             raise self._foreign(f"its schema '{SCHEMA}' belongs to {meta.get('application') or 'another application'}")
         try:
             return int(meta.get("schema_version", ""))
         except ValueError:
             raise self._foreign(f"its schema version {meta.get('schema_version')!r} is not a number") from None
+
+    def _no_read_grant(self) -> HistoryError:
+        return HistoryError(f"{self.location}: role {self.user} may not read the solgate tables: "
+                            "GRANT USAGE ON SCHEMA solgate and SELECT on its tables (docs/ci.md)")
 
     def _foreign(self, why: str) -> HistoryError:
         return HistoryError(f"{self.location}: not a solgate history ({why}); it was left untouched: "
@@ -217,8 +231,7 @@ class PostgresStore(Store):
         except errors.OperationalError as exc:
             raise HistoryUnavailable(f"{self.location}: the history server went away ({self._clean(exc)})") from None
         except errors.errors.InsufficientPrivilege:
-            raise HistoryError(f"{self.location}: role {self.user} may not read the solgate tables: "
-                               "GRANT USAGE ON SCHEMA solgate and SELECT on its tables (docs/ci.md)") from None
+            raise self._no_read_grant() from None
         except errors.Error as exc:
             raise HistoryError(f"{self.location}: cannot read the history ({type(exc).__name__}: {self._clean(exc)})") from None
 

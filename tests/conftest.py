@@ -27,8 +27,45 @@ def suite(pytester: pytest.Pytester):
 
 def pytest_configure(config):
     # pytester restores sys.modules after each in-process run; torch cannot be imported twice in
-    # one process, so it is imported once up front, before any snapshot is taken.
+    # one process, and psycopg's compiled core keeps raising the exception classes of its first
+    # import, so both are imported once up front, before any snapshot is taken.
+    for module in ("torch", "psycopg"):
+        try:
+            __import__(module)
+        except ImportError:
+            pass
+
+
+# --- a real PostgreSQL server for the history tests ----------------------------------------------
+# One throw-away cluster per test process; each test gets a database of its own. Where
+# SOLGATE_REQUIRE_POSTGRES is set (.ci/run sets it) a server that cannot start fails the tests
+# instead of skipping them, so CI cannot pass without having run them.
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster():
+    import os
+
+    from throwaway_postgres import Cluster, ServerUnavailable
+
     try:
-        import torch  # noqa: F401
-    except ImportError:
-        pass
+        cluster = Cluster().start()
+    except ServerUnavailable as exc:
+        if os.environ.get("SOLGATE_REQUIRE_POSTGRES"):
+            pytest.fail(f"the PostgreSQL tests must run here, but the server did not start: {exc}")
+        pytest.skip(f"no PostgreSQL server: {exc}")
+    yield cluster
+    cluster.destroy()
+
+
+@pytest.fixture
+def postgres_url(postgres_cluster):
+    return postgres_cluster.url(postgres_cluster.new_database())
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def history_location(request, tmp_path):
+    """Where a history lives, in each store: a SQLite file path, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "history.db")
+    return request.getfixturevalue("postgres_url")

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from pytest_solgate.history import SqliteStore
+from pytest_solgate.history import SqliteStore, open_store
 from pytest_solgate.records import Measurement, RunInfo
 from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE
 
@@ -28,27 +28,30 @@ def a_measurement(i):
                        tflops=0.0, gbps=1.0, ceilings="measured", verdict="pass")
 
 
-def writer(path, worker, runs):
+def writer(location, worker, runs, workers):
     for r in range(runs):
-        run = RunInfo(id=f"w{worker}-r{r}", started_at=f"2026-12-02T00:00:{r:02d}+00:00", commit="a" * 40)
-        with SqliteStore(path) as store:
-            store.record_run(run, [a_measurement(i) for i in range(PER_RUN)])
+        mine = RunInfo(id=f"w{worker}-r{r}", started_at=f"2026-12-02T00:00:{r:02d}+00:00", commit="a" * 40)
+        # The next worker's run too, as two runners re-sending the same spooled run at once would.
+        theirs = RunInfo(id=f"w{(worker + 1) % workers}-r{r}", started_at=mine.started_at, commit="a" * 40)
+        for run in (mine, theirs):
+            with open_store(location) as store:
+                store.record_run(run, [a_measurement(i) for i in range(PER_RUN)])
 
 
-def test_eight_processes_fifty_runs_each(tmp_path):
-    path = tmp_path / "history.db"
-    processes = [multiprocessing.Process(target=writer, args=(path, w, 50)) for w in range(8)]
+def test_sixteen_processes_fifty_runs_each(history_location):
+    """16 writers at once, each run sent twice by two of them: 0 lost, 0 partial, 0 duplicated."""
+    workers = 16
+    processes = [multiprocessing.Process(target=writer, args=(history_location, w, 50, workers)) for w in range(workers)]
     for p in processes:
         p.start()
     for p in processes:
-        p.join(timeout=300)
+        p.join(timeout=600)
         assert p.exitcode == 0
-    db = sqlite3.connect(path)
-    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    uids = [row[0] for row in db.execute("SELECT run_uid FROM runs")]
-    assert len(uids) == 400 and len(set(uids)) == 400  # every run there, none twice
-    per_run = db.execute("SELECT run_id, COUNT(*) FROM measurements GROUP BY run_id").fetchall()
-    assert len(per_run) == 400 and {count for _, count in per_run} == {PER_RUN}  # none partial
+    with open_store(history_location) as store:
+        assert store.integrity() == "ok"
+        uids = [run["run_uid"] for run in store.runs()]
+        assert len(uids) == 800 and len(set(uids)) == 800  # every run there, none twice
+        assert {len(measurements) for _, measurements in store.whole_runs()} == {PER_RUN}  # none partial
 
 
 # A pytest run whose end-of-session write is large: 40 measurements with many samples each.

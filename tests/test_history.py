@@ -36,9 +36,13 @@ HISTORY_TIMING = ["--sol-device=cpu", "--sol-min-time=0.1", "--sol-max-time=0.5"
 
 
 class Repo:
-    def __init__(self, pytester):
+    """A git repository with a kernel test; its history is the default SQLite file, or the
+    PostgreSQL database that ``SOLGATE_HISTORY`` names."""
+
+    def __init__(self, pytester, location=None):
         self.pytester = pytester
         self.path = pytester.path
+        self.location = location or str(self.path / ".solgate" / "history.db")
         self.git("init", "-q", "-b", "main")
         self.git("config", "user.email", "test@example.invalid")
         self.git("config", "user.name", "test")
@@ -72,7 +76,7 @@ class Repo:
 
         ceilings_id = ceilings_id or load_profile(self.path / "synthetic.toml").ceilings_id
         commits = []
-        with history.SqliteStore(self.path / ".solgate" / "history.db") as store:
+        with self.store() as store:
             for i, sol in enumerate(sols):
                 commits.append(self.commit(f"seed {i}"))
                 run = RunInfo(id=f"seed-{i}-{commits[-1][:8]}", started_at=f"2026-11-01T00:{i:02d}:00+00:00",
@@ -85,8 +89,23 @@ class Repo:
         return commits
 
 
+    def store(self):
+        return history.open_store(self.location)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def repo(request, pytester, monkeypatch):
+    """The same repository with its history in each store."""
+    if request.param == "sqlite":
+        return Repo(pytester)
+    url = request.getfixturevalue("postgres_url")
+    monkeypatch.setenv("SOLGATE_HISTORY", url)  # how CI passes a server's URL (a secret)
+    return Repo(pytester, url)
+
+
 @pytest.fixture
-def repo(pytester):
+def sqlite_repo(pytester):
+    """For what only a file can show: where it lives, and which option names it."""
     return Repo(pytester)
 
 
@@ -212,7 +231,8 @@ def test_an_unresolvable_baseline_ref_is_a_usage_error(repo):
     result.stderr.fnmatch_lines(["*--sol-baseline=origin/nope: * has no such commit; fetch the ref*"])
 
 
-def test_history_lives_at_the_git_top_level(repo):
+def test_history_lives_at_the_git_top_level(sqlite_repo):
+    repo = sqlite_repo
     (repo.path / "sub").mkdir()
     (repo.path / "sub" / "pytest.ini").write_text("[pytest]\n")
     (repo.path / "sub" / "test_here.py").write_text(KERNELS + "\ndef test_k(sol):\n    sol.measure(lambda: busy(1e-4), bytes=1e3)\n")
@@ -251,7 +271,7 @@ def test_dirty_run_is_recorded_but_never_a_baseline(repo):
     assert verdicts["test_kernel"]["baseline"]["commit"] == seeds[-1]
     assert verdicts["test_kernel"]["baseline"]["runs"] == 5
     assert verdicts["test_kernel"]["verdict"] == "pass", verdicts["test_kernel"]["reason"]
-    with history.SqliteStore(repo.path / ".solgate" / "history.db") as store:
+    with repo.store() as store:
         assert [bool(r["dirty"]) for r in store.runs()] == [False] * 5 + [True, False]
 
 
@@ -287,19 +307,21 @@ def test_tolerance_from_marker_and_option(repo):
     assert verdicts["test_kernel"]["verdict"] == "pass"
 
 
-def test_no_save_records_nothing_and_outside_git_is_unknown(pytester):
+def test_no_save_records_nothing_and_outside_git_is_unknown(pytester, history_location):
     pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
     pytester.makepyfile(test_k=KERNELS + "\ndef test_k(sol):\n    sol.measure(lambda: busy(1e-4), bytes=1e3)\n")
-    pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml", "--sol-no-save").assert_outcomes(passed=1)
-    assert not (pytester.path / ".solgate" / "history.db").exists()
-    pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml").assert_outcomes(passed=1)
-    with history.SqliteStore(pytester.path / ".solgate" / "history.db") as store:
+    where = f"--sol-history={history_location}"
+    pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml", "--sol-no-save", where).assert_outcomes(passed=1)
+    assert history.open_for_reading(history_location) is None  # not even empty tables
+    pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml", where).assert_outcomes(passed=1)
+    with history.open_store(history_location) as store:
         (run,) = store.runs()
         assert run["commit_sha"] is None
         assert store.baseline_runs("test_k.py::test_k", "default", "synthetic", "measured", [], 10) == []
 
 
-def test_history_option_and_ini(repo):
+def test_history_option_and_ini(sqlite_repo):
+    repo = sqlite_repo
     repo.commit("A")
     repo.run("--sol-history=elsewhere/h.db")
     assert (repo.path / "elsewhere" / "h.db").exists()
@@ -311,7 +333,7 @@ def test_history_option_and_ini(repo):
 def test_run_records_every_field(repo):
     a = repo.commit("A")
     _, _, data = repo.run()
-    with history.SqliteStore(repo.path / ".solgate" / "history.db") as store:
+    with repo.store() as store:
         (run,) = store.runs()
         assert run["commit_sha"] == a and run["branch"] == "main" and run["dirty"] == 0
         assert run["host"] and run["python"] and run["plugin"] and run["profile"] == "synthetic"
@@ -357,11 +379,16 @@ def test_older_schema_is_migrated_not_thrown_away(tmp_path):
         assert len(store.runs()) == 2
 
 
-def test_a_run_is_written_once(tmp_path):
-    with history.SqliteStore(tmp_path / "h.db") as store:
+def test_a_run_is_written_once(history_location):
+    with history.open_store(history_location) as store:
         assert store.record_run(a_run(), [a_measurement()]) is True
         assert store.record_run(a_run(), [a_measurement()]) is False
         assert len(store.results()) == 1
+        assert store.integrity() == "ok"
+
+
+def test_sqlite_runs_in_wal_mode(tmp_path):
+    with history.SqliteStore(tmp_path / "h.db") as store:
         assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
