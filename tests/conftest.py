@@ -69,3 +69,24 @@ def history_location(request, tmp_path):
     if request.param == "sqlite":
         return str(tmp_path / "history.db")
     return request.getfixturevalue("postgres_url")
+
+
+# --- tests that load every core run alone ----------------------------------------------------------
+# Many tests judge real timings (a busy-wait kernel against a seeded baseline). A test that starts
+# 16 writer processes on this 2-core machine would make a kernel timed beside it read slower, and
+# the gate would rightly call that a regression. So such tests (marked ``hogs_cpu``) take a lock
+# that every other test shares: under xdist they wait for the running tests and run alone.
+
+
+@pytest.fixture(autouse=True)
+def _cpu_share(request, tmp_path_factory):
+    import fcntl
+
+    lock_path = tmp_path_factory.getbasetemp().parent / "solgate-cpu.lock"  # one per session, shared by workers
+    exclusive = request.node.get_closest_marker("hogs_cpu") is not None
+    with open(lock_path, "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

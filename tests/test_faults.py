@@ -38,6 +38,7 @@ def writer(location, worker, runs, workers):
                 store.record_run(run, [a_measurement(i) for i in range(PER_RUN)])
 
 
+@pytest.mark.hogs_cpu
 def test_sixteen_processes_fifty_runs_each(history_location):
     """16 writers at once, each run sent twice by two of them: 0 lost, 0 partial, 0 duplicated."""
     workers = 16

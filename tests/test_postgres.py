@@ -284,6 +284,7 @@ def test_after(sol):
     assert not list((pytester.path / ".solgate" / "spool").iterdir())
 
 
+@pytest.mark.hogs_cpu
 def test_the_server_lost_mid_write_rolls_back_and_spools(tmp_path, postgres_cluster, postgres_url):
     database = postgres_url.rsplit("/", 1)[1]
     with history.open_store(postgres_url):
@@ -322,6 +323,7 @@ def _killable_writer(url, ready):
             store.record_run(a_run(f"k-{os.getpid()}-{r}", minute=r % 60), [a_measurement(i) for i in range(200)])
 
 
+@pytest.mark.hogs_cpu
 def test_sigkill_of_a_writer_mid_transaction_leaves_whole_runs(postgres_url):
     with history.open_store(postgres_url):
         pass
