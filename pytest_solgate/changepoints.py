@@ -1,7 +1,9 @@
 """Judge (over the history): the commits where a measurement's SOL stepped.
 
 PELT (Killick, Fearnhead and Eckley, 2012) from the maintained ``ruptures`` library, on the log of
-SOL (timing noise is multiplicative), one value per commit. The penalty is
+SOL (timing noise is multiplicative), one value per commit. It runs as ``KernelCPD`` with a linear
+kernel: the same L2 cost and the same answer as ``Pelt(model="l2")``, computed in C (a 10,000-commit
+series takes 0.3 s instead of minutes; benchmarks/history_scale.py). The penalty is
 ``6 * sigma^2 * log(n)``, three times the BIC-like ``2 * sigma^2 * log(n)``, with sigma estimated
 robustly from successive differences (a step moves one difference, not the median of them). The
 factor was chosen on simulated series of 30 commits with 4 % log-normal noise: 0.013 false change
@@ -64,7 +66,7 @@ def find(values: Sequence[float]) -> list[ChangePoint]:
     sigma = max(mad / 0.6745 / math.sqrt(2), MIN_SIGMA)
     penalty = PENALTY_FACTOR * sigma**2 * math.log(len(logs))
     signal = numpy.asarray(logs, dtype=float).reshape(-1, 1)
-    ends = ruptures.Pelt(model="l2", min_size=MIN_SEGMENT, jump=1).fit(signal).predict(pen=penalty)
+    ends = [int(end) for end in ruptures.KernelCPD(kernel="linear", min_size=MIN_SEGMENT).fit(signal).predict(pen=penalty)]
     bounds = [0, *ends]
     levels = [math.exp(stats.mean(logs[a:b])) for a, b in zip(bounds, bounds[1:])]
     return [ChangePoint(index=start, before=levels[i], after=levels[i + 1]) for i, start in enumerate(ends[:-1])]
