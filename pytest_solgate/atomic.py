@@ -1,4 +1,4 @@
-"""Atomic file writes: a temporary file in the same folder, then a rename."""
+"""Support (record and report): atomic file writes: a temporary file in the same folder, then a rename."""
 
 from __future__ import annotations
 

@@ -36,6 +36,14 @@ def cuda_uuid(torch: Any, device: Any) -> str | None:
     return str(getattr(torch.cuda.get_device_properties(device), "uuid", "") or "") or None
 
 
+INTERPRETER = "triton-interpreter"  # a backend whose timings mean nothing (TRITON_INTERPRET=1)
+
+
+def is_gated(backend_name: str) -> bool:
+    """Whether timings from this backend may pass or fail a test: not the Triton interpreter's."""
+    return backend_name != INTERPRETER
+
+
 class CpuBackend:
     """``time.perf_counter_ns`` around the call(s), after writing a buffer of twice the last-level
     cache outside the timed region (as the CUDA backend flushes L2), so that a working set that
@@ -47,11 +55,12 @@ class CpuBackend:
 
     def __init__(self, name: str = "cpu", flush_bytes: int = 0) -> None:
         self.name = name
+        self.gated = is_gated(name)
         self.flush_bytes = flush_bytes
         self._flush_buffer: Any = None
         self._flush_value = 0
 
-    def flush(self, batch: int) -> None:
+    def flush(self) -> None:
         if not self.flush_bytes:
             return
         import ctypes
@@ -60,6 +69,9 @@ class CpuBackend:
             self._flush_buffer = (ctypes.c_char * self.flush_bytes)()
         self._flush_value = (self._flush_value + 1) % 256  # a new value each time: real writes
         ctypes.memset(self._flush_buffer, self._flush_value, self.flush_bytes)
+
+    def hold(self, batch: int) -> None:
+        pass  # Python calls the kernel itself: there is no queue to hold
 
     def start(self) -> int:
         return time.perf_counter_ns()
@@ -82,6 +94,7 @@ class CudaBackend:
     and a short GPU-side spin before each sample so the launch itself is not timed."""
 
     name = "cuda"
+    gated = True
     min_sample_seconds = 20e-6
 
     def __init__(self, torch: Any, device: Any, l2_bytes: int | None, clock_mhz: float | None) -> None:
@@ -94,10 +107,13 @@ class CudaBackend:
         self.enqueue_seconds = 0.0  # the longest host time seen to queue one sample's calls
         self._queued_from = 0.0
 
-    def flush(self, batch: int) -> None:
+    def flush(self) -> None:
         self.flush_buffer.zero_()
+
+    def hold(self, batch: int) -> None:
         # Hold the stream while Python queues the start event and the calls, so that launch
-        # latency lands before the start event instead of inside the timed region. The hold
+        # latency lands before the start event instead of inside the timed region (nvbench's
+        # blocking kernel, kept apart from its L2 flush as here). The hold
         # outlasts twice the longest enqueue seen so far (a slow Python launcher, an autotune
         # wrapper), at least 100 us + 20 us per call, at most 10 ms.
         hold_seconds = min(MAX_HOLD_SECONDS, BASE_HOLD_SECONDS + 2 * max(self.enqueue_seconds, batch * 20e-6))
@@ -209,7 +225,7 @@ def make_backend(choice: DeviceChoice, l2_bytes: int | None, clock_mhz: float | 
 
         return CudaBackend(torch, torch.device("cuda", choice.index), l2_bytes, clock_mhz)
     if triton_interpreter_active():
-        return CpuBackend("triton-interpreter")
+        return CpuBackend(INTERPRETER)
     from pytest_solgate.calibrate import last_level_cache_bytes
 
     return CpuBackend("cpu", flush_bytes=2 * last_level_cache_bytes())

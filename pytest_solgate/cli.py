@@ -1,4 +1,4 @@
-"""The ``solgate`` command: thin wiring from subcommands to the engine, history and reports.
+"""Wiring (no stage of its own): the ``solgate`` command: thin wiring from subcommands to the engine, history and reports.
 
 Every bad input is one line on stderr and exit status 2; ``compare`` exits 1 when a result regressed.
 """
@@ -74,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("base", help="the base commit (a git ref or sha)")
     p.add_argument("head", help="the head commit (a git ref or sha)")
     p.add_argument("--max-regression", type=float, default=None,
-                   help="tolerance (default: each measurement's recorded max_regression, else 0.05)")
+                   help="tolerance (default: each measurement's recorded max_regression, else "
+                        f"{Settings().max_regression})")
     p.add_argument("--window", type=int, default=Settings().baseline_window,
                    help="clean runs along BASE's first-parent ancestry that form the baseline (default: %(default)s)")
     _history_arg(p)
@@ -114,8 +115,7 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
-    from pytest_solgate.engine import known_profiles
-    from pytest_solgate.profiles import find_profile, profile_to_toml
+    from pytest_solgate.profiles import find_profile, known_profiles, profile_to_toml
 
     # Shipped profiles and the ones measured here (cached under .solgate/profiles).
     print(profile_to_toml(find_profile(args.id, known_profiles(_state_dir()))), end="")
@@ -156,8 +156,7 @@ def _cmd_sol(args: argparse.Namespace) -> int:
 
 
 def _cmd_detect(args: argparse.Namespace) -> int:
-    from pytest_solgate.engine import known_profiles
-    from pytest_solgate.profiles import match_device
+    from pytest_solgate.profiles import detect, known_profiles, match_device
 
     cache = _state_dir()
     if args.name:
@@ -176,7 +175,7 @@ def _cmd_detect(args: argparse.Namespace) -> int:
         return 0
     name = backends.device_name(choice)
     facts = backends.device_facts(choice)
-    match = match_device(name, known_profiles(cache, tuple(args.dir)), facts.get("sm_count"), facts.get("arch"))
+    match = detect(name, facts, known_profiles(cache, tuple(args.dir)))
     print(match.profile.id)
     print(f"  device {choice} is '{name}' ({facts.get('sm_count')} SMs); matched glob '{match.pattern}'", file=sys.stderr)
     if match.warning:
@@ -186,8 +185,7 @@ def _cmd_detect(args: argparse.Namespace) -> int:
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from pytest_solgate import backends, calibrate
-    from pytest_solgate.engine import known_profiles
-    from pytest_solgate.profiles import match_device, profile_to_toml
+    from pytest_solgate.profiles import detect, known_profiles, profile_to_toml
 
     cache = _state_dir()
     choice = backends.choose_device(args.device, None)
@@ -202,7 +200,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     else:
         name = backends.device_name(choice)
         facts = backends.device_facts(choice)
-        datasheet = match_device(name, known_profiles(cache), facts.get("sm_count"), facts.get("arch")).profile
+        datasheet = detect(name, facts, known_profiles(cache)).profile
         print(f"solgate: calibrating {name} against {datasheet.id} ...", file=sys.stderr)
         profile, path = calibrate.calibrate_gpu(cache, choice.index, datasheet, name, facts.get("l2_bytes"))
         print(f"solgate: cached in {path}", file=sys.stderr)
@@ -228,7 +226,7 @@ def _cmd_history(args: argparse.Namespace) -> int:
     from pytest_solgate import units
 
     with _open_history(_history_path(args)) as store:
-        results = store.results(args.pattern)
+        results = store.summaries(args.pattern)
     if args.changes:
         return _print_changes(results)
     if not results:
@@ -275,7 +273,7 @@ def _cmd_trend(args: argparse.Namespace) -> int:
     if Path(args.output).resolve() == Path(history_path).resolve():
         raise UsageFailure(f"trend: -o {args.output} is the history database itself; write the page elsewhere")
     with _open_history(history_path) as store:
-        results = store.results(args.pattern)
+        results = store.summaries(args.pattern)
         history_path = store.location  # never a password on the page
     lines = []
     note = ""

@@ -1,4 +1,4 @@
-"""The engine: declare -> measure -> score -> judge for one session, knowing nothing of pytest.
+"""Engine: drives declare -> measure -> score -> judge for one session, knowing nothing of pytest.
 
 The pytest plugin and the benchmarks drive it. It resolves the device, backend and profile lazily,
 on the first measurement, so that a session that measures nothing never imports torch.
@@ -6,6 +6,7 @@ on the first measurement, so that a session that measures nothing never imports 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import os
@@ -19,10 +20,9 @@ from pytest_solgate.errors import MeasureError, OptionError, ProfileError, Solga
 from pytest_solgate.profiles import (
     HardwareProfile,
     ProfileOption,
-    builtin_profiles,
+    detect,
+    known_profiles,
     load_profile,
-    load_profiles,
-    match_device,
     resolve_profile_option,
 )
 from pytest_solgate.records import Measurement
@@ -57,17 +57,6 @@ def worker_count() -> int | None:
     return int(count) if count.isdigit() else None
 
 
-def known_profiles(cache_dir: Path, folders: tuple[str, ...] = ()) -> list[HardwareProfile]:
-    """The user's folders (``--sol-profile=DIR``), then the shipped profiles, then measured ones
-    cached under .solgate/profiles; a user's profile replaces a shipped one with the same id."""
-    by_id: dict[str, HardwareProfile] = {}
-    measured = cache_dir / "profiles"
-    for group in (load_profiles(folders), builtin_profiles(), load_profiles([measured]) if measured.is_dir() else []):
-        for profile in group:
-            by_id.setdefault(profile.id, profile)
-    return [by_id[key] for key in sorted(by_id)]
-
-
 class Engine:
     def __init__(
         self,
@@ -77,6 +66,7 @@ class Engine:
         profile_option: ProfileOption | None = None,
         announce: Callable[[str], None] | None = None,
         warn: Callable[[str], None] | None = None,
+        head: Callable[[], tuple[str | None, bool]] | None = None,
     ) -> None:
         self.settings = settings
         self.cache_dir = cache_dir
@@ -94,10 +84,7 @@ class Engine:
         self.judge_settings = judge.JudgeSettings(
             gate=settings.gate, above_one=settings.above_one, max_regression=settings.max_regression
         )
-
-    def know_commit(self, commit: str | None, dirty: bool) -> None:
-        """The commit being measured, named in regression messages."""
-        self.judge_settings = dataclasses.replace(self.judge_settings, commit=commit, dirty=dirty)
+        self._head = head  # (commit, dirty) of the code being measured, named in verdicts; asked once
 
     # --- context --------------------------------------------------------------------------------
 
@@ -147,7 +134,7 @@ class Engine:
                 profile = self.explicit_profile
             else:
                 candidates = known_profiles(self.cache_dir, self.profile_option.folders)
-                match = match_device(name, candidates, facts.get("sm_count"), facts.get("arch"))
+                match = detect(name, facts, candidates)
                 profile = match.profile
                 if match.warning:
                     warnings.append(match.warning)
@@ -159,9 +146,7 @@ class Engine:
             import torch
 
             torch.cuda.set_device(choice.index)
-        l2_bytes = facts.get("l2_bytes") or (
-            int(profile.device.l2_cache_mb * 1e6) if profile.device.l2_cache_mb else None
-        )
+        l2_bytes = facts.get("l2_bytes") or profile.device.l2_bytes
         backend = backends.make_backend(choice, l2_bytes, profile.device.boost_clock_mhz)
         return Context(
             device=choice,
@@ -220,7 +205,7 @@ class Engine:
         context = self.context()
         score.check_precisions(work, context.profile)
         sampling = self.settings.sampling
-        if context.backend.name == "triton-interpreter":
+        if not context.backend.gated:
             # Interpreter timings are not gated: spend as little time on them as honesty allows.
             sampling = measure.SamplingSettings(
                 min_time=0.0, max_time=min(sampling.max_time, 0.5), noise=sampling.noise, min_samples=3, warmup_time=0.0,
@@ -237,8 +222,7 @@ class Engine:
         notes = list(timing.notes)
         if rotation:
             notes.append(f"rotating inputs: {rotation} buffer sets, called in turn, so no call finds the last one's data in cache")
-        interpreted = context.backend.name == "triton-interpreter"
-        if not interpreted and timing.wall_seconds > sampling.max_time * 1.5 and len(timing.samples) < sampling.min_samples:
+        if context.backend.gated and timing.wall_seconds > sampling.max_time * 1.5 and len(timing.samples) < sampling.min_samples:
             notes.append(
                 f"one call takes {timing.seconds:.3g} s, longer than the time budget "
                 f"--sol-max-time={sampling.max_time:g}; raise it for more samples"
@@ -294,7 +278,22 @@ class Engine:
 
     # --- judge ----------------------------------------------------------------------------------
 
-    def judge(self, budget: judge.Budget, measurement: Measurement) -> Measurement:
+    def judge_test(self, test: str, budget: judge.Budget, measurements: list[Measurement]) -> list[Measurement]:
+        """The verdicts of one test's measurements; then what was kept to re-measure them is dropped."""
+        if self._head is not None:
+            commit, dirty = self._head()
+            self.judge_settings = dataclasses.replace(self.judge_settings, commit=commit, dirty=dirty)
+            self._head = None
+        try:
+            return [self._judge_one(budget, m) for m in measurements]
+        finally:
+            self.forget(test)
+
+    def effect(self, measurement: Measurement) -> str:
+        """What a judged measurement does to its test under --sol-gate: "fail", "warn" or "pass"."""
+        return judge.outcome(measurement.verdict or records.PASS, self.judge_settings)
+
+    def _judge_one(self, budget: judge.Budget, measurement: Measurement) -> Measurement:
         """The verdict; a suspected regression is measured again (a fresh block of samples) and
         stands only if the second block regresses too."""
         window = None
@@ -316,14 +315,6 @@ class Engine:
             del self._retake[key]
 
 
-class _NullScope:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-
 def _cached_profile(path: Path) -> HardwareProfile | None:
     if not path.is_file():
         return None
@@ -335,7 +326,7 @@ def _cached_profile(path: Path) -> HardwareProfile | None:
 
 def _cuda_device_scope(context: Context) -> Any:
     if context.device.kind != "cuda":
-        return _NullScope()
+        return contextlib.nullcontext()
     import torch
 
     return torch.cuda.device(context.device.index)

@@ -1,4 +1,4 @@
-"""Git facts for the history: commit, branch, dirty flag, first-parent ancestry.
+"""Record: git facts for the history: commit, branch, dirty flag, first-parent ancestry.
 
 Every call is a ``git`` subprocess with an argument list (no shell). Outside a repository, or
 without git, the answers are None: such a run is recorded with an unknown commit and is never a

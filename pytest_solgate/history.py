@@ -23,7 +23,7 @@ import os
 import re
 import sqlite3
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
 
 from pytest_solgate.errors import HistoryError
 from pytest_solgate.judge import BaselineRun
@@ -97,6 +97,19 @@ MEASUREMENT_COLUMNS = ("run_id", "test", "name", "profile", "ceilings", "sol", "
 ENVIRONMENT_COLUMNS = ("host", "driver", "cuda", "torch", "triton", "python")
 COMMIT_SLICE = 50  # commits per baseline query: well under SQLite's limit on bound parameters
 URL_SCHEMES = ("postgresql://", "postgres://")
+
+
+class Summary(NamedTuple):
+    """A recorded measurement as the history's columns hold it: enough for listings and trends,
+    without reading (and parsing) its whole record and samples."""
+
+    test: str
+    name: str
+    profile: str
+    ceilings: str
+    sol: float
+    seconds: float
+    verdict: str | None
 
 
 class NoHistoryYet(HistoryError):
@@ -250,13 +263,20 @@ class Store:
     def results(self, pattern: str | None = None) -> list[tuple[dict[str, Any], Measurement]]:
         """(run facts, measurement) pairs, oldest first, optionally filtered by a glob on test ids.
         Only the matching tests' measurements are read (through the index on test)."""
+        return self._matching(pattern, self._results)
+
+    def summaries(self, pattern: str | None = None) -> list[tuple[dict[str, Any], Summary]]:
+        """As ``results``, from the columns alone: what ``solgate history`` and ``trend`` show."""
+        return self._matching(pattern, self._summaries)
+
+    def _matching(self, pattern: str | None, read: Any) -> list[Any]:
         if not pattern:
-            return self._results("", ())
+            return read("", ())
         tests = [t for t in self.tests() if matches(pattern, t)]
         found = []
         for start in range(0, len(tests), COMMIT_SLICE):
             chunk = tests[start:start + COMMIT_SLICE]
-            found += self._results(f"WHERE m.test IN ({', '.join('?' for _ in chunk)})", chunk)
+            found += read(f"WHERE m.test IN ({', '.join('?' for _ in chunk)})", chunk)
         return sorted(found, key=lambda pair: pair[0]["started_at"])
 
     def results_at(self, commit: str) -> list[tuple[dict[str, Any], Measurement]]:
@@ -266,6 +286,15 @@ class Store:
     def commits(self) -> set[str]:
         """Every commit with a recorded run."""
         return {row[0] for row in self._rows("SELECT DISTINCT commit_sha FROM runs WHERE commit_sha IS NOT NULL")}
+
+    def _summaries(self, where: str, params: Sequence[Any]) -> list[tuple[dict[str, Any], Summary]]:
+        rows = self._rows(
+            f"SELECT {', '.join('r.' + c for c in RUN_COLUMNS)}, {', '.join('m.' + f for f in Summary._fields)} "
+            f"FROM measurements m JOIN runs r ON r.id = m.run_id {where} ORDER BY r.started_at, r.id, m.id",
+            params,
+        )
+        width = len(RUN_COLUMNS)
+        return [(dict(zip(RUN_COLUMNS, row[:width])), Summary(*row[width:])) for row in rows]
 
     def _results(self, where: str, params: Sequence[Any]) -> list[tuple[dict[str, Any], Measurement]]:
         rows = self._rows(
@@ -456,7 +485,7 @@ def open_for_reading(location: str | Path) -> Store | None:
 
 
 def commit_series(
-    results: Sequence[tuple[dict[str, Any], Measurement]], commit_times: dict[str, str]
+    results: Sequence[tuple[dict[str, Any], Summary | Measurement]], commit_times: dict[str, str]
 ) -> dict[tuple[str, str, str, str], list[dict[str, Any]]]:
     """One point per commit for each (test, name, profile, ceilings): the median SOL of the
     commit's clean runs, ordered by commit date. Dirty runs and unknown commits are left out."""

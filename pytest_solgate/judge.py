@@ -7,9 +7,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from pytest_solgate import records, stats, units
+from pytest_solgate import backends, records, stats, units
 from pytest_solgate.errors import MarkerError
 from pytest_solgate.records import AMBIGUOUS, IMPROVED, PASS, REGRESSED, Measurement
+from pytest_solgate.settings import DEFAULT_MAX_REGRESSION
 
 MARKER_KEYS = ("min", "mfu", "max_regression")
 ABOVE_SOL_LIMIT = 1.05
@@ -88,7 +89,7 @@ class Comparison:
 class JudgeSettings:
     gate: str = "fail"  # fail | warn | off
     above_one: str = "fail"  # fail | warn
-    max_regression: float = 0.05
+    max_regression: float = DEFAULT_MAX_REGRESSION
     commit: str | None = None  # the commit being measured, for messages
     dirty: bool = False
 
@@ -293,7 +294,7 @@ def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, setting
     where = f"on {m.profile}"
     if not m.gate:
         return done(records.NOT_GATED, "gate=False: recorded for reference, not judged")
-    if m.backend == "triton-interpreter":
+    if not backends.is_gated(m.backend):
         return done(records.NOT_GATED, "TRITON_INTERPRET=1: the Triton interpreter's timings mean nothing")
     if settings.gate == "off":
         return done(records.NOT_GATED, "--sol-gate=off")

@@ -1,4 +1,4 @@
-"""A per-device file lock, so that two processes never time on the same device at once.
+"""Measure: a per-device file lock, so that two processes never time on the same device at once.
 
 The lock files live in one folder per machine (not per checkout), so two pytest runs from different
 checkouts on one runner exclude each other too. ``SOLGATE_LOCK_DIR`` moves the folder.

@@ -61,8 +61,10 @@ class Timing:
 class Backend(Protocol):
     name: str
     min_sample_seconds: float  # a sample shorter than this is batched
+    gated: bool  # whether its timings may pass or fail a test
 
-    def flush(self, batch: int) -> None: ...
+    def flush(self) -> None: ...  # evict the cache the kernel's data could sit in
+    def hold(self, batch: int) -> None: ...  # keep launch latency out of the timed region
     def start(self) -> Any: ...
     def stop(self, token: Any) -> Any: ...
     def synchronize(self) -> None: ...
@@ -91,7 +93,8 @@ def rotating(calls: Any, test: str) -> Callable[[], Any]:
 
 def _timed_call(fn: Callable[[], Any], backend: Backend, batch: int) -> Any:
     __tracebackhide__ = True
-    backend.flush(batch)
+    backend.flush()
+    backend.hold(batch)
     token = backend.start()
     for _ in range(batch):
         result = fn()

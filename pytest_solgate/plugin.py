@@ -1,4 +1,4 @@
-"""The pytest layer: hooks and the ``sol`` fixture, wired to the engine. No measuring, scoring or
+"""Wiring (no stage of its own): the pytest layer: hooks and the ``sol`` fixture, wired to the engine. No measuring, scoring or
 rendering happens here.
 
 Data path: the ``sol`` fixture measures through the engine; right after the test body returns the
@@ -20,6 +20,7 @@ import pytest
 
 from pytest_solgate.errors import MeasureError, OptionError, SolgateError
 from pytest_solgate.settings import HISTORY_VARIABLE, OPTIONS, Settings, parse_settings
+from pytest_solgate.work import measurement_name
 
 if TYPE_CHECKING:
     from pytest_solgate.records import Measurement
@@ -149,23 +150,8 @@ class SolFixture:
                 f"sol.measure called after the body of {self._test} returned (in a fixture's teardown?); it would "
                 "never be judged: call it inside the test body"
             )
-        taken = {m.name for m in self.measurements}
-        if name is None:
-            name = "default"
-            number = 1
-            while name in taken:
-                number += 1
-                name = f"default-{number}"
-        elif not isinstance(name, str) or not name:
-            raise MeasureError(f"{self._test}: sol.measure(name={name!r}) must be a non-empty string")
-        elif not name.isprintable():
-            raise MeasureError(
-                f"{self._test}: sol.measure(name={name!r}) holds a newline or control character; every report shows "
-                "names on one line: give a printable name"
-            )
-        elif name in taken:
-            raise MeasureError(f"{self._test}: a measurement named {name!r} already exists in this test; give another name=")
         try:
+            name = measurement_name(self._test, name, {m.name for m in self.measurements})
             measurement = self._engine.measure(
                 self._test, fn, flops=flops, bytes=bytes, precision=precision, name=name, gate=bool(gate)
             )
@@ -201,7 +187,7 @@ class SolgateSession:
         # The history and the calibration cache live at the git top level (else the rootdir),
         # whichever directory pytest starts in; a relative --sol-history is taken from there too.
         self.project_root = gitinfo.project_root(self.rootdir)
-        self.state_dir = self.project_root / ".solgate"
+        self.state_dir = gitinfo.state_dir(self.rootdir)
         self.history_location = self._history_location(settings.history)
         self._refuse_colliding_outputs(Path(config.invocation_params.dir))
         self.started_at = datetime.datetime.now(datetime.timezone.utc)
@@ -237,14 +223,15 @@ class SolgateSession:
                 cache_dir=self.state_dir,
                 profile_option=self.profile_option,
                 baseline_finder=self.baselines.window,
+                head=lambda: (self.git.commit, self.git.dirty),
                 announce=self._announce,
                 warn=lambda text: warnings.warn(SolgateWarning(text), stacklevel=2),
             )
         return self._engine
 
     def _refuse_colliding_outputs(self, invocation_dir: Path) -> None:
-        """No output may overwrite the history or another output of the same run."""
         from pytest_solgate import history
+        from pytest_solgate.settings import refuse_colliding_outputs
 
         settings = self.settings
         targets = [] if history.is_url(self.history_location) else [("--sol-history", Path(self.history_location))]
@@ -256,14 +243,7 @@ class SolgateSession:
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if settings.github_summary and summary:
             targets.append(("--sol-github-summary ($GITHUB_STEP_SUMMARY)", Path(summary)))
-        seen: dict[Path, str] = {}
-        for flag, path in targets:
-            key = Path(os.path.abspath(path))
-            if key in seen:
-                raise SolgateError(
-                    f"{seen[key]} and {flag} both name {path}: one would overwrite the other; give each its own path"
-                )
-            seen[key] = flag
+        refuse_colliding_outputs(targets)
 
     def _history_location(self, given: str) -> str:
         from pytest_solgate import history
@@ -291,11 +271,11 @@ class SolgateSession:
 
     @property
     def git(self) -> Any:
+        """The commit being measured (and whether the tree is dirty), read once, when first needed."""
         if self._git is None:
             from pytest_solgate import gitinfo
 
             self._git = gitinfo.facts(self.rootdir)
-            self.engine.know_commit(self._git.commit, self._git.dirty)  # for the verdict messages
         return self._git
 
     def _open_store(self) -> Any:
@@ -353,25 +333,20 @@ class SolgateSession:
         try:
             result = yield
         except BaseException:
-            self._judge(pyfuncitem, body_failed=True)
+            self._judge_item(pyfuncitem, body_failed=True)
             raise
-        self._judge(pyfuncitem, body_failed=False)
+        self._judge_item(pyfuncitem, body_failed=False)
         return result
 
-    def _judge(self, item: pytest.Item, body_failed: bool) -> None:
+    def _judge_item(self, item: pytest.Item, body_failed: bool) -> None:
         """Judge the test's measurements; fail it now when a verdict says so."""
         __tracebackhide__ = True
-        from pytest_solgate import judge, records
+        from pytest_solgate import judge
 
         fixture = item.stash.get(FIXTURE_KEY, None)
         measured = fixture.measurements if fixture else []
         marked = BUDGET_KEY in item.stash
-        budget = item.stash.get(BUDGET_KEY, judge.Budget())
-        if measured:
-            self.git  # noqa: B018 - resolves commit/dirty for verdict messages
-        judged = [self.engine.judge(budget, m) for m in measured]
-        if measured:
-            self.engine.forget(item.nodeid)
+        judged = self.engine.judge_test(item.nodeid, item.stash.get(BUDGET_KEY, judge.Budget()), measured) if measured else []
         if fixture is not None:
             fixture.close()  # a measurement after judging (a fixture's teardown) would be lost: refuse it
         item.stash[RECORDS_KEY] = judged
@@ -386,7 +361,7 @@ class SolgateSession:
             pytest.fail(f"{item.nodeid}: marked sol but measured nothing; call sol.measure(...) in the test", pytrace=False)
         failures = []
         for m in judged:
-            effect = judge.outcome(m.verdict or records.PASS, self.engine.judge_settings)
+            effect = self.engine.effect(m)
             if effect == "fail":
                 failures.append(m.reason)
             elif effect == "warn":

@@ -1,4 +1,4 @@
-"""Hardware profiles: the TOML format, its loader, and the device-name matcher.
+"""Score (its ceilings): hardware profiles, the TOML format, its loader, the registry and the device-name matcher.
 
 A profile gives the ceilings SOL is measured against: memory bandwidth and dense peak FLOP/s per
 precision class. This module only reads, checks and matches; detecting the device and measuring
@@ -50,6 +50,11 @@ class DeviceFacts:
     l2_cache_mb: float | None = None
     memory_gb: float | None = None
     arch: str | None = None  # e.g. "gfx942": identifies AMD parts that report a generic name
+
+    @property
+    def l2_bytes(self) -> int | None:
+        """The datasheet's L2 in bytes, the unit the timing backends flush in (TOML keeps MB)."""
+        return int(self.l2_cache_mb * 1e6) if self.l2_cache_mb else None
 
 
 @dataclass(frozen=True)
@@ -374,3 +379,20 @@ def profile_to_toml(profile: HardwareProfile) -> str:
         lines += ["", "[device]"]
         lines += [f"{k} = {_toml_value(v)}" for k, v in facts.items()]
     return "\n".join(lines) + "\n"
+
+
+def known_profiles(cache_dir: Path, folders: tuple[str, ...] = ()) -> list[HardwareProfile]:
+    """The user's folders (``--sol-profile=DIR``), then the shipped profiles, then measured ones
+    cached under .solgate/profiles; a user's profile replaces a shipped one with the same id."""
+    by_id: dict[str, HardwareProfile] = {}
+    measured = cache_dir / "profiles"
+    for group in (load_profiles(folders), builtin_profiles(), load_profiles([measured]) if measured.is_dir() else []):
+        for profile in group:
+            by_id.setdefault(profile.id, profile)
+    return [by_id[key] for key in sorted(by_id)]
+
+
+def detect(name: str, facts: Mapping[str, Any], profiles: Iterable[HardwareProfile]) -> Match:
+    """The profile of a device, from its name and what the driver says of it (``facts`` as
+    ``backends.device_facts`` gives them: SM count and architecture cross-check the name)."""
+    return match_device(name, profiles, facts.get("sm_count"), facts.get("arch"))

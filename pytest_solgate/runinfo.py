@@ -1,4 +1,4 @@
-"""Facts about this run (host, versions, git) for the history and the reports."""
+"""Record: facts about this run (host, versions, git) for the history and the reports."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Options: every ``--sol-*`` flag and its ini twin, parsed once into a frozen ``Settings``.
+"""Options (read before any stage): every ``--sol-*`` flag and its ini twin, parsed once into a frozen ``Settings``.
 
 Parsing is pure (a mapping of raw strings in, a record out) so that each bad value gets a one-line
 error naming the option, and so that the plugin and the tests share one definition.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from pytest_solgate.errors import OptionError
@@ -48,6 +49,7 @@ class Option:
         return "--" + self.name.replace("_", "-")
 
 
+DEFAULT_MAX_REGRESSION = 0.05  # the relative SOL drop that fails a test unless its marker says otherwise
 HISTORY_VARIABLE = "SOLGATE_HISTORY"  # a history URL from the environment (a CI secret)
 
 OPTIONS = (
@@ -63,7 +65,7 @@ OPTIONS = (
     Option("sol_no_save", "do not record this run in the history", False, "bool"),
     Option("sol_baseline", "what to compare against: auto, a git ref, or none", "auto"),
     Option("sol_baseline_window", "how many clean runs of ancestors form a baseline window", "10"),
-    Option("sol_max_regression", "default relative SOL drop that fails a test", "0.05"),
+    Option("sol_max_regression", "default relative SOL drop that fails a test", str(DEFAULT_MAX_REGRESSION)),
     Option("sol_gate", "what a failing verdict does: fail, warn or off", "fail", "string", ("fail", "warn", "off")),
     Option("sol_above_one", "what SOL > 1.05 does: fail or warn", "fail", "string", ("fail", "warn")),
     Option("sol_min_time", "minimum sampling time per measurement, seconds", "0.25"),
@@ -89,7 +91,7 @@ class Settings:
     no_save: bool = False
     baseline: str = "auto"
     baseline_window: int = 10
-    max_regression: float = 0.05
+    max_regression: float = DEFAULT_MAX_REGRESSION
     gate: str = "fail"
     above_one: str = "fail"
     sampling: SamplingSettings = SamplingSettings()
@@ -167,3 +169,16 @@ def parse_settings(raw: Mapping[str, Any]) -> Settings:
         sampling=SamplingSettings(min_time=min_time, max_time=max_time, noise=noise, cuda_graph=values["sol_cuda_graph"]),
         precision=values["sol_precision"],
     )
+
+
+def refuse_colliding_outputs(targets: list[tuple[str, Path]]) -> None:
+    """No output may overwrite the history or another output of the same run: ``targets`` are
+    (option, path) pairs; two options naming one file is a usage error naming both."""
+    import os
+
+    seen: dict[Path, str] = {}
+    for flag, path in targets:
+        key = Path(os.path.abspath(path))
+        if key in seen:
+            raise OptionError(f"{seen[key]} and {flag} both name {path}: one would overwrite the other; give each its own path")
+        seen[key] = flag

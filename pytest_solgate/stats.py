@@ -1,4 +1,4 @@
-"""Small, dependency-free statistics on timing samples (pure functions)."""
+"""Measure and judge: small, dependency-free statistics on timing samples (pure functions)."""
 
 from __future__ import annotations
 

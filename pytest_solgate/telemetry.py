@@ -1,4 +1,4 @@
-"""GPU telemetry through NVML (``nvidia-ml-py``, module ``pynvml``), read around measurements.
+"""Measure: GPU telemetry through NVML (``nvidia-ml-py``, module ``pynvml``), read around measurements.
 
 Telemetry is never an error: without NVML (no library, no NVIDIA GPU, an AMD device) the reader
 is absent and ``note`` says why.

@@ -1,4 +1,4 @@
-"""Human-readable numbers, shared by verdict messages and every report (pure)."""
+"""Report (and verdict messages): human-readable numbers, shared by verdict messages and every report (pure)."""
 
 from __future__ import annotations
 

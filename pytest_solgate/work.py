@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from pytest_solgate.errors import WorkError
+from pytest_solgate.errors import MeasureError, WorkError
 from pytest_solgate.precisions import PRECISIONS, TENSOR_PRECISIONS, VECTOR_PRECISIONS  # noqa: F401
 
 
@@ -163,3 +163,24 @@ def float64_on_tensor_cores(flops: dict[str, int], precisions: Any) -> dict[str,
     moved = {k: v for k, v in flops.items() if k != "fp64"}
     moved["fp64_tensor"] = moved.get("fp64_tensor", 0) + flops["fp64"]
     return moved
+
+
+def measurement_name(test: str, name: Any, taken: set[str]) -> str:
+    """The name of a test's next measurement: as given (printable, unique in the test), or the
+    first free of ``default``, ``default-2``, ``default-3``, ..."""
+    if name is None:
+        name, number = "default", 1
+        while name in taken:
+            number += 1
+            name = f"default-{number}"
+        return name
+    if not isinstance(name, str) or not name:
+        raise MeasureError(f"{test}: sol.measure(name={name!r}) must be a non-empty string")
+    if not name.isprintable():
+        raise MeasureError(
+            f"{test}: sol.measure(name={name!r}) holds a newline or control character; every report shows "
+            "names on one line: give a printable name"
+        )
+    if name in taken:
+        raise MeasureError(f"{test}: a measurement named {name!r} already exists in this test; give another name=")
+    return name

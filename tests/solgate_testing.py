@@ -24,3 +24,17 @@ def busy(seconds):
 '''
 
 FAST_TIMING = ["--sol-device=cpu", "--sol-min-time=0.02", "--sol-max-time=0.3", "-p", "no:cacheprovider"]
+
+
+def git(cwd, *args: str) -> str:
+    """Run git in ``cwd``; its output, stripped."""
+    import subprocess
+
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def init_repo(cwd) -> None:
+    """A fresh git repository on branch main, with a committer."""
+    git(cwd, "init", "-q", "-b", "main")
+    git(cwd, "config", "user.email", "test@example.invalid")
+    git(cwd, "config", "user.name", "test")

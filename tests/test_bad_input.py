@@ -139,7 +139,6 @@ TEST_FAILURES = [
      "a measurement named 'k' already exists in this test; give another name="),
     ("bad-name", "sol.measure(lambda: 0, bytes=1, name='')", "sol.measure(name='') must be a non-empty string"),
     ("instant-kernel", "sol.measure(lambda: None, bytes=1e6)", "is impossible"),
-    ("marked-measured-nothing", "pass", "marked sol but measured nothing; call sol.measure(...) in the test"),
     ("positional-work", "sol.measure(lambda: busy(1e-4), 1e6)",
      "sol.measure(fn, 1000000.0): after the kernel it takes keywords only: flops=, bytes=, precision=, name=, gate="),
     ("async-kernel", "async def kernel():\n        busy(1e-4)\n    sol.measure(kernel, bytes=1e3)",
@@ -156,61 +155,50 @@ TEST_FAILURES = [
 
 
 @pytest.mark.parametrize("case, body, line", TEST_FAILURES, ids=[c[0] for c in TEST_FAILURES])
-def test_failures_inside_a_test(pytester, case, body, line):
-    pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
-    marker = {"marked-measured-nothing": "@pytest.mark.sol(min=0.5)\n", "mfu-without-flops": "@pytest.mark.sol(mfu=0.1)\n"}.get(case, "")
-    pytester.makepyfile(test_k=KERNELS + f"\nimport pytest\n\n{marker}def test_k(sol):\n    {body}\n")
-    result = pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml")
+def test_failures_inside_a_test(suite, case, body, line):
+    marker = {"mfu-without-flops": "@pytest.mark.sol(mfu=0.1)\n"}.get(case, "")
+    result = suite(f"\nimport pytest\n\n{marker}def test_k(sol):\n    {body}\n")
     result.assert_outcomes(failed=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert any(line in text for text in result.stdout.lines), line
     assert "pytest_solgate/" not in result.stdout.str()
 
 
-def test_kernel_that_raises_keeps_its_own_traceback(pytester):
-    pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
-    pytester.makepyfile(test_k="def kernel():\n    raise ValueError('bad launch grid')\n\n"
-                               "def test_k(sol):\n    sol.measure(kernel, bytes=1)\n")
-    result = pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml")
+def test_kernel_that_raises_keeps_its_own_traceback(suite):
+    result = suite("def kernel():\n    raise ValueError('bad launch grid')\n\ndef test_k(sol):\n    sol.measure(kernel, bytes=1)\n")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*raise ValueError('bad launch grid')", "E       ValueError: bad launch grid"])
     assert "pytest_solgate/" not in result.stdout.str() and "SolgateError" not in result.stdout.str()
+    result.stdout.no_fnmatch_line("*take_timing*")  # none of our frames in the traceback
 
 
-def test_kernel_longer_than_the_time_budget_warns(pytester):
-    pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
-    pytester.makepyfile(test_k=KERNELS + "\ndef test_k(sol):\n    sol.measure(lambda: busy(0.2), bytes=1e6)\n")
-    result = pytester.runpytest("--sol-device=cpu", "--sol-min-time=0", "--sol-max-time=0.05", "--sol-profile=synthetic.toml")
+def test_kernel_longer_than_the_time_budget_warns(suite):
+    result = suite("def test_k(sol):\n    sol.measure(lambda: busy(0.2), bytes=1e6)\n", "--sol-min-time=0", "--sol-max-time=0.05")
     result.assert_outcomes(passed=1, warnings=1)
     result.stdout.fnmatch_lines(["*one call takes 0.2* s, longer than the time budget --sol-max-time=0.05; raise it for more samples"])
 
 
-def test_fixture_used_outside_its_test(pytester):
-    pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
-    pytester.makepyfile(test_k="saved = []\n\ndef test_a(sol):\n    saved.append(sol)\n\n"
-                               "def test_b():\n    saved[0].measure(lambda: 0, bytes=1)\n")
-    result = pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml")
+def test_fixture_used_outside_its_test(suite):
+    result = suite("saved = []\n\ndef test_a(sol):\n    saved.append(sol)\n\ndef test_b():\n    saved[0].measure(lambda: 0, bytes=1)\n")
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["E   *MeasureError: sol.measure called after the body of test_k.py::test_a returned*; "
+    result.stdout.fnmatch_lines(["E   *MeasureError: sol.measure called after the body of test_kernels.py::test_a returned*; "
                                  "it would never be judged: call it inside the test body"])
 
 
-def test_a_measurement_in_a_fixtures_teardown_is_refused_not_lost(pytester):
-    pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
-    pytester.makepyfile(test_k=KERNELS + """
-import pytest
+def test_a_measurement_in_a_fixtures_teardown_is_refused_not_lost(suite):
+    result = suite("""
+        import pytest
 
-@pytest.fixture
-def late(sol):
-    yield
-    sol.measure(lambda: busy(1e-4), bytes=1e3, name="late")
+        @pytest.fixture
+        def late(sol):
+            yield
+            sol.measure(lambda: busy(1e-4), bytes=1e3, name="late")
 
-def test_k(sol, late):
-    sol.measure(lambda: busy(1e-4), bytes=1e3)
-""")
-    result = pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml")
+        def test_k(sol, late):
+            sol.measure(lambda: busy(1e-4), bytes=1e3)
+    """)
     result.assert_outcomes(passed=1, errors=1)  # the test passed; its teardown says what went wrong
-    result.stdout.fnmatch_lines(["*sol.measure called after the body of test_k.py::test_k returned (in a fixture's teardown?)*"])
+    result.stdout.fnmatch_lines(["*sol.measure called after the body of test_kernels.py::test_k returned (in a fixture's teardown?)*"])
 
 
 def test_benchmark_action_writes_no_empty_file(pytester):

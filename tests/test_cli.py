@@ -1,12 +1,13 @@
 """The solgate command, run as users run it."""
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
-from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE
+from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE, git, init_repo
 
 
 def solgate(*args, cwd=None):
@@ -14,7 +15,7 @@ def solgate(*args, cwd=None):
 
 
 def test_help_on_every_subcommand():
-    for command in ("profiles", "profile", "detect", "calibrate", "sol", "history", "trend", "compare", "import"):
+    for command in ("profiles", "profile", "detect", "calibrate", "sol", "history", "trend", "compare", "import", "migrate", "init"):
         done = solgate(command, "--help")
         assert done.returncode == 0 and "usage: solgate " + command in done.stdout, command
 
@@ -63,16 +64,16 @@ def test_import_is_idempotent_and_refuses_foreign_files(tmp_path):
     assert done.returncode == 2 and "not JSON" in done.stderr
 
 
-@pytest.fixture
-def two_commits(pytester):
+@pytest.fixture(params=["sqlite", "postgresql"])
+def two_commits(request, pytester, monkeypatch):
     """A repository with commit A (1 ms, measured three times: a window with a spread) and commit
-    B (the kernel 1.3 ms, its gate=False reference twice as slow), measured once."""
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=pytester.path, check=True, capture_output=True, text=True).stdout.strip()
+    B (the kernel 1.3 ms, its gate=False reference twice as slow), measured once. Its history is
+    the default SQLite file, or a PostgreSQL database named by SOLGATE_HISTORY (pytest and the
+    solgate commands read it alike)."""
+    if request.param == "postgresql":
+        monkeypatch.setenv("SOLGATE_HISTORY", request.getfixturevalue("postgres_url"))
 
-    git("init", "-q", "-b", "main")
-    git("config", "user.email", "t@example.invalid")
-    git("config", "user.name", "t")
+    init_repo(pytester.path)
     pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
     (pytester.path / ".gitignore").write_text(".solgate/\n*.json\n*.html\n")
     commits = []
@@ -80,9 +81,9 @@ def two_commits(pytester):
         pytester.makepyfile(test_k=KERNELS + f"\ndef test_k(sol):\n    sol.measure(lambda: busy({seconds}), bytes=0.5e6)\n"
                             f"    sol.measure(lambda: busy({seconds * 2 - 1e-3}), bytes=0.5e6, name='ref', gate=False)\n"
                             "\ndef test_same(sol):\n    sol.measure(lambda: busy(5e-4), bytes=0.2e6)\n")
-        git("add", "-A")
-        git("commit", "-q", "-m", f"{seconds}")
-        commits.append(git("rev-parse", "HEAD"))
+        git(pytester.path, "add", "-A")
+        git(pytester.path, "commit", "-q", "-m", f"{seconds}")
+        commits.append(git(pytester.path, "rev-parse", "HEAD"))
         for _ in range(runs):
             pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml", f"--sol-json=run-{len(commits)}.json")
     return pytester.path, commits
@@ -111,9 +112,10 @@ def test_history_trend_compare(two_commits):
     assert "<script src" not in page
 
 
-def test_import_merges_a_run_once(two_commits, tmp_path):
+def test_import_merges_a_run_once(two_commits, tmp_path, request):
     path, _ = two_commits
-    target = tmp_path / "merged.db"
+    # Across stores: a run recorded beside a PostgreSQL history goes into a SQLite file, and back.
+    target = tmp_path / "merged.db" if os.environ.get("SOLGATE_HISTORY") else request.getfixturevalue("postgres_url")
     first = solgate("import", str(path / "run-1.json"), "--history", str(target))
     assert first.returncode == 0 and "imported run" in first.stdout, first.stderr
     again = solgate("import", str(path / "run-1.json"), "--history", str(target))
@@ -121,9 +123,9 @@ def test_import_merges_a_run_once(two_commits, tmp_path):
     listing = solgate("history", "--history", str(target))
     assert listing.stdout.count("test_k.py::test_k [default]") == 1
     original = json.loads((path / "run-1.json").read_text())["measurements"]
-    from pytest_solgate.history import SqliteStore
+    from pytest_solgate.history import open_store
 
-    with SqliteStore(target) as store:
+    with open_store(target) as store:
         stored = sorted((m.to_dict() for _, m in store.results()), key=lambda m: m["test"])
     for before, after in zip(sorted(original, key=lambda m: m["test"]), stored):
         assert after["samples"] == before["samples"] and after["sol"] == before["sol"] and after["verdict"] == before["verdict"]
@@ -153,21 +155,22 @@ def test_sol_profile_folder_is_checked_at_start(pytester):
     pytester.runpytest("--sol-profile=mine").assert_outcomes(passed=1)
 
 
-def test_compare_refuses_an_ambiguous_or_empty_sha(tmp_path):
-    from pytest_solgate.history import SqliteStore
+def test_compare_refuses_an_ambiguous_or_empty_sha(tmp_path, history_location):
+    from pytest_solgate.history import open_store
     from pytest_solgate.records import Measurement, RunInfo
 
     m = Measurement(test="t.py::test_k", name="default", profile="p", backend="cpu", flops={}, bytes=1.0, seconds=1e-3,
                     samples=(1e-3,), noise=0.0, t_sol=1e-4, sol=0.1, mfu=0.0, bound="memory", tflops=0.0, gbps=1.0)
-    with SqliteStore(tmp_path / "h.db") as store:
+    with open_store(history_location) as store:
         for i, sha in enumerate(("abc1" + "0" * 36, "abc2" + "0" * 36)):
             store.record_run(RunInfo(id=f"r{i}", started_at=f"2026-12-02T00:0{i}:00", commit=sha), [m])
-    ambiguous = solgate("compare", "abc", "abc1", "--history", "h.db", cwd=tmp_path)
+        where = store.location
+    ambiguous = solgate("compare", "abc", "abc1", "--history", history_location, cwd=tmp_path)
     assert ambiguous.returncode == 2
-    assert "'abc' is ambiguous in h.db: abc100000000, abc200000000" in ambiguous.stderr
-    empty = solgate("compare", "", "abc1", "--history", "h.db", cwd=tmp_path)
-    assert empty.returncode == 2 and "'' is neither a git ref here nor a commit in h.db" in empty.stderr
-    fine = solgate("compare", "abc1", "abc2", "--history", "h.db", cwd=tmp_path)
+    assert f"'abc' is ambiguous in {where}: abc100000000, abc200000000" in ambiguous.stderr
+    empty = solgate("compare", "", "abc1", "--history", history_location, cwd=tmp_path)
+    assert empty.returncode == 2 and f"'' is neither a git ref here nor a commit in {where}" in empty.stderr
+    fine = solgate("compare", "abc1", "abc2", "--history", history_location, cwd=tmp_path)
     assert fine.returncode == 0, fine.stderr
 
 

@@ -344,7 +344,7 @@ def test_gpu_calibration_times_through_the_sampling_loop_and_the_cuda_backend(mo
             self.flushes = 0
             made.append(self)
 
-        def flush(self, batch):
+        def flush(self):
             self.flushes += 1
 
     assert calibrate.CALIBRATION_SAMPLING.min_time >= 0.5  # sustained, not a burst

@@ -3,13 +3,12 @@
 import json
 import re
 import sqlite3
-import subprocess
 
 import pytest
 
 from pytest_solgate import history
 from pytest_solgate.records import Measurement, RunInfo
-from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE  # noqa: F401
+from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE, git, init_repo  # noqa: F401
 
 KERNEL_TEST = KERNELS + '''
 import json, pathlib, random
@@ -43,15 +42,13 @@ class Repo:
         self.pytester = pytester
         self.path = pytester.path
         self.location = location or str(self.path / ".solgate" / "history.db")
-        self.git("init", "-q", "-b", "main")
-        self.git("config", "user.email", "test@example.invalid")
-        self.git("config", "user.name", "test")
+        init_repo(self.path)
         pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
         (self.path / ".gitignore").write_text(".solgate/\n*.json.out\n")
         (self.path / "test_kernels.py").write_text(KERNEL_TEST)
 
     def git(self, *args):
-        return subprocess.run(["git", *args], cwd=self.path, check=True, capture_output=True, text=True).stdout.strip()
+        return git(self.path, *args)
 
     def commit(self, message, **speed):
         self.set_speed(**speed)

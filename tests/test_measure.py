@@ -28,8 +28,11 @@ class FakeBackend:
         self.now += self.durations(self.calls)
         self.calls += 1
 
-    def flush(self, batch):
+    def flush(self):
         self.flushes += 1
+
+    def hold(self, batch):
+        pass
 
     def start(self):
         return self.now

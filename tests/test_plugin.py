@@ -166,16 +166,6 @@ def test_several_measurements_and_json_contents(suite, pytester):
     assert gemm["budget"]["min"] == 0.5 and gemm["verdict"] == "pass"
 
 
-def test_duplicate_name_is_an_error(suite):
-    result = suite("""
-        def test_twice(sol):
-            sol.measure(lambda: busy(1e-4), bytes=1e3, name="x")
-            sol.measure(lambda: busy(1e-4), bytes=1e3, name="x")
-    """)
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*MeasureError: test_kernels.py::test_twice: a measurement named 'x' already exists*"])
-
-
 def test_triton_interpreter_is_not_gated(suite, monkeypatch, pytester):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     result = suite("""
@@ -259,20 +249,6 @@ def test_declared_precision_the_profile_lacks(suite):
     """)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*WorkError: flops declared in 'fp8_tensor', which profile 'synthetic' lacks; it has: fp32, bf16_tensor"])
-
-
-def test_kernel_that_raises_shows_its_own_traceback(suite):
-    result = suite("""
-        def broken():
-            raise RuntimeError("CUDA error: illegal memory access")
-
-        def test_broken(sol):
-            sol.measure(broken, bytes=1e3)
-    """)
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*def broken():*", "*RuntimeError: CUDA error: illegal memory access"])
-    result.stdout.no_fnmatch_line("*pytest_solgate/*")  # none of our frames in the traceback
-    result.stdout.no_fnmatch_line("*take_timing*")
 
 
 def test_fixture_used_after_its_test(suite):

@@ -108,10 +108,15 @@ def test_markdown_table_and_counts():
 
 
 def test_benchmark_action_format():
-    entries = json.loads(machine.benchmark_action([record()]))
-    assert entries == [{"name": "t.py::test_k [default]", "unit": "SOL", "value": 0.5, "range": "±0.0050",
-                        "extra": entries[0]["extra"]}]
-    assert "profile synthetic" in entries[0]["extra"] and "median 1 ms" in entries[0]["extra"]
+    """github-action-benchmark's customBiggerIsBetter: name, unit, value, range and extra, each
+    from the measurement (range is the 95 % half-width in SOL units; unknown noise gives none)."""
+    entries = json.loads(machine.benchmark_action([record(), record(test="t.py::test_q", sol=0.25, noise=float("inf"))]))
+    assert entries == [
+        {"name": "t.py::test_k [default]", "unit": "SOL", "value": 0.5, "range": "±0.0050",
+         "extra": "median 1 ms ±1.0%; profile synthetic; memory-bound; verdict pass"},
+        {"name": "t.py::test_q [default]", "unit": "SOL", "value": 0.25, "range": "",
+         "extra": "median 1 ms ±?; profile synthetic; memory-bound; verdict pass"},
+    ]
 
 
 def test_json_has_no_nan_and_keeps_the_contract():

@@ -37,8 +37,15 @@ def test_bad_declarations_name_the_value(kwargs, fragment):
 
 
 def test_precisions_are_the_design_list():
-    assert PRECISIONS == ("fp64", "fp32", "fp16", "bf16", "fp64_tensor", "tf32_tensor", "fp16_tensor",
-                          "bf16_tensor", "fp8_tensor", "int8_tensor")
+    """Every precision DESIGN.md lists is accepted in a declaration; anything else is refused, and
+    the message lists the accepted ones."""
+    design = ("fp64", "fp32", "fp16", "bf16", "fp64_tensor", "tf32_tensor", "fp16_tensor", "bf16_tensor",
+              "fp8_tensor", "int8_tensor")
+    for precision in design:
+        assert make_work({precision: 1e9}, 1e6).flops == {precision: 1e9}
+    with pytest.raises(WorkError, match="fp4_tensor.*" + ".*".join(design)):
+        make_work({"fp4_tensor": 1e9}, 1e6)
+    assert set(PRECISIONS) == set(design)
 
 
 def test_nbytes_of_tensors_arrays_and_numel():

@@ -1,7 +1,8 @@
 """pytest-xdist: records travel to the controller, which alone writes; the device lock serializes."""
 
 import json
-import sqlite3
+
+from pytest_solgate.history import open_store
 
 BODY = """
 import pytest
@@ -13,9 +14,10 @@ def test_k(sol, i):
 """
 
 
-def test_two_workers_one_history_run_one_report(suite, pytester, tmp_path, monkeypatch):
+def test_two_workers_one_history_run_one_report(suite, pytester, tmp_path, monkeypatch, history_location):
     monkeypatch.setenv("SOLGATE_LOCK_DIR", str(tmp_path / "locks"))
-    result = suite(BODY, "-n", "2", "--sol-json=out.json", "--sol-report=report.html", subprocess=True)
+    result = suite(BODY, "-n", "2", "--sol-json=out.json", "--sol-report=report.html", f"--sol-history={history_location}",
+                   subprocess=True)
     result.assert_outcomes(passed=8)
     data = json.loads((pytester.path / "out.json").read_text())
     measurements = data["measurements"]
@@ -26,22 +28,31 @@ def test_two_workers_one_history_run_one_report(suite, pytester, tmp_path, monke
     intervals = sorted((m["started_at"], m["finished_at"]) for m in measurements)
     for (_, end), (start, _) in zip(intervals, intervals[1:]):
         assert start >= end, "two measurements were timed at once"
-    db = sqlite3.connect(pytester.path / ".solgate" / "history.db")
-    assert db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 1
-    assert db.execute("SELECT COUNT(*) FROM measurements").fetchone()[0] == 16
-    assert db.execute("SELECT run_uid FROM runs").fetchone()[0] == data["run"]["id"]
+    with open_store(history_location) as store:  # the controller alone wrote, once
+        (run,) = store.runs()
+        assert run["run_uid"] == data["run"]["id"] and len(store.results()) == 16
     page = (pytester.path / "report.html").read_text()
     assert page.count("<tr class=") == 16
     result.stdout.fnmatch_lines(["*SOL summary*"])
 
 
 def test_worker_n_takes_device_n_mod_count(monkeypatch):
-    from pytest_solgate import engine
+    """Under xdist, worker gwN measures on GPU N mod count (here 4 GPUs, 4 workers); outside xdist,
+    on the first GPU."""
+    import types
 
-    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw3")
-    assert engine.worker_index() == 3
-    monkeypatch.setenv("PYTEST_XDIST_WORKER", "master")
-    assert engine.worker_index() is None
+    from pytest_solgate import backends, engine
+
+    cuda = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 4, current_device=lambda: 2)
+    monkeypatch.setattr(backends, "torch_or_none", lambda: types.SimpleNamespace(cuda=cuda))
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
+    for worker in range(4):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{worker}")
+        chosen = backends.choose_device("auto", engine.worker_index(), engine.worker_count())
+        assert str(chosen) == f"cuda:{worker}"
+    monkeypatch.delenv("PYTEST_XDIST_WORKER")
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT")
+    assert str(backends.choose_device("auto", engine.worker_index(), engine.worker_count())) == "cuda:0"
 
 
 def test_lock_excludes_a_second_process(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""The self-contained HTML report (and the trend page), rendered with Jinja2, autoescaping on."""
+"""Report: the self-contained HTML report (and the trend page), rendered with Jinja2, autoescaping on."""
 
 from __future__ import annotations
 
@@ -82,11 +82,11 @@ def render_report(
 def render_trend(series: Sequence[Mapping[str, Any]], generated_from: str, note: str = "") -> str:
     """``series``: [{"label", "points": [{"commit", "commit_time", "sol"}], "changes": [commit]}],
     one line each; ``changes`` are the commits where the line stepped (change points)."""
-    commits: list[str] = []
+    position: dict[str, int] = {}  # commit -> x index, in first-seen order (a dict: long histories)
     for s in series:
         for p in s["points"]:
-            if p["commit"] not in commits:
-                commits.append(p["commit"])
+            position.setdefault(p["commit"], len(position))
+    commits = list(position)
     width, height, left, bottom, top, right = 860, 380, 56, 60, 16, 220
     plot_w, plot_h = width - left - right, height - top - bottom
     top_sol = max([1.0] + [p["sol"] for s in series for p in s["points"]])
@@ -95,10 +95,10 @@ def render_trend(series: Sequence[Mapping[str, Any]], generated_from: str, note:
     lines = []
     for i, s in enumerate(series):
         coords = [
-            (round(left + commits.index(p["commit"]) * step, 2), round(top + plot_h - p["sol"] / top_sol * plot_h, 2), p)
+            (round(left + position[p["commit"]] * step, 2), round(top + plot_h - p["sol"] / top_sol * plot_h, 2), p)
             for p in s["points"]
         ]
-        changes = [(round(left + commits.index(c) * step, 2), c) for c in s.get("changes", ())]
+        changes = [(round(left + position[c] * step, 2), c) for c in s.get("changes", ())]
         lines.append({"label": s["label"], "colour": palette[i % len(palette)], "coords": coords,
                       "points": " ".join(f"{x},{y}" for x, y, _ in coords), "changes": changes})
     return environment().get_template("trend.html.j2").render(

@@ -1,4 +1,4 @@
-"""Machine-readable outputs: github-action-benchmark's customBiggerIsBetter (solgate/1 JSON is schema.dump)."""
+"""Report: machine-readable outputs: github-action-benchmark's customBiggerIsBetter (solgate/1 JSON is schema.dump)."""
 
 from __future__ import annotations
 

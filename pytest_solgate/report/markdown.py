@@ -1,4 +1,4 @@
-"""The Markdown summary: counts and the table, fit for a PR comment or $GITHUB_STEP_SUMMARY."""
+"""Report: the Markdown summary: counts and the table, fit for a PR comment or $GITHUB_STEP_SUMMARY."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from pytest_solgate.settings import Settings
 
 
 def _profiles(option: ProfileOption | None, state_dir: Path, wanted: set[str]) -> dict[str, HardwareProfile]:
-    from pytest_solgate.engine import known_profiles
+    from pytest_solgate.profiles import known_profiles
 
     found: dict[str, HardwareProfile] = {}
     if option is not None and option.profile is not None:

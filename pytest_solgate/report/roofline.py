@@ -1,4 +1,4 @@
-"""Geometry of the roofline chart and of the small per-measurement plots (pure arithmetic).
+"""Report: geometry of the roofline chart and of the small per-measurement plots (pure arithmetic).
 
 The templates only draw what these functions place, so the positions can be tested exactly.
 """

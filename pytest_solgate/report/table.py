@@ -1,4 +1,4 @@
-"""The summary table every report shares: one row per measurement, failures first."""
+"""Report: the summary table every report shares: one row per measurement, failures first."""
 
 from __future__ import annotations
 

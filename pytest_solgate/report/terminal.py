@@ -1,4 +1,4 @@
-"""The table printed after pytest's summary."""
+"""Report: the table printed after pytest's summary."""
 
 from __future__ import annotations
 
