@@ -126,7 +126,7 @@ def _cmd_sol(args: argparse.Namespace) -> int:
     """T_SOL, bound, intensity and ridge of declared work: a planning tool, nothing is timed."""
     from pytest_solgate import units
     from pytest_solgate.profiles import builtin_profiles, find_profile
-    from pytest_solgate.score import score
+    from pytest_solgate.score import missing_precisions, speed_of_light
     from pytest_solgate.work import make_work
 
     flops: dict[str, float] = {}
@@ -144,11 +144,11 @@ def _cmd_sol(args: argparse.Namespace) -> int:
     profiles = [find_profile(args.profile)] if args.profile else builtin_profiles()
     print(f"{'profile':<16} {'T_SOL':>10}  {'bound':<8} {'intensity':>14}  ridge")
     for profile in profiles:
-        missing = [p for p in work.flops if p not in profile.peak_tflops]
+        missing = missing_precisions(work, profile)
         if missing:
             print(f"{profile.id:<16} {'-':>10}  {'-':<8} {'-':>14}  (no {', '.join(missing)} roof)")
             continue
-        at = score(work, 1.0, profile)  # T_SOL does not depend on the time
+        at = speed_of_light(work, profile)
         intensity = f"{at.intensity:.3g} FLOP/B" if at.intensity is not None else "-"
         ridge = f"{at.ridge:.3g} FLOP/B ({at.dominant_precision})" if at.ridge is not None else "-"
         print(f"{profile.id:<16} {units.seconds(at.t_sol):>10}  {at.bound:<8} {intensity:>14}  {ridge}")

@@ -85,6 +85,7 @@ class Engine:
             gate=settings.gate, above_one=settings.above_one, max_regression=settings.max_regression
         )
         self._head = head  # (commit, dirty) of the code being measured, named in verdicts; asked once
+        self._unsaid: list[str] = []  # the context's warnings, until a measurement says them
 
     # --- context --------------------------------------------------------------------------------
 
@@ -99,8 +100,9 @@ class Engine:
         except SolgateError as exc:
             self._context_error = exc
             raise
-        for warning in self._context.warnings:
-            self.warn(warning)
+        # Said by the first measurement, so that a warning points at a test even when the
+        # context was resolved before the tests ran (to announce a calibration on its own line).
+        self._unsaid = list(self._context.warnings)
         return self._context
 
     def _resolve(self) -> Context:
@@ -203,7 +205,9 @@ class Engine:
             fn = measure.rotating(fn, test)
         work = make_work(flops, bytes, precision or self.settings.precision)
         context = self.context()
-        score.check_precisions(work, context.profile)
+        while self._unsaid:
+            self.warn(self._unsaid.pop(0))
+        scorable, unscored = self._scorable(work, context)
         sampling = self.settings.sampling
         if not context.backend.gated:
             # Interpreter timings are not gated: spend as little time on them as honesty allows.
@@ -218,8 +222,10 @@ class Engine:
                 timing = measure.take_timing(fn, context.backend, sampling, telemetry.is_throttled)
         finally:
             self._measuring = ""
-        scored = score.score(work, timing.seconds, context.profile)
+        scored = score.score(scorable, timing.seconds, context.profile)
         notes = list(timing.notes)
+        if unscored:
+            notes.append(unscored)
         if rotation:
             notes.append(f"rotating inputs: {rotation} buffer sets, called in turn, so no call finds the last one's data in cache")
         if context.backend.gated and timing.wall_seconds > sampling.max_time * 1.5 and len(timing.samples) < sampling.min_samples:
@@ -273,8 +279,27 @@ class Engine:
             ceilings_id=context.profile.ceilings_id,
             sm_clock_mhz=timing.sm_clock_mhz,
             timing_mode=timing.mode,
-            sol_at_clock=score.sol_at_clock(work, timing.seconds, context.profile, timing.sm_clock_mhz),
+            sol_at_clock=score.sol_at_clock(scorable, timing.seconds, context.profile, timing.sm_clock_mhz),
         )
+
+    def _scorable(self, work: Any, context: Context) -> tuple[Any, str]:
+        """The work to score, and a note. FLOPs in a precision the profile lacks are an error when
+        the timing is gated; under the Triton interpreter (not gated) they are left out of the
+        score with a note, so that a bf16 kernel's correctness suite still runs on a CPU."""
+        missing = score.missing_precisions(work, context.profile)
+        if not missing or context.backend.gated:
+            score.check_precisions(work, context.profile)
+            return work, ""
+        kept = {p: n for p, n in work.flops.items() if p not in missing}
+        return dataclasses.replace(work, flops=kept), (
+            f"flops in {', '.join(missing)} left out of the score: profile '{context.profile.id}' has no roof for "
+            "them, and the interpreter's timings are not gated anyway"
+        )
+
+    def speed_of_light(self, flops: Any = None, bytes: Any = None, precision: str | None = None) -> score.Floor:
+        """T_SOL, bound, intensity and ridge of declared work on this session's profile, untimed."""
+        work = make_work(flops, bytes, precision or self.settings.precision)
+        return score.speed_of_light(work, self.context().profile)
 
     # --- judge ----------------------------------------------------------------------------------
 

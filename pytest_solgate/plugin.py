@@ -91,7 +91,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 class SolFixture:
-    """What a test receives as ``sol``: ``measure``, ``nbytes``, ``count_flops``, ``device``, ``profile``."""
+    """What a test receives as ``sol``: ``measure``, ``speed_of_light``, ``nbytes``, ``count_flops``,
+    ``device``, ``profile``."""
 
     def __init__(self, engine: Any, test: str) -> None:
         self._engine = engine
@@ -159,6 +160,15 @@ class SolFixture:
             raise exc.with_traceback(None) from None
         self.measurements.append(measurement)
         return measurement
+
+    def speed_of_light(self, *, flops: Any = None, bytes: Any = None, precision: str | None = None) -> Any:
+        """The floor of declared work on this session's profile, without running anything:
+        ``.t_sol`` (seconds), ``.bound``, ``.intensity`` (FLOP/byte) and ``.ridge``."""
+        __tracebackhide__ = True
+        try:
+            return self._engine.speed_of_light(flops=flops, bytes=bytes, precision=precision)
+        except SolgateError as exc:
+            raise exc.with_traceback(None) from None
 
     def close(self) -> None:
         self._closed = True
@@ -313,6 +323,19 @@ class SolgateSession:
 
     # --- collection and running -----------------------------------------------------------------
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> None:
+        """Resolve the device and profile before the first test when a test will measure, so that
+        a CPU calibration (seconds) is announced on its own line, not among the progress dots.
+        Under xdist the workers do it (the controller measures nothing)."""
+        if self.is_worker or getattr(self.config.option, "dist", "no") != "no" or session.config.option.collectonly:
+            return
+        if any("sol" in getattr(item, "fixturenames", ()) for item in session.items):
+            try:
+                self.engine.context()
+            except SolgateError:
+                pass  # remembered: the first measurement fails with it, in its test
+
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
@@ -419,11 +442,14 @@ class SolgateSession:
             self._store = None
         if self.baselines.unavailable:
             self.messages.append(f"solgate: {UNAVAILABLE}: {self.baselines.unavailable}")
-        if self.records and not self.settings.no_save:
+        if self.records:
             from pytest_solgate import record
 
-            self.records, saved = record.save(self.history_location, self.state_dir, run, self.records)
-            self.messages += saved
+            if self.settings.no_save:
+                self.records, said = record.read_trends(self.history_location, self.records)
+            else:
+                self.records, said = record.save(self.history_location, self.state_dir, run, self.records)
+            self.messages += said
         self.messages += outputs.publish(
             self.settings, run, self.records, Path(self.config.invocation_params.dir), self.state_dir,
             self.profile_option,
@@ -437,7 +463,7 @@ class SolgateSession:
         from pytest_solgate.report import terminal
 
         terminalreporter.write_sep("=", "SOL summary")
-        for line in terminal.render(self.records):
+        for line in terminal.render(self.records, self.config.get_terminal_writer().fullwidth):
             terminalreporter.write_line(line)
         for message in self.messages:
             terminalreporter.write_line(message)

@@ -50,10 +50,24 @@ def save(
         except HistoryError as exc:
             return measurements, messages + [f"solgate: history NOT saved: {exc}"]
         messages.append(f"solgate: run recorded in {store.location}")
-        try:
-            measurements = [
-                m.replace(trend=tuple(store.trend(m.test, m.name, m.profile, m.ceilings))) for m in measurements
-            ]
-        except HistoryError as exc:
-            messages.append(f"solgate: the reports show no trends ({exc})")
-    return measurements, messages
+        return _with_trends(store, measurements, messages)
+
+
+def read_trends(location: str, measurements: Sequence[Measurement]) -> tuple[list[Measurement], list[str]]:
+    """For a run that is not saved (``--sol-no-save``): the measurements with the trend the history
+    already holds, so the reports show what the baselines came from. Creates nothing."""
+    try:
+        store = history.open_for_reading(location)
+    except HistoryError as exc:
+        return list(measurements), [f"solgate: the reports show no trends ({exc})"]
+    if store is None:
+        return list(measurements), []
+    with store:
+        return _with_trends(store, measurements, [])
+
+
+def _with_trends(store: history.Store, measurements: Sequence[Measurement], messages: list[str]) -> tuple[list[Measurement], list[str]]:
+    try:
+        return [m.replace(trend=tuple(store.trend(m.test, m.name, m.profile, m.ceilings))) for m in measurements], messages
+    except HistoryError as exc:
+        return list(measurements), messages + [f"solgate: the reports show no trends ({exc})"]

@@ -29,8 +29,24 @@ class Score:
     dominant_precision: str | None  # the precision whose time is largest; None without flops
 
 
+@dataclass(frozen=True)
+class Floor:
+    """The speed of light of declared work on one profile, before anything is timed."""
+
+    t_sol: float
+    bound: str  # "memory" or "compute"
+    intensity: float | None  # FLOP per byte; None when no bytes are declared
+    ridge: float | None  # the profile's ridge point for the dominant precision
+    dominant_precision: str | None  # the precision whose time is largest; None without flops
+
+
+def missing_precisions(work: Work, profile: HardwareProfile) -> list[str]:
+    """The precisions ``work`` declares FLOPs in that ``profile`` has no roof for."""
+    return [p for p in work.flops if p not in profile.peak_tflops]
+
+
 def check_precisions(work: Work, profile: HardwareProfile) -> None:
-    missing = [p for p in work.flops if p not in profile.peak_tflops]
+    missing = missing_precisions(work, profile)
     if missing:
         raise WorkError(
             f"flops declared in {missing[0]!r}, which profile '{profile.id}' lacks; "
@@ -38,27 +54,38 @@ def check_precisions(work: Work, profile: HardwareProfile) -> None:
         )
 
 
-def score(work: Work, seconds: float, profile: HardwareProfile) -> Score:
-    """``seconds`` is the measured median per-call time; it must be positive."""
-    if not seconds > 0:
-        raise ValueError(f"measured time must be positive, got {seconds!r}")
+def speed_of_light(work: Work, profile: HardwareProfile) -> Floor:
+    """T_SOL, bound, intensity and ridge of ``work`` on ``profile``: no timing needed."""
     check_precisions(work, profile)
     memory_time = work.bytes / profile.memory_bandwidth
     compute_times = {p: count / profile.peak_flops(p) for p, count in work.flops.items()}
     dominant = max(compute_times, key=compute_times.__getitem__) if compute_times else None
     compute_time = compute_times[dominant] if dominant else 0.0
-    t_sol = max(memory_time, compute_time)
-    mfu = max((t / seconds for t in compute_times.values()), default=0.0)
-    return Score(
-        t_sol=t_sol,
-        sol=t_sol / seconds,
-        mfu=mfu,
+    return Floor(
+        t_sol=max(memory_time, compute_time),
         bound="memory" if memory_time >= compute_time else "compute",
-        tflops=work.total_flops / seconds / 1e12,
-        gbps=work.bytes / seconds / 1e9,
         intensity=work.total_flops / work.bytes if work.bytes > 0 else None,
         ridge=profile.ridge_point(dominant) if dominant else None,
         dominant_precision=dominant,
+    )
+
+
+def score(work: Work, seconds: float, profile: HardwareProfile) -> Score:
+    """``seconds`` is the measured median per-call time; it must be positive."""
+    if not seconds > 0:
+        raise ValueError(f"measured time must be positive, got {seconds!r}")
+    floor = speed_of_light(work, profile)
+    mfu = max((count / profile.peak_flops(p) / seconds for p, count in work.flops.items()), default=0.0)
+    return Score(
+        t_sol=floor.t_sol,
+        sol=floor.t_sol / seconds,
+        mfu=mfu,
+        bound=floor.bound,
+        tflops=work.total_flops / seconds / 1e12,
+        gbps=work.bytes / seconds / 1e9,
+        intensity=floor.intensity,
+        ridge=floor.ridge,
+        dominant_precision=floor.dominant_precision,
     )
 
 

@@ -26,6 +26,12 @@ def suite(pytester: pytest.Pytester):
 
 
 def pytest_configure(config):
+    # The inner pytest runs print the SOL table as wide as the terminal allows; without a terminal
+    # that is 80 columns, and the table wraps. Tests that read table rows get a wide one; the
+    # 80-column layout has tests of its own (they set COLUMNS).
+    import os
+
+    os.environ.setdefault("COLUMNS", "250")
     # pytester restores sys.modules after each in-process run; torch cannot be imported twice in
     # one process, and psycopg's compiled core keeps raising the exception classes of its first
     # import, so both are imported once up front, before any snapshot is taken.

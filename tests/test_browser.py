@@ -60,6 +60,18 @@ def test_gemm(sol):
         assert page.locator("#sol-table tbody tr").first.get_attribute("data-verdict") == "below-budget"
         title = page.locator("svg.roofline circle.point title").first.text_content()
         assert "FLOP/B" in title and "SOL" in title
+        for width in (1280, 1600):  # the reason column is whole on common screens, not scrolled off
+            page.set_viewport_size({"width": width, "height": 900})
+            clipped = page.evaluate("""() => {
+                const section = document.querySelector('#sol-table').closest('section');
+                const edge = section.getBoundingClientRect().right;
+                return [section.scrollWidth - section.clientWidth,
+                        ...[...document.querySelectorAll('td.reason')].map(td => td.getBoundingClientRect().right - edge)];
+            }""")
+            assert max(clipped) <= 1, (width, clipped)
+        # Test ids wrap at their separators only (a <wbr> after each), never inside a word.
+        assert page.locator("#sol-table td.test wbr").count() > 0
+        assert page.evaluate("getComputedStyle(document.querySelector('td.test')).overflowWrap") == "normal"
         page.locator("#sol-table thead th").nth(5).click()  # the optional sort script works
         assert page.locator("#sol-table").get_attribute("data-sort-dir") == "asc"
         OUTPUT.mkdir(exist_ok=True)

@@ -137,6 +137,8 @@ def test_the_window_is_the_last_k_runs(repo):
     assert verdicts["test_kernel"]["baseline"]["runs"] == 5
     assert verdicts["test_kernel"]["verdict"] == "pass", verdicts["test_kernel"]["reason"]
     result, verdicts, _ = repo.run("--sol-baseline-window=8", "--sol-no-save")
+    # Not saved, yet the reports show the history its baseline came from (8 seeds + the run above).
+    assert len(verdicts["test_kernel"]["trend"]) == 9
     # the 0.2 runs drag the window down and widen its spread: far above the mean, within the noise
     assert verdicts["test_kernel"]["baseline"]["runs"] == 8 and verdicts["test_kernel"]["baseline"]["change"] > 0.2
     assert verdicts["test_kernel"]["baseline"]["noise_floor"] > 0.3

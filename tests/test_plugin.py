@@ -174,11 +174,35 @@ def test_triton_interpreter_is_not_gated(suite, monkeypatch, pytester):
         @pytest.mark.sol(min=0.99)
         def test_interpreted(sol):
             sol.measure(lambda: busy(1e-3), bytes=0.1e6)
+
+        def test_fp8_kernel_checked_on_a_cpu(sol):
+            # The synthetic profile has no fp8 roof: gated, an error; in the interpreter, a note.
+            sol.measure(lambda: busy(1e-4), bytes=1e3, flops={"fp8_tensor": 1e6, "fp32": 1e3})
     """, "--sol-json=out.json")
-    result.assert_outcomes(passed=1)
-    m = json.loads((pytester.path / "out.json").read_text())["measurements"][0]
+    result.assert_outcomes(passed=2)
+    m, fp8 = json.loads((pytester.path / "out.json").read_text())["measurements"]
     assert m["backend"] == "triton-interpreter" and m["verdict"] == "not-gated"
     assert "TRITON_INTERPRET=1" in m["reason"]
+    assert fp8["verdict"] == "not-gated" and fp8["flops"] == {"fp8_tensor": 1e6, "fp32": 1e3}
+    assert any("flops in fp8_tensor left out of the score: profile 'synthetic' has no roof" in n for n in fp8["notes"])
+    # The summary says once why these rows are not gated, and what a GPU does instead.
+    result.stdout.fnmatch_lines(["2 not-gated; 2 ran in the Triton interpreter (no GPU here), whose timings mean nothing, "
+                                 "so they are not gated (their correctness is); on a GPU the same command times and gates them"])
+
+
+def test_speed_of_light_of_declared_work_without_timing(suite, pytester):
+    result = suite("""
+        def test_floor(sol):
+            floor = sol.speed_of_light(bytes=2e6, flops={"fp32": 1e6})
+            assert floor.bound == "memory" and abs(floor.t_sol - 2e-3) < 1e-12
+            assert floor.intensity == 0.5 and floor.ridge is not None
+            assert sol.measurements == []  # nothing ran, nothing recorded
+
+        def test_floor_of_a_precision_the_profile_lacks(sol):
+            sol.speed_of_light(flops={"fp8_tensor": 1e9})
+    """)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["E   *WorkError: flops declared in 'fp8_tensor', which profile 'synthetic' lacks*"])
 
 
 @pytest.mark.parametrize(
@@ -353,3 +377,23 @@ def test_small_sol_values_keep_their_digits_and_a_gpu_profile_on_a_cpu_warns(sui
     """, "--sol-profile=h100-sxm")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*--sol-profile=h100-sxm is a GPU profile but measurements run on the CPU*"])
+
+
+def test_the_summary_fits_an_80_column_terminal(suite, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    result = suite("""
+        import pytest
+
+        @pytest.mark.parametrize("size", [4096, 16777216])
+        def test_a_kernel_with_a_rather_long_descriptive_name_and_parameters(sol, size):
+            sol.measure(lambda: busy(1e-3), bytes=0.4e6)
+            sol.measure(lambda: busy(2e-3), bytes=0.4e6, name="torch", gate=False)
+    """)
+    result.assert_outcomes(passed=2)
+    lines = result.stdout.lines
+    table = lines[next(i for i, line in enumerate(lines) if "SOL summary" in line) + 1:]
+    table = table[:next(i for i, line in enumerate(table) if line.startswith("2 pass"))]
+    assert len(table) == 8 and max(len(line) for line in table) <= 80, table
+    # Ids too long for the line are cut from the middle: both ends say most.
+    assert table[0].startswith("test_kernels.py::test_a_kernel_") and table[0].endswith("_parameters[4096] [default]")
+    assert "…" in table[0] and table[1].startswith("    pass  SOL 0.")

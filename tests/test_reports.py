@@ -201,3 +201,27 @@ def test_each_kernel_row_shows_its_torch_reference():
     assert "torch 0.40, 2x" in page
     assert "torch 0.40, 2x" in markdown.render(RUN, [ours, torch_ref])
     assert any("torch 0.40, 2x" in line for line in terminal.render([ours, torch_ref]))
+
+
+def test_the_terminal_table_fits_80_columns():
+    long_id = "kernels/test_attention.py::test_flash_attention_forward[bf16-causal-seqlen8192-heads32-dim128]"
+    ms = [record(test=long_id, verdict=records.BELOW_BUDGET), record(test="t.py::test_k", name="torch", gate=False)]
+    wide = terminal.render(ms)
+    assert max(len(line) for line in wide) > 80  # the table as is
+    narrow = terminal.render(ms, width=80)
+    assert max(len(line) for line in narrow) <= 80
+    assert narrow[0] == terminal.shorten(f"{long_id} [default]", 80) and "…" in narrow[0]
+    assert narrow[0].startswith("kernels/test_attention.py::") and narrow[0].endswith("dim128] [default]")
+    assert narrow[1].startswith("    below-budget  SOL 0.50 (budget >= 0.40)")
+    assert terminal.render(ms, width=400) == wide  # a wide terminal keeps one row per measurement
+
+
+def test_markdown_cuts_cells_at_words_and_keeps_whole_reasons():
+    from pytest_solgate.report.markdown import MAX_CELL
+
+    reason = "test_k SOL 0.21 < budget 0.85 on h100-sxm: " + "the kernel moved 1.34 GB in 4.2 ms over 136 samples " * 4
+    long_id = "t.py::test_" + "very_long_name_" * 12
+    text = markdown.render(RUN, [record(test=long_id, verdict=records.BELOW_BUDGET, reason=reason)])
+    cell = text.split("\n| ")[2].split(" | ")[0]  # the first cell of the first row
+    assert cell.endswith("…") and len(cell) <= MAX_CELL and not cell[:-1].endswith("very_long_nam")
+    assert "- " + reason.strip().replace("<", "&lt;") in text  # the details hold the whole reason, not "over 136 samp..."

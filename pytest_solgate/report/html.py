@@ -38,9 +38,24 @@ def environment() -> Any:
         noise=units.noise,
         percent=units.percent,
         count=units.count,
+        sol=units.sol,
+        breakable=breakable,
     )
     env.globals["colours"] = VERDICT_COLOURS
     return env
+
+
+def breakable(test_id: str) -> Any:
+    """A test id that wraps only after its separators (``/``, ``::``, ``[``, ``-``, ``_``, ``.``),
+    never inside a word: escaped text with ``<wbr>`` break opportunities."""
+    import re
+
+    from markupsafe import Markup, escape
+
+    return Markup("".join(
+        str(escape(part)) + ("<wbr>" if re.fullmatch(r"(::|[/\[\-_.,])", part) else "")
+        for part in re.split(r"(::|[/\[\-_.,])", test_id) if part
+    ))
 
 
 def _detail(m: Measurement, index: int, peers: Sequence[Measurement]) -> dict[str, Any]:

@@ -10,9 +10,17 @@ from pytest_solgate.report.table import HEADERS, counts, ordered, row
 MAX_CELL = 120
 
 
+def _escape(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _cell(text: str) -> str:
-    text = " ".join(str(text).split()).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
-    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
+    """A table cell: at most MAX_CELL characters, cut at a word (the full text is in the details)."""
+    text = " ".join(str(text).split())
+    if len(text) > MAX_CELL:
+        cut = text[: MAX_CELL - 1]
+        text = (cut.rsplit(" ", 1)[0] if " " in cut else cut).rstrip(",;:") + "…"
+    return _escape(text)
 
 
 def render(run: RunInfo, measurements: Sequence[Measurement]) -> str:
@@ -34,7 +42,7 @@ def render(run: RunInfo, measurements: Sequence[Measurement]) -> str:
         r = row(m, measurements)
         lines.append("| " + " | ".join(_cell(c) for c in r.cells()) + " |")
         if m.failed:
-            failing.append(f"- {_cell(m.reason)}")
+            failing.append(f"- {_escape(m.reason)}")  # whole: this is where the full text lives
     if failing:
         lines += ["", "<details><summary>Why they failed</summary>", "", *failing, "", "</details>"]
     return "\n".join(lines) + "\n"

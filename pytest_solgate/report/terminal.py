@@ -1,27 +1,84 @@
-"""Report: the table printed after pytest's summary."""
+"""Report: the table printed after pytest's summary, fitted to the terminal's width.
+
+As wide as it needs when the terminal allows (the test id last, so it is never cut). On a narrow
+terminal each measurement takes two or more lines instead: its id (shortened from the middle
+only when the id alone is wider than the terminal), then its figures, wrapped at words.
+"""
 
 from __future__ import annotations
 
 from typing import Sequence
 
+from pytest_solgate.backends import is_gated
 from pytest_solgate.records import Measurement
-from pytest_solgate.report.table import HEADERS, counts, ordered, row
+from pytest_solgate.report.table import HEADERS, Row, counts, ordered, row
+
+INDENT = "    "
 
 
-def render(measurements: Sequence[Measurement]) -> list[str]:
+def render(measurements: Sequence[Measurement], width: int | None = None) -> list[str]:
     if not measurements:
         return ["no SOL measurements in this run"]
-    # The test id goes last so that it is never cut, however narrow the terminal.
+    rows = [row(m, measurements) for m in ordered(measurements)]
+    table = _table(rows)
+    if width is None or max(len(line) for line in table) <= width:
+        return table + [_totals(measurements)]
+    lines = []
+    for r in rows:
+        lines.append(shorten(f"{r.test} [{r.name}]", width))
+        lines += _wrap(_figures(r), width - len(INDENT), INDENT)
+    return lines + [_totals(measurements)]
+
+
+def _table(rows: Sequence[Row]) -> list[str]:
     headers = (*HEADERS[1:], HEADERS[0])
-    rows = [(*cells[1:], cells[0]) for cells in (row(m, measurements).cells() for m in ordered(measurements))]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    cells = [(*r.cells()[1:], r.cells()[0]) for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
 
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()
 
-    return [
-        line(headers),
-        line(["-" * w for w in widths]),
-        *(line(r) for r in rows),
-        ", ".join(f"{n} {verdict}" for verdict, n in counts(measurements).items()),
-    ]
+    return [line(headers), line(["-" * w for w in widths]), *(line(c) for c in cells)]
+
+
+def _figures(r: Row) -> list[str]:
+    """One measurement's figures as short phrases, most important first."""
+    parts = [r.verdict, f"SOL {r.sol}" + (f" (budget {r.budget})" if r.budget != "-" else ""), f"time {r.time}",
+             f"{r.achieved} {r.bound}-bound"]
+    if r.change != "-":
+        parts.append(f"vs baseline {r.change}")
+    if r.reference != "-":
+        parts.append(f"vs {r.reference}")
+    return parts
+
+
+def _wrap(parts: Sequence[str], width: int, indent: str) -> list[str]:
+    lines: list[str] = []
+    current = ""
+    for part in parts:
+        candidate = f"{current}  {part}" if current else part
+        if current and len(candidate) > width:
+            lines.append(indent + current)
+            candidate = part
+        current = candidate
+    if current:
+        lines.append(indent + current)
+    return lines
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` cut from the middle to ``width`` characters: both ends of a test id say most."""
+    if len(text) <= width or width < 5:
+        return text
+    keep = width - 1
+    return text[: (keep + 1) // 2] + "…" + text[len(text) - keep // 2:]
+
+
+def _totals(measurements: Sequence[Measurement]) -> str:
+    totals = ", ".join(f"{n} {verdict}" for verdict, n in counts(measurements).items())
+    interpreted = sum(not is_gated(m.backend) for m in measurements)
+    if interpreted:
+        # The README's main job on a machine without a GPU: say once why rows are not gated.
+        totals += (f"; {interpreted} ran in the Triton interpreter (no GPU here), whose timings mean nothing, so "
+                   "they are not gated (their correctness is); on a GPU the same command times and gates them")
+    return totals
