@@ -186,8 +186,8 @@ def test_triton_interpreter_is_not_gated(suite, monkeypatch, pytester):
     assert fp8["verdict"] == "not-gated" and fp8["flops"] == {"fp8_tensor": 1e6, "fp32": 1e3}
     assert any("flops in fp8_tensor left out of the score: profile 'synthetic' has no roof" in n for n in fp8["notes"])
     # The summary says once why these rows are not gated, and what a GPU does instead.
-    result.stdout.fnmatch_lines(["2 not-gated; 2 ran in the Triton interpreter (no GPU here), whose timings mean nothing, "
-                                 "so they are not gated (their correctness is); on a GPU the same command times and gates them"])
+    result.stdout.fnmatch_lines(["2 not-gated; 2 kernel(s) ran in the Triton interpreter (no GPU here), whose timings mean "
+                                 "nothing, so they are not gated (their correctness is); on a GPU the same command times and gates them"])
 
 
 def test_speed_of_light_of_declared_work_without_timing(suite, pytester):
