@@ -5,10 +5,11 @@ torch is imported here, lazily, and only when a measurement needs it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from pytest_solgate import telemetry
 from pytest_solgate.errors import OptionError
@@ -226,6 +227,36 @@ def make_backend(choice: DeviceChoice, l2_bytes: int | None, clock_mhz: float | 
         return CudaBackend(torch, torch.device("cuda", choice.index), l2_bytes, clock_mhz)
     if triton_interpreter_active():
         return CpuBackend(INTERPRETER)
+    return cpu_backend()
+
+
+def cpu_backend() -> CpuBackend:
+    """The CPU timer, evicting twice the last-level cache before each sample."""
     from pytest_solgate.calibrate import last_level_cache_bytes
 
     return CpuBackend("cpu", flush_bytes=2 * last_level_cache_bytes())
+
+
+@contextlib.contextmanager
+def counting_triton_launches() -> Iterator[Callable[[], int]]:
+    """Count the Triton kernels launched through the interpreter while open; yields the count's
+    getter. In a TRITON_INTERPRET=1 session this tells a Triton kernel (interpreted: its timing
+    means nothing) from a torch reference (a real CPU measurement). The interpreter's grid launcher
+    is wrapped for as long as the block runs, and restored after."""
+    launched = [0]
+    try:
+        from triton.runtime import interpreter
+    except ImportError:  # without Triton, nothing can be a Triton kernel
+        yield lambda: 0
+        return
+    original = interpreter.GridExecutor.__call__
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        launched[0] += 1
+        return original(self, *args, **kwargs)
+
+    interpreter.GridExecutor.__call__ = counting
+    try:
+        yield lambda: launched[0]
+    finally:
+        interpreter.GridExecutor.__call__ = original

@@ -29,6 +29,11 @@ from pytest_solgate.records import Measurement
 from pytest_solgate.settings import Settings
 from pytest_solgate.work import make_work
 
+# Interpreter timings are not gated: spend as little time on them as honesty allows.
+INTERPRETER_SAMPLING = measure.SamplingSettings(
+    min_time=0.0, max_time=0.5, noise=0.05, min_samples=3, warmup_time=0.0, cuda_graph="off"
+)
+
 # (test, name, profile, ceilings mode, environment) -> the baseline window, or None
 BaselineFinder = Callable[[str, str, str, str, Mapping[str, str]], "judge.BaselineWindow | None"]
 
@@ -86,6 +91,7 @@ class Engine:
         )
         self._head = head  # (commit, dirty) of the code being measured, named in verdicts; asked once
         self._unsaid: list[str] = []  # the context's warnings, until a measurement says them
+        self._cpu_backend: Any = None  # for torch references in a Triton-interpreter session
 
     # --- context --------------------------------------------------------------------------------
 
@@ -207,28 +213,28 @@ class Engine:
         context = self.context()
         while self._unsaid:
             self.warn(self._unsaid.pop(0))
-        scorable, unscored = self._scorable(work, context)
+        if context.backend.gated:
+            score.check_precisions(work, context.profile)  # before timing: a declaration error fails fast
         sampling = self.settings.sampling
-        if not context.backend.gated:
-            # Interpreter timings are not gated: spend as little time on them as honesty allows.
-            sampling = measure.SamplingSettings(
-                min_time=0.0, max_time=min(sampling.max_time, 0.5), noise=sampling.noise, min_samples=3, warmup_time=0.0,
-                cuda_graph="off",
-            )
         device_scope = _cuda_device_scope(context)
         self._measuring = name
         try:
             with locking.device_lock(context.lock_key), device_scope:
-                timing = measure.take_timing(fn, context.backend, sampling, telemetry.is_throttled)
+                if context.backend.gated:
+                    timing = measure.take_timing(fn, context.backend, sampling, telemetry.is_throttled)
+                else:
+                    timing = self._interpreted_or_cpu(fn, context.backend, sampling)
         finally:
             self._measuring = ""
+        scorable, unscored = self._scorable(work, context.profile, gate and backends.is_gated(timing.backend))
+        sampling = sampling if backends.is_gated(timing.backend) else INTERPRETER_SAMPLING
         scored = score.score(scorable, timing.seconds, context.profile)
         notes = list(timing.notes)
         if unscored:
             notes.append(unscored)
         if rotation:
             notes.append(f"rotating inputs: {rotation} buffer sets, called in turn, so no call finds the last one's data in cache")
-        if context.backend.gated and timing.wall_seconds > sampling.max_time * 1.5 and len(timing.samples) < sampling.min_samples:
+        if backends.is_gated(timing.backend) and timing.wall_seconds > sampling.max_time * 1.5 and len(timing.samples) < sampling.min_samples:
             notes.append(
                 f"one call takes {timing.seconds:.3g} s, longer than the time budget "
                 f"--sol-max-time={sampling.max_time:g}; raise it for more samples"
@@ -282,18 +288,30 @@ class Engine:
             sol_at_clock=score.sol_at_clock(scorable, timing.seconds, context.profile, timing.sm_clock_mhz),
         )
 
-    def _scorable(self, work: Any, context: Context) -> tuple[Any, str]:
+    def _interpreted_or_cpu(self, fn: Callable[[], Any], interpreter: Any, sampling: measure.SamplingSettings) -> measure.Timing:
+        """In a TRITON_INTERPRET=1 session: a callable that launches a Triton kernel is timed briefly
+        (the interpreter's timings mean nothing and are not gated); one that launches none (a
+        torch reference) is a real CPU measurement, timed again as such."""
+        with backends.counting_triton_launches() as launched:
+            timing = measure.take_timing(fn, interpreter, INTERPRETER_SAMPLING, telemetry.is_throttled)
+        if launched():
+            return timing
+        if self._cpu_backend is None:
+            self._cpu_backend = backends.cpu_backend()
+        return measure.take_timing(fn, self._cpu_backend, sampling, telemetry.is_throttled)
+
+    def _scorable(self, work: Any, profile: HardwareProfile, gated: bool) -> tuple[Any, str]:
         """The work to score, and a note. FLOPs in a precision the profile lacks are an error when
-        the timing is gated; under the Triton interpreter (not gated) they are left out of the
-        score with a note, so that a bf16 kernel's correctness suite still runs on a CPU."""
-        missing = score.missing_precisions(work, context.profile)
-        if not missing or context.backend.gated:
-            score.check_precisions(work, context.profile)
+        the verdict is gated; otherwise (the Triton interpreter, a gate=False reference) they are
+        left out of the score with a note, so that a bf16 kernel's correctness suite runs on a CPU."""
+        missing = score.missing_precisions(work, profile)
+        if not missing or gated:
+            score.check_precisions(work, profile)
             return work, ""
         kept = {p: n for p, n in work.flops.items() if p not in missing}
         return dataclasses.replace(work, flops=kept), (
-            f"flops in {', '.join(missing)} left out of the score: profile '{context.profile.id}' has no roof for "
-            "them, and the interpreter's timings are not gated anyway"
+            f"flops in {', '.join(missing)} left out of the score: profile '{profile.id}' has no roof for "
+            "them, and this measurement is not gated"
         )
 
     def speed_of_light(self, flops: Any = None, bytes: Any = None, precision: str | None = None) -> score.Floor:

@@ -167,26 +167,42 @@ def test_several_measurements_and_json_contents(suite, pytester):
 
 
 def test_triton_interpreter_is_not_gated(suite, monkeypatch, pytester):
+    pytest.importorskip("triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     result = suite("""
         import pytest
+        import torch
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def copy_kernel(x, y, n, BLOCK: tl.constexpr):
+            i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(y + i, tl.load(x + i, mask=i < n), mask=i < n)
+
+        x = torch.arange(256, dtype=torch.float32)
+        y = torch.empty_like(x)
 
         @pytest.mark.sol(min=0.99)
         def test_interpreted(sol):
-            sol.measure(lambda: busy(1e-3), bytes=0.1e6)
+            sol.measure(lambda: copy_kernel[(2,)](x, y, 256, BLOCK=128), bytes=2048)
+            sol.measure(lambda: busy(1e-3), bytes=0.1e6, name="torch", gate=False)  # launches no Triton kernel
+            assert torch.equal(x, y)
 
         def test_fp8_kernel_checked_on_a_cpu(sol):
             # The synthetic profile has no fp8 roof: gated, an error; in the interpreter, a note.
-            sol.measure(lambda: busy(1e-4), bytes=1e3, flops={"fp8_tensor": 1e6, "fp32": 1e3})
-    """, "--sol-json=out.json")
+            sol.measure(lambda: copy_kernel[(2,)](x, y, 256, BLOCK=128), bytes=1e3, flops={"fp8_tensor": 1e6, "fp32": 1e3})
+    """, "--sol-json=out.json", subprocess=True)  # Triton stays out of this process
     result.assert_outcomes(passed=2)
-    m, fp8 = json.loads((pytester.path / "out.json").read_text())["measurements"]
-    assert m["backend"] == "triton-interpreter" and m["verdict"] == "not-gated"
-    assert "TRITON_INTERPRET=1" in m["reason"]
+    kernel, reference, fp8 = json.loads((pytester.path / "out.json").read_text())["measurements"]
+    assert kernel["backend"] == "triton-interpreter" and kernel["verdict"] == "not-gated"
+    assert "TRITON_INTERPRET=1" in kernel["reason"]
+    # The torch reference in the same session is a real CPU measurement, and says so.
+    assert reference["backend"] == "cpu" and reference["seconds"] > 0.9e-3 and len(reference["samples"]) >= 10
     assert fp8["verdict"] == "not-gated" and fp8["flops"] == {"fp8_tensor": 1e6, "fp32": 1e3}
     assert any("flops in fp8_tensor left out of the score: profile 'synthetic' has no roof" in n for n in fp8["notes"])
     # The summary says once why these rows are not gated, and what a GPU does instead.
-    result.stdout.fnmatch_lines(["2 not-gated; 2 kernel(s) ran in the Triton interpreter (no GPU here), whose timings mean "
+    result.stdout.fnmatch_lines(["3 not-gated; 2 kernel(s) ran in the Triton interpreter (no GPU here), whose timings mean "
                                  "nothing, so they are not gated (their correctness is); on a GPU the same command times and gates them"])
 
 
