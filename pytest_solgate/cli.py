@@ -66,9 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("pattern", nargs="?", help="only tests whose id matches this glob or contains this text")
     p.add_argument("--changes", action="store_true", help="list the commits where a measurement's SOL stepped (change points)")
     _history_arg(p)
-    p = sub.add_parser("trend", help="write an HTML page of SOL over commits")
+    p = sub.add_parser("trend", help="write an HTML page of SOL over commits: one small panel per measurement")
     p.add_argument("-o", "--output", default="sol-trend.html", help="output path (default: %(default)s)")
     p.add_argument("pattern", nargs="?", help="only tests matching this glob or text")
+    p.add_argument("--last", type=int, default=100,
+                   help="show each measurement's newest N commits; 0 for all (default: %(default)s)")
     _history_arg(p)
     p = sub.add_parser("compare", help="two commits' results side by side; exit 1 on a regression")
     p.add_argument("base", help="the base commit (a git ref or sha)")
@@ -267,24 +269,27 @@ def _print_changes(results: list) -> int:
 
 def _cmd_trend(args: argparse.Namespace) -> int:
     from pytest_solgate import atomic, changepoints
-    from pytest_solgate.report import html
+    from pytest_solgate.report import html, trend
 
+    if args.last < 0:
+        raise UsageFailure(f"trend: --last={args.last}: give a number of commits, or 0 for all")
     history_path = _history_path(args)
     if Path(args.output).resolve() == Path(history_path).resolve():
         raise UsageFailure(f"trend: -o {args.output} is the history database itself; write the page elsewhere")
-    with _open_history(history_path) as store:
-        results = store.summaries(args.pattern)
-        history_path = store.location  # never a password on the page
-    lines = []
+    panels = []
     note = ""
-    for (test, name, profile, _ceilings), points in sorted(_series(results).items()):
-        try:
-            changes = [points[cp.index]["commit"] for cp in changepoints.find([p["sol"] for p in points])]
-        except changepoints.ChangePointsUnavailable as exc:
-            changes, note = [], str(exc)
-        lines.append({"label": f"{test} [{name}] {profile}", "points": points, "changes": changes})
-    target = atomic.write_text(args.output, html.render_trend(lines, history_path, note), "trend page")
-    print(f"trend of {len(lines)} measurement(s) written to {target}" + (f" ({note})" if note else ""))
+    with _open_history(history_path) as store:
+        history_path = store.location  # never a password on the page
+        for (test, name, profile, ceilings), points in sorted(_series(store.summaries(args.pattern)).items()):
+            try:  # over the whole series: a step is found with all the evidence there is
+                changes = [points[cp.index]["commit"] for cp in changepoints.find([p["sol"] for p in points])]
+            except changepoints.ChangePointsUnavailable as exc:
+                changes, note = [], str(exc)
+            newest = store.newest(test, name, profile, ceilings)
+            budget = (newest.budget or {}).get("min") if newest is not None and newest.gate else None
+            panels.append(trend.panel(test, name, profile, points, changes, budget, args.last))
+    target = atomic.write_text(args.output, html.render_trend(panels, history_path, note), "trend page")
+    print(f"trend of {len(panels)} measurement(s) written to {target}" + (f" ({note})" if note else ""))
     return 0
 
 

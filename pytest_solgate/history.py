@@ -279,6 +279,15 @@ class Store:
             found += read(f"WHERE m.test IN ({', '.join('?' for _ in chunk)})", chunk)
         return sorted(found, key=lambda pair: pair[0]["started_at"])
 
+    def newest(self, test: str, name: str, profile: str, ceilings: str) -> Measurement | None:
+        """The most recently recorded measurement with this key (one indexed row)."""
+        rows = self._rows(
+            "SELECT record_json FROM measurements WHERE test = ? AND name = ? AND profile = ? AND ceilings = ? "
+            "ORDER BY id DESC LIMIT 1",
+            (test, name, profile, ceilings),
+        )
+        return Measurement.from_dict(json.loads(rows[0][0])) if rows else None
+
     def results_at(self, commit: str) -> list[tuple[dict[str, Any], Measurement]]:
         """The results of every run at one commit, oldest first (through the index on commit)."""
         return self._results("WHERE r.commit_sha = ?", (commit,))
@@ -487,21 +496,24 @@ def open_for_reading(location: str | Path) -> Store | None:
 def commit_series(
     results: Sequence[tuple[dict[str, Any], Summary | Measurement]], commit_times: dict[str, str]
 ) -> dict[tuple[str, str, str, str], list[dict[str, Any]]]:
-    """One point per commit for each (test, name, profile, ceilings): the median SOL of the
-    commit's clean runs, ordered by commit date. Dirty runs and unknown commits are left out."""
+    """One point per commit for each (test, name, profile, ceilings): the median SOL and median
+    time of the commit's clean runs and the newest run's verdict, ordered by commit date. Dirty
+    runs and unknown commits are left out."""
     grouped: dict[tuple[str, str, str, str], dict[str, dict[str, Any]]] = {}
-    for run, m in results:
+    for run, m in results:  # oldest run first
         if run["dirty"] or not run["commit_sha"]:
             continue
         commit = run["commit_sha"]
         when = commit_times.get(commit) or run["commit_time"] or run["started_at"]
         point = grouped.setdefault((m.test, m.name, m.profile, m.ceilings), {}).setdefault(
-            commit, {"commit": commit, "commit_time": when, "started_at": run["started_at"], "runs": []}
+            commit, {"commit": commit, "commit_time": when, "started_at": run["started_at"], "runs": [], "times": []}
         )
         point["runs"].append(m.sol)
+        point["times"].append(m.seconds)
+        point["verdict"] = m.verdict or "-"
         point["started_at"] = max(point["started_at"], run["started_at"])
     series = {}
     for key, points in grouped.items():
         ordered = sorted(points.values(), key=lambda p: (p["commit_time"], p["started_at"]))
-        series[key] = [{**p, "sol": median(p["runs"])} for p in ordered]
+        series[key] = [{**p, "sol": median(p["runs"]), "seconds": median(p["times"])} for p in ordered]
     return series

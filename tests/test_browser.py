@@ -80,3 +80,54 @@ def test_gemm(sol):
     assert not errors, errors
     assert not requests, requests
     assert (OUTPUT / "sol-report.png").stat().st_size > 10_000
+
+
+def test_trend_page_in_chromium(tmp_path):
+    """Small multiples: a panel per measurement with its band, budget line, change point and
+    hovers; the filter box hides panels; nothing is fetched from the network."""
+    from playwright.sync_api import sync_playwright
+
+    from pytest_solgate import history
+    from pytest_solgate.records import Measurement, RunInfo
+    from test_cli import solgate
+
+    sols = [0.60, 0.61, 0.59, 0.60, 0.61, 0.60, 0.45, 0.46, 0.44, 0.45, 0.46, 0.45]
+    with history.open_store(tmp_path / "h.db") as store:
+        for i, sol in enumerate(sols):
+            run = RunInfo(id=f"r{i}", started_at=f"2026-11-{i + 1:02d}T00:00:00+00:00", commit=f"{i:040x}",
+                          commit_time=f"2026-11-{i + 1:02d}T00:00:00+00:00")
+            ms = [Measurement(test=f"kernels/test_ops.py::test_{op}[4096]", name=name, profile="h100-sxm", backend="cuda",
+                              flops={}, bytes=1e9, seconds=1e-3 / s, samples=(1e-3 / s,) * 10, noise=0.01, t_sol=1e-3,
+                              sol=s, mfu=0.0, bound="memory", tflops=0.0, gbps=1.0, ceilings="datasheet", verdict="pass",
+                              budget={"min": 0.5}, gate=name == "triton")
+                  for op, s in (("add", sol), ("softmax", 0.8)) for name in ("triton", "torch")]
+            store.record_run(run, ms)
+    done = solgate("trend", "-o", str(tmp_path / "sol-trend.html"), "--history", str(tmp_path / "h.db"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    errors, requests = [], []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.on("request", lambda req: requests.append(req.url) if not req.url.startswith("file:") else None)
+        page.goto((tmp_path / "sol-trend.html").as_uri())
+        panels = page.locator(".panel")
+        assert panels.count() == 4
+        add = page.locator(".panel", has_text="test_add[4096] [triton]")
+        assert add.locator("circle.point").count() == 12 and add.locator("polygon.band").count() == 1
+        assert add.locator("line.budget").count() == 1 and add.locator("line.change").count() == 1
+        assert "stepped at " + f"{6:040x}"[:10] in add.locator(".meta").text_content()
+        hover = add.locator("circle.point title").nth(6).text_content()
+        assert hover.startswith(f"{6:040x}"[:10] + " · 2026-11-07 · SOL 0.450 · ") and hover.endswith("pass")
+        ticks = [float(t) for t in add.locator("svg text").all_text_contents()[:6] if t.replace(".", "").isdigit()]
+        assert ticks[0] == 0 and all(round(t * 100) % 5 == 0 for t in ticks)  # round ticks, not 0.26 / 0.52
+        page.fill("#filter", "softmax torch")
+        assert [panels.nth(i).is_visible() for i in range(4)].count(True) == 1
+        page.fill("#filter", "")
+        assert all(panels.nth(i).is_visible() for i in range(4))
+        OUTPUT.mkdir(exist_ok=True)
+        page.screenshot(path=str(OUTPUT / "sol-trend.png"), full_page=True)
+        browser.close()
+    assert not errors, errors
+    assert not requests, requests

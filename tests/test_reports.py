@@ -225,3 +225,20 @@ def test_markdown_cuts_cells_at_words_and_keeps_whole_reasons():
     cell = text.split("\n| ")[2].split(" | ")[0]  # the first cell of the first row
     assert cell.endswith("…") and len(cell) <= MAX_CELL and not cell[:-1].endswith("very_long_nam")
     assert "- " + reason.strip().replace("<", "&lt;") in text  # the details hold the whole reason, not "over 136 samp..."
+
+
+def test_trend_panel_geometry():
+    from pytest_solgate.report import trend
+
+    assert trend.nice_ticks(0.61) == [0, 0.2, 0.4, 0.6, 0.8]
+    assert trend.nice_ticks(1.03) == [0, 0.25, 0.5, 0.75, 1.0, 1.25]
+    assert trend.nice_ticks(0.0042) == [0, 0.001, 0.002, 0.003, 0.004, 0.005]
+    band = trend.noise_band([0.5, 0.52, 0.48, 0.5, 0.9])
+    assert band[:3] == [None, None, None] and band[3][0] < 0.48 < 0.52 < band[3][1] and band[4][1] < 0.9
+    points = [{"commit": f"{i:040x}", "commit_time": f"2026-11-{i + 1:02d}", "sol": 0.5, "seconds": 1e-3, "verdict": "pass"}
+              for i in range(30)]
+    shown = trend.panel("t.py::test_k", "default", "h100-sxm", points, [f"{25:040x}", f"{2:040x}"], 0.4, last=10)
+    assert shown.shown == 10 and shown.total == 30 and len(shown.points) == 10
+    assert [c for _, c in shown.changes] == [f"{25:040x}"]  # a change point before the shown range is not drawn
+    assert shown.budget_y is not None and shown.x_labels[-1][1] == "2026-11-30"
+    assert trend.panel_id("t.py::test_k[a b]", "x", "p") != trend.panel_id("t.py::test_k[a-b]", "x", "p")

@@ -59,8 +59,11 @@ def breakable(test_id: str) -> Any:
 
 
 def _detail(m: Measurement, index: int, peers: Sequence[Measurement]) -> dict[str, Any]:
+    from pytest_solgate.report.trend import panel_id
+
     return {
         "index": index,
+        "panel": panel_id(m.test, m.name, m.profile),
         "m": m,
         "row": table.row(m, peers),
         "describe": judge.describe(m) if m.t_sol > 0 else "",
@@ -94,33 +97,15 @@ def render_report(
     )
 
 
-def render_trend(series: Sequence[Mapping[str, Any]], generated_from: str, note: str = "") -> str:
-    """``series``: [{"label", "points": [{"commit", "commit_time", "sol"}], "changes": [commit]}],
-    one line each; ``changes`` are the commits where the line stepped (change points)."""
-    position: dict[str, int] = {}  # commit -> x index, in first-seen order (a dict: long histories)
-    for s in series:
-        for p in s["points"]:
-            position.setdefault(p["commit"], len(position))
-    commits = list(position)
-    width, height, left, bottom, top, right = 860, 380, 56, 60, 16, 220
-    plot_w, plot_h = width - left - right, height - top - bottom
-    top_sol = max([1.0] + [p["sol"] for s in series for p in s["points"]])
-    step = plot_w / max(1, len(commits) - 1)
-    palette = ["#1f77b4", "#d6423a", "#2e9e5b", "#d99a00", "#7a3fd1", "#17becf", "#8c564b", "#e377c2"]
-    lines = []
-    for i, s in enumerate(series):
-        coords = [
-            (round(left + position[p["commit"]] * step, 2), round(top + plot_h - p["sol"] / top_sol * plot_h, 2), p)
-            for p in s["points"]
-        ]
-        changes = [(round(left + position[c] * step, 2), c) for c in s.get("changes", ())]
-        lines.append({"label": s["label"], "colour": palette[i % len(palette)], "coords": coords,
-                      "points": " ".join(f"{x},{y}" for x, y, _ in coords), "changes": changes})
+def render_trend(panels: Sequence[Any], generated_from: str, note: str = "") -> str:
+    """The trend page: ``panels`` from report/trend.py, one small multiple per measurement."""
+    from pytest_solgate.report import trend
+
     return environment().get_template("trend.html.j2").render(
-        lines=lines,
-        commits=[(round(left + i * step, 2), c) for i, c in enumerate(commits)],
-        frame={"width": width, "height": height, "left": left, "top": top, "plot_w": plot_w, "plot_h": plot_h},
-        y_ticks=[(round(top + plot_h - v / top_sol * plot_h, 2), f"{v:.2f}") for v in (0, top_sol / 4, top_sol / 2, 3 * top_sol / 4, top_sol)],
+        groups=trend.groups(panels),
+        count=len(panels),
+        frame={"width": trend.WIDTH, "height": trend.HEIGHT, "left": trend.LEFT, "top": trend.TOP,
+               "plot_w": trend.PLOT_W, "plot_h": trend.PLOT_H},
         generated_from=generated_from,
         generated=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         note=note,

@@ -1,0 +1,141 @@
+"""Report: the geometry of the trend page's small multiples (pure arithmetic, no HTML).
+
+One panel per measurement: its SOL over the commits that measured it, in commit order, with the
+run-to-run noise band, the budget as a line and the change points found in the history. Each
+panel has its own x axis (its own commits) and a y axis from 0 with round ticks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from pytest_solgate import stats, units
+
+WIDTH, HEIGHT = 440, 190
+LEFT, RIGHT, TOP, BOTTOM = 46, 12, 12, 40
+PLOT_W, PLOT_H = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+BAND_WINDOW = 10  # commits before a point that give its noise band (the gate's default window)
+BAND_SIGMAS = 2.5  # band half-width in robust standard deviations of log-SOL
+MAX_DATE_LABELS = 5
+
+
+def panel_id(test: str, name: str, profile: str) -> str:
+    """A stable HTML id for a measurement's panel: the report's sparklines link to it."""
+    readable = re.sub(r"[^A-Za-z0-9]+", "-", f"{test.split('::')[-1]}-{name}").strip("-")[:60]
+    digest = hashlib.sha1(f"{test}\0{name}\0{profile}".encode()).hexdigest()[:8]
+    return f"panel-{readable}-{digest}"
+
+
+def nice_ticks(top: float) -> list[float]:
+    """Round y ticks from 0 that cover ``top`` in at most 5 steps: 0, 0.25, 0.5, ... not 0.26, 0.52."""
+    top = max(top, 1e-6)
+    for exponent in range(math.floor(math.log10(top)) - 1, math.floor(math.log10(top)) + 2):
+        for mantissa in (1, 2, 2.5, 5):
+            step = mantissa * 10**exponent
+            if math.ceil(top / step - 1e-9) <= 5:
+                count = math.ceil(top / step - 1e-9)
+                return [round(step * i, 10) for i in range(count + 1)]
+    return [0.0, top]
+
+
+def noise_band(sols: Sequence[float]) -> list[tuple[float, float] | None]:
+    """For each point, the range its window of earlier commits says is noise: the median of their
+    log-SOL +- 2.5 robust sigmas (MAD). None until three earlier commits exist."""
+    band: list[tuple[float, float] | None] = []
+    logs = [math.log(v) if v > 0 else float("nan") for v in sols]
+    for i in range(len(logs)):
+        window = [v for v in logs[max(0, i - BAND_WINDOW):i] if not math.isnan(v)]
+        if len(window) < 3:
+            band.append(None)
+            continue
+        centre = stats.median(window)
+        sigma = max(1.4826 * stats.median([abs(v - centre) for v in window]), 1e-3)
+        band.append((math.exp(centre - BAND_SIGMAS * sigma), math.exp(centre + BAND_SIGMAS * sigma)))
+    return band
+
+
+@dataclass(frozen=True)
+class Panel:
+    id: str
+    test: str
+    name: str
+    profile: str
+    title: str
+    points: list[dict[str, Any]]  # x, y and what the hover says
+    polyline: str
+    band: str  # an SVG polygon's points, or ""
+    budget_y: float | None
+    budget: float | None
+    y_ticks: list[tuple[float, str]]
+    x_labels: list[tuple[float, str]]
+    changes: list[tuple[float, str]]  # x and commit of each change point shown
+    shown: int  # commits shown
+    total: int  # commits recorded
+
+
+def panel(test: str, name: str, profile: str, points: Sequence[dict[str, Any]], changes: Sequence[str],
+          budget: float | None, last: int = 0) -> Panel:
+    """``points`` from history.commit_series (oldest first); ``changes`` the commits where the
+    series stepped; ``last`` > 0 shows only the newest commits."""
+    total = len(points)
+    bands = noise_band([p["sol"] for p in points])
+    start = max(0, total - last) if last else 0
+    points, bands = list(points[start:]), bands[start:]
+    top_value = max([p["sol"] for p in points] + [b[1] for b in bands if b] + [budget or 0.0])
+    ticks = nice_ticks(top_value * 1.05)
+    y_max = ticks[-1]
+    step = PLOT_W / max(1, len(points) - 1)
+
+    def x(i: int) -> float:
+        return round(LEFT + (i * step if len(points) > 1 else PLOT_W / 2), 2)
+
+    def y(v: float) -> float:
+        return round(TOP + PLOT_H - min(v, y_max) / y_max * PLOT_H, 2)
+
+    drawn = []
+    for i, p in enumerate(points):
+        runs = len(p.get("runs", ())) or 1
+        hover = (f"{p['commit'][:10]} · {str(p.get('commit_time') or '')[:10]} · SOL {p['sol']:.3f} · "
+                 f"{units.seconds(p['seconds']) if p.get('seconds') else '-'} · {p.get('verdict') or '-'}"
+                 + (f" · median of {runs} runs" if runs > 1 else ""))
+        drawn.append({"x": x(i), "y": y(p["sol"]), "hover": hover, "verdict": p.get("verdict") or "-"})
+    known = [(i, b) for i, b in enumerate(bands) if b]
+    band = ""
+    if len(known) > 1:
+        upper = [f"{x(i)},{y(b[1])}" for i, b in known]
+        lower = [f"{x(i)},{y(b[0])}" for i, b in reversed(known)]
+        band = " ".join(upper + lower)
+    index = {p["commit"]: i for i, p in enumerate(points)}
+    every = max(1, math.ceil(len(points) / MAX_DATE_LABELS))
+    last_index = len(points) - 1
+    # Evenly spaced dates and the newest, never two so close that they overlap.
+    labelled = [i for i in range(0, last_index, every) if last_index - i >= every * 0.7] + [last_index]
+    return Panel(
+        id=panel_id(test, name, profile),
+        test=test,
+        name=name,
+        profile=profile,
+        title=f"{test.split('::')[-1]} [{name}]",
+        points=drawn,
+        polyline=" ".join(f"{d['x']},{d['y']}" for d in drawn),
+        band=band,
+        budget_y=y(budget) if budget else None,
+        budget=budget,
+        y_ticks=[(y(t), f"{t:g}") for t in ticks],
+        x_labels=[(x(i), str(points[i].get("commit_time") or "")[:10] or points[i]["commit"][:8]) for i in labelled],
+        changes=[(x(index[c]), c) for c in changes if c in index],
+        shown=len(points),
+        total=total,
+    )
+
+
+def groups(panels: Sequence[Panel]) -> list[tuple[str, list[Panel]]]:
+    """Panels grouped by test file and profile, in name order."""
+    grouped: dict[str, list[Panel]] = {}
+    for p in sorted(panels, key=lambda p: (p.test.split("::")[0], p.profile, p.test, p.name)):
+        grouped.setdefault(f"{p.test.split('::')[0]} · {p.profile}", []).append(p)
+    return list(grouped.items())
