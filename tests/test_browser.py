@@ -56,7 +56,10 @@ def test_gemm(sol):
         page.on("request", lambda req: requests.append(req.url) if not req.url.startswith("file:") else None)
         page.goto(page_path.as_uri())
         assert page.locator("#sol-table tbody tr").count() == 5
-        assert page.locator("svg.roofline circle.point").count() == 4
+        assert page.locator("svg.roofline .point.kernel").count() == 3
+        assert page.locator("svg.roofline .point.reference").count() == 1  # the unfused reference, joined
+        assert page.locator("svg.roofline line.link").count() == 1
+        assert page.locator("table.bandwidth tr.bar").count() == 1  # test_fast's flop-less reference
         assert page.locator("#sol-table tbody tr").first.get_attribute("data-verdict") == "below-budget"
         title = page.locator("svg.roofline circle.point title").first.text_content()
         assert "FLOP/B" in title and "SOL" in title

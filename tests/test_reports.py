@@ -37,7 +37,7 @@ def test_every_verdict_appears_failures_first():
     assert rows[:3] == ["below-budget", "regressed", "above-sol"] and sorted(rows) == sorted(records.VERDICTS)
     for verdict in records.VERDICTS:
         assert f"reason for {verdict}" in page
-    assert page.count('class="point"') == len(records.VERDICTS)
+    assert page.count('class="point kernel"') == len(records.VERDICTS)
     text = "\n".join(terminal.render(EVERY_VERDICT))
     assert text.index("below-budget") < text.index("pass")
 
@@ -57,10 +57,21 @@ def test_roofline_point_lands_where_the_arithmetic_says():
     assert f'cx="{point.x}" cy="{point.y}"' in page
 
 
-def test_measurements_without_flops_are_listed_off_the_chart():
-    m = record(intensity=None, tflops=0.0, flops={})
-    chart = roofline.roofline(PROFILE, [m])
-    assert not chart.points and chart.left_out == ("t.py::test_k [default]",)
+def test_data_movement_goes_on_the_bandwidth_chart_and_references_join_their_kernel():
+    copy = record(test="t.py::test_copy", intensity=None, tflops=0.0, flops={}, gbps=PROFILE.memory_bandwidth_gbps / 2)
+    nothing = record(test="t.py::test_empty", intensity=None, tflops=0.0, flops={}, bytes=0.0)
+    kernel = record(test="t.py::test_gemm", name="triton")
+    reference = record(test="t.py::test_gemm", name="torch", gate=False, intensity=0.2, tflops=5e-5)
+    chart = roofline.roofline(PROFILE, [copy, nothing, kernel, reference])
+    assert [(p.kind, p.index) for p in chart.points] == [("kernel", 2), ("reference", 3)]
+    (link,) = chart.links  # the kernel joined to its own test's reference
+    assert (link.x1, link.y1, link.x2, link.y2) == (chart.points[0].x, chart.points[0].y, chart.points[1].x, chart.points[1].y)
+    (bar,) = chart.bandwidth.bars
+    assert bar.label == "t.py::test_copy [default]" and bar.fraction == 0.5 and bar.value.endswith("(50%)")
+    assert chart.left_out == ("t.py::test_empty [default]",)  # no bytes: on neither chart
+    page = html.render_report(RUN, [copy, nothing, kernel, reference], {"synthetic": PROFILE})
+    assert page.count('class="point kernel"') == 1 and page.count('class="point reference"') == 1
+    assert page.count('class="link"') == 1 and page.count('<tr class="bar kernel">') == 1
 
 
 HOSTILE = [
@@ -90,7 +101,8 @@ def test_no_reference_to_another_host():
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
     assert not re.search(r"@import|url\(", page)
     refs = re.findall(r"""(?:src|href)\s*=\s*["']([^"']*)""", page)
-    assert all(ref.startswith("#") for ref in refs), refs
+    # In-page anchors, and each sparkline's link to its panel on the trend page beside the report.
+    assert all(ref.startswith(("#", "sol-trend.html#panel-")) for ref in refs), refs
 
 
 def test_an_empty_run_says_so():
@@ -147,8 +159,9 @@ def test_a_pytest_run_writes_every_report(suite, pytester, monkeypatch):
                    "--sol-benchmark-action=out/bench.json", "--sol-github-summary", "--junitxml=out/junit.xml")
     result.assert_outcomes(passed=1, failed=1)
     page = (pytester.path / "out" / "report.html").read_text()
-    assert page.count('class="point"') == 2 and page.count("<tr class=") == 3
-    assert "Not on the chart (no FLOPs or no bytes declared): test_kernels.py::test_fast [ref]" in page
+    assert page.count('class="point kernel"') == 2 and page.count('<tr class="bar reference">') == 1
+    assert page.count('<tr class="failed"') + page.count('<tr class=""') == 3
+    assert "On neither chart" not in page  # the flop-less reference is on the bandwidth chart
     assert (pytester.path / "out" / "summary.md").read_text() in summary.read_text()
     assert summary.read_text().startswith("# earlier step\n")
     bench = json.loads((pytester.path / "out" / "bench.json").read_text())

@@ -48,6 +48,36 @@ class Point:
     verdict: str
     title: str
     index: int
+    kind: str = "kernel"  # "kernel" (gated) or "reference" (gate=False): drawn differently
+
+
+@dataclass(frozen=True)
+class Link:
+    """A kernel joined to its test's reference: how far apart they sit on the chart."""
+
+    x1: float
+    y1: float
+    x2: float
+    y2: float
+
+
+@dataclass(frozen=True)
+class Bar:
+    label: str
+    fraction: float  # achieved bandwidth over the ceiling, drawn up to 1.1
+    value: str
+    verdict: str
+    kind: str
+    index: int
+
+
+@dataclass(frozen=True)
+class BandwidthChart:
+    """Measurements with bytes and no FLOPs (pure data movement): achieved GB/s against the
+    memory-bandwidth ceiling, one bar each. A roofline has no place for them (no intensity)."""
+
+    ceiling: str
+    bars: tuple[Bar, ...]
 
 
 @dataclass(frozen=True)
@@ -72,7 +102,9 @@ class Chart:
     roofs: tuple[Roof, ...]
     x_ticks: tuple[Tick, ...]
     y_ticks: tuple[Tick, ...]
-    left_out: tuple[str, ...]  # measurements that cannot sit on a log-log chart
+    left_out: tuple[str, ...]  # measurements on neither chart (no bytes declared)
+    links: tuple[Link, ...] = ()
+    bandwidth: BandwidthChart | None = None
 
 
 def _decade_label(exponent: int) -> str:
@@ -86,6 +118,32 @@ def _decade_label(exponent: int) -> str:
 
 def plottable(m: Measurement) -> bool:
     return bool(m.intensity) and m.intensity > 0 and m.tflops > 0 and math.isfinite(m.intensity)
+
+
+def data_movement(m: Measurement) -> bool:
+    """Bytes and no FLOPs: its place is the bandwidth chart."""
+    return m.bytes > 0 and not any(m.flops.values())
+
+
+def kind(m: Measurement) -> str:
+    return "kernel" if m.gate else "reference"
+
+
+def bandwidth_chart(profile: HardwareProfile, measurements: Sequence[Measurement]) -> BandwidthChart | None:
+    rows = [(i, m) for i, m in enumerate(measurements) if data_movement(m)]
+    if not rows:
+        return None
+    from pytest_solgate import units
+
+    return BandwidthChart(
+        ceiling=units.bandwidth(profile.memory_bandwidth_gbps),
+        bars=tuple(
+            Bar(label=f"{m.test} [{m.name}]", fraction=round(min(m.gbps / profile.memory_bandwidth_gbps, 1.1), 4),
+                value=f"{units.bandwidth(m.gbps)} ({m.gbps / profile.memory_bandwidth_gbps:.0%})",
+                verdict=m.verdict or "pass", kind=kind(m), index=i)
+            for i, m in rows
+        ),
+    )
 
 
 def roofline(profile: HardwareProfile, measurements: Sequence[Measurement], frame: Frame = Frame()) -> Chart:
@@ -132,13 +190,20 @@ def roofline(profile: HardwareProfile, measurements: Sequence[Measurement], fram
             x=px(m.intensity),
             y=py(m.tflops * 1e12),
             verdict=m.verdict or "pass",
-            title=f"{m.test} [{m.name}]: {m.intensity:.3g} FLOP/B, {m.tflops:.3g} TFLOP/s, SOL {m.sol:.2f}, {m.verdict}",
+            title=f"{kind(m)} {m.test} [{m.name}]: {m.intensity:.3g} FLOP/B, {m.tflops:.3g} TFLOP/s, SOL {m.sol:.2f}, {m.verdict}",
             index=i,
+            kind=kind(m),
         )
         for i, m in enumerate(measurements)
         if plottable(m)
     )
-    left_out = tuple(f"{m.test} [{m.name}]" for m in measurements if not plottable(m))
+    placed = {(measurements[p.index].test, measurements[p.index].name): p for p in points}
+    links = tuple(
+        Link(kernel.x, kernel.y, reference.x, reference.y)
+        for (test, name), kernel in placed.items() if kernel.kind == "kernel"
+        for (other_test, _), reference in placed.items() if reference.kind == "reference" and other_test == test
+    )
+    left_out = tuple(f"{m.test} [{m.name}]" for m in measurements if not plottable(m) and not data_movement(m))
     return Chart(
         profile=profile.id,
         frame=frame,
@@ -147,6 +212,8 @@ def roofline(profile: HardwareProfile, measurements: Sequence[Measurement], fram
         x_ticks=tuple(Tick(px(10.0**e), _decade_label(e)) for e in range(x_low, x_high + 1)),
         y_ticks=tuple(Tick(py(10.0**e), _decade_label(e)) for e in range(y_low, y_high + 1)),
         left_out=left_out,
+        links=links,
+        bandwidth=bandwidth_chart(profile, measurements),
     )
 
 
