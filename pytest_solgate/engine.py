@@ -328,9 +328,17 @@ class Engine:
             self.judge_settings = dataclasses.replace(self.judge_settings, commit=commit, dirty=dirty)
             self._head = None
         try:
-            return [self._judge_one(budget, m) for m in measurements]
+            judged = [self._judge_one(budget, m) for m in measurements]
         finally:
             self.forget(test)
+        if budget.speedup is None:
+            return judged
+        reference = judge.choose_reference(test, budget, judged)
+        return [
+            judge.against_reference(m, reference, required)
+            if m.gate and (required := judge.resolve(budget.speedup, m.profile)) is not None else m
+            for m in judged
+        ]
 
     def effect(self, measurement: Measurement) -> str:
         """What a judged measurement does to its test under --sol-gate: "fail", "warn" or "pass"."""

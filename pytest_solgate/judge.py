@@ -12,7 +12,10 @@ from pytest_solgate.errors import MarkerError
 from pytest_solgate.records import AMBIGUOUS, IMPROVED, PASS, REGRESSED, Measurement
 from pytest_solgate.settings import DEFAULT_MAX_REGRESSION
 
-MARKER_KEYS = ("min", "mfu", "max_regression")
+MARKER_KEYS = ("min", "mfu", "max_regression", "speedup", "reference")
+# A speedup short of its budget by less than this many combined 95 % half-widths is within the
+# two medians' own noise: ambiguous, not failed (the regression gate's rule for one run).
+SPEEDUP_NOISE = 1.0
 ABOVE_SOL_LIMIT = 1.05
 # A run-level value falls below the window's 99 % one-sided prediction bound by chance in 1 % of
 # runs (normal log-SOL, independent runs): the false-alarm rate per measurement before the
@@ -27,6 +30,8 @@ class Budget:
     min: BudgetSpec = None
     mfu: BudgetSpec = None
     max_regression: float | None = None
+    speedup: BudgetSpec = None  # how many times faster than the test's gate=False reference
+    reference: str | None = None  # which reference, by name; else the test's only one
 
 
 @dataclass(frozen=True)
@@ -104,9 +109,16 @@ def _fraction(test: str, key: str, value: Any, low_open: bool) -> float:
     return float(value)
 
 
+def _factor(test: str, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise MarkerError(f"{test}: @pytest.mark.sol({key}={value!r}): must be a number of times faster > 0, e.g. 1.15")
+    return float(value)
+
+
 def _budget_spec(test: str, key: str, value: Any) -> BudgetSpec:
     if value is None:
         return None
+    check = (lambda k, v: _factor(test, k, v)) if key == "speedup" else (lambda k, v: _fraction(test, k, v, low_open=True))
     if isinstance(value, Mapping):
         if not value:
             raise MarkerError(f"{test}: @pytest.mark.sol({key}={{}}): give at least one 'glob': budget")
@@ -114,30 +126,36 @@ def _budget_spec(test: str, key: str, value: Any) -> BudgetSpec:
         for pattern, budget in value.items():
             if not isinstance(pattern, str) or not pattern:
                 raise MarkerError(f"{test}: @pytest.mark.sol({key}=...): key {pattern!r} must be a profile-id glob string")
-            pairs.append((pattern, _fraction(test, f"{key}[{pattern!r}]", budget, low_open=True)))
+            pairs.append((pattern, check(f"{key}[{pattern!r}]", budget)))
         return tuple(pairs)
-    return _fraction(test, key, value, low_open=True)
+    return check(key, value)
 
 
 def parse_marker(test: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Budget:
     """Check ``@pytest.mark.sol`` arguments; errors name the test and the argument."""
     if args:
         raise MarkerError(
-            f"{test}: @pytest.mark.sol takes keyword arguments only (min=, mfu=, max_regression=), "
+            f"{test}: @pytest.mark.sol takes keyword arguments only (min=, mfu=, max_regression=, speedup=, reference=), "
             f"got positional {args[0]!r}"
         )
     unknown = [k for k in kwargs if k not in MARKER_KEYS]
     if unknown:
         raise MarkerError(
-            f"{test}: @pytest.mark.sol got unknown argument {unknown[0]!r}; it takes min=, mfu=, max_regression="
+            f"{test}: @pytest.mark.sol got unknown argument {unknown[0]!r}; it takes min=, mfu=, max_regression=, "
+            "speedup=, reference="
         )
     max_regression = kwargs.get("max_regression")
     if max_regression is not None:
         max_regression = _fraction(test, "max_regression", max_regression, low_open=False)
+    reference = kwargs.get("reference")
+    if reference is not None and (not isinstance(reference, str) or not reference):
+        raise MarkerError(f"{test}: @pytest.mark.sol(reference={reference!r}): give the name= of a gate=False measurement")
     return Budget(
         min=_budget_spec(test, "min", kwargs.get("min")),
         mfu=_budget_spec(test, "mfu", kwargs.get("mfu")),
         max_regression=max_regression,
+        speedup=_budget_spec(test, "speedup", kwargs.get("speedup")),
+        reference=reference,
     )
 
 
@@ -328,6 +346,47 @@ def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, setting
     if versus is not None:
         reason += f"; {versus.text}"
     return done(records.PASS, reason)
+
+
+def choose_reference(test: str, budget: Budget, measurements: Sequence[Measurement]) -> Measurement:
+    """The gate=False measurement a speedup budget is measured against: the one named by
+    ``reference=``, else the test's only one."""
+    references = [m for m in measurements if not m.gate]
+    if budget.reference is not None:
+        named = [m for m in references if m.name == budget.reference]
+        if not named:
+            raise MarkerError(
+                f"{test}: @pytest.mark.sol(reference={budget.reference!r}) but the test has no gate=False measurement "
+                f"named so (it has: {', '.join(m.name for m in references) or 'none'})"
+            )
+        return named[0]
+    if len(references) != 1:
+        raise MarkerError(
+            f"{test}: a speedup budget needs one reference: "
+            + (f"pass reference= one of {', '.join(m.name for m in references)}" if references
+               else "measure it with sol.measure(..., name='torch', gate=False)")
+        )
+    return references[0]
+
+
+def against_reference(m: Measurement, reference: Measurement, required: float) -> Measurement:
+    """A judged kernel against its speedup budget: ``reference``'s median time over ``m``'s must
+    reach ``required``. A shortfall within the two medians' own noise is ``ambiguous``; beyond it,
+    ``below-budget`` (an earlier failure stands, with this one added to its reason)."""
+    achieved = reference.seconds / m.seconds if m.seconds > 0 else 0.0
+    noise = math.hypot(*(x if math.isfinite(x) else 0.5 for x in (m.noise, reference.noise)))
+    budget = {**m.budget, "speedup": required, "reference": reference.name, "achieved_speedup": achieved}
+    judged = m.replace(budget=budget)
+    text = (f"{label(m)} is {achieved:.3g}x as fast as '{reference.name}' (median {units.seconds(m.seconds)} vs "
+            f"{units.seconds(reference.seconds)}), budget {required:g}x {('on ' + m.profile)}")
+    if achieved >= required or m.verdict == records.NOT_GATED:
+        return judged
+    if m.verdict in records.FAILING:
+        return judged.replace(reason=f"{m.reason}; also {text}")
+    if achieved * (1 + SPEEDUP_NOISE * noise) >= required:
+        return judged.replace(verdict=records.AMBIGUOUS,
+                              reason=f"{text}: short by less than the medians' noise (±{noise:.1%}); measure longer")
+    return judged.replace(verdict=records.BELOW_BUDGET, reason=f"{text}: too slow")
 
 
 def outcome(verdict: str, settings: JudgeSettings) -> str:

@@ -369,7 +369,12 @@ class SolgateSession:
         fixture = item.stash.get(FIXTURE_KEY, None)
         measured = fixture.measurements if fixture else []
         marked = BUDGET_KEY in item.stash
-        judged = self.engine.judge_test(item.nodeid, item.stash.get(BUDGET_KEY, judge.Budget()), measured) if measured else []
+        try:
+            judged = self.engine.judge_test(item.nodeid, item.stash.get(BUDGET_KEY, judge.Budget()), measured) if measured else []
+        except SolgateError as exc:  # a budget the measurements cannot meet as declared (no reference)
+            if fixture is not None:
+                fixture.close()
+            pytest.fail(str(exc), pytrace=False)
         if fixture is not None:
             fixture.close()  # a measurement after judging (a fixture's teardown) would be lost: refuse it
         item.stash[RECORDS_KEY] = judged

@@ -416,3 +416,47 @@ def test_the_summary_fits_an_80_column_terminal(suite, monkeypatch):
     # Ids too long for the line are cut from the middle: both ends say most.
     assert table[0].startswith("test_kernels.py::test_a_kernel_") and table[0].endswith("_parameters[4096] [default]")
     assert "…" in table[0] and table[1].startswith("    pass  SOL 0.")
+
+
+SPEEDUP_SUITE = """
+import pytest
+
+@pytest.mark.sol(speedup={"synth*": 1.8})
+def test_twice_as_fast(sol):
+    sol.measure(lambda: busy(1e-3), bytes=1e3, name="triton")
+    sol.measure(lambda: busy(2e-3), bytes=1e3, name="torch", gate=False)
+
+@pytest.mark.sol(speedup=1.8, reference="torch")
+def test_not_fast_enough(sol):
+    sol.measure(lambda: busy(1.6e-3), bytes=1e3, name="triton")
+    sol.measure(lambda: busy(2e-3), bytes=1e3, name="torch", gate=False)
+    sol.measure(lambda: busy(5e-3), bytes=1e3, name="eager", gate=False)
+
+@pytest.mark.sol(speedup={"h100*": 1.15})
+def test_budget_for_another_gpu(sol):
+    sol.measure(lambda: busy(1e-3), bytes=1e3, name="triton")
+    sol.measure(lambda: busy(1e-3), bytes=1e3, name="torch", gate=False)
+
+@pytest.mark.sol(speedup=1.2)
+def test_which_reference(sol):
+    sol.measure(lambda: busy(1e-3), bytes=1e3, name="triton")
+    sol.measure(lambda: busy(2e-3), bytes=1e3, name="torch", gate=False)
+    sol.measure(lambda: busy(2e-3), bytes=1e3, name="eager", gate=False)
+"""
+
+
+def test_speedup_gates_against_the_reference(suite, pytester):
+    result = suite(SPEEDUP_SUITE, "--sol-json=out.json", "--sol-markdown=out.md")
+    result.assert_outcomes(passed=2, failed=2)
+    data = {(m["test"].split("::")[-1], m["name"]): m for m in json.loads((pytester.path / "out.json").read_text())["measurements"]}
+    fast = data[("test_twice_as_fast", "triton")]
+    assert fast["verdict"] == "pass" and fast["budget"]["speedup"] == 1.8 and fast["budget"]["reference"] == "torch"
+    assert 1.8 < fast["budget"]["achieved_speedup"] < 2.2
+    slow = data[("test_not_fast_enough", "triton")]
+    assert slow["verdict"] == "below-budget" and 1.1 < slow["budget"]["achieved_speedup"] < 1.4
+    result.stdout.fnmatch_lines([
+        "*test_not_fast_enough 'triton' is 1.*x as fast as 'torch' (median 1.6* ms vs 2.0* ms), budget 1.8x on synthetic: too slow*",
+        "*test_which_reference: a speedup budget needs one reference: pass reference= one of torch, eager*",
+    ])
+    assert data[("test_budget_for_another_gpu", "triton")]["verdict"] == "pass"  # h100* does not match synthetic
+    assert "1.8x torch" in (pytester.path / "out.md").read_text()  # the budget column, in every report

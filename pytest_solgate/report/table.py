@@ -46,6 +46,8 @@ def budget_text(m: Measurement) -> str:
         parts.append(f">= {m.budget['min']:.2f}")
     if m.budget.get("mfu") is not None:
         parts.append(f"MFU >= {m.budget['mfu']:.2f}")
+    if m.budget.get("speedup") is not None:
+        parts.append(f"{m.budget['speedup']:g}x {m.budget.get('reference') or 'reference'}")
     return ", ".join(parts) or "-"
 
 
