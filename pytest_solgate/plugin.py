@@ -383,6 +383,8 @@ class SolgateSession:
             item.user_properties.append((f"sol_seconds[{m.name}]", f"{m.seconds:.6g}"))
             item.user_properties.append((f"sol_bound[{m.name}]", m.bound))
             item.user_properties.append((f"sol_verdict[{m.name}]", m.verdict or ""))
+            if (m.budget or {}).get("achieved_speedup") is not None:
+                item.user_properties.append((f"sol_speedup[{m.name}]", f"{m.budget['achieved_speedup']:.4g}"))
         if body_failed:
             return
         if marked and not measured:

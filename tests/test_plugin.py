@@ -446,7 +446,8 @@ def test_which_reference(sol):
 
 
 def test_speedup_gates_against_the_reference(suite, pytester):
-    result = suite(SPEEDUP_SUITE, "--sol-json=out.json", "--sol-markdown=out.md")
+    result = suite(SPEEDUP_SUITE, "--sol-json=out.json", "--sol-markdown=out.md", "--sol-benchmark-action=bench.json",
+                   "--junitxml=junit.xml")
     result.assert_outcomes(passed=2, failed=2)
     data = {(m["test"].split("::")[-1], m["name"]): m for m in json.loads((pytester.path / "out.json").read_text())["measurements"]}
     fast = data[("test_twice_as_fast", "triton")]
@@ -455,8 +456,37 @@ def test_speedup_gates_against_the_reference(suite, pytester):
     slow = data[("test_not_fast_enough", "triton")]
     assert slow["verdict"] == "below-budget" and 1.1 < slow["budget"]["achieved_speedup"] < 1.4
     result.stdout.fnmatch_lines([
-        "*test_not_fast_enough 'triton' is 1.*x as fast as 'torch' (median 1.6* ms vs 2.0* ms), budget 1.8x on synthetic: too slow*",
+        "*test_not_fast_enough 'triton' is 1.*x as fast as 'torch' (median * ms vs * ms), budget 1.8x on synthetic: too slow*",
         "*test_which_reference: a speedup budget needs one reference: pass reference= one of torch, eager*",
     ])
     assert data[("test_budget_for_another_gpu", "triton")]["verdict"] == "pass"  # h100* does not match synthetic
     assert "1.8x torch" in (pytester.path / "out.md").read_text()  # the budget column, in every report
+    bench = {b["name"]: b for b in json.loads((pytester.path / "bench.json").read_text())}
+    assert "x torch (budget 1.8x)" in bench["test_kernels.py::test_twice_as_fast [triton]"]["extra"]
+    assert 'name="sol_speedup[triton]"' in (pytester.path / "junit.xml").read_text()
+
+
+def test_the_calibration_is_announced_before_the_progress_dots(suite, monkeypatch):
+    """A CPU calibration takes seconds: its message stands on its own line before the tests run."""
+    from pytest_solgate import calibrate
+    from pytest_solgate.profiles import HardwareProfile
+
+    def calibrating(cache_dir, announce=print, calibration=None):
+        announce("solgate: measuring this CPU's ceilings once (stand-in) ...")
+        return HardwareProfile(id="cpu-standin", name="this CPU", kind="cpu", memory_bandwidth_gbps=1,
+                               peak_tflops={"fp32": 0.001}, ceilings="measured")
+
+    monkeypatch.setattr(calibrate, "cpu_profile", calibrating)
+    result = suite("""
+        def test_one(sol):
+            sol.measure(lambda: busy(1e-4), bytes=1e3)
+
+        def test_two(sol):
+            sol.measure(lambda: busy(1e-4), bytes=1e3)
+    """, profile=False)
+    result.assert_outcomes(passed=2)
+    lines = result.stdout.lines
+    announced = next(i for i, line in enumerate(lines) if "measuring this CPU's ceilings" in line)
+    progress = next(i for i, line in enumerate(lines) if line.startswith("test_kernels.py "))
+    assert lines[announced].startswith("solgate: ") and announced < progress
+    assert lines[progress].startswith("test_kernels.py ..")
