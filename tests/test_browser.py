@@ -21,6 +21,31 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "-
          "--disable-component-update", "--disable-sync"]
 
 
+class Visit:
+    """A page open in headless Chromium, with what it logged as errors and what it fetched from
+    anywhere but the file itself."""
+
+    def __init__(self, path: Path):
+        from playwright.sync_api import sync_playwright
+
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+        self._playwright = sync_playwright().start()
+        self.browser = self._playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        self.page = self.browser.new_page(viewport={"width": 1280, "height": 900})
+        self.page.on("console", lambda msg: self.errors.append(msg.text) if msg.type == "error" else None)
+        self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+        self.page.on("request", lambda req: self.requests.append(req.url) if not req.url.startswith("file:") else None)
+        self.page.goto(path.as_uri())
+
+    def __enter__(self) -> "Visit":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.browser.close()
+        self._playwright.stop()
+
+
 def _browser_available() -> bool:
     try:
         import playwright.sync_api  # noqa: F401
@@ -36,8 +61,6 @@ pytestmark = pytest.mark.skipif(
 
 
 def test_report_in_chromium(suite, pytester):
-    from playwright.sync_api import sync_playwright
-
     result = suite(REPORT_SUITE + """
 
 @pytest.mark.sol(min=0.3)
@@ -46,15 +69,8 @@ def test_gemm(sol):
     sol.measure(lambda: busy(3e-3), bytes=0.2e6, flops=1.5e6, name="unfused", gate=False)
 """, "--sol-report=report.html", subprocess=True)
     result.assert_outcomes(passed=2, failed=1)
-    page_path = pytester.path / "report.html"
-    errors, requests = [], []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.on("request", lambda req: requests.append(req.url) if not req.url.startswith("file:") else None)
-        page.goto(page_path.as_uri())
+    with Visit(pytester.path / "report.html") as visit:
+        page = visit.page
         assert page.locator("#sol-table tbody tr").count() == 5
         assert page.locator("svg.roofline .point.kernel").count() == 3
         assert page.locator("svg.roofline .point.reference").count() == 1  # the unfused reference, joined
@@ -79,17 +95,14 @@ def test_gemm(sol):
         assert page.locator("#sol-table").get_attribute("data-sort-dir") == "asc"
         OUTPUT.mkdir(exist_ok=True)
         page.screenshot(path=str(OUTPUT / "sol-report.png"), full_page=True)
-        browser.close()
-    assert not errors, errors
-    assert not requests, requests
+    assert not visit.errors, visit.errors
+    assert not visit.requests, visit.requests
     assert (OUTPUT / "sol-report.png").stat().st_size > 10_000
 
 
 def test_trend_page_in_chromium(tmp_path):
     """Small multiples: a panel per measurement with its band, budget line, change point and
     hovers; the filter box hides panels; nothing is fetched from the network."""
-    from playwright.sync_api import sync_playwright
-
     from pytest_solgate import history
     from pytest_solgate.records import Measurement, RunInfo
     from test_cli import solgate
@@ -107,14 +120,8 @@ def test_trend_page_in_chromium(tmp_path):
             store.record_run(run, ms)
     done = solgate("trend", "-o", str(tmp_path / "sol-trend.html"), "--history", str(tmp_path / "h.db"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    errors, requests = [], []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.on("request", lambda req: requests.append(req.url) if not req.url.startswith("file:") else None)
-        page.goto((tmp_path / "sol-trend.html").as_uri())
+    with Visit(tmp_path / "sol-trend.html") as visit:
+        page = visit.page
         panels = page.locator(".panel")
         assert panels.count() == 4
         add = page.locator(".panel", has_text="test_add[4096] [triton]")
@@ -131,6 +138,5 @@ def test_trend_page_in_chromium(tmp_path):
         assert all(panels.nth(i).is_visible() for i in range(4))
         OUTPUT.mkdir(exist_ok=True)
         page.screenshot(path=str(OUTPUT / "sol-trend.png"), full_page=True)
-        browser.close()
-    assert not errors, errors
-    assert not requests, requests
+    assert not visit.errors, visit.errors
+    assert not visit.requests, visit.requests
