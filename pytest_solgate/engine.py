@@ -111,6 +111,10 @@ class Engine:
         self._unsaid = list(self._context.warnings)
         return self._context
 
+    def resolved_profile(self) -> HardwareProfile | None:
+        """The profile measurements were scored against, if any were taken (never resolves one)."""
+        return self._context.profile if self._context is not None else None
+
     def _resolve(self) -> Context:
         choice = backends.choose_device(self.settings.device, worker_index(), worker_count())
         facts = backends.device_facts(choice)

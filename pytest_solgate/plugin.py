@@ -457,9 +457,10 @@ class SolgateSession:
             else:
                 self.records, said = record.save(self.history_location, self.state_dir, run, self.records)
             self.messages += said
+        scored = self._engine.resolved_profile() if self._engine is not None else None
         self.messages += outputs.publish(
             self.settings, run, self.records, Path(self.config.invocation_params.dir), self.state_dir,
-            self.profile_option,
+            self.profile_option, [scored] if scored is not None else [],
         )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

@@ -466,7 +466,7 @@ def test_speedup_gates_against_the_reference(suite, pytester):
     assert 'name="sol_speedup[triton]"' in (pytester.path / "junit.xml").read_text()
 
 
-def test_the_calibration_is_announced_before_the_progress_dots(suite, monkeypatch):
+def test_the_calibration_is_announced_before_the_progress_dots(suite, monkeypatch, pytester):
     """A CPU calibration takes seconds: its message stands on its own line before the tests run."""
     from pytest_solgate import calibrate
     from pytest_solgate.profiles import HardwareProfile
@@ -483,8 +483,12 @@ def test_the_calibration_is_announced_before_the_progress_dots(suite, monkeypatc
 
         def test_two(sol):
             sol.measure(lambda: busy(1e-4), bytes=1e3)
-    """, profile=False)
+    """, "--sol-report=r.html", profile=False)
     result.assert_outcomes(passed=2)
+    # The stand-in profile is on no disk (like a calibration that refused to cache itself): the
+    # report still draws its charts from the profile the session scored against.
+    page = (pytester.path / "r.html").read_text()
+    assert 'aria-label="roofline for cpu-standin"' in page and "No profile file was found" not in page
     lines = result.stdout.lines
     announced = next(i for i, line in enumerate(lines) if "measuring this CPU's ceilings" in line)
     progress = next(i for i, line in enumerate(lines) if line.startswith("test_kernels.py "))

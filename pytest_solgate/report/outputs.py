@@ -17,12 +17,16 @@ from pytest_solgate.records import Measurement, RunInfo
 from pytest_solgate.settings import Settings
 
 
-def _profiles(option: ProfileOption | None, state_dir: Path, wanted: set[str]) -> dict[str, HardwareProfile]:
+def _profiles(
+    option: ProfileOption | None, state_dir: Path, wanted: set[str], scored: Sequence[HardwareProfile] = ()
+) -> dict[str, HardwareProfile]:
     from pytest_solgate.profiles import known_profiles
 
-    found: dict[str, HardwareProfile] = {}
+    # The profiles this session scored against come first: a CPU calibration that was not cached
+    # (its repetitions disagreed) is on no disk, and the roofline still needs its ceilings.
+    found: dict[str, HardwareProfile] = {p.id: p for p in scored}
     if option is not None and option.profile is not None:
-        found[option.profile.id] = option.profile
+        found.setdefault(option.profile.id, option.profile)
     try:
         for profile in known_profiles(state_dir, option.folders if option else ()):
             if profile.id in wanted:
@@ -39,6 +43,7 @@ def publish(
     invocation_dir: Path,
     state_dir: Path,
     profile_option: ProfileOption | None = None,
+    scored_profiles: Sequence[HardwareProfile] = (),
 ) -> list[str]:
     """Writes the reports; returns the messages to print."""
     from pytest_solgate import atomic, schema
@@ -83,6 +88,6 @@ def publish(
     if settings.report:
         from pytest_solgate.report import html
 
-        profiles = _profiles(profile_option, state_dir, {m.profile for m in measurements})
+        profiles = _profiles(profile_option, state_dir, {m.profile for m in measurements}, scored_profiles)
         write(settings.report, "HTML report", lambda: html.render_report(run, measurements, profiles))
     return messages
