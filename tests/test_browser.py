@@ -67,14 +67,19 @@ def test_report_in_chromium(suite, pytester):
 def test_gemm(sol):
     sol.measure(lambda: busy(2e-3), bytes=0.2e6, flops=1.5e6, name="fused")
     sol.measure(lambda: busy(3e-3), bytes=0.2e6, flops=1.5e6, name="unfused", gate=False)
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_kernel_with_a_long_parametrized_name_and_a_long_reference(sol, dtype):
+    sol.measure(lambda: busy(2e-3), bytes=0.2e6, flops=1.5e6, name="triton-fused-kernel")
+    sol.measure(lambda: busy(3e-3), bytes=0.2e6, flops=1.5e6, name="torch-unfused-eager-reference", gate=False)
 """, "--sol-report=report.html", subprocess=True)
-    result.assert_outcomes(passed=2, failed=1)
+    result.assert_outcomes(passed=4, failed=1)
     with Visit(pytester.path / "report.html") as visit:
         page = visit.page
-        assert page.locator("#sol-table tbody tr").count() == 5
-        assert page.locator("svg.roofline .point.kernel").count() == 3
-        assert page.locator("svg.roofline .point.reference").count() == 1  # the unfused reference, joined
-        assert page.locator("svg.roofline line.link").count() == 1
+        assert page.locator("#sol-table tbody tr").count() == 9
+        assert page.locator("svg.roofline .point.kernel").count() == 5
+        assert page.locator("svg.roofline .point.reference").count() == 3  # each joined to its kernel
+        assert page.locator("svg.roofline line.link").count() == 3
         assert page.locator("table.bandwidth tr.bar").count() == 1  # test_fast's flop-less reference
         assert page.locator("#sol-table tbody tr").first.get_attribute("data-verdict") == "below-budget"
         title = page.locator("svg.roofline circle.point title").first.text_content()
