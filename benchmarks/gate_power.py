@@ -29,8 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import machine  # noqa: E402
-from pytest_solgate import judge, records  # noqa: E402
-from pytest_solgate.records import Measurement  # noqa: E402
+from pytest_solgate import judge, results  # noqa: E402
+from pytest_solgate.results import Measurement  # noqa: E402
 
 KERNELS = ("add", "mm", "softmax", "copy")
 PROFILE = """
@@ -145,7 +145,7 @@ def replay_power(values: dict[str, list[Measurement]], slowdown: float, window: 
             head = series[i]
             slowed = head.replace(sol=head.sol / (1 + slowdown), seconds=head.seconds * (1 + slowdown))
             verdict = judge.against_window(slowed, judge.BaselineWindow(runs=runs), 0.05, settings).verdict
-            caught += verdict == records.REGRESSED
+            caught += verdict == results.REGRESSED
             tried += 1
     return caught, tried
 
@@ -175,7 +175,7 @@ def main() -> None:
         row = "  ".join(f"{k} {results[k]['sol']:.4f} {results[k]['verdict']:<9}" for k in KERNELS)
         print(f"run {i + 1:>2} ({seconds:4.1f} s)  {row}", flush=True)
     counts = {v: verdicts.count(v) for v in sorted(set(verdicts))}
-    false_alarms = verdicts.count(records.REGRESSED)
+    false_alarms = verdicts.count(results.REGRESSED)
     print(f"A/A: {false_alarms} false 'regressed' in {len(verdicts)} measurements (target <= 1); verdicts {counts}")
     for kernel in KERNELS:
         sols = [m.sol for m in series[kernel]]
@@ -187,7 +187,7 @@ def main() -> None:
     for attempt in range(2):
         results, _ = repo.run()
         add = results["add"]
-        caught += add["verdict"] == records.REGRESSED
+        caught += add["verdict"] == results.REGRESSED
         others = {k: results[k]["verdict"] for k in KERNELS if k != "add"}
         print(f"slow commit, run {attempt + 1}: add {add['verdict']} ({add['reason'][:160]}...); others {others}")
     print(f"a {args.slowdown - 1:.0%} slowdown of add caught in {caught} of 2 runs at its commit (target 2 of 2)")

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from _common import machine  # noqa: E402
 from pytest_solgate import cli, history  # noqa: E402
-from pytest_solgate.records import Measurement, RunInfo  # noqa: E402
+from pytest_solgate.results import Measurement, RunInfo  # noqa: E402
 
 PER_RUN = 100
 TESTS = 50  # 50 tests x 2 measurement names = 100 measurements per run

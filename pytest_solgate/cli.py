@@ -309,7 +309,7 @@ def _find_commit(ref: str, shas: set[str], history_path: str) -> str:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from pytest_solgate import baseline, gitinfo, judge, records, units
+    from pytest_solgate import baseline, gitinfo, judge, results, units
 
     if args.max_regression is not None and not 0 <= args.max_regression < 1:
         raise UsageFailure(f"--max-regression={args.max_regression}: give a fraction in [0, 1)")
@@ -350,7 +350,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             tolerance = (h.budget or {}).get("max_regression")
         tolerance = settings.max_regression if tolerance is None else tolerance
         result = judge.against_window(h, window, tolerance, settings)
-        regressed += result.verdict == records.REGRESSED
+        regressed += result.verdict == results.REGRESSED
         floor = units.percent(result.floor) if result.floor is not None else "?"
         print(f"{label:<60} {result.centre:>7.3f} {h.sol:>7.3f} {units.percent(result.change, True):>8} {floor:>7}  "
               f"{result.verdict}")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from pytest_solgate import backends, calibrate, environment, judge, locking, measure, records, score, telemetry
+from pytest_solgate import backends, calibrate, environment, judge, locking, measure, results, score, telemetry
 from pytest_solgate.errors import MeasureError, OptionError, ProfileError, SolgateError
 from pytest_solgate.profiles import (
     HardwareProfile,
@@ -25,7 +25,7 @@ from pytest_solgate.profiles import (
     load_profile,
     resolve_profile_option,
 )
-from pytest_solgate.records import Measurement
+from pytest_solgate.results import Measurement
 from pytest_solgate.settings import Settings
 from pytest_solgate.work import make_work
 
@@ -346,7 +346,7 @@ class Engine:
 
     def effect(self, measurement: Measurement) -> str:
         """What a judged measurement does to its test under --sol-gate: "fail", "warn" or "pass"."""
-        return judge.outcome(measurement.verdict or records.PASS, self.judge_settings)
+        return judge.outcome(measurement.verdict or results.PASS, self.judge_settings)
 
     def _judge_one(self, budget: judge.Budget, measurement: Measurement) -> Measurement:
         """The verdict; a suspected regression is measured again (a fresh block of samples) and
@@ -359,7 +359,7 @@ class Engine:
             )
         judged = judge.judge(measurement, budget, window, self.judge_settings)
         retake = self._retake.get((measurement.test, measurement.name))
-        if judged.verdict != records.REGRESSED or retake is None:
+        if judged.verdict != results.REGRESSED or retake is None:
             return judged
         second = judge.judge(retake(), budget, window, self.judge_settings)
         return judge.confirm(judged, second)

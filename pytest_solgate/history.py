@@ -27,7 +27,7 @@ from typing import Any, Iterator, NamedTuple, Sequence
 
 from pytest_solgate.errors import HistoryError
 from pytest_solgate.judge import BaselineRun
-from pytest_solgate.records import Measurement, RunInfo
+from pytest_solgate.results import Measurement, RunInfo
 from pytest_solgate.stats import median
 
 APPLICATION_ID = 0x536F4C47  # "SoLG"

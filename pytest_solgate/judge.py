@@ -7,9 +7,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from pytest_solgate import backends, records, stats, units
+from pytest_solgate import backends, results, stats, units
 from pytest_solgate.errors import MarkerError
-from pytest_solgate.records import AMBIGUOUS, IMPROVED, PASS, REGRESSED, Measurement
+from pytest_solgate.results import AMBIGUOUS, IMPROVED, PASS, REGRESSED, Measurement
 from pytest_solgate.settings import DEFAULT_MAX_REGRESSION
 
 MARKER_KEYS = ("min", "mfu", "max_regression", "speedup", "reference")
@@ -311,41 +311,41 @@ def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, setting
 
     where = f"on {m.profile}"
     if not m.gate:
-        return done(records.NOT_GATED, "gate=False: recorded for reference, not judged")
+        return done(results.NOT_GATED, "gate=False: recorded for reference, not judged")
     if not backends.is_gated(m.backend):
-        return done(records.NOT_GATED, "TRITON_INTERPRET=1: the Triton interpreter's timings mean nothing")
+        return done(results.NOT_GATED, "TRITON_INTERPRET=1: the Triton interpreter's timings mean nothing")
     if settings.gate == "off":
-        return done(records.NOT_GATED, "--sol-gate=off")
+        return done(results.NOT_GATED, "--sol-gate=off")
     if m.sol > ABOVE_SOL_LIMIT:
         return done(
-            records.ABOVE_SOL,
+            results.ABOVE_SOL,
             f"{label(m)} SOL {m.sol:.2f} > {ABOVE_SOL_LIMIT} {where} is impossible: {describe(m)}; "
             "check the declared bytes/flops and the profile's ceilings, or whether the cache served the data",
         )
     if min_sol is not None and m.sol < min_sol:
         return done(
-            records.BELOW_BUDGET,
+            results.BELOW_BUDGET,
             f"{label(m)} SOL {m.sol:.2f} < budget {min_sol:.2f} {where}: {describe(m)}, {timing_phrase(m)}",
         )
     if min_mfu is not None and not any(m.flops.values()):
         return done(
-            records.BELOW_BUDGET,
+            results.BELOW_BUDGET,
             f"{label(m)} has an MFU budget of {min_mfu:.2f} {where} but declares no FLOPs, so its MFU is 0 "
             "(count_flops counts pointwise ops, softmax and norms as 0): pass flops= or drop mfu= from the marker",
         )
     if min_mfu is not None and m.mfu < min_mfu:
         return done(
-            records.BELOW_BUDGET,
+            results.BELOW_BUDGET,
             f"{label(m)} MFU {m.mfu:.2f} < budget {min_mfu:.2f} {where}: {describe(m)}, {timing_phrase(m)}",
         )
-    if versus is not None and versus.verdict != records.PASS:
+    if versus is not None and versus.verdict != results.PASS:
         return done(versus.verdict, versus.text)
     if min_sol is None and min_mfu is None and versus is None:
-        return done(records.PASS, f"no budget for {m.profile} and no baseline: recorded")
+        return done(results.PASS, f"no budget for {m.profile} and no baseline: recorded")
     reason = f"{label(m)} SOL {m.sol:.2f} {where}: {describe(m)}, {timing_phrase(m)}"
     if versus is not None:
         reason += f"; {versus.text}"
-    return done(records.PASS, reason)
+    return done(results.PASS, reason)
 
 
 def choose_reference(test: str, budget: Budget, measurements: Sequence[Measurement]) -> Measurement:
@@ -379,22 +379,22 @@ def against_reference(m: Measurement, reference: Measurement, required: float) -
     judged = m.replace(budget=budget)
     text = (f"{label(m)} is {achieved:.3g}x as fast as '{reference.name}' (median {units.seconds(m.seconds)} vs "
             f"{units.seconds(reference.seconds)}), budget {required:g}x {('on ' + m.profile)}")
-    if achieved >= required or m.verdict == records.NOT_GATED:
+    if achieved >= required or m.verdict == results.NOT_GATED:
         return judged
-    if m.verdict in records.FAILING:
+    if m.verdict in results.FAILING:
         return judged.replace(reason=f"{m.reason}; also {text}")
     if achieved * (1 + SPEEDUP_NOISE * noise) >= required:
-        return judged.replace(verdict=records.AMBIGUOUS,
+        return judged.replace(verdict=results.AMBIGUOUS,
                               reason=f"{text}: short by less than the medians' noise (±{noise:.1%}); measure longer")
-    return judged.replace(verdict=records.BELOW_BUDGET, reason=f"{text}: too slow")
+    return judged.replace(verdict=results.BELOW_BUDGET, reason=f"{text}: too slow")
 
 
 def outcome(verdict: str, settings: JudgeSettings) -> str:
     """What a verdict does to its test: 'fail', 'warn' or 'pass'."""
-    if verdict == records.AMBIGUOUS:
+    if verdict == results.AMBIGUOUS:
         return "warn"
-    if verdict not in records.FAILING:
+    if verdict not in results.FAILING:
         return "pass"
-    if settings.gate == "warn" or (verdict == records.ABOVE_SOL and settings.above_one == "warn"):
+    if settings.gate == "warn" or (verdict == results.ABOVE_SOL and settings.above_one == "warn"):
         return "warn"
     return "fail"

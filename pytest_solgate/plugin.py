@@ -23,7 +23,7 @@ from pytest_solgate.settings import HISTORY_VARIABLE, OPTIONS, Settings, parse_s
 from pytest_solgate.work import measurement_name
 
 if TYPE_CHECKING:
-    from pytest_solgate.records import Measurement
+    from pytest_solgate.results import Measurement
 
 # Only what every run needs is imported above: a suite that never measures must not pay for the
 # engine, the history or the reports (benchmarks/overhead.py keeps us honest).
@@ -413,7 +413,7 @@ class SolgateSession:
         data = getattr(report, "solgate_records", None)
         if not data or self.is_worker:
             return
-        from pytest_solgate.records import Measurement
+        from pytest_solgate.results import Measurement
 
         self.records += [Measurement.from_dict(d) for d in data]
 

@@ -12,7 +12,7 @@ from typing import Sequence
 
 from pytest_solgate import history, spool
 from pytest_solgate.errors import HistoryError
-from pytest_solgate.records import Measurement, RunInfo
+from pytest_solgate.results import Measurement, RunInfo
 
 
 def _spool(state_dir: Path, run: RunInfo, measurements: Sequence[Measurement], why: HistoryError) -> str:

@@ -11,7 +11,7 @@ from typing import Sequence
 from pytest_solgate import __version__, gitinfo
 from pytest_solgate.environment import cuda_version, driver_version, package_version
 from pytest_solgate.history import redact
-from pytest_solgate.records import Measurement, RunInfo
+from pytest_solgate.results import Measurement, RunInfo
 
 
 def build_run_info(

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from pytest_solgate.errors import ImportFileError
 from pytest_solgate.precisions import PRECISIONS
-from pytest_solgate.records import SCHEMA, VERDICTS, Measurement, RunInfo
+from pytest_solgate.results import SCHEMA, VERDICTS, Measurement, RunInfo
 
 MAX_SECONDS = 86_400.0
 MAX_SAMPLES = 1_000_000

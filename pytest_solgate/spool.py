@@ -15,7 +15,7 @@ from typing import Sequence
 from pytest_solgate import atomic, schema
 from pytest_solgate.errors import HistoryError, ImportFileError
 from pytest_solgate.history import HistoryUnavailable, Store
-from pytest_solgate.records import Measurement, RunInfo
+from pytest_solgate.results import Measurement, RunInfo
 
 FOLDER = "spool"
 

@@ -109,7 +109,7 @@ def test_trend_page_in_chromium(tmp_path):
     """Small multiples: a panel per measurement with its band, budget line, change point and
     hovers; the filter box hides panels; nothing is fetched from the network."""
     from pytest_solgate import history
-    from pytest_solgate.records import Measurement, RunInfo
+    from pytest_solgate.results import Measurement, RunInfo
     from test_cli import solgate
 
     sols = [0.60, 0.61, 0.59, 0.60, 0.61, 0.60, 0.45, 0.46, 0.44, 0.45, 0.46, 0.45]

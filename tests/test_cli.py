@@ -157,7 +157,7 @@ def test_sol_profile_folder_is_checked_at_start(pytester):
 
 def test_compare_refuses_an_ambiguous_or_empty_sha(tmp_path, history_location):
     from pytest_solgate.history import open_store
-    from pytest_solgate.records import Measurement, RunInfo
+    from pytest_solgate.results import Measurement, RunInfo
 
     m = Measurement(test="t.py::test_k", name="default", profile="p", backend="cpu", flops={}, bytes=1.0, seconds=1e-3,
                     samples=(1e-3,), noise=0.0, t_sol=1e-4, sol=0.1, mfu=0.0, bound="memory", tflops=0.0, gbps=1.0)

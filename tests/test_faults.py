@@ -16,7 +16,7 @@ import time
 import pytest
 
 from pytest_solgate.history import SqliteStore, open_store
-from pytest_solgate.records import Measurement, RunInfo
+from pytest_solgate.results import Measurement, RunInfo
 from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE
 
 PER_RUN = 3

@@ -12,7 +12,7 @@ from pytest_solgate import cli
 from pytest_solgate.errors import ProfileError
 from pytest_solgate.history import SqliteStore
 from pytest_solgate.profiles import builtin_profiles, load_profile, match_device
-from pytest_solgate.records import Measurement, RunInfo
+from pytest_solgate.results import Measurement, RunInfo
 from pytest_solgate.schema import dump
 from pytest_solgate.score import score
 from pytest_solgate.work import PRECISIONS, make_work

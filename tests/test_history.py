@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 from pytest_solgate import history
-from pytest_solgate.records import Measurement, RunInfo
+from pytest_solgate.results import Measurement, RunInfo
 from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE, git, init_repo  # noqa: F401
 
 KERNEL_TEST = KERNELS + '''

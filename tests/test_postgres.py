@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from pytest_solgate import history, record, spool
-from pytest_solgate.records import Measurement, RunInfo
+from pytest_solgate.results import Measurement, RunInfo
 from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE
 from test_cli import solgate
 from throwaway_postgres import ADMIN_PASSWORD, Cluster

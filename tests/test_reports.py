@@ -6,10 +6,10 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 
-from pytest_solgate import records, schema
+from pytest_solgate import results, schema
 from pytest_solgate.profiles import HardwareProfile
-from pytest_solgate.records import Measurement, RunInfo
 from pytest_solgate.report import html, machine, markdown, roofline, terminal
+from pytest_solgate.results import Measurement, RunInfo
 
 PROFILE = HardwareProfile(id="synthetic", name="Synthetic", kind="cpu", memory_bandwidth_gbps=1,
                           peak_tflops={"fp32": 0.001}, ceilings="measured", source="tests")
@@ -17,7 +17,7 @@ RUN = RunInfo(id="r" * 32, started_at="2026-12-02T10:00:00+00:00", commit="c" * 
               device="cpu", profile="synthetic", ceilings="measured", plugin="0.1.0", python="3.11")
 
 
-def record(test="t.py::test_k", name="default", verdict=records.PASS, sol=0.5, intensity=0.1, tflops=1e-4, **extra):
+def record(test="t.py::test_k", name="default", verdict=results.PASS, sol=0.5, intensity=0.1, tflops=1e-4, **extra):
     fields = dict(
         test=test, name=name, profile="synthetic", backend="cpu", flops={"fp32": 1e5}, bytes=1e6, seconds=1e-3,
         samples=(1e-3, 1.1e-3, 0.9e-3) * 4, noise=0.01, t_sol=0.5e-3, sol=sol, mfu=0.1, bound="memory",
@@ -28,16 +28,16 @@ def record(test="t.py::test_k", name="default", verdict=records.PASS, sol=0.5, i
     return Measurement(**fields)
 
 
-EVERY_VERDICT = [record(test=f"t.py::test_{i}", verdict=v) for i, v in enumerate(records.VERDICTS)]
+EVERY_VERDICT = [record(test=f"t.py::test_{i}", verdict=v) for i, v in enumerate(results.VERDICTS)]
 
 
 def test_every_verdict_appears_failures_first():
     page = html.render_report(RUN, EVERY_VERDICT, {"synthetic": PROFILE})
     rows = re.findall(r'<tr class="[^"]*" data-verdict="([^"]+)"', page)
-    assert rows[:3] == ["below-budget", "regressed", "above-sol"] and sorted(rows) == sorted(records.VERDICTS)
-    for verdict in records.VERDICTS:
+    assert rows[:3] == ["below-budget", "regressed", "above-sol"] and sorted(rows) == sorted(results.VERDICTS)
+    for verdict in results.VERDICTS:
         assert f"reason for {verdict}" in page
-    assert page.count('class="point kernel"') == len(records.VERDICTS)
+    assert page.count('class="point kernel"') == len(results.VERDICTS)
     text = "\n".join(terminal.render(EVERY_VERDICT))
     assert text.index("below-budget") < text.index("pass")
 
@@ -204,7 +204,7 @@ def test_a_rendering_failure_leaves_the_previous_report(suite, pytester, monkeyp
 
 def test_each_kernel_row_shows_its_torch_reference():
     ours = record(test="t.py::test_gemm", name="triton", sol=0.8, seconds=1e-3)
-    torch_ref = record(test="t.py::test_gemm", name="torch", sol=0.4, seconds=2e-3, gate=False, verdict=records.NOT_GATED)
+    torch_ref = record(test="t.py::test_gemm", name="torch", sol=0.4, seconds=2e-3, gate=False, verdict=results.NOT_GATED)
     other = record(test="t.py::test_other", name="default")
     from pytest_solgate.report.table import row
 
@@ -218,7 +218,7 @@ def test_each_kernel_row_shows_its_torch_reference():
 
 def test_the_terminal_table_fits_80_columns():
     long_id = "kernels/test_attention.py::test_flash_attention_forward[bf16-causal-seqlen8192-heads32-dim128]"
-    ms = [record(test=long_id, verdict=records.BELOW_BUDGET), record(test="t.py::test_k", name="torch", gate=False)]
+    ms = [record(test=long_id, verdict=results.BELOW_BUDGET), record(test="t.py::test_k", name="torch", gate=False)]
     wide = terminal.render(ms)
     assert max(len(line) for line in wide) > 80  # the table as is
     narrow = terminal.render(ms, width=80)
@@ -234,7 +234,7 @@ def test_markdown_cuts_cells_at_words_and_keeps_whole_reasons():
 
     reason = "test_k SOL 0.21 < budget 0.85 on h100-sxm: " + "the kernel moved 1.34 GB in 4.2 ms over 136 samples " * 4
     long_id = "t.py::test_" + "very_long_name_" * 12
-    text = markdown.render(RUN, [record(test=long_id, verdict=records.BELOW_BUDGET, reason=reason)])
+    text = markdown.render(RUN, [record(test=long_id, verdict=results.BELOW_BUDGET, reason=reason)])
     cell = text.split("\n| ")[2].split(" | ")[0]  # the first cell of the first row
     assert cell.endswith("…") and len(cell) <= MAX_CELL and not cell[:-1].endswith("very_long_nam")
     assert "- " + reason.strip().replace("<", "&lt;") in text  # the details hold the whole reason, not "over 136 samp..."

@@ -4,10 +4,10 @@ import math
 
 import pytest
 
-from pytest_solgate import judge, records, stats
+from pytest_solgate import judge, results, stats
 from pytest_solgate.errors import MarkerError, WorkError
 from pytest_solgate.profiles import HardwareProfile
-from pytest_solgate.records import Measurement
+from pytest_solgate.results import Measurement
 from pytest_solgate.score import score, sol_at_clock
 from pytest_solgate.work import make_work
 
@@ -64,14 +64,14 @@ SETTINGS = judge.JudgeSettings()
 @pytest.mark.parametrize(
     "m, budget, verdict",
     [
-        (measurement(0.9), judge.Budget(min=0.85), records.PASS),
-        (measurement(0.7), judge.Budget(min=0.85), records.BELOW_BUDGET),
-        (measurement(0.7), judge.Budget(min=(("a100*", 0.9), ("h100*", 0.6))), records.PASS),
-        (measurement(0.7), judge.Budget(min=(("a100*", 0.9),)), records.PASS),
-        (measurement(1.2), judge.Budget(min=0.5), records.ABOVE_SOL),
-        (measurement(0.9, mfu=0.1), judge.Budget(mfu=0.5), records.BELOW_BUDGET),
-        (measurement(0.2, gate=False), judge.Budget(min=0.85), records.NOT_GATED),
-        (measurement(0.2, backend="triton-interpreter"), judge.Budget(min=0.85), records.NOT_GATED),
+        (measurement(0.9), judge.Budget(min=0.85), results.PASS),
+        (measurement(0.7), judge.Budget(min=0.85), results.BELOW_BUDGET),
+        (measurement(0.7), judge.Budget(min=(("a100*", 0.9), ("h100*", 0.6))), results.PASS),
+        (measurement(0.7), judge.Budget(min=(("a100*", 0.9),)), results.PASS),
+        (measurement(1.2), judge.Budget(min=0.5), results.ABOVE_SOL),
+        (measurement(0.9, mfu=0.1), judge.Budget(mfu=0.5), results.BELOW_BUDGET),
+        (measurement(0.2, gate=False), judge.Budget(min=0.85), results.NOT_GATED),
+        (measurement(0.2, backend="triton-interpreter"), judge.Budget(min=0.85), results.NOT_GATED),
     ],
 )
 def test_verdicts(m, budget, verdict):
@@ -86,13 +86,13 @@ def test_below_budget_message_is_actionable():
 
 def test_gate_off_and_warn():
     off = judge.JudgeSettings(gate="off")
-    assert judge.judge(measurement(0.1), judge.Budget(min=0.85), None, off).verdict == records.NOT_GATED
+    assert judge.judge(measurement(0.1), judge.Budget(min=0.85), None, off).verdict == results.NOT_GATED
     warn = judge.JudgeSettings(gate="warn")
-    assert judge.outcome(records.BELOW_BUDGET, warn) == "warn"
-    assert judge.outcome(records.BELOW_BUDGET, SETTINGS) == "fail"
-    assert judge.outcome(records.ABOVE_SOL, judge.JudgeSettings(above_one="warn")) == "warn"
-    assert judge.outcome(records.AMBIGUOUS, SETTINGS) == "warn"
-    assert judge.outcome(records.IMPROVED, SETTINGS) == "pass"
+    assert judge.outcome(results.BELOW_BUDGET, warn) == "warn"
+    assert judge.outcome(results.BELOW_BUDGET, SETTINGS) == "fail"
+    assert judge.outcome(results.ABOVE_SOL, judge.JudgeSettings(above_one="warn")) == "warn"
+    assert judge.outcome(results.AMBIGUOUS, SETTINGS) == "warn"
+    assert judge.outcome(results.IMPROVED, SETTINGS) == "pass"
 
 
 def window(*sols, noise=0.002, commit="a", ceilings_id="", environment=None):
@@ -115,29 +115,29 @@ STEADY = (0.70, 0.72, 0.69, 0.71, 0.70)
 
 def test_window_regressed_ambiguous_improved_pass():
     got = judge.judge(at_sol(0.56), judge.Budget(), window(*STEADY), SETTINGS)
-    assert got.verdict == records.REGRESSED, got.reason
+    assert got.verdict == results.REGRESSED, got.reason
     assert "vs 0.704 over 5 baseline runs from eeeeeeeeee to aaaaaaaaaa" in got.reason
     assert "tolerance 5.0%, noise floor 6.4%" in got.reason and "99 % t prediction bound over 5 runs" in got.reason
     info = got.baseline
     assert info["runs"] == 5 and info["commit"] == "a" * 40 and info["oldest_commit"] == "e" * 40
     assert abs(info["noise_floor"] - 0.0642) < 0.001 and info["test"] == "t-prediction-99" and info["compared_on"] == "sol"
-    assert judge.judge(at_sol(0.85), judge.Budget(), window(*STEADY), SETTINGS).verdict == records.IMPROVED
-    assert judge.judge(at_sol(0.70), judge.Budget(), window(*STEADY), SETTINGS).verdict == records.PASS
+    assert judge.judge(at_sol(0.85), judge.Budget(), window(*STEADY), SETTINGS).verdict == results.IMPROVED
+    assert judge.judge(at_sol(0.70), judge.Budget(), window(*STEADY), SETTINGS).verdict == results.PASS
     # the marker's tolerance wins over the default
-    assert judge.judge(at_sol(0.56), judge.Budget(max_regression=0.5), window(*STEADY), SETTINGS).verdict == records.PASS
+    assert judge.judge(at_sol(0.56), judge.Budget(max_regression=0.5), window(*STEADY), SETTINGS).verdict == results.PASS
 
 
 def test_a_drop_within_the_noise_floor_is_ambiguous_and_names_the_floor():
     noisy = (0.70, 0.80, 0.60, 0.75, 0.65)  # +-10 % from run to run: the floor is near 35 %
     got = judge.judge(at_sol(0.60), judge.Budget(), window(*noisy), SETTINGS)
-    assert got.verdict == records.AMBIGUOUS
+    assert got.verdict == results.AMBIGUOUS
     assert "below this runner's noise floor of" in got.reason and "raise max_regression above" in got.reason
     assert got.baseline["noise_floor"] > 0.25
 
 
 def test_one_run_cannot_show_the_spread_so_a_drop_is_ambiguous():
     got = judge.judge(at_sol(0.35), judge.Budget(), window(0.70), SETTINGS)
-    assert got.verdict == records.AMBIGUOUS
+    assert got.verdict == results.AMBIGUOUS
     assert "noise floor unknown (one run)" in got.reason and got.baseline["noise_floor"] is None
 
 
@@ -145,7 +145,7 @@ def test_within_run_precision_bounds_the_spread_from_below():
     # Identical run values cannot mean zero noise: each run's own precision (0.5 % half-width) counts.
     identical = window(0.7, 0.7, 0.7, noise=0.05)
     got = judge.judge(at_sol(0.63), judge.Budget(), identical, SETTINGS)
-    assert got.verdict == records.AMBIGUOUS and got.baseline["spread"] >= 0.05 / stats.Z_95
+    assert got.verdict == results.AMBIGUOUS and got.baseline["spread"] >= 0.05 / stats.Z_95
 
 
 def test_changed_ceilings_compare_times_not_sol():
@@ -154,25 +154,25 @@ def test_changed_ceilings_compare_times_not_sol():
     runs = tuple(r.__class__(**{**r.__dict__, "seconds": 1e-3}) for r in old.runs)
     m = at_sol(0.70).replace(seconds=1e-3, ceilings_id="new-ceilings")
     got = judge.judge(m, judge.Budget(), judge.BaselineWindow(runs=runs), SETTINGS)
-    assert got.verdict == records.PASS and got.baseline["compared_on"] == "time"
+    assert got.verdict == results.PASS and got.baseline["compared_on"] == "time"
     assert abs(got.baseline["change"]) < 1e-9 and "compared on time" in got.reason
 
 
 def test_environment_that_differs_turns_a_regression_ambiguous():
     differs = judge.BaselineWindow(runs=window(*STEADY).runs, environment_differs=("torch 2.12.0 -> 2.13.0",))
     got = judge.judge(at_sol(0.56), judge.Budget(), differs, SETTINGS)
-    assert got.verdict == records.AMBIGUOUS and "another environment (torch 2.12.0 -> 2.13.0)" in got.reason
+    assert got.verdict == results.AMBIGUOUS and "another environment (torch 2.12.0 -> 2.13.0)" in got.reason
 
 
 def test_confirmation_keeps_or_drops_a_suspected_regression():
     first = judge.judge(at_sol(0.56), judge.Budget(), window(*STEADY), SETTINGS)
     slow_again = judge.judge(at_sol(0.55), judge.Budget(), window(*STEADY), SETTINGS)
     kept = judge.confirm(first, slow_again)
-    assert kept.verdict == records.REGRESSED and kept.baseline["confirmed"] is True
+    assert kept.verdict == results.REGRESSED and kept.baseline["confirmed"] is True
     assert "confirmed by a re-measurement (SOL 0.560, then 0.550)" in kept.reason
     fine_now = judge.judge(at_sol(0.70), judge.Budget(), window(*STEADY), SETTINGS)
     cleared = judge.confirm(first, fine_now)
-    assert cleared.verdict == records.PASS and "did not confirm it" in cleared.reason
+    assert cleared.verdict == results.PASS and "did not confirm it" in cleared.reason
     assert cleared.sol == 0.70 and any("did not confirm" in note for note in cleared.notes)
 
 

@@ -7,8 +7,8 @@ from typing import Any, Mapping, Sequence
 
 from pytest_solgate import judge, units
 from pytest_solgate.profiles import HardwareProfile
-from pytest_solgate.records import FAILING, Measurement, RunInfo
 from pytest_solgate.report import roofline, table
+from pytest_solgate.results import FAILING, Measurement, RunInfo
 
 VERDICT_COLOURS = {
     "pass": "#2e9e5b",

@@ -7,7 +7,7 @@ import math
 from typing import Sequence
 
 from pytest_solgate import units
-from pytest_solgate.records import Measurement
+from pytest_solgate.results import Measurement
 
 
 def benchmark_action(measurements: Sequence[Measurement]) -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from pytest_solgate.records import Measurement, RunInfo
 from pytest_solgate.report.table import HEADERS, counts, ordered, row
+from pytest_solgate.results import Measurement, RunInfo
 
 MAX_CELL = 120
 

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from pytest_solgate.errors import SolgateError
 from pytest_solgate.profiles import HardwareProfile, ProfileOption
-from pytest_solgate.records import Measurement, RunInfo
+from pytest_solgate.results import Measurement, RunInfo
 from pytest_solgate.settings import Settings
 
 

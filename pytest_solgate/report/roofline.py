@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from pytest_solgate.profiles import HardwareProfile
-from pytest_solgate.records import Measurement
+from pytest_solgate.results import Measurement
 
 
 @dataclass(frozen=True)

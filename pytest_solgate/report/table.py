@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from pytest_solgate import records, units
-from pytest_solgate.records import Measurement
+from pytest_solgate import results, units
+from pytest_solgate.results import Measurement
 
-ORDER = {verdict: rank for rank, verdict in enumerate(records.VERDICTS)}
+ORDER = {verdict: rank for rank, verdict in enumerate(results.VERDICTS)}
 HEADERS = ("test", "name", "bound", "time", "achieved", "SOL", "budget", "vs reference", "vs baseline", "verdict")
 
 
@@ -33,7 +33,7 @@ class Row:
 
 def ordered(measurements: Iterable[Measurement]) -> list[Measurement]:
     """Failures first, then warnings, then the rest; stable within each verdict."""
-    return sorted(measurements, key=lambda m: ORDER.get(m.verdict or records.PASS, len(ORDER)))
+    return sorted(measurements, key=lambda m: ORDER.get(m.verdict or results.PASS, len(ORDER)))
 
 
 def achieved(m: Measurement) -> str:
@@ -87,7 +87,7 @@ def row(m: Measurement, peers: Sequence[Measurement] = ()) -> Row:
 
 
 def counts(measurements: Sequence[Measurement]) -> dict[str, int]:
-    found = {v: 0 for v in records.VERDICTS}
+    found = {v: 0 for v in results.VERDICTS}
     for m in measurements:
-        found[m.verdict or records.PASS] = found.get(m.verdict or records.PASS, 0) + 1
+        found[m.verdict or results.PASS] = found.get(m.verdict or results.PASS, 0) + 1
     return {k: v for k, v in found.items() if v}

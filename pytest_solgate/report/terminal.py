@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from pytest_solgate.backends import is_gated
-from pytest_solgate.records import Measurement
 from pytest_solgate.report.table import HEADERS, Row, counts, ordered, row
+from pytest_solgate.results import Measurement
 
 INDENT = "    "
 

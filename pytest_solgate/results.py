@@ -1,4 +1,4 @@
-"""Records (the data every stage passes on): ``Measurement`` and ``RunInfo``.
+"""Results (the records every stage passes on): ``Measurement``, ``RunInfo`` and the verdicts.
 
 Plain frozen dataclasses with a JSON form (``to_dict``/``from_dict``). The JSON form is the
 ``solgate/1`` contract: it is what ``--sol-json`` writes, what ``solgate import`` reads, and what
