@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _common import machine  # noqa: E402
 from pytest_solgate import cli, history  # noqa: E402
 from pytest_solgate.results import Measurement, RunInfo  # noqa: E402
+from pytest_solgate.settings import is_history_url  # noqa: E402
 
 PER_RUN = 100
 TESTS = 50  # 50 tests x 2 measurement names = 100 measurements per run
@@ -133,7 +134,7 @@ def measure(location: str, commits: int, samples: int, out: Path) -> dict[str, f
 
 
 def database_size(location: str) -> float:
-    if history.is_url(location):
+    if is_history_url(location):
         with history.open_store(location) as store:
             return store.conn.execute("SELECT pg_database_size(current_database())").fetchone()[0] / 1e9
     return Path(location).stat().st_size / 1e9

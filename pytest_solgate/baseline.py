@@ -14,12 +14,13 @@ The plugin, ``solgate compare`` and the reports all come here; judge.py then com
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from pytest_solgate import environment, gitinfo
-from pytest_solgate.errors import OptionError
-from pytest_solgate.history import HistoryUnavailable
-from pytest_solgate.judge import BaselineRun, BaselineWindow
+from pytest_solgate.errors import HistoryUnavailable, OptionError
+
+if TYPE_CHECKING:  # the plugin builds a chooser at start-up: judge and history load on first use
+    from pytest_solgate.judge import BaselineRun, BaselineWindow
 
 MIN_SAME_ENVIRONMENT = 2  # runs of this environment needed to drop the others from a window
 
@@ -51,6 +52,7 @@ def select(runs: Sequence[BaselineRun], head_environment: Mapping[str, str]) -> 
     what differs between this run and the newest baseline run of another environment."""
     if not runs:
         return None
+    from pytest_solgate.judge import BaselineWindow
     same = [r for r in runs if not environment.differences(dict(head_environment), dict(r.environment))]
     if len(same) >= MIN_SAME_ENVIRONMENT or len(same) == len(runs):
         return BaselineWindow(runs=tuple(same))

@@ -23,9 +23,9 @@ class _Parser(argparse.ArgumentParser):
         raise UsageFailure(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
-def _history_arg(p: argparse.ArgumentParser, flag: str = "--history") -> None:
+def _history_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        flag, default=None, dest="history",
+        "--history", default=None,
         help="the history: a SQLite file or a postgresql:// URL (default: $SOLGATE_HISTORY, else "
              ".solgate/history.db at the git top level, else here)",
     )
@@ -158,11 +158,11 @@ def _cmd_sol(args: argparse.Namespace) -> int:
 
 
 def _cmd_detect(args: argparse.Namespace) -> int:
-    from pytest_solgate.profiles import detect, known_profiles, match_device
+    from pytest_solgate.profiles import detect, known_profiles
 
     cache = _state_dir()
     if args.name:
-        match = match_device(args.name, known_profiles(cache, tuple(args.dir)), args.sm_count)
+        match = detect(args.name, {"sm_count": args.sm_count}, known_profiles(cache, tuple(args.dir)))
         print(match.profile.id)
         print(f"  '{args.name}' matched glob '{match.pattern}' of {match.profile.path}", file=sys.stderr)
         if match.warning:
@@ -396,11 +396,11 @@ def _cmd_import(args: argparse.Namespace) -> int:
 def _cmd_migrate(args: argparse.Namespace) -> int:
     """Every run of SOURCE into DESTINATION, each in its own transaction: run ids are unique, so
     running it again (or after an interruption) adds only what is missing."""
-    from pytest_solgate import history
+    from pytest_solgate.settings import is_history_url
 
-    if history.is_url(args.source) == history.is_url(args.destination) and (
+    if is_history_url(args.source) == is_history_url(args.destination) and (
         args.source == args.destination
-        or (not history.is_url(args.source) and Path(args.source).resolve() == Path(args.destination).resolve())
+        or (not is_history_url(args.source) and Path(args.source).resolve() == Path(args.destination).resolve())
     ):
         raise UsageFailure("migrate: SOURCE and DESTINATION are the same history")
     copied = present = 0

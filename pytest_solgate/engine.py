@@ -230,15 +230,15 @@ class Engine:
                     timing = self._interpreted_or_cpu(fn, context.backend, sampling)
         finally:
             self._measuring = ""
-        scorable, unscored = self._scorable(work, context.profile, gate and backends.is_gated(timing.backend))
-        sampling = sampling if backends.is_gated(timing.backend) else INTERPRETER_SAMPLING
+        timed_for_real = backends.is_gated(timing.backend)  # not the interpreter's timing of a Triton kernel
+        scorable, unscored = self._scorable(work, context.profile, gate and timed_for_real)
         scored = score.score(scorable, timing.seconds, context.profile)
         notes = list(timing.notes)
         if unscored:
             notes.append(unscored)
         if rotation:
             notes.append(f"rotating inputs: {rotation} buffer sets, called in turn, so no call finds the last one's data in cache")
-        if backends.is_gated(timing.backend) and timing.wall_seconds > sampling.max_time * 1.5 and len(timing.samples) < sampling.min_samples:
+        if timed_for_real and timing.wall_seconds > sampling.max_time * 1.5 and len(timing.samples) < sampling.min_samples:
             notes.append(
                 f"one call takes {timing.seconds:.3g} s, longer than the time budget "
                 f"--sol-max-time={sampling.max_time:g}; raise it for more samples"

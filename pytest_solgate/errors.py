@@ -34,5 +34,14 @@ class HistoryError(SolgateError):
     """The history database cannot be opened or written, or is not ours."""
 
 
+class NoHistoryYet(HistoryError):
+    """Reading a history that was never written: not an error for lookups, which find nothing."""
+
+
+class HistoryUnavailable(HistoryError):
+    """The history server cannot be reached now (down, unreachable, connection lost): the run is
+    judged without baselines and spooled for the next run to send."""
+
+
 class ImportFileError(SolgateError):
     """A file given to ``solgate import`` is not a solgate/1 JSON run."""

@@ -25,9 +25,10 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple, Sequence
 
-from pytest_solgate.errors import HistoryError
+from pytest_solgate.errors import HistoryError, HistoryUnavailable, NoHistoryYet  # noqa: F401 - callers catch them here
 from pytest_solgate.judge import BaselineRun
 from pytest_solgate.results import Measurement, RunInfo
+from pytest_solgate.settings import is_history_url
 from pytest_solgate.stats import median
 
 APPLICATION_ID = 0x536F4C47  # "SoLG"
@@ -95,8 +96,7 @@ MEASUREMENT_COLUMNS = ("run_id", "test", "name", "profile", "ceilings", "sol", "
 
 # Run facts that make two runs comparable, as the runs table names them (see environment.py).
 ENVIRONMENT_COLUMNS = ("host", "driver", "cuda", "torch", "triton", "python")
-COMMIT_SLICE = 50  # commits per baseline query: well under SQLite's limit on bound parameters
-URL_SCHEMES = ("postgresql://", "postgres://")
+IN_LIST = 50  # values per IN (...) list (commits, test ids): well under SQLite's limit on bound parameters
 
 
 class Summary(NamedTuple):
@@ -110,19 +110,6 @@ class Summary(NamedTuple):
     sol: float
     seconds: float
     verdict: str | None
-
-
-class NoHistoryYet(HistoryError):
-    """Reading a history that was never written: not an error for lookups, which find nothing."""
-
-
-class HistoryUnavailable(HistoryError):
-    """The history server cannot be reached now (down, unreachable, connection lost): the run is
-    judged without baselines and spooled for the next run to send."""
-
-
-def is_url(location: str | Path) -> bool:
-    return str(location).startswith(URL_SCHEMES)
 
 
 _URL_PASSWORD = re.compile(r"(postgres(?:ql)?://[^\s:/@]*:)[^\s@]*@")
@@ -233,8 +220,8 @@ class Store:
         a long ancestry costs only as many queries as it takes to fill the window."""
         found: list[BaselineRun] = []
         position = {commit: i for i, commit in enumerate(commits)}
-        for start in range(0, len(commits), COMMIT_SLICE):
-            chunk = list(commits[start:start + COMMIT_SLICE])
+        for start in range(0, len(commits), IN_LIST):
+            chunk = list(commits[start:start + IN_LIST])
             rows = self._rows(
                 "SELECT r.run_uid, r.commit_sha, r.started_at, r.id, m.record_json, "
                 f"{', '.join('r.' + c for c in ENVIRONMENT_COLUMNS)} FROM runs r "
@@ -253,8 +240,8 @@ class Store:
 
     def runs(self) -> list[dict[str, Any]]:
         """Every run's facts (the runs table's columns), oldest first."""
-        rows = self._rows(f"SELECT id, {', '.join(RUN_COLUMNS)} FROM runs ORDER BY started_at, id")
-        return [dict(zip(RUN_COLUMNS, row[1:])) for row in rows]
+        rows = self._rows(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY started_at, id")
+        return [dict(zip(RUN_COLUMNS, row)) for row in rows]
 
     def tests(self) -> list[str]:
         """Every test id with a recorded measurement (an index-only scan)."""
@@ -274,8 +261,8 @@ class Store:
             return read("", ())
         tests = [t for t in self.tests() if matches(pattern, t)]
         found = []
-        for start in range(0, len(tests), COMMIT_SLICE):
-            chunk = tests[start:start + COMMIT_SLICE]
+        for start in range(0, len(tests), IN_LIST):
+            chunk = tests[start:start + IN_LIST]
             found += read(f"WHERE m.test IN ({', '.join('?' for _ in chunk)})", chunk)
         return sorted(found, key=lambda pair: pair[0]["started_at"])
 
@@ -296,22 +283,22 @@ class Store:
         """Every commit with a recorded run."""
         return {row[0] for row in self._rows("SELECT DISTINCT commit_sha FROM runs WHERE commit_sha IS NOT NULL")}
 
-    def _summaries(self, where: str, params: Sequence[Any]) -> list[tuple[dict[str, Any], Summary]]:
+    def _joined(self, columns: str, where: str, params: Sequence[Any]) -> list[tuple[dict[str, Any], tuple[Any, ...]]]:
+        """(run facts, the measurement's ``columns``) for the measurements ``where`` selects, oldest first."""
         rows = self._rows(
-            f"SELECT {', '.join('r.' + c for c in RUN_COLUMNS)}, {', '.join('m.' + f for f in Summary._fields)} "
-            f"FROM measurements m JOIN runs r ON r.id = m.run_id {where} ORDER BY r.started_at, r.id, m.id",
-            params,
-        )
-        width = len(RUN_COLUMNS)
-        return [(dict(zip(RUN_COLUMNS, row[:width])), Summary(*row[width:])) for row in rows]
-
-    def _results(self, where: str, params: Sequence[Any]) -> list[tuple[dict[str, Any], Measurement]]:
-        rows = self._rows(
-            f"SELECT {', '.join('r.' + c for c in RUN_COLUMNS)}, m.record_json FROM measurements m "
+            f"SELECT {', '.join('r.' + c for c in RUN_COLUMNS)}, {columns} FROM measurements m "
             f"JOIN runs r ON r.id = m.run_id {where} ORDER BY r.started_at, r.id, m.id",
             params,
         )
-        return [(dict(zip(RUN_COLUMNS, row[:-1])), Measurement.from_dict(json.loads(row[-1]))) for row in rows]
+        width = len(RUN_COLUMNS)
+        return [(dict(zip(RUN_COLUMNS, row[:width])), row[width:]) for row in rows]
+
+    def _summaries(self, where: str, params: Sequence[Any]) -> list[tuple[dict[str, Any], Summary]]:
+        columns = ", ".join("m." + f for f in Summary._fields)
+        return [(run, Summary(*rest)) for run, rest in self._joined(columns, where, params)]
+
+    def _results(self, where: str, params: Sequence[Any]) -> list[tuple[dict[str, Any], Measurement]]:
+        return [(run, Measurement.from_dict(json.loads(record))) for run, (record,) in self._joined("m.record_json", where, params)]
 
     def trend(self, test: str, name: str, profile: str, ceilings: str, limit: int = 50) -> list[dict[str, Any]]:
         """SOL of this result over clean runs, oldest first (by commit date, then run start)."""
@@ -474,7 +461,7 @@ class SqliteStore(Store):
 
 def open_store(location: str | Path, create: bool = True) -> Store:
     """The store at ``location``: a ``postgresql://`` URL, or the path of a SQLite file."""
-    if is_url(location):
+    if is_history_url(location):
         from pytest_solgate.history_postgres import PostgresStore
 
         return PostgresStore(str(location), create=create)
@@ -483,7 +470,7 @@ def open_store(location: str | Path, create: bool = True) -> Store:
 
 def open_for_reading(location: str | Path) -> Store | None:
     """The store when a history is there, else None (lookups must not create files or tables)."""
-    if not is_url(location):
+    if not is_history_url(location):
         p = Path(location)
         if not p.exists() or (p.is_file() and p.stat().st_size == 0):
             return None

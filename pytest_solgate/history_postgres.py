@@ -16,15 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from pytest_solgate.errors import HistoryError
-from pytest_solgate.history import (
-    MEASUREMENT_COLUMNS,
-    RUN_COLUMNS,
-    HistoryUnavailable,
-    NoHistoryYet,
-    Store,
-    redact,
-)
+from pytest_solgate.errors import HistoryError, HistoryUnavailable, NoHistoryYet
+from pytest_solgate.history import MEASUREMENT_COLUMNS, RUN_COLUMNS, Store, redact
 
 SCHEMA = "solgate"
 APPLICATION = "pytest-solgate"

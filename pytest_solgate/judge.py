@@ -16,6 +16,9 @@ MARKER_KEYS = ("min", "mfu", "max_regression", "speedup", "reference")
 # A speedup short of its budget by less than this many combined 95 % half-widths is within the
 # two medians' own noise: ambiguous, not failed (the regression gate's rule for one run).
 SPEEDUP_NOISE = 1.0
+# A median with too few samples for an interval (noise inf) counts as +-50 %: a shortfall it
+# cannot resolve is ambiguous, never failed on a guess.
+UNKNOWN_NOISE = 0.5
 ABOVE_SOL_LIMIT = 1.05
 # A run-level value falls below the window's 99 % one-sided prediction bound by chance in 1 % of
 # runs (normal log-SOL, independent runs): the false-alarm rate per measurement before the
@@ -374,11 +377,11 @@ def against_reference(m: Measurement, reference: Measurement, required: float) -
     reach ``required``. A shortfall within the two medians' own noise is ``ambiguous``; beyond it,
     ``below-budget`` (an earlier failure stands, with this one added to its reason)."""
     achieved = reference.seconds / m.seconds if m.seconds > 0 else 0.0
-    noise = math.hypot(*(x if math.isfinite(x) else 0.5 for x in (m.noise, reference.noise)))
+    noise = math.hypot(*(x if math.isfinite(x) else UNKNOWN_NOISE for x in (m.noise, reference.noise)))
     budget = {**m.budget, "speedup": required, "reference": reference.name, "achieved_speedup": achieved}
     judged = m.replace(budget=budget)
     text = (f"{label(m)} is {achieved:.3g}x as fast as '{reference.name}' (median {units.seconds(m.seconds)} vs "
-            f"{units.seconds(reference.seconds)}), budget {required:g}x {('on ' + m.profile)}")
+            f"{units.seconds(reference.seconds)}), budget {required:g}x on {m.profile}")
     if achieved >= required or m.verdict == results.NOT_GATED:
         return judged
     if m.verdict in results.FAILING:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 from pytest_solgate.errors import MeasureError, OptionError, SolgateError
-from pytest_solgate.settings import HISTORY_VARIABLE, OPTIONS, Settings, parse_settings
+from pytest_solgate.settings import HISTORY_VARIABLE, OPTIONS, Settings, is_history_url, parse_settings
 from pytest_solgate.work import measurement_name
 
 if TYPE_CHECKING:
@@ -240,11 +240,10 @@ class SolgateSession:
         return self._engine
 
     def _refuse_colliding_outputs(self, invocation_dir: Path) -> None:
-        from pytest_solgate import history
         from pytest_solgate.settings import refuse_colliding_outputs
 
         settings = self.settings
-        targets = [] if history.is_url(self.history_location) else [("--sol-history", Path(self.history_location))]
+        targets = [] if is_history_url(self.history_location) else [("--sol-history", Path(self.history_location))]
         for flag, value in (("--sol-report", settings.report), ("--sol-json", settings.json),
                             ("--sol-markdown", settings.markdown), ("--sol-benchmark-action", settings.benchmark_action),
                             ("--junitxml", getattr(self.config.option, "xmlpath", None))):
@@ -256,9 +255,7 @@ class SolgateSession:
         refuse_colliding_outputs(targets)
 
     def _history_location(self, given: str) -> str:
-        from pytest_solgate import history
-
-        return given if history.is_url(given) else str(self._resolve(given, self.project_root))
+        return given if is_history_url(given) else str(self._resolve(given, self.project_root))
 
     @staticmethod
     def _resolve(path: str, base: Path) -> Path:
@@ -299,20 +296,20 @@ class SolgateSession:
         """A foreign, corrupt or misconfigured history is refused now, before any test runs; an
         unreachable server is not: budgets are still judged and the run is spooled at the end.
         Returns why the history is unavailable, or None."""
-        from pytest_solgate import history
+        from pytest_solgate.errors import HistoryUnavailable
 
-        if not history.is_url(self.history_location) and not Path(self.history_location).exists():
-            return None
+        if not is_history_url(self.history_location) and not Path(self.history_location).exists():
+            return None  # nothing to refuse, and the history module stays unimported
         try:
             self._open_store()
-        except history.HistoryUnavailable as exc:
+        except HistoryUnavailable as exc:
             if not self.is_worker:
                 self.config.issue_config_time_warning(SolgateWarning(f"{UNAVAILABLE}: {exc}"), stacklevel=2)
             return str(exc)
         return None
 
     def _store_or_none(self) -> Any:
-        from pytest_solgate.history import HistoryError, HistoryUnavailable
+        from pytest_solgate.errors import HistoryError, HistoryUnavailable
 
         try:
             return self._open_store()
@@ -372,11 +369,10 @@ class SolgateSession:
         try:
             judged = self.engine.judge_test(item.nodeid, item.stash.get(BUDGET_KEY, judge.Budget()), measured) if measured else []
         except SolgateError as exc:  # a budget the measurements cannot meet as declared (no reference)
-            if fixture is not None:
-                fixture.close()
             pytest.fail(str(exc), pytrace=False)
-        if fixture is not None:
-            fixture.close()  # a measurement after judging (a fixture's teardown) would be lost: refuse it
+        finally:
+            if fixture is not None:
+                fixture.close()  # a measurement after judging (a fixture's teardown) would be lost: refuse it
         item.stash[RECORDS_KEY] = judged
         for m in judged:
             item.user_properties.append((f"sol[{m.name}]", f"{m.sol:.4f}"))

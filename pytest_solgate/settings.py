@@ -51,6 +51,12 @@ class Option:
 
 DEFAULT_MAX_REGRESSION = 0.05  # the relative SOL drop that fails a test unless its marker says otherwise
 HISTORY_VARIABLE = "SOLGATE_HISTORY"  # a history URL from the environment (a CI secret)
+HISTORY_URL_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_history_url(location: str | Path) -> bool:
+    """A history server's URL (PostgreSQL), as opposed to the path of a SQLite file."""
+    return str(location).startswith(HISTORY_URL_SCHEMES)
 
 OPTIONS = (
     Option("sol_report", "write the self-contained HTML report (default path sol-report.html)", None, "path-or-default"),

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Sequence
 
 from pytest_solgate import atomic, schema
-from pytest_solgate.errors import HistoryError, ImportFileError
-from pytest_solgate.history import HistoryUnavailable, Store
+from pytest_solgate.errors import HistoryError, HistoryUnavailable, ImportFileError
+from pytest_solgate.history import Store
 from pytest_solgate.results import Measurement, RunInfo
 
 FOLDER = "spool"

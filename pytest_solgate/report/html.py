@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import re
 from typing import Any, Mapping, Sequence
 
 from pytest_solgate import judge, units
@@ -45,17 +46,16 @@ def environment() -> Any:
     return env
 
 
+SEPARATORS = re.compile(r"(::|[/\[\-,])")  # where a test id may wrap
+
+
 def breakable(test_id: str) -> Any:
     """A test id that wraps only after its separators (``/``, ``::``, ``[``, ``-``, ``,``), never
     inside a word (``test_fast`` stays whole): escaped text with ``<wbr>`` break opportunities."""
-    import re
-
     from markupsafe import Markup, escape
 
-    return Markup("".join(
-        str(escape(part)) + ("<wbr>" if re.fullmatch(r"(::|[/\[\-,])", part) else "")
-        for part in re.split(r"(::|[/\[\-,])", test_id) if part
-    ))
+    parts = SEPARATORS.split(test_id)  # text, separator, text, ...: separators sit at odd indexes
+    return Markup("".join(str(escape(part)) + ("<wbr>" if i % 2 else "") for i, part in enumerate(parts)))
 
 
 def _detail(m: Measurement, index: int, peers: Sequence[Measurement]) -> dict[str, Any]:
