@@ -99,18 +99,18 @@ class PostgresStore(Store):
 
     def __init__(self, url: str, create: bool = True) -> None:
         psycopg = _psycopg()
-        self._errors = psycopg
+        self._psycopg = psycopg  # its exception classes, for the methods below
         try:
             params = psycopg.conninfo.conninfo_to_dict(url)
         except psycopg.ProgrammingError as exc:
             raise HistoryError(f"{redact(url)}: not a PostgreSQL URL ({redact(str(exc))}); "
                                "write postgresql://user@host:port/database") from None
-        if not all(part.isdigit() for part in str(params.get("port") or "5432").split(",")):
-            raise HistoryError(f"{redact(url)}: not a PostgreSQL URL (port {params.get('port')!r} is not a number); "
+        self.port = str(params.get("port") or "5432")
+        if not all(part.isdigit() for part in self.port.split(",")):
+            raise HistoryError(f"{redact(url)}: not a PostgreSQL URL (port {self.port!r} is not a number); "
                                "write postgresql://user@host:port/database")
         self._password = str(params.get("password") or "")
         self.host = str(params.get("host") or "localhost")
-        self.port = str(params.get("port") or "5432")
         self.dbname = str(params.get("dbname") or params.get("user") or "")
         self.user = str(params.get("user") or "")
         self.location = f"postgresql://{self.host}:{self.port}/{self.dbname}"
@@ -162,7 +162,7 @@ class PostgresStore(Store):
             raise self._foreign(f"its schema '{SCHEMA}' holds tables {', '.join(sorted(tables))} but no solgate meta table")
         try:
             meta = dict(self.conn.execute("SELECT key, value FROM solgate.meta").fetchall())
-        except self._errors.errors.InsufficientPrivilege:
+        except self._psycopg.errors.InsufficientPrivilege:
             raise self._no_read_grant() from None
         if meta.get("application") != APPLICATION:
             raise self._foreign(f"its schema '{SCHEMA}' belongs to {meta.get('application') or 'another application'}")
@@ -180,7 +180,7 @@ class PostgresStore(Store):
                             "use another database or schema owner, or pass --sol-history=PATH")
 
     def _check_and_migrate(self, create: bool) -> None:
-        errors = self._errors
+        errors = self._psycopg
         try:
             # The shared statements name bare tables; ours are in their own schema.
             self.conn.execute("SET search_path TO solgate")
@@ -218,7 +218,7 @@ class PostgresStore(Store):
     # --- the two primitives the shared Store needs ----------------------------------------------
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        errors = self._errors
+        errors = self._psycopg
         try:
             return self.conn.execute(self._sql(sql), tuple(params)).fetchall()
         except errors.OperationalError as exc:
@@ -229,7 +229,7 @@ class PostgresStore(Store):
             raise HistoryError(f"{self.location}: cannot read the history ({type(exc).__name__}: {self._clean(exc)})") from None
 
     def _write_run(self, row: dict[str, Any], info_json: str, measurements: list[tuple[Any, ...]]) -> bool:
-        errors = self._errors
+        errors = self._psycopg
         try:
             with self.conn.transaction():
                 inserted = self.conn.execute(

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 from pytest_solgate.errors import MeasureError, OptionError, SolgateError
-from pytest_solgate.settings import HISTORY_VARIABLE, OPTIONS, Settings, is_history_url, parse_settings
+from pytest_solgate.settings import OPTIONS, Settings, is_history_url, parse_settings
 from pytest_solgate.work import measurement_name
 
 if TYPE_CHECKING:
@@ -53,9 +53,8 @@ def _raw_settings(config: pytest.Config) -> dict[str, Any]:
     raw = {}
     for option in OPTIONS:
         value = config.getoption(option.name)
-        if value is None and option.name == "sol_history":
-            # CI keeps a history URL with its password in a secret, never on a command line.
-            value = os.environ.get(HISTORY_VARIABLE) or None
+        if value is None and option.environment:
+            value = os.environ.get(option.environment) or None
         if value is None:
             value = config.getini(option.name) or None
             if value is not None and not isinstance(value, (str, bool, int, float)):

@@ -43,6 +43,7 @@ class Option:
     default: Any = None
     kind: str = "string"  # string | bool | path-or-default
     choices: tuple[str, ...] = ()
+    environment: str | None = None  # a variable read when the command line gives none, before the ini
 
     @property
     def flag(self) -> str:
@@ -67,7 +68,9 @@ OPTIONS = (
     Option("sol_profile", "hardware profile id or TOML path instead of detection"),
     Option("sol_device", "where to measure: auto, cpu, cuda or cuda:N", "auto"),
     Option("sol_ceilings", "datasheet or measured ceilings (GPUs default to datasheet; CPUs are always measured)", None, "string", ("datasheet", "measured")),
-    Option("sol_history", "the history: a SQLite file path or a postgresql:// URL (else $SOLGATE_HISTORY)", ".solgate/history.db"),
+    # CI keeps a history URL with its password in a secret, never on a command line.
+    Option("sol_history", "the history: a SQLite file path or a postgresql:// URL (else $SOLGATE_HISTORY)", ".solgate/history.db",
+           environment=HISTORY_VARIABLE),
     Option("sol_no_save", "do not record this run in the history", False, "bool"),
     Option("sol_baseline", "what to compare against: auto, a git ref, or none", "auto"),
     Option("sol_baseline_window", "how many clean runs of ancestors form a baseline window", "10"),
