@@ -139,11 +139,13 @@ def replay_power(values: dict[str, list[Measurement]], slowdown: float, window: 
     for series in values.values():
         for i in range(first, len(series)):
             runs = tuple(
-                judge.BaselineRun(commit=f"c{j}", run_id=f"r{j}", sol=m.sol, seconds=m.seconds, noise=m.noise)
+                judge.BaselineRun(commit=f"c{j}", run_id=f"r{j}", sol=m.score.sol, seconds=m.timing.seconds,
+                                  noise=m.timing.noise)
                 for j, m in reversed(list(enumerate(series[max(0, i - window):i])))
             )
             head = series[i]
-            slowed = head.replace(sol=head.sol / (1 + slowdown), seconds=head.seconds * (1 + slowdown))
+            slowed = Measurement.from_dict({**head.to_dict(), "sol": head.score.sol / (1 + slowdown),
+                                            "seconds": head.timing.seconds * (1 + slowdown)})
             verdict = judge.against_window(slowed, judge.BaselineWindow(runs=runs), 0.05, settings).verdict
             caught += verdict == results.REGRESSED
             tried += 1
@@ -167,28 +169,28 @@ def main() -> None:
     verdicts: list[str] = []
     for i in range(args.runs):
         repo.commit(f"A/A {i}")
-        results, seconds = repo.run()
+        measured, seconds = repo.run()
         for kernel in KERNELS:
-            m = results[kernel]
+            m = measured[kernel]
             series[kernel].append(Measurement.from_dict({**m, "noise": m["noise"] if m["noise"] is not None else float("inf")}))
             verdicts.append(m["verdict"])
-        row = "  ".join(f"{k} {results[k]['sol']:.4f} {results[k]['verdict']:<9}" for k in KERNELS)
+        row = "  ".join(f"{k} {measured[k]['sol']:.4f} {measured[k]['verdict']:<9}" for k in KERNELS)
         print(f"run {i + 1:>2} ({seconds:4.1f} s)  {row}", flush=True)
     counts = {v: verdicts.count(v) for v in sorted(set(verdicts))}
     false_alarms = verdicts.count(results.REGRESSED)
     print(f"A/A: {false_alarms} false 'regressed' in {len(verdicts)} measurements (target <= 1); verdicts {counts}")
     for kernel in KERNELS:
-        sols = [m.sol for m in series[kernel]]
+        sols = [m.score.sol for m in series[kernel]]
         spread = (max(sols) - min(sols)) / (sum(sols) / len(sols))
         print(f"  {kernel:<8} run-to-run range {spread:6.1%} of the mean over {len(sols)} runs")
 
     repo.commit("add does more work", slow={"add": args.slowdown})
     caught = 0
     for attempt in range(2):
-        results, _ = repo.run()
-        add = results["add"]
+        measured, _ = repo.run()
+        add = measured["add"]
         caught += add["verdict"] == results.REGRESSED
-        others = {k: results[k]["verdict"] for k in KERNELS if k != "add"}
+        others = {k: measured[k]["verdict"] for k in KERNELS if k != "add"}
         print(f"slow commit, run {attempt + 1}: add {add['verdict']} ({add['reason'][:160]}...); others {others}")
     print(f"a {args.slowdown - 1:.0%} slowdown of add caught in {caught} of 2 runs at its commit (target 2 of 2)")
 
@@ -214,9 +216,9 @@ def replay_history(path: Path) -> None:
 
     series: dict[str, list[Measurement]] = {k: [] for k in KERNELS}
     with SqliteStore(path, create=False) as store:
-        results = store.results()
-    slow_commit = results[-1][0]["commit_sha"]  # the benchmark ends with two runs of the slow commit
-    for run, m in results:
+        recorded = store.results()
+    slow_commit = recorded[-1][0]["commit_sha"]  # the benchmark ends with two runs of the slow commit
+    for run, m in recorded:
         kernel = m.test.split("::test_")[-1]
         if kernel in series and not run["dirty"] and run["commit_sha"] != slow_commit:
             series[kernel].append(m)

@@ -40,12 +40,12 @@ START = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
 def a_measurement(test: int, name: str, samples: int, rng: random.Random) -> Measurement:
     seconds = 1e-3 * (1 + test / 100)
     taken = tuple(seconds * rng.uniform(0.98, 1.05) for _ in range(samples))
-    return Measurement(
+    return Measurement.from_dict(dict(
         test=f"kernels/test_ops.py::test_op_{test:02d}[4096]", name=name, profile="h100-sxm", backend="cuda",
         flops={"bf16_tensor": 1.37e11}, bytes=1.34e8, seconds=seconds, samples=taken, noise=0.004, t_sol=0.8 * seconds,
         sol=0.8 * rng.uniform(0.97, 1.02), mfu=0.1, bound="memory", tflops=100.0, gbps=2500.0, ceilings="datasheet",
         verdict="pass", environment={"host": "runner-a", "torch": "2.13.0"}, ceilings_id="h100-sxm@datasheet",
-    )
+    ))
 
 
 def a_run(i: int) -> RunInfo:

@@ -39,9 +39,9 @@ def main() -> None:
             started = time.perf_counter()
             m = engine.measure("bench", lambda truth=truth: busy(truth), bytes=1.0)
             walls.append(time.perf_counter() - started)
-            medians.append(m.seconds)
-            errors.append(abs(m.seconds - truth) / truth)
-            counts.append(len(m.samples))
+            medians.append(m.timing.seconds)
+            errors.append(abs(m.timing.seconds - truth) / truth)
+            counts.append(len(m.timing.samples))
         worst = max(range(len(errors)), key=errors.__getitem__)
         ok = max(errors) <= target and max(walls) < 1.0
         print(f"{truth * 1e6:>6.0f}us {medians[worst] * 1e6:>20.2f}us {max(errors):>8.3%} {target:>7.0%} "

@@ -286,7 +286,7 @@ def _cmd_trend(args: argparse.Namespace) -> int:
             except changepoints.ChangePointsUnavailable as exc:
                 changes, note = [], str(exc)
             newest = store.newest(test, name, profile, ceilings)
-            budget = (newest.budget or {}).get("min") if newest is not None and newest.gate else None
+            budget = newest.judgement.budget.min if newest is not None and newest.gate and newest.judgement else None
             panels.append(trend.panel(test, name, profile, points, changes, budget, args.last))
     target = atomic.write_text(args.output, html.render_trend(panels, history_path, note), "trend page")
     print(f"trend of {len(panels)} measurement(s) written to {target}" + (f" ({note})" if note else ""))
@@ -339,20 +339,20 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     for key, h in sorted(head.items()):
         label = f"{key[0]} [{key[1]}]"
         if not h.gate:
-            print(f"{label:<60} {'':>7} {h.sol:>7.3f} {'':>8} {'':>7}  not gated (gate=False)")
+            print(f"{label:<60} {'':>7} {h.score.sol:>7.3f} {'':>8} {'':>7}  not gated (gate=False)")
             continue
         window = windows.get(key)
         if window is None:
-            print(f"{label:<60} {'':>7} {h.sol:>7.3f} {'':>8} {'':>7}  only in head")
+            print(f"{label:<60} {'':>7} {h.score.sol:>7.3f} {'':>8} {'':>7}  only in head")
             continue
         tolerance = args.max_regression
-        if tolerance is None:
-            tolerance = (h.budget or {}).get("max_regression")
+        if tolerance is None and h.judgement is not None:
+            tolerance = h.judgement.budget.max_regression
         tolerance = settings.max_regression if tolerance is None else tolerance
         result = judge.against_window(h, window, tolerance, settings)
         regressed += result.verdict == results.REGRESSED
         floor = units.percent(result.floor) if result.floor is not None else "?"
-        print(f"{label:<60} {result.centre:>7.3f} {h.sol:>7.3f} {units.percent(result.change, True):>8} {floor:>7}  "
+        print(f"{label:<60} {result.centre:>7.3f} {h.score.sol:>7.3f} {units.percent(result.change, True):>8} {floor:>7}  "
               f"{result.verdict}")
     print(f"{regressed} regressed between {base_sha[:10]} and {head_sha[:10]} "
           f"(base: up to {args.window} clean runs along its first-parent ancestry; not re-measured)")

@@ -232,7 +232,6 @@ class Engine:
             self._measuring = ""
         timed_for_real = backends.is_gated(timing.backend)  # not the interpreter's timing of a Triton kernel
         scorable, unscored = self._scorable(work, context.profile, gate and timed_for_real)
-        scored = score.score(scorable, timing.seconds, context.profile)
         notes = list(timing.notes)
         if unscored:
             notes.append(unscored)
@@ -258,38 +257,16 @@ class Engine:
             test=test,
             name=name,
             profile=context.profile.id,
-            backend=timing.backend,
-            flops=dict(work.flops),
-            bytes=work.bytes,
-            seconds=timing.seconds,
-            samples=timing.samples,
-            noise=timing.noise,
-            t_sol=scored.t_sol,
-            sol=scored.sol,
-            mfu=scored.mfu,
-            bound=scored.bound,
-            tflops=scored.tflops,
-            gbps=scored.gbps,
-            intensity=scored.intensity,
-            ridge=scored.ridge,
+            work=work,
+            timing=timing,
+            score=score.score(scorable, timing.seconds, context.profile, timing.sm_clock_mhz),
             gate=gate,
             ceilings=context.ceilings,
+            ceilings_id=context.profile.ceilings_id,
+            environment=dict(context.environment),
             device=context.device_name,
-            batch=timing.batch,
-            noisy=timing.noisy,
-            throttled=timing.throttled,
-            dropped_samples=timing.dropped_samples,
-            started_at=timing.started_at,
-            finished_at=timing.finished_at,
             worker=os.environ.get("PYTEST_XDIST_WORKER", ""),
             notes=tuple(notes),
-            telemetry=timing.telemetry,
-            telemetry_note=timing.telemetry_note,
-            environment=dict(context.environment),
-            ceilings_id=context.profile.ceilings_id,
-            sm_clock_mhz=timing.sm_clock_mhz,
-            timing_mode=timing.mode,
-            sol_at_clock=score.sol_at_clock(scorable, timing.seconds, context.profile, timing.sm_clock_mhz),
         )
 
     def _interpreted_or_cpu(self, fn: Callable[[], Any], interpreter: Any, sampling: measure.SamplingSettings) -> measure.Timing:
@@ -346,7 +323,7 @@ class Engine:
 
     def effect(self, measurement: Measurement) -> str:
         """What a judged measurement does to its test under --sol-gate: "fail", "warn" or "pass"."""
-        return judge.outcome(measurement.verdict or results.PASS, self.judge_settings)
+        return judge.outcome(measurement.judgement.verdict, self.judge_settings)
 
     def _judge_one(self, budget: judge.Budget, measurement: Measurement) -> Measurement:
         """The verdict; a suspected regression is measured again (a fresh block of samples) and

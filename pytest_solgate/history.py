@@ -172,7 +172,9 @@ def run_row(run: RunInfo) -> dict[str, Any]:
 
 def measurement_row(m: Measurement) -> tuple[Any, ...]:
     """The measurements table's columns for one measurement, less its run's id."""
-    return (m.test, m.name, m.profile, m.ceilings, m.sol, m.seconds, m.verdict, json.dumps(m.to_dict(), allow_nan=True))
+    verdict = m.verdict.value if m.verdict is not None else None
+    return (m.test, m.name, m.profile, m.ceilings, m.score.sol, m.timing.seconds, verdict,
+            json.dumps(m.to_dict(), allow_nan=True))
 
 
 class Store:
@@ -481,7 +483,7 @@ def open_for_reading(location: str | Path) -> Store | None:
 
 
 def commit_series(
-    results: Sequence[tuple[dict[str, Any], Summary | Measurement]], commit_times: dict[str, str]
+    results: Sequence[tuple[dict[str, Any], Summary]], commit_times: dict[str, str]
 ) -> dict[tuple[str, str, str, str], list[dict[str, Any]]]:
     """One point per commit for each (test, name, profile, ceilings): the median SOL and median
     time of the commit's clean runs and the newest run's verdict, ordered by commit date. Dirty

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import math
 from dataclasses import dataclass, field
@@ -9,7 +10,17 @@ from typing import Any, Mapping, Sequence
 
 from pytest_solgate import backends, results, stats, units
 from pytest_solgate.errors import MarkerError
-from pytest_solgate.results import AMBIGUOUS, IMPROVED, PASS, REGRESSED, Measurement
+from pytest_solgate.results import (
+    AMBIGUOUS,
+    IMPROVED,
+    PASS,
+    REGRESSED,
+    AppliedBudget,
+    BaselineComparison,
+    Judgement,
+    Measurement,
+    Verdict,
+)
 from pytest_solgate.settings import DEFAULT_MAX_REGRESSION
 
 MARKER_KEYS = ("min", "mfu", "max_regression", "speedup", "reference")
@@ -65,7 +76,7 @@ class BaselineWindow:
 class Comparison:
     """A measurement against its baseline window, judged on run-level evidence."""
 
-    verdict: str
+    verdict: Verdict
     change: float  # relative SOL change against the window's centre
     centre: float  # the window's SOL: geometric mean of its runs
     spread: float | None  # run-to-run relative standard deviation; None with one run
@@ -74,23 +85,22 @@ class Comparison:
     compared_on: str  # "sol", or "time" when the ceilings changed since the baseline
     text: str
 
-    def info(self) -> dict[str, Any]:
-        """The ``baseline`` fields of the solgate/1 JSON."""
+    def record(self) -> BaselineComparison:
+        """What the measurement keeps of it (the window's runs themselves stay in the history)."""
         runs = self.window.runs
-        return {
-            "commit": runs[0].commit,
-            "oldest_commit": runs[-1].commit,
-            "runs": len(runs),
-            "run_id": runs[0].run_id,
-            "sol": self.centre,
-            "change": self.change,
-            "spread": self.spread,
-            "noise_floor": self.floor,
-            "compared_on": self.compared_on,
-            "environment_differs": list(self.window.environment_differs),
-            "test": STATISTIC,
-            "confirmed": False,
-        }
+        return BaselineComparison(
+            commit=runs[0].commit,
+            oldest_commit=runs[-1].commit,
+            runs=len(runs),
+            run_id=runs[0].run_id,
+            sol=self.centre,
+            change=self.change,
+            spread=self.spread,
+            noise_floor=self.floor,
+            compared_on=self.compared_on,
+            environment_differs=self.window.environment_differs,
+            statistic=STATISTIC,
+        )
 
 
 @dataclass(frozen=True)
@@ -174,12 +184,12 @@ def resolve(spec: BudgetSpec, profile_id: str) -> float | None:
 
 def describe(m: Measurement) -> str:
     """'2.38 TB/s of 3.35 TB/s (memory-bound)' from a scored measurement and its ceilings."""
-    if m.bound == "memory":
-        ceiling = m.bytes / m.t_sol / 1e9 if m.t_sol > 0 else 0
-        return f"{units.bandwidth(m.gbps)} of {units.bandwidth(ceiling)} (memory-bound)"
-    total = sum(m.flops.values())
-    ceiling = total / m.t_sol / 1e12 if m.t_sol > 0 else 0
-    return f"{units.flop_rate(m.tflops)} of {units.flop_rate(ceiling)} (compute-bound)"
+    scored = m.score
+    if scored.bound == "memory":
+        ceiling = m.work.bytes / scored.t_sol / 1e9 if scored.t_sol > 0 else 0
+        return f"{units.bandwidth(scored.gbps)} of {units.bandwidth(ceiling)} (memory-bound)"
+    ceiling = m.work.total_flops / scored.t_sol / 1e12 if scored.t_sol > 0 else 0
+    return f"{units.flop_rate(scored.tflops)} of {units.flop_rate(ceiling)} (compute-bound)"
 
 
 def label(m: Measurement) -> str:
@@ -188,10 +198,11 @@ def label(m: Measurement) -> str:
 
 
 def timing_phrase(m: Measurement) -> str:
-    phrase = f"median {units.seconds(m.seconds)} {units.noise(m.noise)} over {len(m.samples)} samples"
-    if m.noisy:
+    timing = m.timing
+    phrase = f"median {units.seconds(timing.seconds)} {units.noise(timing.noise)} over {len(timing.samples)} samples"
+    if timing.noisy:
         phrase += " (noisy: the time budget ran out first)"
-    if m.throttled:
+    if timing.throttled:
         phrase += " (throttled: clocks fell or a power/thermal limit was hit)"
     return phrase
 
@@ -204,7 +215,7 @@ def _run_value(m: Measurement, run: BaselineRun) -> tuple[float, bool]:
     """A baseline run's SOL, made comparable with ``m``: when the ceilings differ (a re-calibrated
     CPU, an edited profile) its SOL is not, so its time is scored against ``m``'s T_SOL instead."""
     if run.ceilings_id and m.ceilings_id and run.ceilings_id != m.ceilings_id:
-        return (m.t_sol / run.seconds if run.seconds > 0 else 0.0), True
+        return (m.score.t_sol / run.seconds if run.seconds > 0 else 0.0), True
     return run.sol, False
 
 
@@ -234,12 +245,13 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
         if value > 0:
             values.append(math.log(value))
     compared_on = "time" if by_time else "sol"
-    if not values or m.sol <= 0:
+    sol, noise = m.score.sol, m.timing.noise
+    if not values or sol <= 0:
         centre, change, spread, floor_log = (math.exp(values[0]) if values else 0.0), 0.0, None, None
     else:
         centre_log = stats.mean(values)
         centre = math.exp(centre_log)
-        change = math.exp(math.log(m.sol) - centre_log) - 1
+        change = math.exp(math.log(sol) - centre_log) - 1
         spread = floor_log = None
         if len(values) >= 2:
             # Within-run precision is a 95 % half-width: divided by Z_95 it is a standard deviation.
@@ -249,19 +261,19 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
             window_term = stats.t_quantile_99(len(values) - 1) * sd * math.sqrt(1 + 1 / len(values))
             # This run's own precision, when it is worse than usual (a disturbed block of samples),
             # widens the bound too: in quadrature, at the normal 99 % quantile.
-            head_term = stats.Z_99 * m.noise / stats.Z_95 if math.isfinite(m.noise) else 0.0
+            head_term = stats.Z_99 * noise / stats.Z_95 if math.isfinite(noise) else 0.0
             floor_log = math.hypot(window_term, head_term)
     floor = None if floor_log is None else 1 - math.exp(-floor_log)
     floor_text = units.percent(floor) if floor is not None else "unknown (one run)"
     versus = (
-        f"{label(m)} SOL {m.sol:.3f} at {short(settings.commit)}{' (dirty)' if settings.dirty else ''} "
+        f"{label(m)} SOL {sol:.3f} at {short(settings.commit)}{' (dirty)' if settings.dirty else ''} "
         f"vs {centre:.3f} over {_commits(window)}: {units.percent(change, signed=True)}, "
         f"tolerance {units.percent(tolerance)}, noise floor {floor_text}"
     )
     if by_time:
         versus += " (compared on time: the ceilings changed since the baseline, e.g. a re-calibration)"
 
-    def result(verdict: str, text: str) -> Comparison:
+    def result(verdict: Verdict, text: str) -> Comparison:
         return Comparison(verdict, change, centre, spread, floor, window, compared_on, text)
 
     beyond_floor = floor_log is not None and abs(math.log1p(change)) > floor_log
@@ -290,65 +302,74 @@ def confirm(first: Measurement, second: Measurement) -> Measurement:
     One disturbed block of samples cannot fail a test: the verdict is the second block's, and a
     regression stands only when the second block regressed too.
     """
-    if second.verdict == REGRESSED:
-        baseline = {**(second.baseline or {}), "confirmed": True}
-        return second.replace(
-            reason=f"{second.reason}; confirmed by a re-measurement (SOL {first.sol:.3f}, then {second.sol:.3f})",
-            baseline=baseline,
-        )
-    note = (f"a first block of samples read SOL {first.sol:.3f} (a suspected regression); "
-            f"the re-measurement read {second.sol:.3f} and did not confirm it")
-    return second.replace(notes=(*second.notes, note), reason=f"{second.reason}; {note}")
+    judged = _judgement(second)
+    readings = f"SOL {first.score.sol:.3f}, then {second.score.sol:.3f}"
+    if judged.verdict == REGRESSED and judged.baseline is not None:
+        confirmed = dataclasses.replace(judged.baseline, confirmed=True)
+        return second.replace(judgement=judged.replace(
+            reason=f"{judged.reason}; confirmed by a re-measurement ({readings})", baseline=confirmed,
+        ))
+    note = (f"a first block of samples read SOL {first.score.sol:.3f} (a suspected regression); "
+            f"the re-measurement read {second.score.sol:.3f} and did not confirm it")
+    return second.replace(notes=(*second.notes, note), judgement=judged.replace(reason=f"{judged.reason}; {note}"))
 
 
 def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, settings: JudgeSettings) -> Measurement:
-    """Return ``m`` with its verdict, reason, budget and baseline fields set."""
+    """Return ``m`` with its judgement: the verdict, its reason, the budget applied, the baseline."""
     min_sol = resolve(budget.min, m.profile)
     min_mfu = resolve(budget.mfu, m.profile)
     tolerance = budget.max_regression if budget.max_regression is not None else settings.max_regression
-    budget_info = {"min": min_sol, "mfu": min_mfu, "max_regression": tolerance}
+    applied = AppliedBudget(min=min_sol, mfu=min_mfu, max_regression=tolerance)
     versus = against_window(m, window, tolerance, settings) if window is not None and window.runs else None
 
-    def done(verdict: str, reason: str) -> Measurement:
-        return m.replace(verdict=verdict, reason=reason, budget=budget_info, baseline=versus.info() if versus else None)
+    def done(verdict: Verdict, reason: str) -> Measurement:
+        baseline = versus.record() if versus else None
+        return m.replace(judgement=Judgement(verdict, reason, applied, baseline))
 
     where = f"on {m.profile}"
+    sol, mfu = m.score.sol, m.score.mfu
     if not m.gate:
         return done(results.NOT_GATED, "gate=False: recorded for reference, not judged")
-    if not backends.is_gated(m.backend):
+    if not backends.is_gated(m.timing.backend):
         return done(results.NOT_GATED, "TRITON_INTERPRET=1: the Triton interpreter's timings mean nothing")
     if settings.gate == "off":
         return done(results.NOT_GATED, "--sol-gate=off")
-    if m.sol > ABOVE_SOL_LIMIT:
+    if sol > ABOVE_SOL_LIMIT:
         return done(
             results.ABOVE_SOL,
-            f"{label(m)} SOL {m.sol:.2f} > {ABOVE_SOL_LIMIT} {where} is impossible: {describe(m)}; "
+            f"{label(m)} SOL {sol:.2f} > {ABOVE_SOL_LIMIT} {where} is impossible: {describe(m)}; "
             "check the declared bytes/flops and the profile's ceilings, or whether the cache served the data",
         )
-    if min_sol is not None and m.sol < min_sol:
+    if min_sol is not None and sol < min_sol:
         return done(
             results.BELOW_BUDGET,
-            f"{label(m)} SOL {m.sol:.2f} < budget {min_sol:.2f} {where}: {describe(m)}, {timing_phrase(m)}",
+            f"{label(m)} SOL {sol:.2f} < budget {min_sol:.2f} {where}: {describe(m)}, {timing_phrase(m)}",
         )
-    if min_mfu is not None and not any(m.flops.values()):
+    if min_mfu is not None and not m.work.total_flops:
         return done(
             results.BELOW_BUDGET,
             f"{label(m)} has an MFU budget of {min_mfu:.2f} {where} but declares no FLOPs, so its MFU is 0 "
             "(count_flops counts pointwise ops, softmax and norms as 0): pass flops= or drop mfu= from the marker",
         )
-    if min_mfu is not None and m.mfu < min_mfu:
+    if min_mfu is not None and mfu < min_mfu:
         return done(
             results.BELOW_BUDGET,
-            f"{label(m)} MFU {m.mfu:.2f} < budget {min_mfu:.2f} {where}: {describe(m)}, {timing_phrase(m)}",
+            f"{label(m)} MFU {mfu:.2f} < budget {min_mfu:.2f} {where}: {describe(m)}, {timing_phrase(m)}",
         )
     if versus is not None and versus.verdict != results.PASS:
         return done(versus.verdict, versus.text)
     if min_sol is None and min_mfu is None and versus is None:
         return done(results.PASS, f"no budget for {m.profile} and no baseline: recorded")
-    reason = f"{label(m)} SOL {m.sol:.2f} {where}: {describe(m)}, {timing_phrase(m)}"
+    reason = f"{label(m)} SOL {sol:.2f} {where}: {describe(m)}, {timing_phrase(m)}"
     if versus is not None:
         reason += f"; {versus.text}"
     return done(results.PASS, reason)
+
+
+def _judgement(m: Measurement) -> Judgement:
+    if m.judgement is None:
+        raise ValueError(f"{m.test} '{m.name}' has not been judged yet: call judge() first")
+    return m.judgement
 
 
 def choose_reference(test: str, budget: Budget, measurements: Sequence[Measurement]) -> Measurement:
@@ -376,27 +397,32 @@ def against_reference(m: Measurement, reference: Measurement, required: float) -
     """A judged kernel against its speedup budget: ``reference``'s median time over ``m``'s must
     reach ``required``. A shortfall within the two medians' own noise is ``ambiguous``; beyond it,
     ``below-budget`` (an earlier failure stands, with this one added to its reason)."""
-    achieved = reference.seconds / m.seconds if m.seconds > 0 else 0.0
-    noise = math.hypot(*(x if math.isfinite(x) else UNKNOWN_NOISE for x in (m.noise, reference.noise)))
-    budget = {**m.budget, "speedup": required, "reference": reference.name, "achieved_speedup": achieved}
-    judged = m.replace(budget=budget)
-    text = (f"{label(m)} is {achieved:.3g}x as fast as '{reference.name}' (median {units.seconds(m.seconds)} vs "
-            f"{units.seconds(reference.seconds)}), budget {required:g}x on {m.profile}")
-    if achieved >= required or m.verdict == results.NOT_GATED:
-        return judged
-    if m.verdict in results.FAILING:
-        return judged.replace(reason=f"{m.reason}; also {text}")
-    if achieved * (1 + SPEEDUP_NOISE * noise) >= required:
-        return judged.replace(verdict=results.AMBIGUOUS,
-                              reason=f"{text}: short by less than the medians' noise (±{noise:.1%}); measure longer")
-    return judged.replace(verdict=results.BELOW_BUDGET, reason=f"{text}: too slow")
+    mine, theirs = m.timing, reference.timing
+    achieved = theirs.seconds / mine.seconds if mine.seconds > 0 else 0.0
+    noise = math.hypot(*(x if math.isfinite(x) else UNKNOWN_NOISE for x in (mine.noise, theirs.noise)))
+    before = _judgement(m)
+    judged = before.replace(budget=dataclasses.replace(
+        before.budget, speedup=required, reference=reference.name, achieved_speedup=achieved,
+    ))
+    text = (f"{label(m)} is {achieved:.3g}x as fast as '{reference.name}' (median {units.seconds(mine.seconds)} vs "
+            f"{units.seconds(theirs.seconds)}), budget {required:g}x on {m.profile}")
+    if achieved >= required or before.verdict == results.NOT_GATED:
+        pass
+    elif before.verdict.failing:
+        judged = judged.replace(reason=f"{before.reason}; also {text}")
+    elif achieved * (1 + SPEEDUP_NOISE * noise) >= required:
+        judged = judged.replace(verdict=results.AMBIGUOUS,
+                                reason=f"{text}: short by less than the medians' noise (±{noise:.1%}); measure longer")
+    else:
+        judged = judged.replace(verdict=results.BELOW_BUDGET, reason=f"{text}: too slow")
+    return m.replace(judgement=judged)
 
 
-def outcome(verdict: str, settings: JudgeSettings) -> str:
+def outcome(verdict: Verdict, settings: JudgeSettings) -> str:
     """What a verdict does to its test: 'fail', 'warn' or 'pass'."""
     if verdict == results.AMBIGUOUS:
         return "warn"
-    if verdict not in results.FAILING:
+    if not verdict.failing:
         return "pass"
     if settings.gate == "warn" or (verdict == results.ABOVE_SOL and settings.above_one == "warn"):
         return "warn"

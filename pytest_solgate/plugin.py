@@ -361,6 +361,7 @@ class SolgateSession:
         """Judge the test's measurements; fail it now when a verdict says so."""
         __tracebackhide__ = True
         from pytest_solgate import judge
+        from pytest_solgate.report import machine
 
         fixture = item.stash.get(FIXTURE_KEY, None)
         measured = fixture.measurements if fixture else []
@@ -374,12 +375,7 @@ class SolgateSession:
                 fixture.close()  # a measurement after judging (a fixture's teardown) would be lost: refuse it
         item.stash[RECORDS_KEY] = judged
         for m in judged:
-            item.user_properties.append((f"sol[{m.name}]", f"{m.sol:.4f}"))
-            item.user_properties.append((f"sol_seconds[{m.name}]", f"{m.seconds:.6g}"))
-            item.user_properties.append((f"sol_bound[{m.name}]", m.bound))
-            item.user_properties.append((f"sol_verdict[{m.name}]", m.verdict or ""))
-            if (m.budget or {}).get("achieved_speedup") is not None:
-                item.user_properties.append((f"sol_speedup[{m.name}]", f"{m.budget['achieved_speedup']:.4g}"))
+            item.user_properties.extend(machine.junit_properties(m))
         if body_failed:
             return
         if marked and not measured:
@@ -388,11 +384,11 @@ class SolgateSession:
         for m in judged:
             effect = self.engine.effect(m)
             if effect == "fail":
-                failures.append(m.reason)
+                failures.append(m.judgement.reason)
             elif effect == "warn":
                 # Located at the test, not at this line of the plugin.
                 path, line, _ = item.location
-                warnings.warn_explicit(SolgateWarning(f"{m.verdict}: {m.reason}"), SolgateWarning,
+                warnings.warn_explicit(SolgateWarning(f"{m.verdict}: {m.judgement.reason}"), SolgateWarning,
                                        str(self.config.rootpath / path), (line or 0) + 1)
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)

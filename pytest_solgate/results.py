@@ -1,78 +1,186 @@
 """Results (the records every stage passes on): ``Measurement``, ``RunInfo`` and the verdicts.
 
-Plain frozen dataclasses with a JSON form (``to_dict``/``from_dict``). The JSON form is the
-``solgate/1`` contract: it is what ``--sol-json`` writes, what ``solgate import`` reads, and what
-travels from xdist workers to the controller.
+A ``Measurement`` is composed of one typed part per stage, each the stage's own record:
+
+- declare: ``Work`` (``work.py``): FLOPs by precision and bytes;
+- measure: ``Timing`` (``measure.py``): the median, the samples and how they were taken;
+- score: ``Score`` (``score.py``): T_SOL, SOL, MFU and the bound, against the profile named here;
+- judge: ``Judgement`` (below): the ``Verdict``, its reason, the budget applied and the
+  ``BaselineComparison``; ``None`` until judged;
+- record: ``trend``, the history of the same measurement, oldest first.
+
+Only the ``solgate/1`` JSON is flat (``to_dict``/``from_dict``): it is what ``--sol-json`` writes,
+what ``solgate import`` reads, what the history stores, and what travels from xdist workers to the
+controller; its fields and their order are those of every earlier version.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from pytest_solgate.measure import Timing
+from pytest_solgate.score import Score
+from pytest_solgate.work import Work
+
 SCHEMA = "solgate/1"
 
-# Verdicts, from DESIGN.md. FAILING ones fail the test unless --sol-gate=warn/off says otherwise.
-PASS = "pass"
-BELOW_BUDGET = "below-budget"
-REGRESSED = "regressed"
-AMBIGUOUS = "ambiguous"
-IMPROVED = "improved"
-ABOVE_SOL = "above-sol"
-NOT_GATED = "not-gated"
-VERDICTS = (BELOW_BUDGET, REGRESSED, ABOVE_SOL, AMBIGUOUS, IMPROVED, PASS, NOT_GATED)
+
+class Verdict(str, enum.Enum):
+    """The verdicts of DESIGN.md. A ``str``, so it is its own JSON value and compares with text."""
+
+    BELOW_BUDGET = "below-budget"
+    REGRESSED = "regressed"
+    ABOVE_SOL = "above-sol"
+    AMBIGUOUS = "ambiguous"
+    IMPROVED = "improved"
+    PASS = "pass"
+    NOT_GATED = "not-gated"
+
+    __str__ = str.__str__  # "pass", not "Verdict.PASS", in f-strings, Jinja and JSON
+    __format__ = str.__format__
+
+    @property
+    def failing(self) -> bool:
+        """Fails its test unless --sol-gate=warn/off (or --sol-above-one=warn) says otherwise."""
+        return self in FAILING
+
+
+PASS = Verdict.PASS
+BELOW_BUDGET = Verdict.BELOW_BUDGET
+REGRESSED = Verdict.REGRESSED
+AMBIGUOUS = Verdict.AMBIGUOUS
+IMPROVED = Verdict.IMPROVED
+ABOVE_SOL = Verdict.ABOVE_SOL
+NOT_GATED = Verdict.NOT_GATED
+VERDICTS = tuple(Verdict)  # worst first: the order of every report
 FAILING = (BELOW_BUDGET, REGRESSED, ABOVE_SOL)
 
 
 @dataclass(frozen=True)
+class AppliedBudget:
+    """The budgets that applied to one measurement on its profile (a glob resolved to a number)."""
+
+    min: float | None = None
+    mfu: float | None = None
+    max_regression: float | None = None
+    speedup: float | None = None  # times faster than `reference`; with it, the speedup achieved
+    reference: str | None = None
+    achieved_speedup: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"min": self.min, "mfu": self.mfu, "max_regression": self.max_regression}
+        if self.speedup is not None:
+            data.update(speedup=self.speedup, reference=self.reference, achieved_speedup=self.achieved_speedup)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "AppliedBudget":
+        return cls(**_known(cls, data))
+
+
+@dataclass(frozen=True)
+class BaselineComparison:
+    """A measurement against its baseline window (the last clean runs at ancestor commits)."""
+
+    commit: str  # the newest run of the window
+    oldest_commit: str
+    runs: int
+    run_id: str
+    sol: float  # the window's centre: geometric mean of its runs' SOL
+    change: float  # relative SOL change against the centre
+    spread: float | None  # run-to-run relative standard deviation; None with one run
+    noise_floor: float | None  # the smallest drop run-to-run noise cannot explain (99 %); None if unknown
+    compared_on: str = "sol"  # or "time", when the ceilings changed since the baseline
+    environment_differs: tuple[str, ...] = ()
+    statistic: str = ""
+    confirmed: bool = False  # a regression a second block of samples showed again
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["environment_differs"] = list(self.environment_differs)
+        data["test"] = data.pop("statistic")
+        data["confirmed"] = data.pop("confirmed")  # the field order of the solgate/1 JSON
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "BaselineComparison":
+        """Also reads the shorter baseline of early histories (one run, no window fields)."""
+        commit = data.get("commit") or ""
+        return cls(
+            commit=commit,
+            oldest_commit=data.get("oldest_commit") or commit,
+            runs=data.get("runs") or 1,
+            run_id=data.get("run_id") or "",
+            sol=data.get("sol") or 0.0,
+            change=data.get("change") or 0.0,
+            spread=data.get("spread"),
+            noise_floor=data.get("noise_floor"),
+            compared_on=data.get("compared_on") or "sol",
+            environment_differs=tuple(data.get("environment_differs") or ()),
+            statistic=data.get("test") or "",
+            confirmed=bool(data.get("confirmed")),
+        )
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What the judge stage decided about one measurement, and why."""
+
+    verdict: Verdict
+    reason: str
+    budget: AppliedBudget = AppliedBudget()
+    baseline: BaselineComparison | None = None
+
+    def replace(self, **changes: Any) -> "Judgement":
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
 class Measurement:
+    """One measured kernel: who (test, name), its parts per stage, and the context that makes two
+    runs comparable (the profile and its ceilings identity, the device, the environment)."""
+
     test: str
     name: str
-    profile: str
-    backend: str
-    flops: Mapping[str, float]
-    bytes: float
-    seconds: float
-    samples: tuple[float, ...]
-    noise: float
-    t_sol: float
-    sol: float
-    mfu: float
-    bound: str
-    tflops: float
-    gbps: float
-    intensity: float | None = None
-    ridge: float | None = None
-    gate: bool = True
-    ceilings: str = "datasheet"
-    device: str = ""
-    batch: int = 1
-    noisy: bool = False
-    throttled: bool = False
-    dropped_samples: int = 0
-    started_at: float = 0.0
-    finished_at: float = 0.0
-    worker: str = ""
-    notes: tuple[str, ...] = ()
-    telemetry: Mapping[str, Any] | None = None
-    telemetry_note: str = ""
-    # Like with like: the facts that make two runs comparable (host, device and its UUID, driver,
-    # CUDA, torch, triton, Python) and the identity of the ceilings (profile numbers) scored against.
-    environment: Mapping[str, str] = field(default_factory=dict)
+    profile: str  # the id of the hardware profile it was scored against
+    work: Work
+    timing: Timing
+    score: Score
+    gate: bool = True  # False: a reference, recorded and shown, never judged
+    ceilings: str = "datasheet"  # or "measured": where the profile's numbers come from
+    # Like with like: the identity of the ceilings (profile numbers) scored against, and the facts
+    # that make two runs comparable (host, device and its UUID, driver, CUDA, torch, triton, Python).
     ceilings_id: str = ""
-    # Clock-aware SOL: the mean SM clock while samples were taken, and SOL against ceilings scaled
-    # to it (reported beside SOL; the gate uses the configured ceilings).
-    sm_clock_mhz: float | None = None
-    sol_at_clock: float | None = None
-    timing_mode: str = "events"  # or "cuda-graph": how the samples were taken
-    # Set once judged:
-    verdict: str | None = None
-    reason: str = ""
-    budget: Mapping[str, Any] = field(default_factory=dict)
-    baseline: Mapping[str, Any] | None = None
-    # Set by the reports from the history, oldest first: [{"commit", "sol", "started_at"}].
+    environment: Mapping[str, str] = field(default_factory=dict)
+    device: str = ""
+    worker: str = ""  # the xdist worker that measured it
+    notes: tuple[str, ...] = ()  # what a reader of the result should know (the timing's notes included)
+    judgement: Judgement | None = None
+    # The record stage's history of this measurement, oldest first: [{"commit", "sol", "started_at"}].
     trend: tuple[Mapping[str, Any], ...] = ()
+
+    # The attributes DESIGN.md promises the user of ``sol.measure`` (``m.sol``, ``m.seconds``,
+    # ``m.bound``, ...): read-only views of the parts, which stay the one place each value lives.
+    backend = property(lambda self: self.timing.backend, doc="cuda, cpu or triton-interpreter")
+    flops = property(lambda self: self.work.flops, doc="declared FLOPs by precision")
+    bytes = property(lambda self: self.work.bytes, doc="declared bytes that must move")
+    seconds = property(lambda self: self.timing.seconds, doc="median per-call time")
+    samples = property(lambda self: self.timing.samples, doc="per-call seconds of every kept sample")
+    noise = property(lambda self: self.timing.noise, doc="relative 95 % half-width of the median")
+    t_sol = property(lambda self: self.score.t_sol, doc="speed-of-light time on the profile")
+    sol = property(lambda self: self.score.sol, doc="T_SOL / median time")
+    mfu = property(lambda self: self.score.mfu, doc="model FLOPs utilisation")
+    bound = property(lambda self: self.score.bound, doc="memory or compute")
+    tflops = property(lambda self: self.score.tflops, doc="achieved TFLOP/s, all precisions together")
+    gbps = property(lambda self: self.score.gbps, doc="achieved GB/s")
+
+    @property
+    def verdict(self) -> Verdict | None:
+        """Set once judged."""
+        return self.judgement.verdict if self.judgement is not None else None
 
     @property
     def failed(self) -> bool:
@@ -82,25 +190,111 @@ class Measurement:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["flops"] = dict(self.flops)
-        data["samples"] = list(self.samples)
-        data["notes"] = list(self.notes)
-        data["trend"] = [dict(t) for t in self.trend]
-        data["environment"] = dict(self.environment)
-        return data
+        """The flat ``solgate/1`` record."""
+        timing, scored, judgement = self.timing, self.score, self.judgement
+        return {
+            "test": self.test,
+            "name": self.name,
+            "profile": self.profile,
+            "backend": timing.backend,
+            "flops": dict(self.work.flops),
+            "bytes": self.work.bytes,
+            "seconds": timing.seconds,
+            "samples": list(timing.samples),
+            "noise": timing.noise,
+            "t_sol": scored.t_sol,
+            "sol": scored.sol,
+            "mfu": scored.mfu,
+            "bound": scored.bound,
+            "tflops": scored.tflops,
+            "gbps": scored.gbps,
+            "intensity": scored.intensity,
+            "ridge": scored.ridge,
+            "gate": self.gate,
+            "ceilings": self.ceilings,
+            "device": self.device,
+            "batch": timing.batch,
+            "noisy": timing.noisy,
+            "throttled": timing.throttled,
+            "dropped_samples": timing.dropped_samples,
+            "started_at": timing.started_at,
+            "finished_at": timing.finished_at,
+            "worker": self.worker,
+            "notes": list(self.notes),
+            "telemetry": dict(timing.telemetry) if timing.telemetry is not None else None,
+            "telemetry_note": timing.telemetry_note,
+            "environment": dict(self.environment),
+            "ceilings_id": self.ceilings_id,
+            "sm_clock_mhz": timing.sm_clock_mhz,
+            "sol_at_clock": scored.sol_at_clock,
+            "timing_mode": timing.mode,
+            "verdict": judgement.verdict.value if judgement else None,
+            "reason": judgement.reason if judgement else "",
+            "budget": judgement.budget.to_dict() if judgement else {},
+            "baseline": judgement.baseline.to_dict() if judgement and judgement.baseline else None,
+            "trend": [dict(point) for point in self.trend],
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Measurement":
-        names = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in data.items() if k in names}
-        values["flops"] = dict(values.get("flops") or {})
-        values["samples"] = tuple(values.get("samples") or ())
-        values["notes"] = tuple(values.get("notes") or ())
-        values["trend"] = tuple(values.get("trend") or ())
-        values["budget"] = dict(values.get("budget") or {})
-        values["environment"] = dict(values.get("environment") or {})
-        return cls(**values)
+        """A record of any pytest-solgate version; fields it lacks take their defaults. Facts the
+        JSON does not keep (warm-up calls, the timing's own notes) read as zero and empty."""
+        started_at, finished_at = data.get("started_at") or 0.0, data.get("finished_at") or 0.0
+        timing = Timing(
+            seconds=data["seconds"],
+            samples=tuple(data.get("samples") or ()),
+            noise=data["noise"],
+            batch=data.get("batch") or 1,
+            warmup_calls=0,
+            noisy=bool(data.get("noisy")),
+            backend=data["backend"],
+            started_at=started_at,
+            finished_at=finished_at,
+            wall_seconds=max(finished_at - started_at, 0.0),
+            throttled=bool(data.get("throttled")),
+            dropped_samples=data.get("dropped_samples") or 0,
+            sm_clock_mhz=data.get("sm_clock_mhz"),
+            mode=data.get("timing_mode") or "events",
+            telemetry=data.get("telemetry"),
+            telemetry_note=data.get("telemetry_note") or "",
+        )
+        scored = Score(
+            t_sol=data["t_sol"],
+            sol=data["sol"],
+            mfu=data["mfu"],
+            bound=data["bound"],
+            tflops=data["tflops"],
+            gbps=data["gbps"],
+            intensity=data.get("intensity"),
+            ridge=data.get("ridge"),
+            sol_at_clock=data.get("sol_at_clock"),
+        )
+        judgement = None
+        if data.get("verdict") is not None:
+            baseline = data.get("baseline")
+            judgement = Judgement(
+                verdict=Verdict(data["verdict"]),
+                reason=data.get("reason") or "",
+                budget=AppliedBudget.from_dict(data.get("budget") or {}),
+                baseline=BaselineComparison.from_dict(baseline) if baseline else None,
+            )
+        return cls(
+            test=data["test"],
+            name=data["name"],
+            profile=data["profile"],
+            work=Work(flops=dict(data.get("flops") or {}), bytes=data["bytes"]),
+            timing=timing,
+            score=scored,
+            gate=data.get("gate", True),
+            ceilings=data.get("ceilings") or "datasheet",
+            ceilings_id=data.get("ceilings_id") or "",
+            environment=dict(data.get("environment") or {}),
+            device=data.get("device") or "",
+            worker=data.get("worker") or "",
+            notes=tuple(data.get("notes") or ()),
+            judgement=judgement,
+            trend=tuple(data.get("trend") or ()),
+        )
 
 
 @dataclass(frozen=True)
@@ -131,5 +325,10 @@ class RunInfo:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "RunInfo":
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return cls(**_known(cls, data))
+
+
+def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of ``data`` that name a field of ``cls`` (newer files may have more)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in data.items() if k in names}

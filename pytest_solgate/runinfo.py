@@ -23,7 +23,7 @@ def build_run_info(
     command: str,
     baseline_ref: str,
 ) -> RunInfo:
-    used_cuda = any(m.backend == "cuda" for m in measurements)
+    used_cuda = any(m.timing.backend == "cuda" for m in measurements)
     profiles = sorted({m.profile for m in measurements})
     ceilings = sorted({m.ceilings for m in measurements})
     devices = sorted({m.device for m in measurements if m.device})

@@ -26,7 +26,10 @@ class Score:
     gbps: float  # achieved
     intensity: float | None  # FLOP per byte; None when no bytes are declared
     ridge: float | None  # the profile's ridge point for the dominant precision
-    dominant_precision: str | None  # the precision whose time is largest; None without flops
+    dominant_precision: str | None = None  # the precision whose time is largest; None without flops
+    # SOL against ceilings scaled to the SM clock the device ran at (see ``sol_at_clock``); None
+    # without a measured clock. Reported beside SOL; the gate uses ``sol``.
+    sol_at_clock: float | None = None
 
 
 @dataclass(frozen=True)
@@ -70,8 +73,9 @@ def speed_of_light(work: Work, profile: HardwareProfile) -> Floor:
     )
 
 
-def score(work: Work, seconds: float, profile: HardwareProfile) -> Score:
-    """``seconds`` is the measured median per-call time; it must be positive."""
+def score(work: Work, seconds: float, profile: HardwareProfile, sm_clock_mhz: float | None = None) -> Score:
+    """``seconds`` is the measured median per-call time; it must be positive. ``sm_clock_mhz`` is
+    the mean SM clock measured while the samples ran, when the backend reads one."""
     if not seconds > 0:
         raise ValueError(f"measured time must be positive, got {seconds!r}")
     floor = speed_of_light(work, profile)
@@ -86,6 +90,7 @@ def score(work: Work, seconds: float, profile: HardwareProfile) -> Score:
         intensity=floor.intensity,
         ridge=floor.ridge,
         dominant_precision=floor.dominant_precision,
+        sol_at_clock=sol_at_clock(work, seconds, profile, sm_clock_mhz),
     )
 
 

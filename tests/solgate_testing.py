@@ -38,3 +38,26 @@ def init_repo(cwd) -> None:
     git(cwd, "init", "-q", "-b", "main")
     git(cwd, "config", "user.email", "test@example.invalid")
     git(cwd, "config", "user.name", "test")
+
+
+# A recorded measurement in the flat solgate/1 form: 1 ms, SOL 0.5 on the synthetic profile, passed.
+RECORD = dict(
+    test="t.py::test_k", name="default", profile="synthetic", backend="cpu", flops={}, bytes=1.0, seconds=1e-3,
+    samples=(1e-3,) * 10, noise=0.01, t_sol=5e-4, sol=0.5, mfu=0.0, bound="memory", tflops=0.0, gbps=1.0,
+    ceilings="measured", verdict="pass",
+)
+
+
+def recorded(**fields):
+    """A ``Measurement`` as the history or an imported file holds it: ``RECORD`` with ``fields``
+    (flat solgate/1 names) changed, read through ``Measurement.from_dict``."""
+    from pytest_solgate.results import Measurement
+
+    return Measurement.from_dict({**RECORD, **fields})
+
+
+def changed(measurement, **fields):
+    """``measurement`` with flat solgate/1 fields changed (``sol=``, ``seconds=``, ...)."""
+    from pytest_solgate.results import Measurement
+
+    return Measurement.from_dict({**measurement.to_dict(), **fields})

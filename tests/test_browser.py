@@ -109,7 +109,8 @@ def test_trend_page_in_chromium(tmp_path):
     """Small multiples: a panel per measurement with its band, budget line, change point and
     hovers; the filter box hides panels; nothing is fetched from the network."""
     from pytest_solgate import history
-    from pytest_solgate.results import Measurement, RunInfo
+    from pytest_solgate.results import RunInfo
+    from solgate_testing import recorded
     from test_cli import solgate
 
     sols = [0.60, 0.61, 0.59, 0.60, 0.61, 0.60, 0.45, 0.46, 0.44, 0.45, 0.46, 0.45]
@@ -117,10 +118,9 @@ def test_trend_page_in_chromium(tmp_path):
         for i, sol in enumerate(sols):
             run = RunInfo(id=f"r{i}", started_at=f"2026-11-{i + 1:02d}T00:00:00+00:00", commit=f"{i:040x}",
                           commit_time=f"2026-11-{i + 1:02d}T00:00:00+00:00")
-            ms = [Measurement(test=f"kernels/test_ops.py::test_{op}[4096]", name=name, profile="h100-sxm", backend="cuda",
-                              flops={}, bytes=1e9, seconds=1e-3 / s, samples=(1e-3 / s,) * 10, noise=0.01, t_sol=1e-3,
-                              sol=s, mfu=0.0, bound="memory", tflops=0.0, gbps=1.0, ceilings="datasheet", verdict="pass",
-                              budget={"min": 0.5}, gate=name == "triton")
+            ms = [recorded(test=f"kernels/test_ops.py::test_{op}[4096]", name=name, profile="h100-sxm", backend="cuda",
+                           bytes=1e9, seconds=1e-3 / s, samples=(1e-3 / s,) * 10, t_sol=1e-3, sol=s,
+                           ceilings="datasheet", budget={"min": 0.5}, gate=name == "triton")
                   for op, s in (("add", sol), ("softmax", 0.8)) for name in ("triton", "torch")]
             store.record_run(run, ms)
     done = solgate("trend", "-o", str(tmp_path / "sol-trend.html"), "--history", str(tmp_path / "h.db"), cwd=tmp_path)

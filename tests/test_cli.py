@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE, git, init_repo
+from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE, git, init_repo, recorded
 
 
 def solgate(*args, cwd=None):
@@ -157,10 +157,9 @@ def test_sol_profile_folder_is_checked_at_start(pytester):
 
 def test_compare_refuses_an_ambiguous_or_empty_sha(tmp_path, history_location):
     from pytest_solgate.history import open_store
-    from pytest_solgate.results import Measurement, RunInfo
+    from pytest_solgate.results import RunInfo
 
-    m = Measurement(test="t.py::test_k", name="default", profile="p", backend="cpu", flops={}, bytes=1.0, seconds=1e-3,
-                    samples=(1e-3,), noise=0.0, t_sol=1e-4, sol=0.1, mfu=0.0, bound="memory", tflops=0.0, gbps=1.0)
+    m = recorded(profile="p", samples=(1e-3,), noise=0.0, t_sol=1e-4, sol=0.1, ceilings="datasheet", verdict=None)
     with open_store(history_location) as store:
         for i, sha in enumerate(("abc1" + "0" * 36, "abc2" + "0" * 36)):
             store.record_run(RunInfo(id=f"r{i}", started_at=f"2026-12-02T00:0{i}:00", commit=sha), [m])

@@ -16,16 +16,14 @@ import time
 import pytest
 
 from pytest_solgate.history import SqliteStore, open_store
-from pytest_solgate.results import Measurement, RunInfo
-from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE
+from pytest_solgate.results import RunInfo
+from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE, recorded
 
 PER_RUN = 3
 
 
 def a_measurement(i):
-    return Measurement(test=f"t.py::test_{i}", name="default", profile="synthetic", backend="cpu", flops={}, bytes=1.0,
-                       seconds=1e-3, samples=(1e-3,) * 50, noise=0.0, t_sol=5e-4, sol=0.5, mfu=0.0, bound="memory",
-                       tflops=0.0, gbps=1.0, ceilings="measured", verdict="pass")
+    return recorded(test=f"t.py::test_{i}", samples=(1e-3,) * 50, noise=0.0)
 
 
 def writer(location, worker, runs, workers):

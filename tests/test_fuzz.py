@@ -115,7 +115,7 @@ finite = st.floats(min_value=1e-9, max_value=1e9, allow_nan=False)
 duration = st.floats(min_value=1e-9, max_value=1e4, allow_nan=False)
 ratio = st.floats(min_value=1e-9, max_value=1e3, allow_nan=False)
 measurements = st.builds(
-    Measurement,
+    lambda **fields: Measurement.from_dict(fields),  # as a flat solgate/1 record
     test=st.text(min_size=1, max_size=40).map(lambda t: "t.py::" + t),
     name=st.text(min_size=1, max_size=10),
     profile=st.sampled_from(["h100-sxm", "cpu-x"]),

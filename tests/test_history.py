@@ -7,8 +7,8 @@ import sqlite3
 import pytest
 
 from pytest_solgate import history
-from pytest_solgate.results import Measurement, RunInfo
-from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE, git, init_repo  # noqa: F401
+from pytest_solgate.results import RunInfo
+from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE, changed, git, init_repo, recorded  # noqa: F401
 
 KERNEL_TEST = KERNELS + '''
 import json, pathlib, random
@@ -78,9 +78,9 @@ class Repo:
                 commits.append(self.commit(f"seed {i}"))
                 run = RunInfo(id=f"seed-{i}-{commits[-1][:8]}", started_at=f"2026-11-01T00:{i:02d}:00+00:00",
                               commit=commits[-1], profile="synthetic", ceilings="measured")
-                m = a_measurement(sol).replace(
-                    test="test_kernels.py::test_kernel", t_sol=0.4e-3, seconds=seconds or 0.4e-3 / sol, noise=0.002,
-                    ceilings_id=ceilings_id, environment=environment or {},
+                m = changed(
+                    a_measurement(sol), test="test_kernels.py::test_kernel", t_sol=0.4e-3, seconds=seconds or 0.4e-3 / sol,
+                    noise=0.002, ceilings_id=ceilings_id, environment=environment or {},
                 )
                 store.record_run(run, [m])
         return commits
@@ -352,9 +352,7 @@ def a_run(run_id="r1", commit="c" * 40, dirty=False):
 
 
 def a_measurement(sol=0.5):
-    return Measurement(test="t.py::test_k", name="default", profile="synthetic", backend="cpu", flops={}, bytes=1.0,
-                       seconds=1e-3, samples=(1e-3,) * 10, noise=0.0, t_sol=sol * 1e-3, sol=sol, mfu=0.0,
-                       bound="memory", tflops=0.0, gbps=1.0, ceilings="measured", verdict="pass")
+    return recorded(noise=0.0, t_sol=sol * 1e-3, sol=sol)
 
 
 def test_older_schema_is_migrated_not_thrown_away(tmp_path):

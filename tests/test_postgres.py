@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from pytest_solgate import history, record, spool
-from pytest_solgate.results import Measurement, RunInfo
-from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE
+from pytest_solgate.results import RunInfo
+from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE, changed, recorded
 from test_cli import solgate
 from throwaway_postgres import ADMIN_PASSWORD, Cluster
 
@@ -27,9 +27,7 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
 def a_measurement(i=0, test=None):
-    return Measurement(test=test or f"t.py::test_{i}", name="default", profile="synthetic", backend="cpu", flops={},
-                       bytes=1.0, seconds=1e-3, samples=(1e-3,) * 20, noise=0.01, t_sol=5e-4, sol=0.5, mfu=0.0,
-                       bound="memory", tflops=0.0, gbps=1.0, ceilings="measured", verdict="pass")
+    return recorded(test=test or f"t.py::test_{i}", samples=(1e-3,) * 20)
 
 
 def a_run(run_id, commit="a" * 40, minute=0):
@@ -348,7 +346,7 @@ def test_migrate_both_ways_and_back_gives_identical_results(tmp_path, postgres_u
     with history.open_store(source) as store:
         for r in range(6):
             store.record_run(a_run(f"run-{r}", commit=f"{r:040d}", minute=r),
-                             [a_measurement(i).replace(sol=0.4 + r / 100, noise=float("inf") if r == 3 else 0.01) for i in range(4)])
+                             [changed(a_measurement(i), sol=0.4 + r / 100, noise=float("inf") if r == 3 else 0.01) for i in range(4)])
     back = tmp_path / "b.db"
     for src, dst in ((str(source), postgres_url), (postgres_url, str(back))):
         done = solgate("migrate", src, dst)

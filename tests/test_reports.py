@@ -25,7 +25,7 @@ def record(test="t.py::test_k", name="default", verdict=results.PASS, sol=0.5, i
         budget={"min": 0.4}, trend=({"commit": "a" * 40, "sol": 0.45}, {"commit": "c" * 40, "sol": sol}),
     )
     fields.update(extra)
-    return Measurement(**fields)
+    return Measurement.from_dict(fields)
 
 
 EVERY_VERDICT = [record(test=f"t.py::test_{i}", verdict=v) for i, v in enumerate(results.VERDICTS)]

@@ -7,9 +7,9 @@ import pytest
 from pytest_solgate import judge, results, stats
 from pytest_solgate.errors import MarkerError, WorkError
 from pytest_solgate.profiles import HardwareProfile
-from pytest_solgate.results import Measurement
 from pytest_solgate.score import score, sol_at_clock
 from pytest_solgate.work import make_work
+from solgate_testing import changed, recorded
 
 H100 = HardwareProfile(
     id="h100-sxm", name="H100", kind="gpu", memory_bandwidth_gbps=3350,
@@ -51,10 +51,10 @@ def test_median_interval_and_noise():
 
 def measurement(sol=0.9, mfu=0.0, backend="cpu", gate=True, samples=None, profile="h100-sxm"):
     seconds = 1e-3
-    return Measurement(
-        test="t.py::test_k", name="default", profile=profile, backend=backend, flops={}, bytes=3.35e9 * sol,
-        seconds=seconds, samples=tuple(samples or [seconds] * 20), noise=0.001, t_sol=seconds * sol, sol=sol,
-        mfu=mfu, bound="memory", tflops=0, gbps=3.35e9 * sol / seconds / 1e9, gate=gate,
+    return recorded(
+        profile=profile, backend=backend, bytes=3.35e9 * sol, seconds=seconds, samples=tuple(samples or [seconds] * 20),
+        noise=0.001, t_sol=seconds * sol, sol=sol, mfu=mfu, gbps=3.35e9 * sol / seconds / 1e9, gate=gate,
+        ceilings="datasheet", verdict=None,
     )
 
 
@@ -80,8 +80,8 @@ def test_verdicts(m, budget, verdict):
 
 def test_below_budget_message_is_actionable():
     m = judge.judge(measurement(0.71), judge.Budget(min=0.85), None, SETTINGS)
-    assert m.reason.startswith("test_k SOL 0.71 < budget 0.85 on h100-sxm: ")
-    assert "of 3.35 TB/s (memory-bound), median 1 ms ±0.1% over 20 samples" in m.reason
+    assert m.judgement.reason.startswith("test_k SOL 0.71 < budget 0.85 on h100-sxm: ")
+    assert "of 3.35 TB/s (memory-bound), median 1 ms ±0.1% over 20 samples" in m.judgement.reason
 
 
 def test_gate_off_and_warn():
@@ -106,7 +106,7 @@ def window(*sols, noise=0.002, commit="a", ceilings_id="", environment=None):
 
 
 def at_sol(sol, noise=0.002):
-    return measurement(sol).replace(t_sol=0.7e-3, seconds=0.7e-3 / sol, noise=noise)
+    return changed(measurement(sol), t_sol=0.7e-3, seconds=0.7e-3 / sol, noise=noise)
 
 
 # Five runs with 1.6 % run-to-run spread: the 99 % bound sits 6.4 % below their mean.
@@ -115,10 +115,10 @@ STEADY = (0.70, 0.72, 0.69, 0.71, 0.70)
 
 def test_window_regressed_ambiguous_improved_pass():
     got = judge.judge(at_sol(0.56), judge.Budget(), window(*STEADY), SETTINGS)
-    assert got.verdict == results.REGRESSED, got.reason
-    assert "vs 0.704 over 5 baseline runs from eeeeeeeeee to aaaaaaaaaa" in got.reason
-    assert "tolerance 5.0%, noise floor 6.4%" in got.reason and "99 % t prediction bound over 5 runs" in got.reason
-    info = got.baseline
+    assert got.verdict == results.REGRESSED, got.judgement.reason
+    assert "vs 0.704 over 5 baseline runs from eeeeeeeeee to aaaaaaaaaa" in got.judgement.reason
+    assert "tolerance 5.0%, noise floor 6.4%" in got.judgement.reason and "99 % t prediction bound over 5 runs" in got.judgement.reason
+    info = got.judgement.baseline.to_dict()  # as the solgate/1 JSON holds it
     assert info["runs"] == 5 and info["commit"] == "a" * 40 and info["oldest_commit"] == "e" * 40
     assert abs(info["noise_floor"] - 0.0642) < 0.001 and info["test"] == "t-prediction-99" and info["compared_on"] == "sol"
     assert judge.judge(at_sol(0.85), judge.Budget(), window(*STEADY), SETTINGS).verdict == results.IMPROVED
@@ -131,48 +131,48 @@ def test_a_drop_within_the_noise_floor_is_ambiguous_and_names_the_floor():
     noisy = (0.70, 0.80, 0.60, 0.75, 0.65)  # +-10 % from run to run: the floor is near 35 %
     got = judge.judge(at_sol(0.60), judge.Budget(), window(*noisy), SETTINGS)
     assert got.verdict == results.AMBIGUOUS
-    assert "below this runner's noise floor of" in got.reason and "raise max_regression above" in got.reason
-    assert got.baseline["noise_floor"] > 0.25
+    assert "below this runner's noise floor of" in got.judgement.reason and "raise max_regression above" in got.judgement.reason
+    assert got.judgement.baseline.noise_floor > 0.25
 
 
 def test_one_run_cannot_show_the_spread_so_a_drop_is_ambiguous():
     got = judge.judge(at_sol(0.35), judge.Budget(), window(0.70), SETTINGS)
     assert got.verdict == results.AMBIGUOUS
-    assert "noise floor unknown (one run)" in got.reason and got.baseline["noise_floor"] is None
+    assert "noise floor unknown (one run)" in got.judgement.reason and got.judgement.baseline.noise_floor is None
 
 
 def test_within_run_precision_bounds_the_spread_from_below():
     # Identical run values cannot mean zero noise: each run's own precision (0.5 % half-width) counts.
     identical = window(0.7, 0.7, 0.7, noise=0.05)
     got = judge.judge(at_sol(0.63), judge.Budget(), identical, SETTINGS)
-    assert got.verdict == results.AMBIGUOUS and got.baseline["spread"] >= 0.05 / stats.Z_95
+    assert got.verdict == results.AMBIGUOUS and got.judgement.baseline.spread >= 0.05 / stats.Z_95
 
 
 def test_changed_ceilings_compare_times_not_sol():
     # The baseline scored 0.70 against other ceilings; its time equals this run's: no change.
     old = window(*[0.35] * 3, ceilings_id="old-ceilings")
     runs = tuple(r.__class__(**{**r.__dict__, "seconds": 1e-3}) for r in old.runs)
-    m = at_sol(0.70).replace(seconds=1e-3, ceilings_id="new-ceilings")
+    m = changed(at_sol(0.70), seconds=1e-3, ceilings_id="new-ceilings")
     got = judge.judge(m, judge.Budget(), judge.BaselineWindow(runs=runs), SETTINGS)
-    assert got.verdict == results.PASS and got.baseline["compared_on"] == "time"
-    assert abs(got.baseline["change"]) < 1e-9 and "compared on time" in got.reason
+    assert got.verdict == results.PASS and got.judgement.baseline.compared_on == "time"
+    assert abs(got.judgement.baseline.change) < 1e-9 and "compared on time" in got.judgement.reason
 
 
 def test_environment_that_differs_turns_a_regression_ambiguous():
     differs = judge.BaselineWindow(runs=window(*STEADY).runs, environment_differs=("torch 2.12.0 -> 2.13.0",))
     got = judge.judge(at_sol(0.56), judge.Budget(), differs, SETTINGS)
-    assert got.verdict == results.AMBIGUOUS and "another environment (torch 2.12.0 -> 2.13.0)" in got.reason
+    assert got.verdict == results.AMBIGUOUS and "another environment (torch 2.12.0 -> 2.13.0)" in got.judgement.reason
 
 
 def test_confirmation_keeps_or_drops_a_suspected_regression():
     first = judge.judge(at_sol(0.56), judge.Budget(), window(*STEADY), SETTINGS)
     slow_again = judge.judge(at_sol(0.55), judge.Budget(), window(*STEADY), SETTINGS)
     kept = judge.confirm(first, slow_again)
-    assert kept.verdict == results.REGRESSED and kept.baseline["confirmed"] is True
-    assert "confirmed by a re-measurement (SOL 0.560, then 0.550)" in kept.reason
+    assert kept.verdict == results.REGRESSED and kept.judgement.baseline.confirmed is True
+    assert "confirmed by a re-measurement (SOL 0.560, then 0.550)" in kept.judgement.reason
     fine_now = judge.judge(at_sol(0.70), judge.Budget(), window(*STEADY), SETTINGS)
     cleared = judge.confirm(first, fine_now)
-    assert cleared.verdict == results.PASS and "did not confirm it" in cleared.reason
+    assert cleared.verdict == results.PASS and "did not confirm it" in cleared.judgement.reason
     assert cleared.sol == 0.70 and any("did not confirm" in note for note in cleared.notes)
 
 

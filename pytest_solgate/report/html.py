@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 from pytest_solgate import judge, units
 from pytest_solgate.profiles import HardwareProfile
 from pytest_solgate.report import roofline, table
-from pytest_solgate.results import FAILING, Measurement, RunInfo
+from pytest_solgate.results import Measurement, RunInfo
 
 VERDICT_COLOURS = {
     "pass": "#2e9e5b",
@@ -66,13 +66,14 @@ def _detail(m: Measurement, index: int, peers: Sequence[Measurement]) -> dict[st
         "panel": panel_id(m.test, m.name, m.profile),
         "m": m,
         "row": table.row(m, peers),
-        "describe": judge.describe(m) if m.t_sol > 0 else "",
-        "strip": roofline.strip(m.samples),
+        "describe": judge.describe(m) if m.score.t_sol > 0 else "",
+        "strip": roofline.strip(m.timing.samples),
         "spark": roofline.sparkline([t["sol"] for t in m.trend]),
         "trend": m.trend,
-        "failed": m.verdict in FAILING,
-        "bar": min(1.0, max(0.0, m.sol)),
-        "budget_mark": m.budget.get("min") if m.budget else None,
+        "failed": m.failed,
+        "verdict": str(table.verdict(m)),
+        "bar": min(1.0, max(0.0, m.score.sol)),
+        "budget_mark": m.judgement.budget.min if m.judgement else None,
     }
 
 

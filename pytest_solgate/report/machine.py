@@ -1,4 +1,5 @@
-"""Report: machine-readable outputs: github-action-benchmark's customBiggerIsBetter (solgate/1 JSON is schema.dump)."""
+"""Report: machine-readable outputs: github-action-benchmark's customBiggerIsBetter and the JUnit
+XML properties (solgate/1 JSON is schema.dump)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ def benchmark_action(measurements: Sequence[Measurement]) -> str:
         {
             "name": f"{m.test} [{m.name}]",
             "unit": "SOL",
-            "value": round(m.sol, 6),
-            "range": f"±{m.noise * m.sol:.4f}" if math.isfinite(m.noise) else "",
-            "extra": f"median {units.seconds(m.seconds)} {units.noise(m.noise)}; profile {m.profile}; "
-            f"{m.bound}-bound; verdict {m.verdict}" + _speedup(m),
+            "value": round(m.score.sol, 6),
+            "range": f"±{m.timing.noise * m.score.sol:.4f}" if math.isfinite(m.timing.noise) else "",
+            "extra": f"median {units.seconds(m.timing.seconds)} {units.noise(m.timing.noise)}; profile {m.profile}; "
+            f"{m.score.bound}-bound; verdict {m.verdict}" + _speedup(m),
         }
         for m in measurements
     ]
@@ -26,7 +27,21 @@ def benchmark_action(measurements: Sequence[Measurement]) -> str:
 
 
 def _speedup(m: Measurement) -> str:
-    achieved = (m.budget or {}).get("achieved_speedup")
-    if achieved is None:
+    budget = m.judgement.budget if m.judgement else None
+    if budget is None or budget.achieved_speedup is None:
         return ""
-    return f"; {achieved:.3g}x {m.budget.get('reference')} (budget {m.budget['speedup']:g}x)"
+    return f"; {budget.achieved_speedup:.3g}x {budget.reference} (budget {budget.speedup:g}x)"
+
+
+def junit_properties(m: Measurement) -> list[tuple[str, str]]:
+    """A judged measurement as ``<property>`` entries of its test case in pytest's JUnit XML."""
+    properties = [
+        (f"sol[{m.name}]", f"{m.score.sol:.4f}"),
+        (f"sol_seconds[{m.name}]", f"{m.timing.seconds:.6g}"),
+        (f"sol_bound[{m.name}]", m.score.bound),
+        (f"sol_verdict[{m.name}]", str(m.verdict or "")),
+    ]
+    budget = m.judgement.budget if m.judgement else None
+    if budget is not None and budget.achieved_speedup is not None:
+        properties.append((f"sol_speedup[{m.name}]", f"{budget.achieved_speedup:.4g}"))
+    return properties

@@ -42,7 +42,7 @@ def render(run: RunInfo, measurements: Sequence[Measurement]) -> str:
         r = row(m, measurements)
         lines.append("| " + " | ".join(_cell(c) for c in r.cells()) + " |")
         if m.failed:
-            failing.append(f"- {_escape(m.reason)}")  # whole: this is where the full text lives
+            failing.append(f"- {_escape(r.reason)}")  # whole: this is where the full text lives
     if failing:
         lines += ["", "<details><summary>Why they failed</summary>", "", *failing, "", "</details>"]
     return "\n".join(lines) + "\n"

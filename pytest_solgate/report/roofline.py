@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from pytest_solgate.profiles import HardwareProfile
+from pytest_solgate.report import table
 from pytest_solgate.results import Measurement
 
 
@@ -117,12 +118,13 @@ def _decade_label(exponent: int) -> str:
 
 
 def plottable(m: Measurement) -> bool:
-    return bool(m.intensity) and m.intensity > 0 and m.tflops > 0 and math.isfinite(m.intensity)
+    intensity = m.score.intensity
+    return bool(intensity) and intensity > 0 and m.score.tflops > 0 and math.isfinite(intensity)
 
 
 def data_movement(m: Measurement) -> bool:
     """Bytes and no FLOPs: its place is the bandwidth chart."""
-    return m.bytes > 0 and not any(m.flops.values())
+    return m.work.bytes > 0 and not m.work.total_flops
 
 
 def kind(m: Measurement) -> str:
@@ -138,9 +140,9 @@ def bandwidth_chart(profile: HardwareProfile, measurements: Sequence[Measurement
     return BandwidthChart(
         ceiling=units.bandwidth(profile.memory_bandwidth_gbps),
         bars=tuple(
-            Bar(label=f"{m.test} [{m.name}]", fraction=round(min(m.gbps / profile.memory_bandwidth_gbps, 1.1), 4),
-                value=f"{units.bandwidth(m.gbps)} ({m.gbps / profile.memory_bandwidth_gbps:.0%})",
-                verdict=m.verdict or "pass", kind=kind(m), index=i)
+            Bar(label=f"{m.test} [{m.name}]", fraction=round(min(m.score.gbps / profile.memory_bandwidth_gbps, 1.1), 4),
+                value=f"{units.bandwidth(m.score.gbps)} ({m.score.gbps / profile.memory_bandwidth_gbps:.0%})",
+                verdict=str(table.verdict(m)), kind=kind(m), index=i)
             for i, m in rows
         ),
     )
@@ -152,8 +154,8 @@ def roofline(profile: HardwareProfile, measurements: Sequence[Measurement], fram
     bandwidth = profile.memory_bandwidth
     peaks = {p: profile.peak_flops(p) for p in profile.peak_tflops}
     ridges = [peak / bandwidth for peak in peaks.values()]
-    intensities = [m.intensity for m in on_chart] or [1.0]
-    rates = [m.tflops * 1e12 for m in on_chart] or [min(peaks.values())]
+    intensities = [m.score.intensity for m in on_chart] or [1.0]
+    rates = [m.score.tflops * 1e12 for m in on_chart] or [min(peaks.values())]
     x_low = math.floor(math.log10(min(min(intensities), min(ridges)) / 4))
     x_high = math.ceil(math.log10(max(max(intensities), max(ridges)) * 4))
     y_low = math.floor(math.log10(min(min(rates), bandwidth * 10**x_low) / 2))
@@ -187,10 +189,11 @@ def roofline(profile: HardwareProfile, measurements: Sequence[Measurement], fram
         )
     points = tuple(
         Point(
-            x=px(m.intensity),
-            y=py(m.tflops * 1e12),
-            verdict=m.verdict or "pass",
-            title=f"{kind(m)} {m.test} [{m.name}]: {m.intensity:.3g} FLOP/B, {m.tflops:.3g} TFLOP/s, SOL {m.sol:.2f}, {m.verdict}",
+            x=px(m.score.intensity),
+            y=py(m.score.tflops * 1e12),
+            verdict=str(table.verdict(m)),
+            title=f"{kind(m)} {m.test} [{m.name}]: {m.score.intensity:.3g} FLOP/B, {m.score.tflops:.3g} TFLOP/s, "
+                  f"SOL {m.score.sol:.2f}, {table.verdict(m)}",
             index=i,
             kind=kind(m),
         )

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from pytest_solgate import results, units
-from pytest_solgate.results import Measurement
+from pytest_solgate.results import Measurement, Verdict
 
 ORDER = {verdict: rank for rank, verdict in enumerate(results.VERDICTS)}
 HEADERS = ("test", "name", "bound", "time", "achieved", "SOL", "budget", "vs reference", "vs baseline", "verdict")
@@ -31,34 +31,44 @@ class Row:
                 self.change, self.verdict)
 
 
+def verdict(m: Measurement) -> Verdict:
+    """The verdict a report shows: a measurement recorded without one (an imported file, a test
+    that stopped before judging) was not judged, which is what ``not-gated`` says."""
+    return m.verdict if m.verdict is not None else results.NOT_GATED
+
+
 def ordered(measurements: Iterable[Measurement]) -> list[Measurement]:
     """Failures first, then warnings, then the rest; stable within each verdict."""
-    return sorted(measurements, key=lambda m: ORDER.get(m.verdict or results.PASS, len(ORDER)))
+    return sorted(measurements, key=lambda m: ORDER[verdict(m)])
 
 
 def achieved(m: Measurement) -> str:
-    return units.bandwidth(m.gbps) if m.bound == "memory" else units.flop_rate(m.tflops)
+    scored = m.score
+    return units.bandwidth(scored.gbps) if scored.bound == "memory" else units.flop_rate(scored.tflops)
 
 
 def budget_text(m: Measurement) -> str:
+    if m.judgement is None:
+        return "-"
+    budget = m.judgement.budget
     parts = []
-    if m.budget.get("min") is not None:
-        parts.append(f">= {m.budget['min']:.2f}")
-    if m.budget.get("mfu") is not None:
-        parts.append(f"MFU >= {m.budget['mfu']:.2f}")
-    if m.budget.get("speedup") is not None:
-        parts.append(f"{m.budget['speedup']:g}x {m.budget.get('reference') or 'reference'}")
+    if budget.min is not None:
+        parts.append(f">= {budget.min:.2f}")
+    if budget.mfu is not None:
+        parts.append(f"MFU >= {budget.mfu:.2f}")
+    if budget.speedup is not None:
+        parts.append(f"{budget.speedup:g}x {budget.reference or 'reference'}")
     return ", ".join(parts) or "-"
 
 
 def change_text(m: Measurement) -> str:
     """The change against the baseline window and the window's noise floor (the smallest drop
     its run-to-run noise cannot explain; '?' while one run cannot show a spread)."""
-    if not m.baseline:
+    baseline = m.judgement.baseline if m.judgement else None
+    if baseline is None:
         return "-"
-    floor = m.baseline.get("noise_floor")
-    floor_text = units.percent(floor) if isinstance(floor, (int, float)) else "?"
-    return f"{units.percent(m.baseline.get('change'), signed=True)}, floor {floor_text}"
+    floor_text = units.percent(baseline.noise_floor) if baseline.noise_floor is not None else "?"
+    return f"{units.percent(baseline.change, signed=True)}, floor {floor_text}"
 
 
 def reference_text(m: Measurement, peers: Sequence[Measurement]) -> str:
@@ -67,27 +77,29 @@ def reference_text(m: Measurement, peers: Sequence[Measurement]) -> str:
     if not m.gate:
         return "-"
     references = [p for p in peers if p.test == m.test and not p.gate and p.name != m.name]
-    return "; ".join(f"{p.name} {p.sol:.2f}, {p.seconds / m.seconds:.2g}x" for p in references) or "-"
+    return "; ".join(
+        f"{p.name} {p.score.sol:.2f}, {p.timing.seconds / m.timing.seconds:.2g}x" for p in references
+    ) or "-"
 
 
 def row(m: Measurement, peers: Sequence[Measurement] = ()) -> Row:
     return Row(
         test=m.test,
         name=m.name,
-        bound=m.bound,
-        time=f"{units.seconds(m.seconds)} {units.noise(m.noise)}",
+        bound=m.score.bound,
+        time=f"{units.seconds(m.timing.seconds)} {units.noise(m.timing.noise)}",
         achieved=achieved(m),
-        sol=units.sol(m.sol),
+        sol=units.sol(m.score.sol),
         budget=budget_text(m),
         reference=reference_text(m, peers),
         change=change_text(m),
-        verdict=m.verdict or "-",
-        reason=m.reason,
+        verdict=str(verdict(m)),
+        reason=m.judgement.reason if m.judgement else "",
     )
 
 
 def counts(measurements: Sequence[Measurement]) -> dict[str, int]:
     found = {v: 0 for v in results.VERDICTS}
     for m in measurements:
-        found[m.verdict or results.PASS] = found.get(m.verdict or results.PASS, 0) + 1
-    return {k: v for k, v in found.items() if v}
+        found[verdict(m)] += 1
+    return {str(k): v for k, v in found.items() if v}
