@@ -6,16 +6,18 @@ import textwrap
 
 import pytest
 
-from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE
+from solgate_testing import FAKE_CLOCK_KERNELS, FAST_TIMING, KERNELS, SYNTHETIC_PROFILE
 
 
 @pytest.fixture
 def suite(pytester: pytest.Pytester):
-    """Write a test module (with ``busy`` in scope) and the synthetic profile; run pytest on it."""
+    """Write a test module (with ``busy`` in scope, on the fake clock with ``fake_clock=True``) and
+    the synthetic profile; run pytest on it."""
 
-    def run(body: str, *args: str, profile: bool = True, subprocess: bool = False, files: dict | None = None):
+    def run(body: str, *args: str, profile: bool = True, subprocess: bool = False, files: dict | None = None,
+            fake_clock: bool = False):
         pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
-        pytester.makepyfile(test_kernels=KERNELS + textwrap.dedent(body))
+        pytester.makepyfile(test_kernels=(FAKE_CLOCK_KERNELS if fake_clock else KERNELS) + textwrap.dedent(body))
         for name, text in (files or {}).items():
             (pytester.path / name).write_text(textwrap.dedent(text))
         options = [*FAST_TIMING, *(["--sol-profile=synthetic.toml"] if profile else []), *args]

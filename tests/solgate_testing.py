@@ -23,6 +23,24 @@ def busy(seconds):
         pass
 '''
 
+# The same ``busy`` on a fake clock: the CPU backend's timer reads a counter that ``busy`` advances
+# by exactly ``seconds``, so every sample is exact and a verdict cannot depend on how loaded the
+# machine is. Everything else (sampling loop, cache flush, scoring, judging, history) is real.
+FAKE_CLOCK_KERNELS = '''
+import pytest
+from pytest_solgate import backends
+
+FAKE_NS = [0]
+
+def busy(seconds):
+    FAKE_NS[0] += round(seconds * 1e9)
+
+@pytest.fixture(autouse=True)
+def _fake_clock(monkeypatch):
+    monkeypatch.setattr(backends.CpuBackend, "start", lambda self: FAKE_NS[0])
+    monkeypatch.setattr(backends.CpuBackend, "stop", lambda self, token: (token, FAKE_NS[0]))
+'''
+
 FAST_TIMING = ["--sol-device=cpu", "--sol-min-time=0.02", "--sol-max-time=0.3", "-p", "no:cacheprovider"]
 
 

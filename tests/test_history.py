@@ -1,16 +1,24 @@
 """History and baselines, in a real git repository: pytester runs at successive commits."""
 
 import json
-import re
 import sqlite3
 
 import pytest
 
 from pytest_solgate import history
 from pytest_solgate.results import RunInfo
-from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE, changed, git, init_repo, recorded  # noqa: F401
+from solgate_testing import (  # noqa: F401
+    FAKE_CLOCK_KERNELS,
+    FAST_TIMING,
+    KERNELS,
+    SYNTHETIC_PROFILE,
+    changed,
+    git,
+    init_repo,
+    recorded,
+)
 
-KERNEL_TEST = KERNELS + '''
+KERNEL_TEST = FAKE_CLOCK_KERNELS + '''
 import json, pathlib, random
 import pytest
 
@@ -27,11 +35,6 @@ def test_kernel(sol):
 def test_other(sol):
     sol.measure(lambda: busy(5e-4), bytes=0.1e6)
 '''
-
-
-# Enough samples (about 100 per measurement) that a shared, busy CI machine cannot blur a real
-# 25 % slowdown into `ambiguous`.
-HISTORY_TIMING = ["--sol-device=cpu", "--sol-min-time=0.1", "--sol-max-time=0.5", "-p", "no:cacheprovider"]
 
 
 class Repo:
@@ -59,7 +62,7 @@ class Repo:
     def set_speed(self, seconds=1e-3, **extra):
         (self.path / "speed.json").write_text(json.dumps({"seconds": seconds, **extra}))
 
-    def run(self, *args, timing=HISTORY_TIMING):
+    def run(self, *args, timing=FAST_TIMING):
         result = self.pytester.runpytest(*timing, "--sol-profile=synthetic.toml", "--sol-json=out.json.out", *args)
         data = json.loads((self.path / "out.json.out").read_text())
         verdicts = {(m["test"].split("::")[-1]): m for m in data["measurements"]}
@@ -106,9 +109,9 @@ def sqlite_repo(pytester):
     return Repo(pytester)
 
 
-# Five runs of the 1 ms kernel around SOL 0.39 (with the CPU cache evicted before each sample a
-# 1 ms busy-wait reads 1.01-1.06 ms), +- 2 %: the window's noise floor is about 8 %, so a loaded
-# CI machine cannot push an unchanged kernel past it, and a 25 % slowdown is far beyond it.
+# The kernels run on the fake clock (solgate_testing.FAKE_CLOCK_KERNELS): the 1 ms kernel reads
+# SOL 0.400 exactly, on any machine under any load. Five runs around SOL 0.39, +- 2 %: the window's
+# noise floor is 8.0 %, and a 25 % slowdown is far beyond it.
 STEADY = [0.390, 0.400, 0.380, 0.395, 0.385]
 
 
@@ -123,9 +126,9 @@ def test_a_window_of_runs_is_the_baseline_and_a_confirmed_regression_fails(repo)
     assert info["runs"] == 5 and info["commit"] == seeds[-1] and info["oldest_commit"] == seeds[0]
     assert info["confirmed"] is True and info["change"] < -0.12 and info["noise_floor"] < 0.1
     result.stdout.fnmatch_lines([
-        f"*test_kernel SOL 0.3?? at {head[:10]} vs 0.390 over 5 baseline runs from {seeds[0][:10]} to {seeds[-1][:10]}: "
-        "-*%, tolerance 5.0%, noise floor *%: regressed (beyond the tolerance and the noise: 99 % t prediction bound "
-        "over 5 runs); confirmed by a re-measurement (SOL 0.3*, then 0.3*)*"
+        f"*test_kernel SOL 0.320 at {head[:10]} vs 0.390 over 5 baseline runs from {seeds[0][:10]} to {seeds[-1][:10]}: "
+        "-17.9%, tolerance 5.0%, noise floor 8.0%: regressed (beyond the tolerance and the noise: 99 % t prediction bound "
+        "over 5 runs); confirmed by a re-measurement (SOL 0.320, then 0.320)*"
     ])
     assert verdicts["test_other"]["baseline"] is None  # never seeded: nothing to compare against
 
@@ -146,7 +149,7 @@ def test_the_window_is_the_last_k_runs(repo):
 
 def test_a_kernel_slow_only_in_its_first_block_passes(repo):
     repo.seed(STEADY)
-    (repo.path / "test_kernels.py").write_text(KERNELS + """
+    (repo.path / "test_kernels.py").write_text(FAKE_CLOCK_KERNELS + """
 import pytest
 
 def test_kernel(sol):
@@ -158,9 +161,9 @@ def test_kernel(sol):
     result.assert_outcomes(passed=1)
     kernel = verdicts["test_kernel"]
     assert kernel["verdict"] == "pass", kernel["reason"]
-    assert re.search(r"a first block of samples read SOL 0\.(19|20)\d \(a suspected regression\); "
-                     r"the re-measurement read 0\.(3[6-9]|40)\d and did not confirm it", kernel["reason"]), kernel["reason"]
-    assert kernel["sol"] > 0.36  # the recorded result is the re-measurement (1 ms, a little over when flushed)
+    assert ("a first block of samples read SOL 0.200 (a suspected regression); "
+            "the re-measurement read 0.400 and did not confirm it") in kernel["reason"]
+    assert kernel["sol"] == pytest.approx(0.4)  # the recorded result is the re-measurement
 
 
 def test_a_drop_within_the_noise_floor_is_ambiguous_and_says_so(repo):
@@ -225,7 +228,7 @@ def test_a_changed_environment_is_named_and_not_failed(repo):
 
 def test_an_unresolvable_baseline_ref_is_a_usage_error(repo):
     repo.commit("A")
-    result = repo.pytester.runpytest(*HISTORY_TIMING, "--sol-profile=synthetic.toml", "--sol-baseline=origin/nope")
+    result = repo.pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml", "--sol-baseline=origin/nope")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--sol-baseline=origin/nope: * has no such commit; fetch the ref*"])
 
@@ -236,7 +239,7 @@ def test_history_lives_at_the_git_top_level(sqlite_repo):
     (repo.path / "sub" / "pytest.ini").write_text("[pytest]\n")
     (repo.path / "sub" / "test_here.py").write_text(KERNELS + "\ndef test_k(sol):\n    sol.measure(lambda: busy(1e-4), bytes=1e3)\n")
     repo.commit("A")
-    result = repo.pytester.runpytest(*HISTORY_TIMING, f"--sol-profile={repo.path / 'synthetic.toml'}", "sub")
+    result = repo.pytester.runpytest(*FAST_TIMING, f"--sol-profile={repo.path / 'synthetic.toml'}", "sub")
     result.assert_outcomes(passed=1)
     assert (repo.path / ".solgate" / "history.db").exists()
     assert not (repo.path / "sub" / ".solgate").exists()
