@@ -138,6 +138,15 @@ class Judgement:
         return dataclasses.replace(self, **changes)
 
 
+# DESIGN.md's flat attributes of a Measurement, by the part that holds them.
+READ_THROUGH = {
+    "work": ("flops", "bytes"),
+    "timing": ("backend", "seconds", "samples", "noise"),
+    "score": ("t_sol", "sol", "mfu", "bound", "tflops", "gbps"),
+}
+_PART_OF = {name: part for part, names in READ_THROUGH.items() for name in names}
+
+
 @dataclass(frozen=True)
 class Measurement:
     """One measured kernel: who (test, name), its parts per stage, and the context that makes two
@@ -162,20 +171,13 @@ class Measurement:
     # The record stage's history of this measurement, oldest first: [{"commit", "sol", "started_at"}].
     trend: tuple[Mapping[str, Any], ...] = ()
 
-    # The attributes DESIGN.md promises the user of ``sol.measure`` (``m.sol``, ``m.seconds``,
-    # ``m.bound``, ...): read-only views of the parts, which stay the one place each value lives.
-    backend = property(lambda self: self.timing.backend, doc="cuda, cpu or triton-interpreter")
-    flops = property(lambda self: self.work.flops, doc="declared FLOPs by precision")
-    bytes = property(lambda self: self.work.bytes, doc="declared bytes that must move")
-    seconds = property(lambda self: self.timing.seconds, doc="median per-call time")
-    samples = property(lambda self: self.timing.samples, doc="per-call seconds of every kept sample")
-    noise = property(lambda self: self.timing.noise, doc="relative 95 % half-width of the median")
-    t_sol = property(lambda self: self.score.t_sol, doc="speed-of-light time on the profile")
-    sol = property(lambda self: self.score.sol, doc="T_SOL / median time")
-    mfu = property(lambda self: self.score.mfu, doc="model FLOPs utilisation")
-    bound = property(lambda self: self.score.bound, doc="memory or compute")
-    tflops = property(lambda self: self.score.tflops, doc="achieved TFLOP/s, all precisions together")
-    gbps = property(lambda self: self.score.gbps, doc="achieved GB/s")
+    def __getattr__(self, name: str) -> Any:
+        """The attributes DESIGN.md promises the user of ``sol.measure`` (``m.sol``, ``m.seconds``,
+        ``m.bound``, ...), read from the part that holds each: one place per value."""
+        part = _PART_OF.get(name)
+        if part is None:
+            raise AttributeError(f"'Measurement' object has no attribute {name!r}")
+        return getattr(getattr(self, part), name)
 
     @property
     def verdict(self) -> Verdict | None:
@@ -258,17 +260,8 @@ class Measurement:
             telemetry=data.get("telemetry"),
             telemetry_note=data.get("telemetry_note") or "",
         )
-        scored = Score(
-            t_sol=data["t_sol"],
-            sol=data["sol"],
-            mfu=data["mfu"],
-            bound=data["bound"],
-            tflops=data["tflops"],
-            gbps=data["gbps"],
-            intensity=data.get("intensity"),
-            ridge=data.get("ridge"),
-            sol_at_clock=data.get("sol_at_clock"),
-        )
+        # The score's fields keep their names in the JSON (the dominant precision is not kept).
+        scored = Score(**{f.name: data.get(f.name) for f in dataclasses.fields(Score)})
         judgement = None
         if data.get("verdict") is not None:
             baseline = data.get("baseline")
