@@ -406,15 +406,14 @@ def against_reference(m: Measurement, reference: Measurement, required: float) -
     ))
     text = (f"{label(m)} is {achieved:.3g}x as fast as '{reference.name}' (median {units.seconds(mine.seconds)} vs "
             f"{units.seconds(theirs.seconds)}), budget {required:g}x on {m.profile}")
-    if achieved >= required or before.verdict == results.NOT_GATED:
-        pass
-    elif before.verdict.failing:
-        judged = judged.replace(reason=f"{before.reason}; also {text}")
-    elif achieved * (1 + SPEEDUP_NOISE * noise) >= required:
-        judged = judged.replace(verdict=results.AMBIGUOUS,
-                                reason=f"{text}: short by less than the medians' noise (±{noise:.1%}); measure longer")
-    else:
-        judged = judged.replace(verdict=results.BELOW_BUDGET, reason=f"{text}: too slow")
+    if achieved < required and before.verdict != results.NOT_GATED:
+        if before.verdict.failing:
+            judged = judged.replace(reason=f"{before.reason}; also {text}")
+        elif achieved * (1 + SPEEDUP_NOISE * noise) >= required:
+            judged = judged.replace(verdict=results.AMBIGUOUS,
+                                    reason=f"{text}: short by less than the medians' noise (±{noise:.1%}); measure longer")
+        else:
+            judged = judged.replace(verdict=results.BELOW_BUDGET, reason=f"{text}: too slow")
     return m.replace(judgement=judged)
 
 

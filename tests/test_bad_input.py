@@ -261,6 +261,8 @@ CLI_ERRORS = [
     ("cli-import-huge-number", ["import", "huge.json"], "huge.json: measurements[0].bytes = 1000"),
     ("cli-import-nan", ["import", "nan.json"], "nan.json: not JSON that solgate can import (NaN is not a number"),
     ("cli-import-null-required", ["import", "null.json"], "null.json: measurements[0].seconds = None: it is not of type 'number'"),
+    ("cli-import-baseline-change-text", ["import", "poison-baseline.json"],
+     "poison-baseline.json: measurements[0].baseline.change = 'a lot': it is not of type 'number'"),
     ("cli-import-strings-for-records", ["import", "strings.json"], "it is not of type 'object'; nothing was imported"),
     ("cli-profile-empty-id", ["profile", ""], "the profile id is empty"),
     ("cli-trend-onto-history", ["trend", "--history", "notes.txt", "-o", "notes.txt"], "is the history database itself"),
@@ -283,7 +285,8 @@ def test_cli_errors(tmp_path, case, args, fragment):
             "seconds": 1e-3, "samples": [1e-3], "noise": 0.01, "t_sol": 1e-4, "sol": 0.1, "mfu": 0, "bound": "memory",
             "tflops": 0, "gbps": 1}
     for name, change in (("poison", {"samples": "abc"}), ("poison-sol", {"sol": "high"}), ("huge", {"bytes": 10**400}),
-                         ("null", {"seconds": None})):
+                         ("null", {"seconds": None}),
+                         ("poison-baseline", {"verdict": "pass", "baseline": {"commit": "a" * 40, "change": "a lot"}})):
         document = {"schema": "solgate/1", "run": {"id": "r", "started_at": "2026-12-02"}, "measurements": [{**good, **change}]}
         (tmp_path / f"{name}.json").write_text(json.dumps(document))
     (tmp_path / "nan.json").write_text((tmp_path / "poison.json").read_text().replace('"abc"', "[NaN]"))

@@ -151,7 +151,8 @@ json_values = st.recursive(
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(measurements, st.sampled_from(["samples", "sol", "seconds", "flops", "bound", "noise", "test", "bytes"]), json_values)
+@given(measurements, st.sampled_from(["samples", "sol", "seconds", "flops", "bound", "noise", "test", "bytes", "budget",
+                                     "baseline"]), json_values)
 def test_import_of_any_poisoned_field_is_refused_or_valid_never_a_traceback(tmp_path, m, field, value):
     import json
 
@@ -166,3 +167,7 @@ def test_import_of_any_poisoned_field_is_refused_or_valid_never_a_traceback(tmp_
         with SqliteStore(db) as store:
             for _, stored in store.results():
                 assert isinstance(stored.sol, (int, float)) and all(isinstance(s, (int, float)) for s in stored.samples)
+                if stored.judgement is not None and stored.judgement.budget.min is not None:
+                    assert isinstance(stored.judgement.budget.min, (int, float))
+                if stored.judgement is not None and stored.judgement.baseline is not None:
+                    assert isinstance(stored.judgement.baseline.change, (int, float))
