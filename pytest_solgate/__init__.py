@@ -1,4 +1,4 @@
-"""pytest-solgate: speed-of-light budgets for GPU kernels, inside pytest.
+"""Wiring (the public API): pytest-solgate, speed-of-light budgets for GPU kernels, inside pytest.
 
 Importing this package is cheap on purpose: it imports neither torch, triton nor pynvml, and the
 plugin's own modules load only when a run needs them.

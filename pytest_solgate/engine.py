@@ -102,7 +102,7 @@ class Engine:
         if self._context_error is not None:
             raise self._context_error
         try:
-            self._context = self._resolve()
+            self._context = self._resolve_context()
         except SolgateError as exc:
             self._context_error = exc
             raise
@@ -115,7 +115,7 @@ class Engine:
         """The profile measurements were scored against, if any were taken (never resolves one)."""
         return self._context.profile if self._context is not None else None
 
-    def _resolve(self) -> Context:
+    def _resolve_context(self) -> Context:
         choice = backends.choose_device(self.settings.device, worker_index(), worker_count())
         facts = backends.device_facts(choice)
         name = backends.device_name(choice)
@@ -317,7 +317,7 @@ class Engine:
         reference = judge.choose_reference(test, budget, judged)
         return [
             judge.against_reference(m, reference, required)
-            if m.gate and (required := judge.resolve(budget.speedup, m.profile)) is not None else m
+            if m.gate and (required := judge.budget_on(budget.speedup, m.profile)) is not None else m
             for m in judged
         ]
 

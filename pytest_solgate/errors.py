@@ -1,4 +1,4 @@
-"""Errors (every stage): the plugin's own error types.
+"""Support (every stage): the plugin's own error types.
 
 Every error a user can cause is one of these, with a one-line message that names the thing at fault
 (file, field, test, argument) and says what to do next. The pytest layer turns them into usage

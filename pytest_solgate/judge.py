@@ -172,7 +172,7 @@ def parse_marker(test: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> B
     )
 
 
-def resolve(spec: BudgetSpec, profile_id: str) -> float | None:
+def budget_on(spec: BudgetSpec, profile_id: str) -> float | None:
     """A float applies everywhere; a mapping applies its first matching glob, else nothing."""
     if spec is None or isinstance(spec, float):
         return spec
@@ -316,8 +316,8 @@ def confirm(first: Measurement, second: Measurement) -> Measurement:
 
 def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, settings: JudgeSettings) -> Measurement:
     """Return ``m`` with its judgement: the verdict, its reason, the budget applied, the baseline."""
-    min_sol = resolve(budget.min, m.profile)
-    min_mfu = resolve(budget.mfu, m.profile)
+    min_sol = budget_on(budget.min, m.profile)
+    min_mfu = budget_on(budget.mfu, m.profile)
     tolerance = budget.max_regression if budget.max_regression is not None else settings.max_regression
     applied = AppliedBudget(min=min_sol, mfu=min_mfu, max_regression=tolerance)
     versus = against_window(m, window, tolerance, settings) if window is not None and window.runs else None

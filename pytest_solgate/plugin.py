@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 from pytest_solgate.errors import MeasureError, OptionError, SolgateError
-from pytest_solgate.settings import OPTIONS, Settings, is_history_url, parse_settings
+from pytest_solgate.settings import OPTIONS, Settings, absolute_path, is_history_url, parse_settings
 from pytest_solgate.work import measurement_name
 
 if TYPE_CHECKING:
@@ -247,19 +247,14 @@ class SolgateSession:
                             ("--sol-markdown", settings.markdown), ("--sol-benchmark-action", settings.benchmark_action),
                             ("--junitxml", getattr(self.config.option, "xmlpath", None))):
             if value:
-                targets.append((flag, self._resolve(str(value), invocation_dir)))
+                targets.append((flag, absolute_path(str(value), invocation_dir)))
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if settings.github_summary and summary:
             targets.append(("--sol-github-summary ($GITHUB_STEP_SUMMARY)", Path(summary)))
         refuse_colliding_outputs(targets)
 
     def _history_location(self, given: str) -> str:
-        return given if is_history_url(given) else str(self._resolve(given, self.project_root))
-
-    @staticmethod
-    def _resolve(path: str, base: Path) -> Path:
-        p = Path(path).expanduser()
-        return p if p.is_absolute() else base / p
+        return given if is_history_url(given) else str(absolute_path(given, self.project_root))
 
     def _announce(self, text: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")

@@ -1,4 +1,4 @@
-"""Declare: the precision classes: one key per kind of arithmetic unit (kept tiny: imported at start-up)."""
+"""Support (the vocabulary of declare and score): the precision classes: one key per kind of arithmetic unit (kept tiny: imported at start-up)."""
 
 VECTOR_PRECISIONS = ("fp64", "fp32", "fp16", "bf16")
 TENSOR_PRECISIONS = (

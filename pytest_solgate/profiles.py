@@ -1,4 +1,4 @@
-"""Score (its ceilings): hardware profiles, the TOML format, its loader, the registry and the device-name matcher.
+"""Declare (the hardware side): hardware profiles, the TOML format, its loader, the registry and the device-name matcher.
 
 A profile gives the ceilings SOL is measured against: memory bandwidth and dense peak FLOP/s per
 precision class. This module only reads, checks and matches; detecting the device and measuring
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from pytest_solgate.errors import ProfileError
-from pytest_solgate.work import PRECISIONS
+from pytest_solgate.precisions import PRECISIONS
 
 if sys.version_info >= (3, 11):
     import tomllib

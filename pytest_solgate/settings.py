@@ -1,4 +1,4 @@
-"""Options (read before any stage): every ``--sol-*`` flag and its ini twin, parsed once into a frozen ``Settings``.
+"""Support (options, read before any stage): every ``--sol-*`` flag and its ini twin, parsed once into a frozen ``Settings``.
 
 Parsing is pure (a mapping of raw strings in, a record out) so that each bad value gets a one-line
 error naming the option, and so that the plugin and the tests share one definition.
@@ -178,6 +178,13 @@ def parse_settings(raw: Mapping[str, Any]) -> Settings:
         sampling=SamplingSettings(min_time=min_time, max_time=max_time, noise=noise, cuda_graph=values["sol_cuda_graph"]),
         precision=values["sol_precision"],
     )
+
+
+def absolute_path(path: str, base: Path) -> Path:
+    """A path option as the user meant it: ``~`` expanded, a relative path taken from ``base``
+    (the directory pytest started in for outputs, the git top level for the history)."""
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else base / p
 
 
 def refuse_colliding_outputs(targets: list[tuple[str, Path]]) -> None:

@@ -1,4 +1,4 @@
-"""Measure and judge: small, dependency-free statistics on timing samples (pure functions)."""
+"""Support (measure and judge): small, dependency-free statistics on timing samples (pure functions)."""
 
 from __future__ import annotations
 

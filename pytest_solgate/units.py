@@ -1,4 +1,4 @@
-"""Report (and verdict messages): human-readable numbers, shared by verdict messages and every report (pure)."""
+"""Support (verdict messages and reports): human-readable numbers, shared by verdict messages and every report (pure)."""
 
 from __future__ import annotations
 

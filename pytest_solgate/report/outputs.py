@@ -14,7 +14,7 @@ from typing import Sequence
 from pytest_solgate.errors import SolgateError
 from pytest_solgate.profiles import HardwareProfile, ProfileOption
 from pytest_solgate.results import Measurement, RunInfo
-from pytest_solgate.settings import Settings
+from pytest_solgate.settings import Settings, absolute_path
 
 
 def _profiles(
@@ -52,15 +52,11 @@ def publish(
     messages: list[str] = []
     measurements = list(measurements)
 
-    def where(path: str) -> Path:
-        p = Path(path).expanduser()
-        return p if p.is_absolute() else invocation_dir / p
-
     def write(path: str | None, what: str, render) -> None:  # noqa: ANN001
         if not path:
             return
         try:
-            target = atomic.write_text(where(path), render(), what)
+            target = atomic.write_text(absolute_path(path, invocation_dir), render(), what)
             messages.append(f"solgate: {what} written to {target}")
         except SolgateError as exc:
             messages.append(f"solgate: {exc}")
