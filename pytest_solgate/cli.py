@@ -34,10 +34,9 @@ def _history_arg(p: argparse.ArgumentParser) -> None:
 def _history_path(args: argparse.Namespace) -> str:
     import os
 
-    from pytest_solgate import gitinfo
     from pytest_solgate.settings import HISTORY_VARIABLE
 
-    return args.history or os.environ.get(HISTORY_VARIABLE) or str(gitinfo.state_dir(Path.cwd()) / "history.db")
+    return args.history or os.environ.get(HISTORY_VARIABLE) or str(_state_dir() / "history.db")
 
 
 def build_parser() -> argparse.ArgumentParser:
