@@ -109,14 +109,17 @@ def timed(fn, repeat: int) -> list[float]:
     return times
 
 
+LOOKUP_DEPTH = 200  # first-parent ancestors handed to each baseline lookup, as a long-lived branch has
+
+
 def measure(location: str, commits: int, samples: int, out: Path) -> dict[str, float]:
     rng = random.Random(2)
     figures: dict[str, float] = {}
     with history.open_store(location) as store:
         lookups = []
         for _ in range(40):
-            head = rng.randrange(200, commits)
-            chain = [f"{c:040x}" for c in range(head, head - 200, -1)]
+            head = rng.randrange(LOOKUP_DEPTH, commits)
+            chain = [f"{c:040x}" for c in range(head, head - LOOKUP_DEPTH, -1)]
             test, name = rng.randrange(TESTS), rng.choice(("kernel", "torch"))
             key = (f"kernels/test_ops.py::test_op_{test:02d}[4096]", name, "h100-sxm", "datasheet")
             lookups += timed(lambda key=key, chain=chain: store.baseline_runs(*key, chain, 10), 1)
@@ -146,17 +149,27 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=100, help="samples stored with each measurement")
     parser.add_argument("--stores", default="sqlite,postgresql")
     args = parser.parse_args()
+    try:
+        sizes = [int(c) for c in args.commits.split(",")]
+    except ValueError:
+        parser.error(f"--commits={args.commits}: give whole numbers separated by commas, e.g. 1000,10000")
+    if min(sizes) < LOOKUP_DEPTH + 1:
+        parser.error(f"--commits={args.commits}: each history needs more than {LOOKUP_DEPTH} commits (a baseline "
+                     f"lookup walks {LOOKUP_DEPTH} ancestors), e.g. 1000")
+    stores = args.stores.split(",")
+    if not set(stores) <= {"sqlite", "postgresql"}:
+        parser.error(f"--stores={args.stores}: give sqlite, postgresql or both, separated by a comma")
     from throwaway_postgres import Cluster
 
-    cluster = Cluster().start() if "postgresql" in args.stores else None
+    cluster = Cluster().start() if "postgresql" in stores else None
     print(f"# history_scale: {machine()}, {time.strftime('%Y-%m-%d')}; {args.samples} samples per measurement")
     print(f"{'store':<11} {'commits':>8} {'rows':>9} {'seed s':>7} {'size GB':>8} {'lookup ms (p50/p95)':>20} "
           f"{'insert s (p50/max)':>19} {'trend s':>8}")
     try:
         with tempfile.TemporaryDirectory(prefix="solgate-scale-") as tmp:
             out = Path(tmp)
-            for commits in (int(c) for c in args.commits.split(",")):
-                for store_kind in args.stores.split(","):
+            for commits in sizes:
+                for store_kind in stores:
                     start = time.perf_counter()
                     if store_kind == "sqlite":
                         location = str(out / f"h{commits}.db")
