@@ -158,6 +158,8 @@ def main() -> None:
     parser.add_argument("--slowdown", type=float, default=1.4, help="work factor of the slow commit (default 1.4)")
     parser.add_argument("--replay-history", type=Path, help="only replay the A/A runs of an earlier benchmark's history")
     args = parser.parse_args()
+    if args.runs < 2:
+        parser.error(f"--runs={args.runs}: give at least 2 A/A runs (a window needs runs before the one judged)")
     if args.replay_history:
         replay_history(args.replay_history)
         return
@@ -202,6 +204,9 @@ def report_power(series: dict[str, list[Measurement]]) -> None:
     for first, label in ((2, "every run with a window of 2 or more"), (5, "runs with a window of 5 or more")):
         smallest = None
         print(f"  {label}:")
+        if replay_power(series, 0.0, 10, first)[1] == 0:
+            print(f"    none: too few A/A runs (give --runs {first + 1} or more)")
+            continue
         for slowdown in (0.10, 0.20, 0.30, 0.40, 0.50, 0.60, 0.80, 1.00, 1.50):
             got, tried = replay_power(series, slowdown, 10, first)
             print(f"    d = {slowdown:4.0%}: regressed in {got}/{tried} ({got / tried:.0%})")
