@@ -145,6 +145,14 @@ READ_THROUGH = {
     "score": ("t_sol", "sol", "mfu", "bound", "tflops", "gbps"),
 }
 _PART_OF = {name: part for part, names in READ_THROUGH.items() for name in names}
+# Where the other fields of the flat record live, for the error that a flat read gets.
+MOVED = {
+    **{name: f"judgement.{name}" for name in ("reason", "budget", "baseline")},
+    **{name: f"timing.{name}" for name in ("batch", "noisy", "throttled", "dropped_samples", "started_at",
+                                             "finished_at", "telemetry", "telemetry_note", "sm_clock_mhz")},
+    "timing_mode": "timing.mode",
+    **{name: f"score.{name}" for name in ("intensity", "ridge", "sol_at_clock")},
+}
 
 
 @dataclass(frozen=True)
@@ -175,9 +183,15 @@ class Measurement:
         """The attributes DESIGN.md promises the user of ``sol.measure`` (``m.sol``, ``m.seconds``,
         ``m.bound``, ...), read from the part that holds each: one place per value."""
         part = _PART_OF.get(name)
-        if part is None:
-            raise AttributeError(f"'Measurement' object has no attribute {name!r}")
-        return getattr(getattr(self, part), name)
+        if part is not None:
+            return getattr(getattr(self, part), name)
+        if name in MOVED:
+            raise AttributeError(
+                f"'Measurement' object has no attribute {name!r}: read m.{MOVED[name]}"
+                + (" (once judged; m.judgement is None before)" if MOVED[name].startswith("judgement") else "")
+                + f", or m.to_dict()[{name!r}] for the flat solgate/1 record"
+            )
+        raise AttributeError(f"'Measurement' object has no attribute {name!r}")
 
     @property
     def verdict(self) -> Verdict | None:

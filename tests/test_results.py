@@ -56,6 +56,28 @@ def test_a_record_is_composed_of_one_typed_part_per_stage():
         speedup["sol"], speedup["seconds"], speedup["bound"], speedup["bytes"], "pass")
 
 
+def test_a_flat_read_of_a_field_that_moved_says_where_it_lives():
+    import pytest
+
+    m = Measurement.from_dict(earlier_records()[0])
+    with pytest.raises(AttributeError, match=r"no attribute 'reason': read m.judgement.reason \(once judged"):
+        m.reason  # noqa: B018
+    with pytest.raises(AttributeError, match=r"read m.timing.mode, or m.to_dict\(\)\['timing_mode'\]"):
+        m.timing_mode  # noqa: B018
+    assert m.judgement.reason == earlier_records()[0]["reason"] and m.timing.mode == "events"
+    with pytest.raises(AttributeError, match=r"no attribute 'nothing'$"):
+        m.nothing  # noqa: B018
+    # every field of the flat record is reachable: as an attribute, or through the message
+    fields = set(earlier_records()[0])
+    plain = {f for f in fields if f in ("test", "name", "profile", "gate", "ceilings", "ceilings_id", "environment",
+                                         "device", "worker", "notes", "verdict", "trend")}
+    for name in fields - plain:
+        try:
+            getattr(m, name)
+        except AttributeError as exc:
+            assert "read m." in str(exc), name
+
+
 def test_an_unjudged_record_has_no_judgement_and_writes_the_empty_fields():
     record = {**earlier_records()[0], "verdict": None, "reason": "", "budget": {}, "baseline": None}
     m = Measurement.from_dict(record)
