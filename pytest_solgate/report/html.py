@@ -71,7 +71,6 @@ def _detail(m: Measurement, index: int, peers: Sequence[Measurement]) -> dict[st
         "spark": roofline.sparkline([t["sol"] for t in m.trend]),
         "trend": m.trend,
         "failed": m.failed,
-        "verdict": str(table.verdict(m)),
         "bar": min(1.0, max(0.0, m.score.sol)),
         "budget_mark": m.judgement.budget.min if m.judgement else None,
     }
