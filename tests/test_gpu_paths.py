@@ -63,6 +63,16 @@ class FakeCapture:
         FakeGraph.capturing = None
 
 
+@pytest.fixture(autouse=True)
+def fresh_fake_clock():
+    """Every test starts its fake GPU clock at zero. Shared across tests, the clock grew by however
+    many samples earlier tests took in their (real-time) budgets, and the float rounding of a
+    2 us interval at a large clock value moved a batch size from 10 to 11 in some runs."""
+    FakeEvent.clock[0] = 0.0
+    FakeEvent.log = []
+    yield
+
+
 def fake_launch(seconds):
     """A kernel launch: queued into the graph while one is captured, else run (advancing the clock)."""
 
