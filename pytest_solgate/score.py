@@ -41,6 +41,8 @@ class Floor:
     intensity: float | None  # FLOP per byte; None when no bytes are declared
     ridge: float | None  # the profile's ridge point for the dominant precision
     dominant_precision: str | None  # the precision whose time is largest; None without flops
+    memory_time: float = 0.0  # the bytes at the memory-bandwidth ceiling
+    compute_time: float = 0.0  # the dominant precision's FLOPs at its peak (the longest of them)
 
 
 def missing_precisions(work: Work, profile: HardwareProfile) -> list[str]:
@@ -70,6 +72,8 @@ def speed_of_light(work: Work, profile: HardwareProfile) -> Floor:
         intensity=work.total_flops / work.bytes if work.bytes > 0 else None,
         ridge=profile.ridge_point(dominant) if dominant else None,
         dominant_precision=dominant,
+        memory_time=memory_time,
+        compute_time=compute_time,
     )
 
 
@@ -79,30 +83,27 @@ def score(work: Work, seconds: float, profile: HardwareProfile, sm_clock_mhz: fl
     if not seconds > 0:
         raise ValueError(f"measured time must be positive, got {seconds!r}")
     floor = speed_of_light(work, profile)
-    mfu = max((count / profile.peak_flops(p) / seconds for p, count in work.flops.items()), default=0.0)
     return Score(
         t_sol=floor.t_sol,
         sol=floor.t_sol / seconds,
-        mfu=mfu,
+        mfu=floor.compute_time / seconds,  # the largest FLOPs/peak ratio over the precisions
         bound=floor.bound,
         tflops=work.total_flops / seconds / 1e12,
         gbps=work.bytes / seconds / 1e9,
         intensity=floor.intensity,
         ridge=floor.ridge,
         dominant_precision=floor.dominant_precision,
-        sol_at_clock=sol_at_clock(work, seconds, profile, sm_clock_mhz),
+        sol_at_clock=_sol_at_clock(floor, seconds, profile, sm_clock_mhz),
     )
 
 
-def sol_at_clock(work: Work, seconds: float, profile: HardwareProfile, sm_clock_mhz: float | None) -> float | None:
+def _sol_at_clock(floor: Floor, seconds: float, profile: HardwareProfile, sm_clock_mhz: float | None) -> float | None:
     """SOL against ceilings scaled to the SM clock the device really ran at: compute peaks scale
     with the SM clock, memory bandwidth does not. A run at 1.4 GHz on a 1.98 GHz datasheet is then
     explained, not blamed on the kernel. None without a measured clock or the profile's boost clock.
     The gate keeps using the configured ceilings; this is reported beside SOL."""
     boost = profile.device.boost_clock_mhz
-    if not sm_clock_mhz or not boost or not seconds > 0:
+    if not sm_clock_mhz or not boost:
         return None
     factor = min(sm_clock_mhz / boost, 1.0)
-    memory_time = work.bytes / profile.memory_bandwidth
-    compute_time = max((count / (profile.peak_flops(p) * factor) for p, count in work.flops.items()), default=0.0)
-    return max(memory_time, compute_time) / seconds
+    return max(floor.memory_time, floor.compute_time / factor) / seconds

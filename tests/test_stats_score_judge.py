@@ -7,7 +7,7 @@ import pytest
 from pytest_solgate import judge, results, stats
 from pytest_solgate.errors import MarkerError, WorkError
 from pytest_solgate.profiles import HardwareProfile
-from pytest_solgate.score import score, sol_at_clock
+from pytest_solgate.score import score
 from pytest_solgate.work import make_work
 from solgate_testing import changed, recorded
 
@@ -213,11 +213,11 @@ def test_sol_at_the_measured_clock_scales_compute_roofs_only():
     gemm = make_work({"bf16_tensor": 1e12}, 1e6, "fp32")  # compute-bound: 1 ms at the datasheet peak
     assert score(gemm, 2e-3, gpu).sol == pytest.approx(0.5)
     # at 1000 MHz the compute roof halves: the 2 ms run was at its speed of light for that clock
-    assert sol_at_clock(gemm, 2e-3, gpu, 1000) == pytest.approx(1.0)
+    assert score(gemm, 2e-3, gpu, 1000).sol_at_clock == pytest.approx(1.0)
     copy = make_work(None, 1e9, "fp32")  # memory-bound: the SM clock does not move its roof
-    assert sol_at_clock(copy, 2e-3, gpu, 1000) == pytest.approx(score(copy, 2e-3, gpu).sol)
-    assert sol_at_clock(gemm, 2e-3, gpu, None) is None
-    assert sol_at_clock(gemm, 2e-3, gpu, 2500) == pytest.approx(0.5)  # boost above the datasheet: no credit
+    assert score(copy, 2e-3, gpu, 1000).sol_at_clock == pytest.approx(score(copy, 2e-3, gpu).sol)
+    assert score(gemm, 2e-3, gpu, None).sol_at_clock is None
+    assert score(gemm, 2e-3, gpu, 2500).sol_at_clock == pytest.approx(0.5)  # boost above the datasheet: no credit
 
 
 def test_sol_is_printed_with_enough_digits():
