@@ -180,7 +180,7 @@ class PostgresStore(Store):
                             "use another database or schema owner, or pass --sol-history=PATH")
 
     def _check_and_migrate(self, create: bool) -> None:
-        errors = self._psycopg
+        psycopg = self._psycopg
         try:
             # The shared statements name bare tables; ours are in their own schema.
             self.conn.execute("SET search_path TO solgate")
@@ -194,14 +194,14 @@ class PostgresStore(Store):
                 )
             if version is None or version < SCHEMA_VERSION:
                 self._migrate()
-        except errors.errors.InsufficientPrivilege:
+        except psycopg.errors.InsufficientPrivilege:
             raise HistoryError(
                 f"{self.location}: role {self.user} may not create or upgrade the solgate tables; run "
                 "`solgate init --history URL` once as the database owner, then GRANT as docs/ci.md shows"
             ) from None
-        except errors.OperationalError as exc:
+        except psycopg.OperationalError as exc:
             raise HistoryUnavailable(f"{self.location}: the history server went away ({self._clean(exc)})") from None
-        except errors.Error as exc:
+        except psycopg.Error as exc:
             raise HistoryError(f"{self.location}: history database error ({type(exc).__name__}: {self._clean(exc)})") from None
 
     def _migrate(self) -> None:
@@ -218,18 +218,18 @@ class PostgresStore(Store):
     # --- the two primitives the shared Store needs ----------------------------------------------
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        errors = self._psycopg
+        psycopg = self._psycopg
         try:
             return self.conn.execute(self._sql(sql), tuple(params)).fetchall()
-        except errors.OperationalError as exc:
+        except psycopg.OperationalError as exc:
             raise HistoryUnavailable(f"{self.location}: the history server went away ({self._clean(exc)})") from None
-        except errors.errors.InsufficientPrivilege:
+        except psycopg.errors.InsufficientPrivilege:
             raise self._no_read_grant() from None
-        except errors.Error as exc:
+        except psycopg.Error as exc:
             raise HistoryError(f"{self.location}: cannot read the history ({type(exc).__name__}: {self._clean(exc)})") from None
 
     def _write_run(self, row: dict[str, Any], info_json: str, measurements: list[tuple[Any, ...]]) -> bool:
-        errors = self._psycopg
+        psycopg = self._psycopg
         try:
             with self.conn.transaction():
                 inserted = self.conn.execute(
@@ -246,14 +246,14 @@ class PostgresStore(Store):
                         f"VALUES ({', '.join('%s' for _ in MEASUREMENT_COLUMNS)})",
                         [(inserted[0], *m) for m in measurements],
                     )
-        except errors.OperationalError as exc:
+        except psycopg.OperationalError as exc:
             # The transaction did not commit: the server rolls it back; the caller spools the run.
             raise HistoryUnavailable(f"{self.location}: the history server went away while writing "
                                      f"({type(exc).__name__}: {self._clean(exc)})") from None
-        except errors.errors.InsufficientPrivilege:
+        except psycopg.errors.InsufficientPrivilege:
             raise HistoryError(f"{self.location}: role {self.user} may not write the solgate tables: "
                                "GRANT INSERT ON solgate.runs, solgate.measurements (docs/ci.md)") from None
-        except errors.Error as exc:
+        except psycopg.Error as exc:
             raise HistoryError(f"{self.location}: cannot write the history ({type(exc).__name__}: {self._clean(exc)})") from None
         return True
 
