@@ -70,8 +70,9 @@ def _raw_settings(config: pytest.Config) -> dict[str, Any]:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "sol(min=None, mfu=None, max_regression=None): speed-of-light budget for the test's "
-        "measurements; min/mfu are floats in (0, 1] or {profile-glob: float} mappings",
+        "sol(min=None, mfu=None, max_regression=None, speedup=None, reference=None): speed-of-light budget "
+        "for the test's measurements; min/mfu are floats in (0, 1] or {profile-glob: float} mappings; speedup "
+        "is times faster than the gate=False measurement named by reference",
     )
     try:
         settings = parse_settings(_raw_settings(config))
