@@ -36,8 +36,8 @@ def nice_ticks(top: float) -> list[float]:
     for exponent in range(math.floor(math.log10(top)) - 1, math.floor(math.log10(top)) + 2):
         for mantissa in (1, 2, 2.5, 5):
             step = mantissa * 10**exponent
-            if math.ceil(top / step - 1e-9) <= 5:
-                count = math.ceil(top / step - 1e-9)
+            count = math.ceil(top / step - 1e-9)  # steps to cover top (a rounding error is not one more)
+            if count <= 5:
                 return [round(step * i, 10) for i in range(count + 1)]
     return [0.0, top]
 
