@@ -101,9 +101,8 @@ class BaselineComparison:
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["environment_differs"] = list(self.environment_differs)
-        data["test"] = data.pop("statistic")
-        data["confirmed"] = data.pop("confirmed")  # the field order of the solgate/1 JSON
-        return data
+        statistic, confirmed = data.pop("statistic"), data.pop("confirmed")
+        return {**data, "test": statistic, "confirmed": confirmed}  # solgate/1 calls the statistic "test"
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "BaselineComparison":

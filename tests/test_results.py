@@ -9,6 +9,8 @@ CI artefacts: they must read back whole, and what this version writes must keep 
 import json
 from pathlib import Path
 
+import pytest
+
 from pytest_solgate import cli, schema
 from pytest_solgate.history import SqliteStore
 from pytest_solgate.measure import Timing
@@ -57,8 +59,6 @@ def test_a_record_is_composed_of_one_typed_part_per_stage():
 
 
 def test_a_flat_read_of_a_field_that_moved_says_where_it_lives():
-    import pytest
-
     m = Measurement.from_dict(earlier_records()[0])
     with pytest.raises(AttributeError, match=r"no attribute 'reason': read m.judgement.reason \(once judged"):
         m.reason  # noqa: B018
