@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
-from pytest_solgate.errors import MeasureError, OptionError, SolgateError
+from pytest_solgate.errors import HistoryError, HistoryUnavailable, MeasureError, OptionError, SolgateError
 from pytest_solgate.settings import OPTIONS, Settings, absolute_path, is_history_url, parse_settings
 from pytest_solgate.work import measurement_name
 
@@ -291,8 +291,6 @@ class SolgateSession:
         """A foreign, corrupt or misconfigured history is refused now, before any test runs; an
         unreachable server is not: budgets are still judged and the run is spooled at the end.
         Returns why the history is unavailable, or None."""
-        from pytest_solgate.errors import HistoryUnavailable
-
         if not is_history_url(self.history_location) and not Path(self.history_location).exists():
             return None  # nothing to refuse, and the history module stays unimported
         try:
@@ -304,8 +302,6 @@ class SolgateSession:
         return None
 
     def _store_or_none(self) -> Any:
-        from pytest_solgate.errors import HistoryError, HistoryUnavailable
-
         try:
             return self._open_store()
         except HistoryUnavailable:
