@@ -80,9 +80,9 @@ def history_location(request, tmp_path):
 
 
 # --- tests that load every core run alone ----------------------------------------------------------
-# Many tests judge real timings (a busy-wait kernel against a seeded baseline). A test that starts
-# 16 writer processes on this 2-core machine would make a kernel timed beside it read slower, and
-# the gate would rightly call that a regression. So such tests (marked ``hogs_cpu``) take a lock
+# Many tests judge real timings (a busy-wait kernel against a budget; the history tests use the fake
+# clock instead). A test that starts 16 writer processes on this 2-core machine would make a kernel
+# timed beside it read slower, and the verdict would rightly change. So such tests (marked ``hogs_cpu``) take a lock
 # that every other test shares: under xdist they wait for the running tests and run alone.
 
 
