@@ -98,8 +98,16 @@ class CudaBackend:
     gated = True
     min_sample_seconds = 20e-6
 
-    def __init__(self, torch: Any, device: Any, l2_bytes: int | None, clock_mhz: float | None) -> None:
+    def __init__(
+        self,
+        torch: Any,
+        device: Any,
+        l2_bytes: int | None,
+        clock_mhz: float | None,
+        host_clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self.torch = torch
+        self.host_clock = host_clock  # how long Python takes to queue a sample (a fake GPU brings its own)
         self.device = device
         flush_bytes = 2 * l2_bytes if l2_bytes else DEFAULT_FLUSH_BYTES
         self.flush_buffer = torch.empty(flush_bytes // 4, dtype=torch.int32, device=device)
@@ -123,13 +131,13 @@ class CudaBackend:
     def start(self) -> Any:
         event = self.torch.cuda.Event(enable_timing=True)
         event.record()
-        self._queued_from = time.perf_counter()
+        self._queued_from = self.host_clock()
         return event
 
     def stop(self, token: Any) -> tuple[Any, Any]:
         event = self.torch.cuda.Event(enable_timing=True)
         event.record()
-        self.enqueue_seconds = max(self.enqueue_seconds, time.perf_counter() - self._queued_from)
+        self.enqueue_seconds = max(self.enqueue_seconds, self.host_clock() - self._queued_from)
         return token, event
 
     def capture_graph(self, fn: Any, calls: int) -> Any:

@@ -4,6 +4,7 @@ They check the order of operations and the arithmetic; the real thing is checked
 benchmarks/gpu_check.py whenever a GPU is at hand (docs/results.md).
 """
 
+import collections
 import contextlib
 import types
 
@@ -13,107 +14,303 @@ from pytest_solgate import backends, telemetry
 from pytest_solgate.measure import take_timing
 from pytest_solgate.settings import SamplingSettings
 
+# --- a fake GPU: torch.cuda and NVML as a GPU behaves, not as a host-side log --------------------
+
+
+class FakeGpu:
+    """One device behind a fake ``torch.cuda``.
+
+    The host has a clock (``now``) that moves only by what the host does: launching (LAUNCH_SECONDS
+    per kernel or graph), ``host_work`` (a slow Python launcher, a compile) and waiting in
+    ``synchronize``. Each stream queues its work on the device and finishes it at ``ready``; an op
+    starts when both the host has launched it and the stream is free, so a host that is late leaves
+    an idle gap on the device. Events are stamped when the device reaches them, not when Python
+    records them. Kernels take device time: a fixed time, or the time to stream a buffer from DRAM,
+    or from the L2 when that buffer is still there (a simple LRU cache that the flush empties).
+    A graph capture fails as torch's does when a kernel synchronizes with the host inside it.
+    """
+
+    LAUNCH_SECONDS = 4e-6
+
+    def __init__(self, l2_bytes=50_000_000, dram_bytes_per_s=4.0e12, l2_bytes_per_s=12.0e12, clock_mhz=1980):
+        self.now = 0.0
+        self.l2_bytes, self.dram_rate, self.l2_rate = l2_bytes, dram_bytes_per_s, l2_bytes_per_s
+        self.clock_mhz = clock_mhz
+        self.streams = []
+        self.default_stream = FakeStream(self, "default")
+        self.current = self.default_stream
+        self.cache = collections.OrderedDict()  # buffer name -> bytes held, least recently used first
+        self.capturing = None  # the FakeGraph being captured
+        self.log = []
+        self.ops = []  # (start, end, what) of every op the device ran
+
+    # the host side
+    def clock(self):
+        return self.now
+
+    def host_work(self, seconds):
+        self.now += seconds
+
+    def synchronize(self, device=None):
+        self.now = max([self.now] + [s.ready for s in self.streams])
+        self.log.append("sync")
+
+    def host_sync(self):
+        """What ``.item()`` does: wait for the device; inside a capture that is an error, and the
+        capture is spoiled (its end raises too)."""
+        if self.capturing is not None:
+            self.capturing.spoiled = True
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+        self.synchronize()
+
+    def busy(self):
+        return any(s.ready > self.now for s in self.streams)
+
+    # the device side
+    def launch(self, what, device_seconds):
+        """Queue one op on the current stream, or into the graph being captured."""
+        if self.capturing is not None:
+            self.capturing.ops.append((what, device_seconds))
+            return
+        self.now += self.LAUNCH_SECONDS
+        self.enqueue(self.current, what, device_seconds)
+
+    def enqueue(self, stream, what, device_seconds):
+        start = max(self.now, stream.ready)
+        stream.ready = start + device_seconds()  # the L2 changes in queue order, as on one stream
+        self.ops.append((start, stream.ready, what))
+        self.log.append(what)
+
+    def kernel(self, seconds):
+        self.launch("kernel", lambda: seconds)
+
+    def streaming_kernel(self, buffer, nbytes):
+        """A kernel that reads ``nbytes`` of ``buffer``: at L2 speed when it is still cached."""
+        self.launch("kernel", lambda: self.read(buffer, nbytes))
+
+    def read(self, buffer, nbytes):
+        hit = buffer in self.cache and nbytes <= self.l2_bytes
+        if hit:
+            self.cache.move_to_end(buffer)
+        else:
+            self.cache[buffer] = min(nbytes, self.l2_bytes)
+            while sum(self.cache.values()) > self.l2_bytes:
+                self.cache.popitem(last=False)
+        return nbytes / (self.l2_rate if hit else self.dram_rate)
+
+    def flush(self, nbytes):
+        """Writing ``nbytes`` evicts everything when it is at least the L2."""
+
+        def run():
+            if nbytes >= self.l2_bytes:
+                self.cache.clear()
+            return self.read("flush buffer", nbytes)
+
+        self.launch(f"flush {nbytes}", run)
+
+    def seconds_in(self, prefix):
+        return sum(end - start for start, end, what in self.ops if what.startswith(prefix))
+
+
+class FakeStream:
+    def __init__(self, gpu, name):
+        self.gpu, self.name, self.ready = gpu, name, 0.0
+        gpu.streams.append(self)
+
+    def wait_stream(self, other):
+        self.ready = max(self.ready, other.ready)
+
+    def __repr__(self):
+        return f"<stream {self.name}>"
+
 
 class FakeEvent:
-    log: list = []
-    clock = [0.0]
+    gpu = None  # set by fake_torch
 
     def __init__(self, enable_timing=False):
         assert enable_timing
         self.time = None
 
     def record(self):
-        self.time = self.clock[0]
-        self.log.append("record")
+        gpu = self.gpu
+        assert gpu.capturing is None, "an event recorded inside a capture"
+        stream = gpu.current
+        self.time = stream.ready = max(gpu.now, stream.ready)  # when the device reaches it
+        gpu.log.append("record")
 
     def elapsed_time(self, end):
+        if self.time is None or end.time is None or max(self.time, end.time) > self.gpu.now:
+            raise RuntimeError("CUDA error: device not ready")  # read before the host synchronized
         return (end.time - self.time) * 1e3  # milliseconds, as torch returns them
 
 
 class FakeTensor:
-    def __init__(self, numel):
-        self.numel_ = numel
+    def __init__(self, gpu, numel):
+        self.gpu, self.numel_ = gpu, numel
 
     def zero_(self):
-        FakeEvent.log.append(f"flush {self.numel_ * 4}")
+        self.gpu.flush(self.numel_ * 4)
 
 
 class FakeGraph:
-    """Captures the calls made inside ``torch.cuda.graph(g)`` and re-runs them on replay."""
-
-    capturing = None
+    gpu = None
 
     def __init__(self):
-        self.calls = []
+        self.ops, self.spoiled = [], False
 
     def replay(self):
-        FakeEvent.log.append(f"replay {len(self.calls)}")
-        for call in self.calls:
-            call()
+        gpu = self.gpu
+        gpu.now += gpu.LAUNCH_SECONDS  # one launch for the whole graph
+        gpu.log.append(f"replay {len(self.ops)}")
+        for what, device_seconds in self.ops:
+            gpu.enqueue(gpu.current, what, device_seconds)
 
 
 class FakeCapture:
-    def __init__(self, graph):
-        self.graph = graph
+    """``torch.cuda.graph``: on entry the current stream becomes the capture stream; on exit the
+    capture ends (raising if it was spoiled) and only then is the stream restored, as torch's
+    ``__exit__`` calls ``capture_end()`` before its stream context's ``__exit__``."""
+
+    def __init__(self, graph, pool=None, stream=None):
+        self.graph, self.stream = graph, stream
 
     def __enter__(self):
-        FakeGraph.capturing = self.graph
+        gpu = self.graph.gpu
+        gpu.synchronize()
+        self.previous = gpu.current
+        gpu.current = self.stream or FakeStream(gpu, "capture")
+        gpu.capturing = self.graph
 
     def __exit__(self, *exc):
-        FakeGraph.capturing = None
+        gpu = self.graph.gpu
+        gpu.capturing = None
+        if self.graph.spoiled:
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+        gpu.current = self.previous
 
 
-@pytest.fixture(autouse=True)
-def fresh_fake_clock():
-    """Every test starts its fake GPU clock at zero. Shared across tests, the clock grew by however
-    many samples earlier tests took in their (real-time) budgets, and the float rounding of a
-    2 us interval at a large clock value moved a batch size from 10 to 11 in some runs."""
-    FakeEvent.clock[0] = 0.0
-    FakeEvent.log = []
-    yield
+def fake_torch(gpu):
+    FakeEvent.gpu = FakeGraph.gpu = gpu
 
+    @contextlib.contextmanager
+    def stream(s):  # torch.cuda.stream: restores the previous stream however the block ends
+        previous, gpu.current = gpu.current, s
+        try:
+            yield
+        finally:
+            gpu.current = previous
 
-def fake_launch(seconds):
-    """A kernel launch: queued into the graph while one is captured, else run (advancing the clock)."""
-
-    def run():
-        FakeEvent.clock[0] += seconds
-        FakeEvent.log.append("kernel")
-
-    if FakeGraph.capturing is not None:
-        FakeGraph.capturing.calls.append(run)
-    else:
-        run()
-
-
-def fake_torch():
-    stream = types.SimpleNamespace(wait_stream=lambda other: None)
     cuda = types.SimpleNamespace(
-        Stream=lambda: stream,
-        stream=lambda s: contextlib.nullcontext(),
-        current_stream=lambda: stream,
+        Stream=lambda: FakeStream(gpu, "side"),
+        stream=stream,
+        current_stream=lambda: gpu.current,
         CUDAGraph=FakeGraph,
         graph=FakeCapture,
         Event=FakeEvent,
-        _sleep=lambda cycles: FakeEvent.log.append(f"sleep {cycles}"),
-        synchronize=lambda device=None: FakeEvent.log.append("sync"),
+        _sleep=lambda cycles: gpu.launch(f"sleep {cycles}", lambda: cycles / (gpu.clock_mhz * 1e6)),
+        synchronize=gpu.synchronize,
         get_device_properties=lambda device: types.SimpleNamespace(uuid="", multi_processor_count=132),
     )
-    return types.SimpleNamespace(cuda=cuda, int32="int32", empty=lambda n, dtype, device: FakeTensor(n))
+    return types.SimpleNamespace(cuda=cuda, int32="int32", empty=lambda n, dtype, device: FakeTensor(gpu, n))
+
+
+class FakeNvml:
+    """pynvml for the fake GPU: its constants are pynvml's (checked below); the SM clock reads
+    ``clock_mhz`` while the device is busy and ``idle_mhz`` when it is not."""
+
+    NVML_CLOCK_GRAPHICS, NVML_CLOCK_SM, NVML_CLOCK_MEM = 0, 1, 2
+    NVML_TEMPERATURE_GPU = 0
+
+    def __init__(self, gpu=None, clock_mhz=1980, max_mhz=1980, default_mhz=1980, reasons=0, idle_mhz=345):
+        self.gpu, self.clock_mhz, self.max_mhz, self.default_mhz = gpu, clock_mhz, max_mhz, default_mhz
+        self.reasons, self.idle_mhz = reasons, idle_mhz
+
+    def _memory_or_sm(self, kind, sm, memory=2619):
+        if kind == self.NVML_CLOCK_SM:
+            return sm
+        if kind == self.NVML_CLOCK_MEM:
+            return memory
+        raise RuntimeError(f"NVML_ERROR_INVALID_ARGUMENT: clock type {kind}")
+
+    def nvmlDeviceGetClockInfo(self, handle, kind):
+        busy = self.gpu is None or self.gpu.busy()
+        return self._memory_or_sm(kind, self.clock_mhz if busy else self.idle_mhz)
+
+    def nvmlDeviceGetMaxClockInfo(self, handle, kind):
+        return self._memory_or_sm(kind, self.max_mhz)
+
+    def nvmlDeviceGetDefaultApplicationsClock(self, handle, kind):
+        return self._memory_or_sm(kind, self.default_mhz)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle):
+        return 700_000
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        return 412_000
+
+    def nvmlDeviceGetTemperature(self, handle, kind):
+        assert kind == self.NVML_TEMPERATURE_GPU
+        return 61
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+        return self.reasons
+
+
+def fake_nvml(sm_clock=1980, reasons=0):
+    return FakeNvml(clock_mhz=sm_clock, reasons=reasons)
+
+
+def cuda_backend(gpu, monkeypatch, nvml=None):
+    """The real CudaBackend on the fake GPU (its host clock is the fake one), with NVML or without."""
+    reader = telemetry.NvmlReader(nvml, handle=object()) if nvml is not None else None
+    monkeypatch.setattr(telemetry, "open_reader", lambda index, uuid=None: (reader, "" if reader else "no telemetry: fake"))
+    return backends.CudaBackend(fake_torch(gpu), types.SimpleNamespace(index=0), l2_bytes=gpu.l2_bytes, clock_mhz=1980,
+                                host_clock=gpu.clock)
+
+
+def quick(gpu, **settings):
+    """take_timing's arguments for the fake GPU: short budgets, counted on its host clock."""
+    sampling = {"min_time": 0, "max_time": 0.05, "min_samples": 3, "warmup_time": 0, **settings}
+    return {"settings": SamplingSettings(**sampling), "clock": gpu.clock, "pause": gpu.host_work}
+
+
+def test_the_fake_nvml_constants_are_pynvmls():
+    pynvml = pytest.importorskip("pynvml")  # nvidia-ml-py, a core dependency
+    for name in ("NVML_CLOCK_GRAPHICS", "NVML_CLOCK_SM", "NVML_CLOCK_MEM", "NVML_TEMPERATURE_GPU"):
+        assert getattr(FakeNvml, name) == getattr(pynvml, name), name
+
+
+def test_the_fake_gpu_queues_work_stamps_events_on_the_device_and_caches_in_l2():
+    gpu = FakeGpu()
+    torch = fake_torch(gpu)
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(int(1e-3 * 1980e6))  # 1 ms of device time, queued in 4 us of host time
+    start.record()
+    gpu.streaming_kernel("x", 16_000_000)  # 4 us from DRAM
+    stop.record()
+    assert gpu.now == pytest.approx(2 * gpu.LAUNCH_SECONDS)  # the host did not wait
+    with pytest.raises(RuntimeError, match="not ready"):
+        start.elapsed_time(stop)
+    torch.cuda.synchronize()
+    assert start.time == pytest.approx(1e-3 + gpu.LAUNCH_SECONDS) and start.elapsed_time(stop) == pytest.approx(4e-3)
+    start.record()
+    gpu.streaming_kernel("x", 16_000_000)  # still in the L2, but launched after the start event: an idle gap
+    stop.record()
+    torch.cuda.synchronize()
+    assert start.elapsed_time(stop) == pytest.approx((gpu.LAUNCH_SECONDS + 16e6 / 12e12) * 1e3)
+    side = torch.cuda.Stream()
+    assert side is not torch.cuda.current_stream()
+    with torch.cuda.stream(side):
+        assert torch.cuda.current_stream() is side
+    assert torch.cuda.current_stream() is gpu.default_stream
 
 
 def test_cuda_backend_flushes_twice_the_l2_and_holds_the_stream_outside_the_timed_region(monkeypatch):
-    monkeypatch.setattr(telemetry, "open_reader", lambda index, uuid=None: (None, "no telemetry: fake"))
-    FakeEvent.log = []
-    backend = backends.CudaBackend(fake_torch(), types.SimpleNamespace(index=0), l2_bytes=50_000_000, clock_mhz=1980)
-
-    def kernel():
-        FakeEvent.clock[0] += 1e-3
-        FakeEvent.log.append("kernel")
-
-    timing = take_timing(kernel, backend, SamplingSettings(min_time=0, max_time=0.05, min_samples=3, warmup_time=0))
+    gpu = FakeGpu()
+    backend = cuda_backend(gpu, monkeypatch)
+    timing = take_timing(lambda: gpu.kernel(1e-3), backend, **quick(gpu))
     assert timing.backend == "cuda" and timing.seconds == pytest.approx(1e-3)
-    log = FakeEvent.log
+    log = gpu.log
     first = log.index("kernel")
     # flush (2 x 50 MB), then the spin, then the start event, then the kernel, then the stop event
     hold_cycles = int(140e-6 * 1980e6)  # 100 us + 2 x 20 us for a batch of one (nothing enqueued yet), at 1980 MHz
@@ -125,34 +322,19 @@ def test_cuda_backend_flushes_twice_the_l2_and_holds_the_stream_outside_the_time
 
 def test_the_hold_outlasts_a_slow_python_launcher(monkeypatch):
     """A launcher that takes 2 ms to queue its kernel (an autotune wrapper, say) must not leave the
-    GPU idle inside the timed region: the hold grows to twice the longest enqueue seen."""
-    import time
-
-    monkeypatch.setattr(telemetry, "open_reader", lambda index, uuid=None: (None, "no telemetry: fake"))
-    FakeEvent.log = []
-    backend = backends.CudaBackend(fake_torch(), types.SimpleNamespace(index=0), l2_bytes=50_000_000, clock_mhz=1980)
+    GPU idle inside the timed region: the hold grows to twice the enqueue time."""
+    gpu = FakeGpu()
+    backend = cuda_backend(gpu, monkeypatch)
 
     def slow_launch():
-        time.sleep(0.002)  # host time spent before the kernel reaches the stream
-        FakeEvent.clock[0] += 1e-4
+        gpu.host_work(0.002)  # host time spent before the kernel reaches the stream
+        gpu.kernel(1e-4)
 
-    take_timing(slow_launch, backend, SamplingSettings(min_time=0, max_time=0.05, min_samples=3, warmup_time=0))
-    holds = [int(entry.split()[1]) / 1980e6 for entry in FakeEvent.log if entry.startswith("sleep")]
+    timing = take_timing(slow_launch, backend, **quick(gpu))
+    assert timing.seconds == pytest.approx(1e-4)  # no idle gap inside the timed region
+    holds = [int(entry.split()[1]) / 1980e6 for entry in gpu.log if entry.startswith("sleep")]
     assert holds[0] == pytest.approx(140e-6, rel=1e-3)  # nothing seen yet
     assert min(holds[1:]) >= 2 * 0.002 and max(holds) <= backends.MAX_HOLD_SECONDS
-
-
-def fake_nvml(sm_clock=1980, reasons=0):
-    nvml = types.SimpleNamespace(
-        NVML_CLOCK_SM=0, NVML_CLOCK_MEM=1, NVML_TEMPERATURE_GPU=0,
-        nvmlDeviceGetMaxClockInfo=lambda h, kind: 1980 if kind == 0 else 2619,
-        nvmlDeviceGetClockInfo=lambda h, kind: sm_clock if kind == 0 else 2619,
-        nvmlDeviceGetEnforcedPowerLimit=lambda h: 700_000,
-        nvmlDeviceGetPowerUsage=lambda h: 412_000,
-        nvmlDeviceGetTemperature=lambda h, kind: 61,
-        nvmlDeviceGetCurrentClocksEventReasons=lambda h: reasons,
-    )
-    return nvml
 
 
 def test_nvml_reading_and_throttle_rules():
@@ -381,36 +563,31 @@ def test_more_xdist_workers_than_gpus_is_refused_with_what_to_do(monkeypatch):
 
 
 def test_short_kernels_are_timed_as_cuda_graph_replays_with_the_flush_outside(monkeypatch):
-    monkeypatch.setattr(telemetry, "open_reader", lambda index, uuid=None: (None, "no telemetry: fake"))
-    FakeEvent.log = []
-    backend = backends.CudaBackend(fake_torch(), types.SimpleNamespace(index=0), l2_bytes=50_000_000, clock_mhz=1980)
-    timing = take_timing(lambda: fake_launch(2e-6), backend,
-                         SamplingSettings(min_time=0, max_time=0.05, min_samples=3, warmup_time=0))
+    gpu = FakeGpu()
+    backend = cuda_backend(gpu, monkeypatch)
+    timing = take_timing(lambda: gpu.kernel(2e-6), backend, **quick(gpu))
     assert timing.mode == "cuda-graph" and timing.batch == 10  # 20 us of work per replay
     assert timing.seconds == pytest.approx(2e-6) and "CUDA graph of 10 call(s)" in timing.notes[0]
-    first = FakeEvent.log.index("replay 10")
-    log = FakeEvent.log
+    log = gpu.log
+    first = log.index("replay 10")
     # flush and hold, then the start event, the replay of ten kernels, the stop event
     assert log[first - 3] == "flush 100000000" and log[first - 2].startswith("sleep") and log[first - 1] == "record"
     assert log[first + 1:first + 11] == ["kernel"] * 10 and log[first + 11] == "record"
-    off = take_timing(lambda: fake_launch(2e-6), backend,
-                      SamplingSettings(min_time=0, max_time=0.05, min_samples=3, warmup_time=0, cuda_graph="off"))
+    off = take_timing(lambda: gpu.kernel(2e-6), backend, **quick(gpu, cuda_graph="off"))
     assert off.mode == "events"
 
 
 def test_a_kernel_that_cannot_be_captured_falls_back_or_is_refused(monkeypatch):
     from pytest_solgate.errors import MeasureError
 
-    monkeypatch.setattr(telemetry, "open_reader", lambda index, uuid=None: (None, "no telemetry: fake"))
-    backend = backends.CudaBackend(fake_torch(), types.SimpleNamespace(index=0), l2_bytes=50_000_000, clock_mhz=1980)
+    gpu = FakeGpu()
+    backend = cuda_backend(gpu, monkeypatch)
 
     def syncs_on_the_host():
-        if FakeGraph.capturing is not None:
-            raise RuntimeError("operation not permitted when stream is capturing")
-        fake_launch(2e-6)
+        gpu.kernel(2e-6)
+        gpu.host_sync()  # .item() on the result
 
-    auto = take_timing(syncs_on_the_host, backend, SamplingSettings(min_time=0, max_time=0.05, min_samples=3, warmup_time=0))
+    auto = take_timing(syncs_on_the_host, backend, **quick(gpu))
     assert auto.mode == "events" and "CUDA graph capture failed (RuntimeError)" in auto.notes[0]
     with pytest.raises(MeasureError, match="--sol-cuda-graph=on but the kernel cannot be captured"):
-        take_timing(syncs_on_the_host, backend,
-                    SamplingSettings(min_time=0, max_time=0.05, min_samples=3, warmup_time=0, cuda_graph="on"))
+        take_timing(syncs_on_the_host, backend, **quick(gpu, cuda_graph="on"))
