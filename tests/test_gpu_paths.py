@@ -566,13 +566,13 @@ def test_short_kernels_are_timed_as_cuda_graph_replays_with_the_flush_outside(mo
     gpu = FakeGpu()
     backend = cuda_backend(gpu, monkeypatch)
     timing = take_timing(lambda: gpu.kernel(2e-6), backend, **quick(gpu))
-    assert timing.mode == "cuda-graph" and timing.batch == 10  # 20 us of work per replay
-    assert timing.seconds == pytest.approx(2e-6) and "CUDA graph of 10 call(s)" in timing.notes[0]
+    assert timing.mode == "cuda-graph" and timing.batch == 1  # one call per replay: each on a cold L2
+    assert timing.seconds == pytest.approx(2e-6) and "CUDA graph of 1 call(s)" in timing.notes[0]
     log = gpu.log
-    first = log.index("replay 10")
-    # flush and hold, then the start event, the replay of ten kernels, the stop event
+    first = log.index("replay 1")
+    # flush and hold, then the start event, the replay of one kernel, the stop event
     assert log[first - 3] == "flush 100000000" and log[first - 2].startswith("sleep") and log[first - 1] == "record"
-    assert log[first + 1:first + 11] == ["kernel"] * 10 and log[first + 11] == "record"
+    assert log[first + 1:first + 3] == ["kernel", "record"]
     off = take_timing(lambda: gpu.kernel(2e-6), backend, **quick(gpu, cuda_graph="off"))
     assert off.mode == "events"
 
@@ -591,3 +591,33 @@ def test_a_kernel_that_cannot_be_captured_falls_back_or_is_refused(monkeypatch):
     assert auto.mode == "events" and "CUDA graph capture failed (RuntimeError)" in auto.notes[0]
     with pytest.raises(MeasureError, match="--sol-cuda-graph=on but the kernel cannot be captured"):
         take_timing(syncs_on_the_host, backend, **quick(gpu, cuda_graph="on"))
+
+
+def test_a_short_kernel_is_timed_on_a_cold_l2_one_call_per_sample(monkeypatch):
+    """A 4 us kernel over 16 MB (under the 50 MB L2): batched after one flush, calls 2..N read it
+    from the L2 at three times DRAM speed and the median (1.9 us) beats the DRAM roof. Timed one
+    call per sample, each after a flush, it reads 4 us, in a graph of one call or with events."""
+    gpu = FakeGpu()
+    backend = cuda_backend(gpu, monkeypatch)
+    kernel = lambda: gpu.streaming_kernel("x", 16_000_000)  # noqa: E731
+    graph = take_timing(kernel, backend, **quick(gpu))
+    assert graph.mode == "cuda-graph" and graph.batch == 1 and graph.seconds == pytest.approx(4e-6, rel=1e-3)
+    assert "replay 1" in gpu.log and not any(note.startswith("5 calls per sample") for note in graph.notes)
+    events = take_timing(kernel, backend, **quick(gpu, cuda_graph="off"))
+    assert events.mode == "events" and events.batch == 1 and events.seconds == pytest.approx(4e-6, rel=1e-3)
+
+
+@pytest.mark.parametrize("sets, nbytes, batched", [(8, 16_000_000, True), (3, 16_000_000, False), (8, 1_000_000, False)])
+def test_rotation_batches_only_when_its_sets_outnumber_the_calls_and_exceed_the_l2(monkeypatch, sets, nbytes, batched):
+    from pytest_solgate.measure import rotating
+
+    gpu = FakeGpu()
+    backend = cuda_backend(gpu, monkeypatch)
+    calls = [lambda i=i: gpu.streaming_kernel(f"set {i}", nbytes) for i in range(sets)]
+    timing = take_timing(rotating(calls, "t"), backend, rotation_sets=sets, bytes_per_call=nbytes, **quick(gpu))
+    assert timing.seconds == pytest.approx(nbytes / gpu.dram_rate, rel=1e-3)  # cold either way
+    if batched:  # 20 us / 4 us = 5 calls per sample, on 8 sets of 16 MB (128 MB > 50 MB of L2)
+        assert timing.batch == 5 and any("rotation of 8 buffer sets" in note for note in timing.notes)
+    else:
+        assert timing.batch == 1
+        assert any(note.startswith("one call per sample") and "buffer sets" in note for note in timing.notes)
