@@ -119,7 +119,8 @@ class CudaBackend:
         self.flush_buffer = torch.empty(flush_bytes // 4, dtype=torch.int32, device=device)
         self.cycles_per_second = (clock_mhz or 2000) * 1e6
         self.reader, self.telemetry_note = telemetry.open_reader(device.index or 0, cuda_uuid(torch, device))
-        self.enqueue_seconds = 0.0  # the longest host time seen to queue one sample's calls
+        self.enqueue_seconds = 0.0  # the longest host time seen to queue one sample's calls (since steady())
+        self._enqueues: list[float] = []  # host time to queue each sample's calls since steady()
         self._queued_from = 0.0
 
     def flush(self) -> None:
@@ -129,8 +130,8 @@ class CudaBackend:
         # Hold the stream while Python queues the start event and the calls, so that launch
         # latency lands before the start event instead of inside the timed region (nvbench's
         # blocking kernel, kept apart from its L2 flush as here). The hold
-        # outlasts twice the longest enqueue seen so far (a slow Python launcher, an autotune
-        # wrapper), at least 100 us + 20 us per call, at most 10 ms.
+        # outlasts twice the longest enqueue seen in steady state (a slow Python launcher, an
+        # autotune wrapper), at least 100 us + 20 us per call, at most 10 ms.
         hold_seconds = min(MAX_HOLD_SECONDS, BASE_HOLD_SECONDS + 2 * max(self.enqueue_seconds, batch * 20e-6))
         self.torch.cuda._sleep(int(hold_seconds * self.cycles_per_second))
 
@@ -143,8 +144,19 @@ class CudaBackend:
     def stop(self, token: Any) -> tuple[Any, Any]:
         event = self.torch.cuda.Event(enable_timing=True)
         event.record()
-        self.enqueue_seconds = max(self.enqueue_seconds, self.host_clock() - self._queued_from)
+        seconds = self.host_clock() - self._queued_from
+        self._enqueues.append(seconds)
+        self.enqueue_seconds = max(self.enqueue_seconds, seconds)
         return token, event
+
+    def steady(self) -> None:
+        """The warm-up is over: size the hold from the calls after the first only. The first call
+        compiles (seconds of host time); sized from it, every hold would be the 10 ms maximum and
+        the device would spend most of each round in the spin, which the telemetry would then
+        describe instead of the kernel."""
+        after_first = self._enqueues[1:]
+        self.enqueue_seconds = max(after_first) if after_first else 0.0
+        self._enqueues = []
 
     def capture_graph(self, fn: Any, calls: int) -> Any:
         """``calls`` calls of ``fn`` captured as one CUDA graph; returns its replay. The flush and

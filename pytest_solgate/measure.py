@@ -70,6 +70,7 @@ class Backend(Protocol):
 
     def flush(self) -> None: ...  # evict the cache the kernel's data could sit in
     def hold(self, batch: int) -> None: ...  # keep launch latency out of the timed region
+    # Optional: ``steady()``, called once the warm-up is over (the hold forgets the compiling call).
     def start(self) -> Any: ...
     def stop(self, token: Any) -> Any: ...
     def synchronize(self) -> None: ...
@@ -182,6 +183,9 @@ def take_timing(
         warm = len(warmup) > WARMUP_CALLS_AFTER_FIRST and since_first >= settings.warmup_time
         if warm or since_first >= settings.max_time:
             break
+    steady = getattr(backend, "steady", None)
+    if steady is not None:
+        steady()
     # Estimate from the calls after the first when there are any.
     estimate = max(stats.median(warmup[1:] or warmup), 1e-9)
     wanted = 1

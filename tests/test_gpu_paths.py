@@ -621,3 +621,28 @@ def test_rotation_batches_only_when_its_sets_outnumber_the_calls_and_exceed_the_
     else:
         assert timing.batch == 1
         assert any(note.startswith("one call per sample") and "buffer sets" in note for note in timing.notes)
+
+
+def test_the_hold_is_sized_from_steady_state_calls_not_the_compiling_one(monkeypatch):
+    """The first call compiles (2 s of host time). Sized from it, every sample's hold would be the
+    10 ms maximum, and the device would spend about 90 % of each round spinning, so the telemetry
+    read during a round would describe the spin, not the kernel."""
+    gpu = FakeGpu()
+    backend = cuda_backend(gpu, monkeypatch)
+    calls = [0]
+
+    def kernel():
+        calls[0] += 1
+        if calls[0] == 1:
+            gpu.host_work(2.0)  # Triton compiles on the first call
+        gpu.kernel(1e-3)
+
+    timing = take_timing(kernel, backend, **quick(gpu, min_time=0.05, max_time=0.2))
+    assert timing.seconds == pytest.approx(1e-3)
+    holds = [int(entry.split()[1]) / 1980e6 for entry in gpu.log if entry.startswith("sleep")]
+    sampling_holds = holds[timing.warmup_calls:]
+    assert max(sampling_holds) <= 150e-6  # 100 us + 2 x 20 us, not 10 ms
+    kernels = [i for i, op in enumerate(gpu.ops) if op[2] == "kernel"]
+    sampling = gpu.ops[kernels[timing.warmup_calls - 1] + 1:]
+    spin, work = (sum(end - start for start, end, what in sampling if what.startswith(kind)) for kind in ("sleep", "kernel"))
+    assert spin < 0.2 * work  # the device runs the kernel, not the spin, while rounds are read
