@@ -215,10 +215,9 @@ def take_timing(
     sample_batch = 1 if mode == "cuda-graph" else batch  # calls of `timed` per sample; `batch` kernels either way
 
     samples: list[float] = []
+    # Only readings taken while a round runs: one taken before sampling finds the device idle (its
+    # clock parked, its power low) and describes no kernel.
     telemetry_seen: list[dict[str, Any]] = []
-    before = backend.read_telemetry()
-    if before is not None:
-        telemetry_seen.append(before)
     started_at = time.time()
     sampling_start = clock()
     noisy = False

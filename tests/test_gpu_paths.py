@@ -339,7 +339,8 @@ def test_the_hold_outlasts_a_slow_python_launcher(monkeypatch):
 
 def test_nvml_reading_and_throttle_rules():
     reading = telemetry.NvmlReader(fake_nvml(), handle=object()).read()
-    assert reading == {"sm_clock_mhz": 1980, "sm_clock_max_mhz": 1980, "mem_clock_mhz": 2619, "mem_clock_max_mhz": 2619,
+    assert reading == {"sm_clock_mhz": 1980, "sm_clock_max_mhz": 1980, "sm_clock_default_mhz": 1980,
+                       "mem_clock_mhz": 2619, "mem_clock_max_mhz": 2619,
                        "temperature_c": 61, "power_w": 412.0, "power_limit_w": 700.0, "throttle_reasons": []}
     assert not telemetry.is_throttled(reading)
     slow = telemetry.NvmlReader(fake_nvml(sm_clock=1400), handle=object()).read()
@@ -421,11 +422,10 @@ def test_throttled_measurement_is_flagged_warned_and_reported(suite, pytester, m
             super().__init__("cpu")
             self.reads = 0
 
-        def read_telemetry(self):
+        def read_telemetry(self):  # hot in every round: more than the recoveries can fix
             self.reads += 1
-            hot = self.reads > 1  # cool before sampling, hot in every round: more than recoveries can fix
-            return {"sm_clock_mhz": 1200 if hot else 1980, "sm_clock_max_mhz": 1980, "temperature_c": 88 if hot else 60,
-                    "throttle_reasons": ["hw_thermal_slowdown"] if hot else []}
+            return {"sm_clock_mhz": 1200, "sm_clock_max_mhz": 1980, "temperature_c": 88,
+                    "throttle_reasons": ["hw_thermal_slowdown"]}
 
     monkeypatch.setattr(backends, "make_backend", lambda choice, l2, clock: ThrottlingBackend())
     result = suite("""
@@ -436,12 +436,12 @@ def test_throttled_measurement_is_flagged_warned_and_reported(suite, pytester, m
     result.stdout.fnmatch_lines(["*'default' was throttled (hw_thermal_slowdown) and stayed throttled after 5 pauses to recover*"])
     m = json.loads((pytester.path / "out.json").read_text())["measurements"][0]
     assert m["throttled"] is True and m["dropped_samples"] > 0
-    assert m["telemetry"]["sm_clock_mhz"] == {"min": 1200, "max": 1980}
+    assert m["telemetry"]["sm_clock_mhz"] == {"min": 1200, "max": 1200}
     assert m["telemetry"]["throttle_reasons"] == ["hw_thermal_slowdown"]
     page = (pytester.path / "r.html").read_text()
-    assert "sm_clock_mhz" in page and "1200 – 1980" in page and "throttled" in page
+    assert "sm_clock_mhz" in page and "1200" in page and "throttled" in page
     assert any("throttled round(s)" in note for note in m["notes"])
-    assert m["sm_clock_mhz"] == 1200  # the mean over the rounds kept (all hot), not the idle reading before
+    assert m["sm_clock_mhz"] == 1200  # the mean over the rounds kept
     assert m["sol_at_clock"] is None  # the synthetic profile gives no boost clock to scale from
 
 
@@ -646,3 +646,24 @@ def test_the_hold_is_sized_from_steady_state_calls_not_the_compiling_one(monkeyp
     sampling = gpu.ops[kernels[timing.warmup_calls - 1] + 1:]
     spin, work = (sum(end - start for start, end, what in sampling if what.startswith(kind)) for kind in ("sleep", "kernel"))
     assert spin < 0.2 * work  # the device runs the kernel, not the spin, while rounds are read
+
+
+def test_telemetry_leaves_the_idle_reading_out(monkeypatch):
+    """Read before sampling, the GPU is idle (345 MHz here): that reading describes no kernel, and
+    in the telemetry range it read as a clock drop to 345 MHz."""
+    gpu = FakeGpu()
+    backend = cuda_backend(gpu, monkeypatch, nvml=FakeNvml(gpu))
+    timing = take_timing(lambda: gpu.kernel(1e-3), backend, throttle_check=telemetry.is_throttled, **quick(gpu))
+    assert timing.telemetry["sm_clock_mhz"] == {"min": 1980, "max": 1980} and not timing.throttled
+    assert timing.telemetry["readings"] == gpu.log.count("sync") - timing.warmup_calls  # one per round
+
+
+def test_throttling_is_judged_against_the_default_clock():
+    """nvbench judges the SM clock over the timed region against the device's default clock, not
+    its maximum boost: a part whose default is 1755 MHz running at 1500 MHz is not throttled."""
+    running = telemetry.NvmlReader(FakeNvml(clock_mhz=1500, max_mhz=2100, default_mhz=1755), handle=object()).read()
+    assert running["sm_clock_default_mhz"] == 1755 and not telemetry.is_throttled(running)
+    slow = telemetry.NvmlReader(FakeNvml(clock_mhz=1200, max_mhz=2100, default_mhz=1755), handle=object()).read()
+    assert telemetry.is_throttled(slow)  # 1200 < 0.75 x 1755
+    without_default = {k: v for k, v in slow.items() if k != "sm_clock_default_mhz"}
+    assert telemetry.is_throttled(without_default)  # the maximum stands in when NVML has no default
