@@ -164,13 +164,16 @@ class CudaBackend:
         torch = self.torch
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
+        graph = torch.cuda.CUDAGraph()
+        # Our own stream context around the capture: torch.cuda.graph's __exit__ raises in
+        # capture_end() (a kernel that calls .item()) before its own stream context exits, which
+        # left the process on the capture stream; this outer one restores the stream either way.
         with torch.cuda.stream(side):
             fn()  # one call on a side stream before capture, as the CUDA-graph documentation asks
+            with torch.cuda.graph(graph, stream=side):
+                for _ in range(calls):
+                    fn()
         torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                fn()
         return graph.replay
 
     def synchronize(self) -> None:

@@ -667,3 +667,21 @@ def test_throttling_is_judged_against_the_default_clock():
     assert telemetry.is_throttled(slow)  # 1200 < 0.75 x 1755
     without_default = {k: v for k, v in slow.items() if k != "sm_clock_default_mhz"}
     assert telemetry.is_throttled(without_default)  # the maximum stands in when NVML has no default
+
+
+def test_a_failed_capture_leaves_the_process_on_the_stream_it_was_on(monkeypatch):
+    """torch.cuda.graph's __exit__ raises in capture_end() before its stream context exits: without
+    an outer stream context of our own, later measurements and the user's code ran on the capture
+    stream."""
+    gpu = FakeGpu()
+    backend = cuda_backend(gpu, monkeypatch)
+
+    def item_on_the_result():
+        gpu.kernel(2e-6)
+        gpu.host_sync()  # .item()
+
+    timing = take_timing(item_on_the_result, backend, **quick(gpu))
+    assert "CUDA graph capture failed (RuntimeError)" in timing.notes[0]
+    assert gpu.current is gpu.default_stream
+    later = take_timing(lambda: gpu.kernel(1e-3), backend, **quick(gpu))
+    assert later.seconds == pytest.approx(1e-3) and gpu.current is gpu.default_stream
