@@ -196,7 +196,7 @@ class DeviceChoice:
 
 
 def choose_device(spec: str, worker_index: int | None, worker_count: int | None = None) -> DeviceChoice:
-    """Resolve ``--sol-device``; under xdist, worker N takes GPU N mod count with ``auto``.
+    """Resolve ``--sol-device``; under xdist, worker N takes GPU N mod count with ``auto`` or ``cuda``.
 
     More xdist workers than GPUs is refused: the device lock keeps two timings apart, but not one
     worker's timing from another's multi-GB setup, reference GEMM or autotuning on the same GPU.
@@ -218,7 +218,10 @@ def choose_device(spec: str, worker_index: int | None, worker_count: int | None 
             f"kernels while another worker's setup runs on it; use -n {gpus} (one worker per GPU) or no -n"
         )
     if index is None:
-        index = (worker_index or 0) % count if kind == "auto" else torch.cuda.current_device()
+        # Under xdist, plain `cuda` spreads the workers as `auto` does (all of them on the current
+        # device, cuda:0, was the alternative, and a silent one).
+        spread = kind == "auto" or worker_index is not None
+        index = (worker_index or 0) % count if spread else torch.cuda.current_device()
     if index >= count:
         raise OptionError(f"--sol-device={spec} but this machine has {count} CUDA device(s)")
     return DeviceChoice("cuda", index)

@@ -685,3 +685,11 @@ def test_a_failed_capture_leaves_the_process_on_the_stream_it_was_on(monkeypatch
     assert gpu.current is gpu.default_stream
     later = take_timing(lambda: gpu.kernel(1e-3), backend, **quick(gpu))
     assert later.seconds == pytest.approx(1e-3) and gpu.current is gpu.default_stream
+
+
+def test_sol_device_cuda_under_xdist_spreads_workers_like_auto(monkeypatch):
+    """--sol-device=cuda under xdist put every worker on cuda:0 without a word."""
+    cuda = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 2, current_device=lambda: 0)
+    monkeypatch.setattr(backends, "torch_or_none", lambda: types.SimpleNamespace(cuda=cuda))
+    assert [str(backends.choose_device("cuda", worker_index=w, worker_count=2)) for w in (0, 1)] == ["cuda:0", "cuda:1"]
+    assert str(backends.choose_device("cuda", worker_index=None)) == "cuda:0"  # no xdist: the current device
