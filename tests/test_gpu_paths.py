@@ -693,3 +693,38 @@ def test_sol_device_cuda_under_xdist_spreads_workers_like_auto(monkeypatch):
     monkeypatch.setattr(backends, "torch_or_none", lambda: types.SimpleNamespace(cuda=cuda))
     assert [str(backends.choose_device("cuda", worker_index=w, worker_count=2)) for w in (0, 1)] == ["cuda:0", "cuda:1"]
     assert str(backends.choose_device("cuda", worker_index=None)) == "cuda:0"  # no xdist: the current device
+
+
+def test_sol_at_clock_scales_each_roof_from_the_clock_it_was_quoted_or_measured_at():
+    from pytest_solgate.profiles import DeviceFacts, HardwareProfile, find_profile
+    from pytest_solgate.score import score
+    from pytest_solgate.work import make_work
+
+    h200 = find_profile("h200")
+    # Hopper's tensor peaks hold at 1830 MHz, the vector ones at the 1980 MHz boost.
+    assert h200.peak_tflops["bf16_tensor"] == pytest.approx(132 * 4096 * 1830e6 / 1e12, rel=1e-3)
+    assert h200.peak_tflops["fp32"] == pytest.approx(132 * 256 * 1980e6 / 1e12, rel=1e-2)
+    gemm = make_work({"bf16_tensor": 989.4e9}, 1e6, "fp32")  # 1 ms at the datasheet peak
+    at_1830 = score(gemm, 2e-3, h200, 1830)
+    assert at_1830.sol_at_clock == pytest.approx(at_1830.sol)  # the clock the peak is quoted at: no change
+    vector = make_work({"fp32": 67e9}, 1e6, "fp32")
+    assert score(vector, 2e-3, h200, 1830).sol_at_clock == pytest.approx(0.5 * 1980 / 1830, rel=1e-3)
+    # Calibration measured bf16 at 1650 MHz (the power cap): a run at 1650 MHz is not scaled again.
+    measured = HardwareProfile(id="h200-measured-x", name="m", kind="gpu", memory_bandwidth_gbps=4300,
+                               peak_tflops={"bf16_tensor": 790.0}, ceilings="measured",
+                               device=DeviceFacts(boost_clock_mhz=1980), peak_clock_mhz={"bf16_tensor": 1650})
+    run = score(make_work({"bf16_tensor": 790e9}, 1e6, "fp32"), 1.25e-3, measured, 1650)
+    assert run.sol == pytest.approx(0.8) and run.sol_at_clock == pytest.approx(0.8)
+
+
+def test_peak_clocks_are_checked_and_written_back(tmp_path):
+    from pytest_solgate.errors import ProfileError
+    from pytest_solgate.profiles import find_profile, load_profile, profile_to_toml
+
+    h200 = find_profile("h200")
+    path = tmp_path / "p.toml"
+    path.write_text(profile_to_toml(h200))
+    assert load_profile(path).peak_clock_mhz == h200.peak_clock_mhz and h200.roof_clock_mhz("fp32") == 1980
+    path.write_text(profile_to_toml(h200).replace("tf32_tensor = 1830", "fp4_tensor = 1830"))
+    with pytest.raises(ProfileError, match="'peak_clock_mhz.fp4_tensor' names no precision of 'peak_tflops'"):
+        load_profile(path)
