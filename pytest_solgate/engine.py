@@ -183,7 +183,9 @@ class Engine:
             if cached is not None:
                 return cached
             self.announce(f"solgate: calibrating {name} once (cached in {path}) ...")
-            profile, _ = calibrate.calibrate_gpu(self.cache_dir, choice.index, datasheet, name, facts.get("l2_bytes"))
+            profile, _ = calibrate.calibrate_gpu(
+                self.cache_dir, choice.index, datasheet, name, facts.get("l2_bytes"), announce=self.announce
+            )
         return profile
 
     # --- declare, measure, score ----------------------------------------------------------------

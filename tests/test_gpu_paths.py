@@ -389,13 +389,14 @@ def test_gpu_calibration_logic_runs_on_cpu_tensors(tmp_path):
     from pytest_solgate import calibrate
     from pytest_solgate.profiles import find_profile, load_profile
 
-    def timer(fn, repeats):  # the plugin's own sampling loop, on the CPU backend
+    def timer(fn):  # the plugin's own sampling loop, on the CPU backend
         quick = SamplingSettings(min_time=0, max_time=0.05, min_samples=3, warmup_time=0)
-        return take_timing(fn, backends.CpuBackend("cpu"), quick).seconds
+        return take_timing(fn, backends.CpuBackend("cpu"), quick)
 
     datasheet = find_profile("h100-sxm")
-    profile = calibrate.gpu_profile(datasheet, torch.device("cpu"), "uuid-1", "NVIDIA H100 80GB HBM3", None,
-                                    timer=timer, matmul_size=128, copy_bytes=8 << 20)
+    profile, _faults = calibrate.gpu_profile(datasheet, torch.device("cpu"), "uuid-1", "NVIDIA H100 80GB HBM3", None,
+                                             timer=timer, matmul_size=128, copy_bytes=8 << 20)
+    assert "median of 3 passes" in profile.notes and "spread (max-min)/median: bandwidth" in profile.notes
     assert profile.id == "h100-sxm-measured-uuid1" and profile.derived_from == "h100-sxm" and profile.ceilings == "measured"
     assert set(profile.peak_tflops) == set(datasheet.peak_tflops)
     measured = {"fp32", "tf32_tensor", "bf16_tensor", "fp16_tensor", "fp64_tensor"}
@@ -481,7 +482,7 @@ def test_gpu_calibration_runs_inside_the_devices_scope_and_ids_differ_per_gpu(tm
         return calibrate.HardwareProfile(
             id=f"{datasheet.id}-measured-{calibrate.measured_id_suffix(key)}", name=name, kind="gpu",
             memory_bandwidth_gbps=bandwidth, peak_tflops=peaks, ceilings="measured", derived_from=datasheet.id,
-        )
+        ), []
 
     monkeypatch.setattr(torch.cuda, "device", device)
     monkeypatch.setattr(calibrate, "gpu_profile", fake_gpu_profile)
@@ -544,9 +545,10 @@ def test_gpu_calibration_times_through_the_sampling_loop_and_the_cuda_backend(mo
     monkeypatch.setattr(calibrate, "CALIBRATION_SAMPLING",
                         calibrate.SamplingSettings(min_time=0.02, max_time=0.2, noise=0.5, min_samples=3, warmup_time=0))
     datasheet = find_profile("h100-sxm")
-    bandwidth, peaks = calibrate.measure_gpu(torch, torch.device("cpu"), datasheet, None, matmul_size=64, copy_bytes=1 << 20)
+    figures = calibrate.measure_gpu(torch, torch.device("cpu"), datasheet, None, matmul_size=64, copy_bytes=1 << 20)
     (backend,) = made
-    assert backend.flushes > 10 and bandwidth > 0 and peaks["bf16_tensor"] > 0  # every figure went through it
+    assert backend.flushes > 10 and figures["bandwidth"][0] > 0 and figures["bf16_tensor"][0] > 0  # all through it
+    assert figures["bf16_tensor"][1].backend == "cuda-stand-in"  # the timing comes back with the figure
 
 
 def test_more_xdist_workers_than_gpus_is_refused_with_what_to_do(monkeypatch):
@@ -728,3 +730,60 @@ def test_peak_clocks_are_checked_and_written_back(tmp_path):
     path.write_text(profile_to_toml(h200).replace("tf32_tensor = 1830", "fp4_tensor = 1830"))
     with pytest.raises(ProfileError, match="'peak_clock_mhz.fp4_tensor' names no precision of 'peak_tflops'"):
         load_profile(path)
+
+
+def calibration_timing(seconds, clock_mhz=1700.0, throttled=False, noisy=False):
+    from pytest_solgate.measure import Timing
+
+    return Timing(seconds=seconds, samples=(seconds,), noise=0.0, batch=1, warmup_calls=1, noisy=noisy, backend="cuda",
+                  started_at=0.0, finished_at=0.0, wall_seconds=0.0, throttled=throttled, sm_clock_mhz=clock_mhz,
+                  telemetry={"throttle_reasons": ["hw_thermal_slowdown"]} if throttled else None)
+
+
+@pytest.mark.parametrize("trouble, fault", [
+    ("spread", "bandwidth spread 23% > 10%"),  # rates 1, 1/1.3, 1
+    ("throttled", "bf16_tensor throttled (hw_thermal_slowdown)"),
+    ("noisy", "fp32 noisy"),
+    (None, None),
+])
+def test_gpu_calibration_repeats_and_refuses_to_cache_noisy_throttled_or_spread_figures(tmp_path, monkeypatch, trouble, fault):
+    """One repetition, no spread or throttle check, Timing.noisy ignored: a hot or shared GPU baked
+    low ceilings into the cache for good. Now three passes, and a fault keeps them out of it."""
+    torch = pytest.importorskip("torch")
+    from pytest_solgate import calibrate
+    from pytest_solgate.profiles import find_profile
+
+    datasheet = find_profile("h100-sxm")
+    order = []  # figures in the order one pass times them
+    calibrate.measure_gpu(torch, torch.device("cpu"), datasheet, None, timer=lambda fn: order.append(fn) or
+                          calibration_timing(1e-3), matmul_size=16, copy_bytes=1 << 16)
+    per_pass = len(order)
+    bandwidth_call, fp32_call, bf16_call = 0, 1, 3  # copy, then fp32, tf32_tensor, bf16_tensor, ...
+    calls = [0]
+
+    def timer(fn):
+        index, calls[0] = calls[0], calls[0] + 1
+        which, repetition = index % per_pass, index // per_pass
+        slow = trouble == "spread" and which == bandwidth_call and repetition == 1
+        return calibration_timing(1.3e-3 if slow else 1e-3, clock_mhz=1650.0 if which == bf16_call else 1980.0,
+                                  throttled=trouble == "throttled" and which == bf16_call and repetition == 2,
+                                  noisy=trouble == "noisy" and which == fp32_call and repetition == 0)
+
+    monkeypatch.setattr(calibrate, "_sampling_timer", lambda torch_, device, l2: timer)
+    monkeypatch.setattr(calibrate, "device_key", lambda index: "GPU-0a2b3c4d")
+    monkeypatch.setattr(torch.cuda, "device", lambda index: contextlib.nullcontext())
+    real_measure = calibrate.measure_gpu
+    monkeypatch.setattr(calibrate, "measure_gpu", lambda torch_, cuda_device, *a, **k: real_measure(
+        torch_, torch.device("cpu"), *a, matmul_size=16, copy_bytes=1 << 16))  # CPU tensors stand in for cuda:0
+    said = []
+    profile, path = calibrate.calibrate_gpu(tmp_path, 0, datasheet, "NVIDIA H100 80GB HBM3", None, announce=said.append)
+    assert calls[0] == 3 * per_pass  # three passes over every figure
+    assert profile.peak_clock_mhz["bf16_tensor"] == 1650.0  # each peak keeps the clock it was measured at
+    assert profile.peak_clock_mhz["fp8_tensor" if "fp8_tensor" in profile.peak_clock_mhz else "fp32"] > 0
+    cached = calibrate.gpu_measured_path(tmp_path, datasheet.id, "GPU-0a2b3c4d")
+    if fault is None:
+        assert path == cached and cached.is_file() and not said
+    else:
+        assert path is None and not cached.exists()
+        (line,) = said
+        assert fault in line and "not cached" in line and "solgate calibrate" in line
