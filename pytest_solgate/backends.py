@@ -110,8 +110,12 @@ class CudaBackend:
         l2_bytes: int | None,
         clock_mhz: float | None,
         host_clock: Callable[[], float] = time.perf_counter,
+        flush_by_reading: bool = False,
     ) -> None:
         self.torch = torch
+        # benchmarks/gpu_check.py's check: a written flush leaves the L2 full of dirty lines that
+        # the timed kernel may pay to write back; a flush that reads the buffer leaves clean ones.
+        self.flush_by_reading = flush_by_reading
         self.host_clock = host_clock  # how long Python takes to queue a sample (a fake GPU brings its own)
         self.device = device
         flush_bytes = 2 * l2_bytes if l2_bytes else DEFAULT_FLUSH_BYTES
@@ -124,7 +128,10 @@ class CudaBackend:
         self._queued_from = 0.0
 
     def flush(self) -> None:
-        self.flush_buffer.zero_()
+        if self.flush_by_reading:
+            self.flush_buffer.sum()
+        else:
+            self.flush_buffer.zero_()
 
     def hold(self, batch: int) -> None:
         # Hold the stream while Python queues the start event and the calls, so that launch
