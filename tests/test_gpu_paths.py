@@ -814,3 +814,14 @@ def test_the_flush_can_read_instead_of_write_for_the_dirty_line_check(monkeypatc
     timing = take_timing(lambda: gpu.streaming_kernel("x", 16_000_000), reader, **quick(gpu))
     assert timing.seconds == pytest.approx(4e-6, rel=1e-3)  # still cold
     assert "read flush 100000000" in gpu.log and "flush 100000000" not in gpu.log
+
+
+@pytest.mark.parametrize("profile_id", ["h100-sxm", "h100-pcie", "h100-nvl", "h200"])
+def test_hopper_tensor_peaks_are_at_the_clock_their_profile_names(profile_id):
+    """A Hopper SM does 4096 dense bf16 FLOP per clock: the datasheet's tensor peak fixes its clock."""
+    from pytest_solgate.profiles import find_profile
+
+    profile = find_profile(profile_id)
+    clock = profile.roof_clock_mhz("bf16_tensor")
+    assert profile.peak_tflops["bf16_tensor"] == pytest.approx(profile.device.sm_count * 4096 * clock * 1e6 / 1e12, rel=2e-3)
+    assert profile.roof_clock_mhz("fp32") == profile.device.boost_clock_mhz
