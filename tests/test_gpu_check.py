@@ -58,7 +58,7 @@ def test_without_registering_the_plugin_a_sol_step_fails(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_check, "PLUGIN_ARGS", [])
     monkeypatch.setattr(os, "environ", without_entry_points())
     commands = gpu_check.step_commands(tmp_path, dry=True)["sol-datasheet"][:1]
-    result = gpu_check.step("sol-datasheet", gpu_check.run_commands("sol-datasheet", commands, tmp_path, gpu_check.Clock(120)))
+    result = gpu_check.step("sol-datasheet", gpu_check.run_commands("sol-datasheet", commands, tmp_path, gpu_check.Clock(120), dry=True))
     assert not result["ok"] and result["detail"].startswith("RuntimeError: exit 4")
     assert "unrecognized arguments: --sol-no-save" in (tmp_path / "sol-datasheet.log").read_text()
 
