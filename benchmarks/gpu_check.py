@@ -1,43 +1,108 @@
 """The GPU checks, in one script for a session that has a GPU for a few minutes.
 
-Each step runs under its own time limit inside one overall budget (7.5 minutes, so that one
-10-minute device command holds the whole script), is guarded (a failing step is reported and the
-next one runs) and is printed as soon as it finishes:
+It runs as it is on the GPU machine, which has Python, torch, triton, pytest, pytest-xdist,
+jinja2, numpy, nvidia-ml-py and hypothesis, nothing else (no jsonschema, ruptures, psycopg or
+hatchling), no network, and the project not installed:
+
+- every pytest step registers the plugin itself, `-p no:solgate -p pytest_solgate.plugin` with the
+  checkout on PYTHONPATH (`no:solgate` keeps an installed entry point from registering it twice),
+  and the profiles are found in the checkout's hw_profiles/;
+- each step is a subprocess under its own time limit, sized from the Triton compiles it makes
+  (counted under the interpreter by benchmarks/count_compiles.py, see COMPILES), inside one budget
+  (BUDGET_SECONDS) that fits one 10-minute device command, twice within 15 minutes of device time;
+  a failing or timed-out step is reported and the next one runs;
+- the steps run in a scratch folder outside the checkout (their .solgate/ cache, the calibrated
+  profile, the logs), and at most 8 files are written to --out (default: $OUT, the folder a device
+  command brings back, else a temporary folder): results.md (the section for docs/results.md,
+  ready to commit), steps.json, do_bench.json, sol-datasheet.json, sol-measured.json,
+  sol-report.html and logs.tar.gz (every step's log and the calibrated profile).
+
+Steps:
 
 1. do_bench: the plugin's median next to `triton.testing.do_bench` on the same inputs, for the
-   Triton kernels at the suite's GPU shapes (target: within 3 %);
-2. calibrate: `solgate calibrate` (measured ceilings, cached under .solgate/);
-3. sol-datasheet: the kernel SOL tests (`kernels/tests/test_sol.py`) against datasheet ceilings;
+   Triton kernels at the suite's GPU shapes (target: within 3 %), and vector_add once more with a
+   flush that reads instead of writes (does the written flush leave dirty lines the kernel pays for?);
+2. sol-datasheet: the kernel SOL tests (`kernels/tests/test_sol.py`) against datasheet ceilings;
+3. calibrate: `solgate calibrate` (measured ceilings, cached in the scratch folder);
 4. sol-measured: the same tests against the measured ceilings;
-5. correctness: `kernels/tests/test_correctness.py`, once;
-6. gpu-paths: the plugin's GPU-path tests (`tests/test_gpu_paths.py`) on the real device.
-
-Ahead-of-time compiles (`kernels/tests/test_compile.py`) need no GPU and are left out. At the end
-a table: kernel, shape, median, achieved, SOL, torch's SOL, do_bench median and the ratio.
+5. gpu-paths: the plugin's GPU-path tests (`tests/test_gpu_paths.py`) on the real device;
+6. correctness: `kernels/tests/test_correctness.py` but the fused GEMM's, once;
+7. correctness-gemm: the fused GEMM's correctness tests, last: they compile the most (133
+   autotuned specializations), and a step cut short still logs which tests passed.
 
     python benchmarks/gpu_check.py [--out DIR] [--dry-run]
 
-`--dry-run` walks every step on a CPU machine in well under a minute: do_bench against a stand-in
-timer on CPU tensors, and each pytest or solgate step with `--collect-only` or `--help`, so that a
-broken command line is found before a GPU is lent. It installs nothing.
+`--dry-run` runs every step on a CPU machine in about a minute, with the same command lines:
+do_bench against a stand-in timer; the SOL steps for real on benchmarks/gpu_check_standin.py (the
+fp32 SOL tests' names, small torch kernels) against the H200 datasheet profile, plus a collection
+of kernels/tests/test_sol.py; the GPU-path tests for real (against their fake GPU); `calibrate
+--help` and a collection of the correctness tests, the two steps a CPU cannot run. CI runs it in a
+fresh venv with only the GPU machine's packages (.ci/run), so it fails where the real run would.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
+import platform
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-BUDGET_SECONDS = 450
+# The plugin, registered without its entry point (the project is not installed on the GPU machine).
+PLUGIN_ARGS = ["-p", "no:solgate", "-p", "pytest_solgate.plugin"]
+
+# 5.5 minutes: one device command (10 minutes at most) holds it, and a rerun still fits in the
+# 15 minutes of device time a task gets, machine start included.
+BUDGET_SECONDS = 330
+# Distinct Triton specializations each step compiles on a cold cache, counted under the
+# interpreter (2026-12-03, this VM: `TRITON_INTERPRET=1 PYTHONPATH=benchmarks python -m pytest
+# kernels/tests/test_correctness.py -p count_compiles`, and the same for test_sol.py): correctness
+# 52 (_fused_gemm_kernel 19, _softmax_kernel 12, _layernorm_kernel 9, _add_kernel 6,
+# _depthwise_kernel 6), the SOL tests 8 (one of them the GEMM). The interpreter runs the GEMM with
+# one config; on a GPU it autotunes 7, so each GEMM specialization is 7 compiles there: the GEMM's
+# correctness is 133 compiles, which is why it is a step of its own, last.
+COMPILES = {"do_bench": 3, "sol": 8 + 6, "correctness": 52 - 19, "correctness-gemm": 19 * 7}
+# Seconds per cold Triton compile on the GPU machine: an estimate (0.5-2 s is usual for triton 3.x
+# on Hopper) until the first GPU run's steps.json gives the real figure.
+SECONDS_PER_COMPILE = 1.0
+NVCC_SECONDS = 45  # the CUDA C++ epilogue's torch.utils.cpp_extension build, in the correctness step
+MEASUREMENT_SECONDS = 3.0  # one sol.measure at most: --sol-max-time (2 s) plus warm-up
+SOL_MEASUREMENTS = 18  # two per SOL test (the kernel and the torch reference)
+CALIBRATION_SECONDS = 75  # three passes of copy + five matmuls + fp8, 0.5-3 s each
+
+# A dry run's limits: a CPU's times say nothing of the GPU's, and a shared CI machine can take
+# minutes to import torch six times; the GPU limits are checked by tests/test_gpu_check.py.
+DRY_STEP_SECONDS = 300
+DRY_BUDGET_SECONDS = 1200
+
 # Triton kernels also timed by do_bench, at the suite's GPU shapes (see inputs()).
 DO_BENCH_KERNELS = ("vector_add", "softmax", "layernorm")
+STEPS = ("do_bench", "sol-datasheet", "calibrate", "sol-measured", "gpu-paths", "correctness", "correctness-gemm")
+
+
+def wanted_seconds(label: str) -> float:
+    """Each step's own time limit, from its compiles and measurements (before the budget clamps it)."""
+    compile_seconds = {k: v * SECONDS_PER_COMPILE for k, v in COMPILES.items()}
+    return {
+        "do_bench": 30 + compile_seconds["do_bench"] + 4 * len(DO_BENCH_KERNELS) * MEASUREMENT_SECONDS,
+        "sol-datasheet": 20 + compile_seconds["sol"] + SOL_MEASUREMENTS * MEASUREMENT_SECONDS,
+        "calibrate": 15 + CALIBRATION_SECONDS,
+        # Compiled by sol-datasheet (Triton's cache); it calibrates again when the calibrate step's
+        # figures were not fit to cache (a spread, a throttled pass).
+        "sol-measured": 20 + CALIBRATION_SECONDS + SOL_MEASUREMENTS * MEASUREMENT_SECONDS,
+        "gpu-paths": 45,
+        "correctness": 20 + compile_seconds["correctness"] + NVCC_SECONDS,
+        "correctness-gemm": 20 + compile_seconds["correctness-gemm"],
+    }[label]
 
 
 class Clock:
@@ -62,24 +127,73 @@ def step(label: str, action: Callable[[], str]) -> dict[str, Any]:
     return {"step": label, "ok": ok, "seconds": seconds, "detail": detail}
 
 
-def command(label: str, args: list[str], out: Path, limit: Callable[[], float]) -> Callable[[], str]:
-    """A subprocess step; its time limit is taken when it starts, from what the budget has left."""
+def step_environment() -> dict[str, str]:
+    """The environment of every step: the checkout first on the path (nothing is installed)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH", "")])])
+    return env
+
+
+def command(label: str, args: list[str], work: Path, limit: Callable[[], float]) -> Callable[[], str]:
+    """A subprocess step run in the scratch folder; its time limit is taken when it starts, from
+    what the budget has left; its output goes to <work>/<label>.log."""
 
     def run() -> str:
         timeout = limit()
-        log = out / f"{label}.log"
+        log = work / f"{label}.log"
         try:
-            done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+            done = subprocess.run(args, cwd=work, env=step_environment(), capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired as exc:
-            log.write_text(f"timed out after {timeout:.0f} s\n{exc.stdout or ''}")
-            raise TimeoutError(f"timed out after {timeout:.0f} s (log {log})") from None
+            partial = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            log.write_text(f"timed out after {timeout:.0f} s\n{partial}")
+            raise TimeoutError(f"timed out after {timeout:.0f} s (log {log.name})") from None
         log.write_text(done.stdout + done.stderr)
-        last = (done.stdout.strip().splitlines() or [""])[-1]
-        if done.returncode not in (0, 5):
-            raise RuntimeError(f"exit {done.returncode}: {last} (log {log})")
-        return f"{last} (log {log})"
+        last = (done.stdout.strip().splitlines() or done.stderr.strip().splitlines() or [""])[-1]
+        if done.returncode != 0:
+            raise RuntimeError(f"exit {done.returncode}: {last} (log {log.name})")
+        return f"{last} (log {log.name})"
 
     return run
+
+
+def pytest_command(tests: list[str], *options: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", *tests, "-q", "-p", "no:cacheprovider", *PLUGIN_ARGS, *options]
+
+
+def step_commands(out: Path, dry: bool) -> dict[str, list[list[str]]]:
+    """Each step's command lines (a dry run's SOL steps run the stand-in suite, then collect the real one)."""
+    sol_file = str(ROOT / "kernels/tests/test_sol.py")
+    sol_tests = [str(ROOT / "benchmarks/gpu_check_standin.py")] if dry else [sol_file]
+    dry_sol = ["--sol-profile=h200", "--sol-min-time=0", "--sol-max-time=0.2"] if dry else []
+    sol = ["--sol-no-save", "--sol-baseline=none", *dry_sol]
+    collect = [pytest_command([sol_file], "--collect-only")] if dry else []
+    correctness = [str(ROOT / "kernels/tests/test_correctness.py")]
+    return {
+        "do_bench": [[sys.executable, str(Path(__file__).resolve()), "--step", "do_bench", "--out", str(out),
+                      *(["--dry-run"] if dry else [])]],
+        "sol-datasheet": [pytest_command(sol_tests, *sol, f"--sol-json={out}/sol-datasheet.json",
+                                         f"--sol-report={out}/sol-report.html"), *collect],
+        "calibrate": [[sys.executable, "-m", "pytest_solgate.cli", "calibrate", *(["--help"] if dry else [])]],
+        "sol-measured": [pytest_command(sol_tests, *sol, "--sol-ceilings=measured", f"--sol-json={out}/sol-measured.json")],
+        "gpu-paths": [pytest_command([str(ROOT / "tests/test_gpu_paths.py")])],
+        # -rA: a step cut short by its time limit still shows which tests passed in its log.
+        "correctness": [pytest_command(correctness, "-rA", "-k", "not fused_gemm", *(["--collect-only"] if dry else []))],
+        "correctness-gemm": [pytest_command(correctness, "-rA", "-k", "fused_gemm", *(["--collect-only"] if dry else []))],
+    }
+
+
+def run_commands(label: str, commands: list[list[str]], work: Path, clock: Clock, dry: bool) -> Callable[[], str]:
+    wanted = DRY_STEP_SECONDS if dry else wanted_seconds(label)
+
+    def run() -> str:
+        details = [command(label if i == 0 else f"{label}-{i}", args, work, lambda: clock.limit(wanted))()
+                   for i, args in enumerate(commands)]
+        return "; ".join(details)
+
+    return run
+
+
+# --- step 1: do_bench, in its own process ----------------------------------------------------------
 
 
 def inputs(torch: Any, kernel: str, device: str, dry: bool) -> tuple[str, Callable[[], Any]]:
@@ -100,7 +214,24 @@ def inputs(torch: Any, kernel: str, device: str, dry: bool) -> tuple[str, Callab
     return f"{rows}x{cols}", lambda: layernorm.layernorm(x, w, b, out=out)
 
 
+def flush_by_reading(torch: Any, call: Callable[[], Any]) -> dict[str, float]:
+    """vector_add timed with the usual flush (a write of twice the L2) and with one that reads the
+    same buffer: a written flush leaves dirty lines that the timed kernel may pay to write back."""
+    from pytest_solgate import backends, measure
+    from pytest_solgate.settings import SamplingSettings
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    l2_bytes = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", None)
+    seconds = {}
+    for mode in ("write", "read"):
+        backend = backends.CudaBackend(torch, device, l2_bytes, None, flush_by_reading=mode == "read")
+        seconds[mode] = measure.take_timing(call, backend, SamplingSettings()).seconds
+    return {"write_flush_s": seconds["write"], "read_flush_s": seconds["read"], "read_over_write": seconds["read"] / seconds["write"]}
+
+
 def do_bench_comparison(out: Path, dry: bool) -> str:
+    if dry:
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
     import torch
 
     from pytest_solgate.engine import Engine
@@ -119,7 +250,7 @@ def do_bench_comparison(out: Path, dry: bool) -> str:
         from triton.testing import do_bench
 
         settings = parse_settings({})
-    engine = Engine(settings, ROOT / ".solgate", announce=lambda text: None)
+    engine = Engine(settings, Path.cwd() / ".solgate", announce=lambda text: None)
     device = "cpu" if dry else "cuda"
     rows = []
     for kernel in DO_BENCH_KERNELS:
@@ -127,11 +258,21 @@ def do_bench_comparison(out: Path, dry: bool) -> str:
         # Only the medians are compared here; the declared work does not enter them.
         m = engine.measure(f"gpu_check::{kernel}", call, bytes=1e6)
         theirs = do_bench(call, return_mode="median") / 1e3
-        rows.append({"kernel": kernel, "shape": shape, "solgate_s": m.timing.seconds, "do_bench_s": theirs,
-                     "ratio": m.timing.seconds / theirs})
+        row = {"kernel": kernel, "shape": shape, "solgate_s": m.timing.seconds, "do_bench_s": theirs,
+               "ratio": m.timing.seconds / theirs, "timing_mode": m.timing.mode}
+        if kernel == "vector_add" and not dry:
+            row.update(flush_by_reading(torch, call))
+        rows.append(row)
     (out / "do_bench.json").write_text(json.dumps(rows, indent=2))
     worst = max(rows, key=lambda r: abs(r["ratio"] - 1))
     return f"worst ratio {worst['ratio']:.3f} ({worst['kernel']}; target within 3 %)"
+
+
+# --- the results ----------------------------------------------------------------------------------
+
+
+def _load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def table(out: Path) -> list[str]:
@@ -144,7 +285,7 @@ def table(out: Path) -> list[str]:
         bench = {row["kernel"]: row for row in json.loads((out / "do_bench.json").read_text())}
     measurements = json.loads(path.read_text())["measurements"]
     if not measurements:
-        return ["(no SOL measurements: a dry run only collects the tests)"]
+        return ["(no SOL measurements)"]
     lines = [f"{'test':<36} {'name':<13} {'shape':>10} {'median':>11} {'achieved':>15} {'SOL':>6} "
              f"{'torch SOL':>9} {'do_bench':>11} {'ratio':>6}"]
     for m in (m for m in measurements if m["gate"]):
@@ -163,48 +304,107 @@ def table(out: Path) -> list[str]:
     return lines
 
 
+def _budget(m: dict[str, Any]) -> str:
+    budget = m.get("budget") or {}
+    value = budget.get("min")
+    return f"{value:g}" if isinstance(value, (int, float)) else "-"
+
+
+def results_markdown(out: Path, steps: list[dict[str, Any]], dry: bool) -> str:
+    """The section docs/results.md holds for a GPU run, ready to paste: where, when, with what;
+    every gated measurement's SOL against the datasheet and the measured ceilings, the torch
+    reference's SOL, do_bench; the flush check; the steps."""
+    datasheet, measured = _load(out / "sol-datasheet.json"), _load(out / "sol-measured.json")
+    run = datasheet.get("run") or measured.get("run") or {}
+    bench = {row["kernel"]: row for row in json.loads((out / "do_bench.json").read_text())} if (out / "do_bench.json").exists() else {}
+    versions = ", ".join(f"{k} {run[k]}" for k in ("driver", "cuda", "torch", "triton", "python") if run.get(k))
+    device = run.get("device") or ("a CPU (dry run)" if dry else "unknown device")
+    ok = sum(s["ok"] for s in steps)
+    lines = [
+        f"### {'Dry run' if dry else 'GPU run'} on {device}: `python benchmarks/gpu_check.py{' --dry-run' if dry else ''}`",
+        "",
+        f"{datetime.date.today().isoformat()}, host {run.get('host', platform.node())}, {versions or 'versions unknown'}; "
+        f"{ok} of {len(steps)} steps ok in {sum(s['seconds'] for s in steps):.0f} s.",
+        "",
+        "| test | name | median | achieved | budget | SOL (datasheet) | SOL (measured) | SOL at clock | torch SOL | do_bench | plugin / do_bench | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    by_key = {(m["test"], m["name"]): m for m in measured.get("measurements", [])}
+    rows = datasheet.get("measurements", [])
+    for m in (m for m in rows if m["gate"]):
+        test = m["test"].split("::")[-1]
+        again = by_key.get((m["test"], m["name"]))
+        reference = next((r for r in rows if r["test"] == m["test"] and not r["gate"]), None)
+        achieved = f"{m['gbps']:.0f} GB/s" if m["bound"] == "memory" else f"{m['tflops']:.1f} TFLOP/s"
+        kernel = test.removeprefix("test_").split("[")[0]
+        row = bench.get(kernel) if test.endswith("[fp32]") else None
+        cells = [
+            test, m["name"], f"{m['seconds'] * 1e6:.1f} us", achieved, _budget(m), f"{m['sol']:.3f}",
+            f"{again['sol']:.3f}" if again else "-",
+            f"{m['sol_at_clock']:.3f}" if m.get("sol_at_clock") is not None else "-",
+            f"{reference['sol']:.3f}" if reference else "-",
+            f"{row['do_bench_s'] * 1e6:.1f} us" if row else "-",
+            f"{m['seconds'] / row['do_bench_s']:.3f}" if row else "-",
+            m.get("verdict", "-"),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    if not rows:
+        lines.append("| (no SOL measurements: the sol-datasheet step wrote none) |" + " |" * 11)
+    flush = bench.get("vector_add", {})
+    if "read_over_write" in flush:
+        lines += ["", f"Flush check (vector_add): {flush['write_flush_s'] * 1e6:.1f} us after the written flush, "
+                      f"{flush['read_flush_s'] * 1e6:.1f} us after a flush that reads (ratio {flush['read_over_write']:.3f})."]
+    lines += ["", "| step | ok | seconds | detail |", "|---|---|---|---|"]
+    lines += [f"| {s['step']} | {'ok' if s['ok'] else 'FAILED'} | {s['seconds']:.1f} | {s['detail'].replace('|', '/')} |"
+              for s in steps]
+    return "\n".join(lines) + "\n"
+
+
+def archive_logs(work: Path, out: Path) -> None:
+    """Every step's log and the calibrated profile(s), in one file (a device command brings back 8)."""
+    with tarfile.open(out / "logs.tar.gz", "w:gz") as archive:
+        for path in sorted(work.glob("*.log")) + sorted((work / ".solgate" / "profiles").glob("*.toml")):
+            archive.add(path, arcname=path.relative_to(work).as_posix())
+
+
+def default_out() -> Path:
+    """$OUT (the folder a device command brings back), else a temporary folder: never the checkout."""
+    return Path(os.environ["OUT"]) if os.environ.get("OUT") else Path(tempfile.gettempdir()) / "solgate-gpu-check"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="gpu-check")
-    parser.add_argument("--dry-run", action="store_true", help="walk every step on a CPU machine")
+    parser.add_argument("--out", type=Path, default=None, help="where the results go (default: $OUT, else a temporary folder)")
+    parser.add_argument("--dry-run", action="store_true", help="run every step on a CPU machine")
+    parser.add_argument("--step", choices=["do_bench"], help=argparse.SUPPRESS)  # one step, in its own process
     args = parser.parse_args()
-    out = Path(args.out).resolve()
+    out = (args.out or default_out()).resolve()
     out.mkdir(parents=True, exist_ok=True)
     dry = args.dry_run
-    if dry:
-        import os
-
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
+    if args.step == "do_bench":
+        sys.path.insert(0, str(ROOT))
+        print(do_bench_comparison(out, dry))
+        return
     import torch
 
     if not dry and not torch.cuda.is_available():
         print("gpu_check: no CUDA device here; use --dry-run to walk the steps on a CPU")
         sys.exit(0)
     where = "dry run on the CPU" if dry else f"{torch.cuda.get_device_name()}, CUDA {torch.version.cuda}"
-    print(f"gpu_check: {where}; torch {torch.__version__}; budget {BUDGET_SECONDS} s", flush=True)
-    clock = Clock(BUDGET_SECONDS)
-    py = sys.executable
-    probe = ["--collect-only", "-q"] if dry else []
-    sol_tests = [py, "-m", "pytest", "kernels/tests/test_sol.py", "-q", "-p", "no:cacheprovider", *probe]
-    steps = [
-        ("do_bench", lambda: do_bench_comparison(out, dry)),
-        ("calibrate", command("calibrate", [py, "-m", "pytest_solgate.cli", "calibrate", *(["--help"] if dry else [])],
-                              out, lambda: clock.limit(90))),
-        ("sol-datasheet", command("sol-datasheet", [*sol_tests, f"--sol-json={out}/sol-datasheet.json",
-                                                    f"--sol-report={out}/sol-report.html", "--sol-no-save"], out, lambda: clock.limit(120))),
-        ("sol-measured", command("sol-measured", [*sol_tests, "--sol-ceilings=measured",
-                                                  f"--sol-json={out}/sol-measured.json", "--sol-no-save"], out, lambda: clock.limit(120))),
-        ("correctness", command("correctness", [py, "-m", "pytest", "kernels/tests/test_correctness.py", "-q",
-                                                "-p", "no:cacheprovider", *probe], out, lambda: clock.limit(60))),
-        ("gpu-paths", command("gpu-paths", [py, "-m", "pytest", "tests/test_gpu_paths.py", "-q", "-p", "no:cacheprovider",
-                                            *probe], out, lambda: clock.limit(60))),
-    ]
-    results = [step(label, action) for label, action in steps]
+    budget = DRY_BUDGET_SECONDS if dry else BUDGET_SECONDS
+    print(f"gpu_check: {where}; torch {torch.__version__}; budget {budget} s; results in {out}", flush=True)
+    clock = Clock(budget)
+    work = Path(tempfile.mkdtemp(prefix="solgate-gpu-check-"))  # the steps' cwd: their .solgate/ and logs
+    commands = step_commands(out, dry)
+    results = [step(label, run_commands(label, commands[label], work, clock, dry)) for label in STEPS]
     (out / "steps.json").write_text(json.dumps(results, indent=2))
+    (out / "results.md").write_text(results_markdown(out, results, dry))
+    archive_logs(work, out)
     for line in table(out):
         print(line)
     failed = [r["step"] for r in results if not r["ok"]]
-    print(f"gpu_check: {len(results) - len(failed)} of {len(results)} steps ok" + (f"; failed: {', '.join(failed)}" if failed else ""))
+    print(f"gpu_check: {len(results) - len(failed)} of {len(results)} steps ok" + (f"; failed: {', '.join(failed)}" if failed else "")
+          + f"; results in {out}")
     sys.exit(1 if failed else 0)
 
 

@@ -53,6 +53,10 @@ class CpuBackend:
 
     min_sample_seconds = 100e-6
     telemetry_note = "no telemetry on the CPU backend"
+    # Short CPU calls are still batched after one flush (and say so): the flush costs about 7 ms
+    # here, so one call per sample would leave a 2 s budget a few hundred samples.
+    cold_each_call = False
+    cache_bytes = 0
 
     def __init__(self, name: str = "cpu", flush_bytes: int = 0) -> None:
         self.name = name
@@ -97,40 +101,69 @@ class CudaBackend:
     name = "cuda"
     gated = True
     min_sample_seconds = 20e-6
+    cold_each_call = True  # a short kernel is timed alone after each flush (measure.calls_per_sample)
 
-    def __init__(self, torch: Any, device: Any, l2_bytes: int | None, clock_mhz: float | None) -> None:
+    def __init__(
+        self,
+        torch: Any,
+        device: Any,
+        l2_bytes: int | None,
+        clock_mhz: float | None,
+        host_clock: Callable[[], float] = time.perf_counter,
+        flush_by_reading: bool = False,
+    ) -> None:
         self.torch = torch
+        # benchmarks/gpu_check.py's check: a written flush leaves the L2 full of dirty lines that
+        # the timed kernel may pay to write back; a flush that reads the buffer leaves clean ones.
+        self.flush_by_reading = flush_by_reading
+        self.host_clock = host_clock  # how long Python takes to queue a sample (a fake GPU brings its own)
         self.device = device
         flush_bytes = 2 * l2_bytes if l2_bytes else DEFAULT_FLUSH_BYTES
+        self.cache_bytes = flush_bytes // 2
         self.flush_buffer = torch.empty(flush_bytes // 4, dtype=torch.int32, device=device)
         self.cycles_per_second = (clock_mhz or 2000) * 1e6
         self.reader, self.telemetry_note = telemetry.open_reader(device.index or 0, cuda_uuid(torch, device))
-        self.enqueue_seconds = 0.0  # the longest host time seen to queue one sample's calls
+        self.enqueue_seconds = 0.0  # the longest host time seen to queue one sample's calls (since steady())
+        self._enqueues: list[float] = []  # host time to queue each sample's calls since steady()
         self._queued_from = 0.0
 
     def flush(self) -> None:
-        self.flush_buffer.zero_()
+        if self.flush_by_reading:
+            self.flush_buffer.sum()
+        else:
+            self.flush_buffer.zero_()
 
     def hold(self, batch: int) -> None:
         # Hold the stream while Python queues the start event and the calls, so that launch
         # latency lands before the start event instead of inside the timed region (nvbench's
         # blocking kernel, kept apart from its L2 flush as here). The hold
-        # outlasts twice the longest enqueue seen so far (a slow Python launcher, an autotune
-        # wrapper), at least 100 us + 20 us per call, at most 10 ms.
+        # outlasts twice the longest enqueue seen in steady state (a slow Python launcher, an
+        # autotune wrapper), at least 100 us + 20 us per call, at most 10 ms.
         hold_seconds = min(MAX_HOLD_SECONDS, BASE_HOLD_SECONDS + 2 * max(self.enqueue_seconds, batch * 20e-6))
         self.torch.cuda._sleep(int(hold_seconds * self.cycles_per_second))
 
     def start(self) -> Any:
         event = self.torch.cuda.Event(enable_timing=True)
         event.record()
-        self._queued_from = time.perf_counter()
+        self._queued_from = self.host_clock()
         return event
 
     def stop(self, token: Any) -> tuple[Any, Any]:
         event = self.torch.cuda.Event(enable_timing=True)
         event.record()
-        self.enqueue_seconds = max(self.enqueue_seconds, time.perf_counter() - self._queued_from)
+        seconds = self.host_clock() - self._queued_from
+        self._enqueues.append(seconds)
+        self.enqueue_seconds = max(self.enqueue_seconds, seconds)
         return token, event
+
+    def steady(self) -> None:
+        """The warm-up is over: size the hold from the calls after the first only. The first call
+        compiles (seconds of host time); sized from it, every hold would be the 10 ms maximum and
+        the device would spend most of each round in the spin, which the telemetry would then
+        describe instead of the kernel."""
+        after_first = self._enqueues[1:]
+        self.enqueue_seconds = max(after_first) if after_first else 0.0
+        self._enqueues = []
 
     def capture_graph(self, fn: Any, calls: int) -> Any:
         """``calls`` calls of ``fn`` captured as one CUDA graph; returns its replay. The flush and
@@ -138,13 +171,16 @@ class CudaBackend:
         torch = self.torch
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
+        graph = torch.cuda.CUDAGraph()
+        # Our own stream context around the capture: torch.cuda.graph's __exit__ raises in
+        # capture_end() (a kernel that calls .item()) before its own stream context exits, which
+        # left the process on the capture stream; this outer one restores the stream either way.
         with torch.cuda.stream(side):
             fn()  # one call on a side stream before capture, as the CUDA-graph documentation asks
+            with torch.cuda.graph(graph, stream=side):
+                for _ in range(calls):
+                    fn()
         torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                fn()
         return graph.replay
 
     def synchronize(self) -> None:
@@ -167,7 +203,7 @@ class DeviceChoice:
 
 
 def choose_device(spec: str, worker_index: int | None, worker_count: int | None = None) -> DeviceChoice:
-    """Resolve ``--sol-device``; under xdist, worker N takes GPU N mod count with ``auto``.
+    """Resolve ``--sol-device``; under xdist, worker N takes GPU N mod count with ``auto`` or ``cuda``.
 
     More xdist workers than GPUs is refused: the device lock keeps two timings apart, but not one
     worker's timing from another's multi-GB setup, reference GEMM or autotuning on the same GPU.
@@ -189,7 +225,10 @@ def choose_device(spec: str, worker_index: int | None, worker_count: int | None 
             f"kernels while another worker's setup runs on it; use -n {gpus} (one worker per GPU) or no -n"
         )
     if index is None:
-        index = (worker_index or 0) % count if kind == "auto" else torch.cuda.current_device()
+        # Under xdist, plain `cuda` spreads the workers as `auto` does (all of them on the current
+        # device, cuda:0, was the alternative, and a silent one).
+        spread = kind == "auto" or worker_index is not None
+        index = (worker_index or 0) % count if spread else torch.cuda.current_device()
     if index >= count:
         raise OptionError(f"--sol-device={spec} but this machine has {count} CUDA device(s)")
     return DeviceChoice("cuda", index)

@@ -14,6 +14,7 @@ import os
 import platform
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -223,56 +224,85 @@ def measured_id_suffix(device_key: str) -> str:
 
 
 def calibrate_gpu(
-    cache_dir: Path, index: int, datasheet: HardwareProfile, device_name: str, l2_bytes: int | None
-) -> tuple[HardwareProfile, Path]:
-    """Measure GPU ``index`` and cache the profile per device under ``cache_dir``."""
+    cache_dir: Path,
+    index: int,
+    datasheet: HardwareProfile,
+    device_name: str,
+    l2_bytes: int | None,
+    announce: Callable[[str], None] = print,
+) -> tuple[HardwareProfile, Path | None]:
+    """Measure GPU ``index`` and cache the profile per device under ``cache_dir``; the path is
+    None when the calibration was not fit to cache (``announce`` then says why)."""
     import torch
 
     key = device_key(index)
     # Inside the device's scope: events and work then share cuda:index's current stream (recorded
     # on cuda:0 while the work ran on cuda:N, the ceilings came out far too high).
     with torch.cuda.device(index):
-        profile = gpu_profile(datasheet, torch.device("cuda", index), key, device_name, l2_bytes)
+        profile, faults = gpu_profile(datasheet, torch.device("cuda", index), key, device_name, l2_bytes)
+    if faults:
+        announce(
+            f"solgate: {device_name}'s calibration is not fit to cache ({'; '.join(faults)}): the GPU is busy, hot "
+            "or its clocks move; its ceilings serve this session only and are not cached. Calibrate on a quiet, "
+            "cool GPU: solgate calibrate"
+        )
+        return profile, None
     path = gpu_measured_path(cache_dir, datasheet.id, key)
     write_profile(path, profile)
     return profile, path
 
 
 # GPU ceilings are measured the way tests are: the same sampling loop and CUDA backend (L2 flush,
-# the stream held while the calls are queued), for long enough to reach the sustained clocks and
-# power state that tests run in, not a burst of a dozen host-synchronized calls.
+# the stream held while the calls are queued, throttled rounds taken again), for long enough to
+# reach the sustained clocks and power state that tests run in, not a burst of a dozen
+# host-synchronized calls; and, as on the CPU, GPU_REPETITIONS times over, so that a figure
+# measured while the GPU was shared, hot or changing clocks shows as a spread and is not cached.
 CALIBRATION_SAMPLING = SamplingSettings(min_time=0.5, max_time=3.0, noise=0.01, min_samples=10, warmup_time=0.2)
+GPU_REPETITIONS = 3
 
 
 def _sampling_timer(torch: Any, device: Any, l2_bytes: int | None) -> "Timer":
-    from pytest_solgate import backends, measure
+    from pytest_solgate import backends, measure, telemetry
 
     backend = backends.CudaBackend(torch, device, l2_bytes, None)
-    return lambda fn, repeats: measure.take_timing(fn, backend, CALIBRATION_SAMPLING).seconds
+    return lambda fn: measure.take_timing(fn, backend, CALIBRATION_SAMPLING, telemetry.is_throttled)
 
 
-Timer = Callable[[Callable[[], Any], int], float]  # (fn, repeats) -> median seconds per call
+Timer = Callable[[Callable[[], Any]], Any]  # fn -> measure.Timing of its calls
 
 
-def _copy_bandwidth(torch: Any, device: Any, size: int, timer: Timer) -> float:
+@dataclass(frozen=True)
+class Figure:
+    """One calibrated ceiling over its repetitions."""
+
+    rate: float  # GB/s or TFLOP/s: the median over the repetitions
+    spread: float  # (max - min) / median over the repetitions
+    clock_mhz: float | None  # the mean SM clock the samples ran at, when NVML read one
+    faults: tuple[str, ...] = ()  # "noisy", "throttled (...)": why this figure must not be cached
+
+
+def _copy_bandwidth(torch: Any, device: Any, size: int, timer: Timer) -> tuple[float, Any]:
     src = torch.empty(size // 4, dtype=torch.float32, device=device).uniform_()
     dst = torch.empty_like(src)
-    return 2 * src.numel() * 4 / timer(lambda: dst.copy_(src), 20) / 1e9  # bytes read plus bytes written
+    timing = timer(lambda: dst.copy_(src))
+    return 2 * src.numel() * 4 / timing.seconds / 1e9, timing  # bytes read plus bytes written
 
 
-def _mm_tflops(torch: Any, device: Any, dtype: Any, size: int, timer: Timer) -> float:
+def _mm_tflops(torch: Any, device: Any, dtype: Any, size: int, timer: Timer) -> tuple[float, Any]:
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
-    return 2 * size**3 / timer(lambda: torch.mm(a, b), 10) / 1e12
+    timing = timer(lambda: torch.mm(a, b))
+    return 2 * size**3 / timing.seconds / 1e12, timing
 
 
-def _fp8_tflops(torch: Any, device: Any, size: int, timer: Timer) -> float:
+def _fp8_tflops(torch: Any, device: Any, size: int, timer: Timer) -> tuple[float, Any]:
     a = torch.randn(size, size, device=device).to(torch.float8_e4m3fn)
     b = torch.randn(size, size, device=device).to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm wants
     one = torch.tensor(1.0, device=device)
     # Fast accumulation, as FP8 GEMMs in practice (and the datasheet's peak) use it.
     run = lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16, use_fast_accum=True)  # noqa: E731
-    return 2 * size**3 / timer(run, 10) / 1e12
+    timing = timer(run)
+    return 2 * size**3 / timing.seconds / 1e12, timing
 
 
 MATMUL_CASES = (  # precision class, dtype name, TF32 allowed
@@ -292,18 +322,18 @@ def measure_gpu(
     timer: Timer | None = None,
     matmul_size: int = 8192,
     copy_bytes: int | None = None,
-) -> tuple[float, dict[str, float]]:
-    """(copy GB/s counting read + write, TFLOP/s per precision) on one GPU.
+) -> dict[str, tuple[float, Any]]:
+    """One pass over one GPU: ``{"bandwidth": (copy GB/s counting read + write, timing),
+    precision: (TFLOP/s, timing), ...}``.
 
     ``timer``, ``matmul_size`` and ``copy_bytes`` exist so that the same code can be exercised on a
-    CPU in tests; on a GPU the defaults are CUDA events, 8192^3 matmuls and a copy far beyond L2.
+    CPU in tests; on a GPU the defaults are the CUDA backend, 8192^3 matmuls and a copy far beyond L2.
     """
     timer = timer or _sampling_timer(torch, device, l2_bytes)
     if copy_bytes is None:
         free, _total = torch.cuda.mem_get_info(device)
         copy_bytes = min(max(16 * (l2_bytes or 64 * MIB), 1024 * MIB), free // 8)
-    bandwidth = _copy_bandwidth(torch, device, copy_bytes, timer)
-    peaks: dict[str, float] = {}
+    figures = {"bandwidth": _copy_bandwidth(torch, device, copy_bytes, timer)}
     saved_tf32 = torch.backends.cuda.matmul.allow_tf32
     try:
         for precision, dtype_name, tf32 in MATMUL_CASES:
@@ -313,38 +343,78 @@ def measure_gpu(
             dtype = getattr(torch, dtype_name)
             # Non-tensor fp32 and fp64 are an order of magnitude slower: a smaller cube suffices.
             size = matmul_size // 2 if dtype_name in ("float32", "float64") and not tf32 else matmul_size
-            peaks[precision] = _mm_tflops(torch, device, dtype, size, timer)
+            figures[precision] = _mm_tflops(torch, device, dtype, size, timer)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = saved_tf32
     if "fp8_tensor" in datasheet.peak_tflops and hasattr(torch, "_scaled_mm"):
         try:
-            peaks["fp8_tensor"] = _fp8_tflops(torch, device, matmul_size, timer)
+            figures["fp8_tensor"] = _fp8_tflops(torch, device, matmul_size, timer)
         except (RuntimeError, TypeError, NotImplementedError):
             pass  # fp8 matmul is not supported on this device or build: keep the other figures
-    return bandwidth, peaks
+    return figures
+
+
+def repeated_figures(passes: list[dict[str, tuple[float, Any]]]) -> dict[str, Figure]:
+    """Each figure over the passes: the median rate, its spread, the mean SM clock of its samples
+    and why it must not be cached (a noisy or throttled timing in any pass, a spread over 10 %)."""
+    figures = {}
+    for key in passes[0]:
+        rates = [one[key][0] for one in passes if key in one]
+        timings = [one[key][1] for one in passes if key in one]
+        clocks = [t.sm_clock_mhz for t in timings if t.sm_clock_mhz]
+        faults = []
+        if any(t.noisy for t in timings):
+            faults.append(f"{key} noisy")
+        throttled = sorted({r for t in timings if t.throttled for r in (t.telemetry or {}).get("throttle_reasons", [])})
+        if any(t.throttled for t in timings):
+            faults.append(f"{key} throttled ({', '.join(throttled) or 'SM clock under 75% of its default'})")
+        figure_spread = spread(rates)
+        if figure_spread > MAX_CALIBRATION_SPREAD:
+            faults.append(f"{key} spread {figure_spread:.0%} > {MAX_CALIBRATION_SPREAD:.0%}")
+        figures[key] = Figure(stats.median(rates), figure_spread, stats.mean(clocks) if clocks else None, tuple(faults))
+    return figures
 
 
 def gpu_profile(
-    datasheet: HardwareProfile, device: Any, device_key: str, device_name: str, l2_bytes: int | None, **measure_options: Any
-) -> HardwareProfile:
+    datasheet: HardwareProfile,
+    device: Any,
+    device_key: str,
+    device_name: str,
+    l2_bytes: int | None,
+    repetitions: int = GPU_REPETITIONS,
+    **measure_options: Any,
+) -> tuple[HardwareProfile, list[str]]:
+    """The measured profile of one GPU (the median of ``repetitions`` passes), and the reasons it
+    must not be cached (empty when it may be)."""
     import torch
 
-    bandwidth, peaks = measure_gpu(torch, device, datasheet, l2_bytes, **measure_options)
-    kept = [k for k in datasheet.peak_tflops if k not in peaks]
-    merged = {**dict(datasheet.peak_tflops), **peaks}
-    return HardwareProfile(
+    figures = repeated_figures([measure_gpu(torch, device, datasheet, l2_bytes, **measure_options) for _ in range(repetitions)])
+    bandwidth = figures.pop("bandwidth")
+    kept = [k for k in datasheet.peak_tflops if k not in figures]
+    merged = {**dict(datasheet.peak_tflops), **{k: f.rate for k, f in figures.items()}}
+    # Each measured peak holds at the clock it was measured at (so sol_at_clock does not scale it
+    # twice); a peak kept from the datasheet keeps the datasheet's clock.
+    clocks = {k: v for k, v in datasheet.peak_clock_mhz.items() if k in kept}
+    clocks.update({k: f.clock_mhz for k, f in figures.items() if f.clock_mhz})
+    spreads = ", ".join(f"{k} {f.spread:.1%}" for k, f in {"bandwidth": bandwidth, **figures}.items())
+    profile = HardwareProfile(
         # One id per physical GPU: two calibrated GPUs of one box must not collide in the cache.
         id=f"{datasheet.id}-measured-{measured_id_suffix(device_key)}",
         name=f"{device_name} (measured ceilings)",
         kind="gpu",
-        memory_bandwidth_gbps=bandwidth,
+        memory_bandwidth_gbps=bandwidth.rate,
         peak_tflops=merged,
         match=(),
         source=f"measured by solgate calibrate on {socket.gethostname()}, torch {torch.__version__}",
-        notes="copy bandwidth counts bytes read plus written; matmuls on random data; each figure the median of the plugin's own sampling loop over at least 0.5 s (CUDA backend, L2 flushed)"
+        notes="copy bandwidth counts bytes read plus written; matmuls on random data; each figure the median of "
+        f"{repetitions} passes of the plugin's own sampling loop over at least 0.5 s (CUDA backend, L2 flushed); "
+        f"spread (max-min)/median: {spreads}"
         + (f"; kept from the datasheet: {', '.join(kept)}" if kept else ""),
         derived_from=datasheet.id,
         ceilings="measured",
         measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         device=datasheet.device if isinstance(datasheet.device, DeviceFacts) else DeviceFacts(),
+        peak_clock_mhz=clocks,
     )
+    faults = [fault for figure in (bandwidth, *figures.values()) for fault in figure.faults]
+    return profile, faults

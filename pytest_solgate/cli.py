@@ -203,8 +203,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         facts = backends.device_facts(choice)
         datasheet = detect(name, facts, known_profiles(cache)).profile
         print(f"solgate: calibrating {name} against {datasheet.id} ...", file=sys.stderr)
-        profile, path = calibrate.calibrate_gpu(cache, choice.index, datasheet, name, facts.get("l2_bytes"))
-        print(f"solgate: cached in {path}", file=sys.stderr)
+        say = lambda text: print(text, file=sys.stderr)  # noqa: E731
+        profile, path = calibrate.calibrate_gpu(cache, choice.index, datasheet, name, facts.get("l2_bytes"), announce=say)
+        if path is not None:
+            print(f"solgate: cached in {path}", file=sys.stderr)
     if args.output:
         calibrate.write_profile(Path(args.output), profile)
     print(profile_to_toml(profile), end="")

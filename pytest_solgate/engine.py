@@ -183,7 +183,9 @@ class Engine:
             if cached is not None:
                 return cached
             self.announce(f"solgate: calibrating {name} once (cached in {path}) ...")
-            profile, _ = calibrate.calibrate_gpu(self.cache_dir, choice.index, datasheet, name, facts.get("l2_bytes"))
+            profile, _ = calibrate.calibrate_gpu(
+                self.cache_dir, choice.index, datasheet, name, facts.get("l2_bytes"), announce=self.announce
+            )
         return profile
 
     # --- declare, measure, score ----------------------------------------------------------------
@@ -225,7 +227,10 @@ class Engine:
         try:
             with locking.device_lock(context.lock_key), device_scope:
                 if context.backend.gated:
-                    timing = measure.take_timing(fn, context.backend, sampling, telemetry.is_throttled)
+                    timing = measure.take_timing(
+                        fn, context.backend, sampling, telemetry.is_throttled,
+                        rotation_sets=rotation or 1, bytes_per_call=work.bytes,
+                    )
                 else:
                     timing = self._interpreted_or_cpu(fn, context.backend, sampling)
         finally:
@@ -236,7 +241,8 @@ class Engine:
         if unscored:
             notes.append(unscored)
         if rotation:
-            notes.append(f"rotating inputs: {rotation} buffer sets, called in turn, so no call finds the last one's data in cache")
+            # Whether the rotation kept batched calls cold is the timing's own note (calls_per_sample).
+            notes.append(f"rotating inputs: {rotation} buffer sets, called in turn")
         if timed_for_real and timing.wall_seconds > sampling.max_time * 1.5 and len(timing.samples) < sampling.min_samples:
             notes.append(
                 f"one call takes {timing.seconds:.3g} s, longer than the time budget "

@@ -5,8 +5,9 @@ optionally, telemetry; the loop decides how many calls per sample and when to st
 
 1. warm up until the first call (which may compile or autotune) and then at least three more calls
    and ``warmup_time`` are done, counted from the end of the first call;
-2. estimate the per-call time and batch several calls per sample when one call is too short for
-   the timer;
+2. estimate the per-call time and, when one call is too short for the timer, decide how many calls
+   a sample holds: on a backend that times cold memory (CUDA) still one, unless a rotation of buffer
+   sets keeps every call of a sample cold (``calls_per_sample``); elsewhere several;
 3. take samples in rounds, each sample after a cache flush, with one synchronization per round;
 4. a round taken while the device was throttled is discarded and taken again after a pause, up
    to MAX_RECOVERIES times; after that throttled rounds are kept and the timing is flagged;
@@ -62,9 +63,14 @@ class Backend(Protocol):
     name: str
     min_sample_seconds: float  # a sample shorter than this is batched
     gated: bool  # whether its timings may pass or fail a test
+    # True: every timed call must find a cold cache, so a short call is timed alone after its
+    # flush rather than batched behind a warm one (see calls_per_sample); cache_bytes is that cache.
+    cold_each_call: bool
+    cache_bytes: int
 
     def flush(self) -> None: ...  # evict the cache the kernel's data could sit in
     def hold(self, batch: int) -> None: ...  # keep launch latency out of the timed region
+    # Optional: ``steady()``, called once the warm-up is over (the hold forgets the compiling call).
     def start(self) -> Any: ...
     def stop(self, token: Any) -> Any: ...
     def synchronize(self) -> None: ...
@@ -89,6 +95,39 @@ def rotating(calls: Any, test: str) -> Callable[[], Any]:
         return calls[index]()
 
     return call_next
+
+
+def calls_per_sample(wanted: int, backend: Backend, rotation_sets: int, bytes_per_call: float) -> tuple[int, str]:
+    """How many calls one sample times, when ``wanted`` would fill the backend's minimum sample,
+    and the note that says so.
+
+    Batched calls after one flush run warm: calls 2..N of a working set smaller than the cache
+    read it from the cache, and a DRAM-bound kernel would be scored against DRAM bandwidth at
+    cache speed (a false ``above-sol``, or a slower kernel that still passes). So a backend that
+    times cold memory times one call per sample after each flush, as nvbench's cold mode does,
+    unless the calls rotate through more buffer sets than a sample holds, and those sets together
+    are larger than the cache: then every call of a sample reads a set that no other call of it
+    touched, and the flush before the sample has evicted it.
+    """
+    if wanted <= 1:
+        return 1, ""
+    if not getattr(backend, "cold_each_call", False):
+        return wanted, f"{wanted} calls per sample (one call is under the timer's resolution); only the first is cold"
+    cache = getattr(backend, "cache_bytes", 0)
+    together = rotation_sets * bytes_per_call
+    if rotation_sets > wanted and together > cache:
+        return wanted, (
+            f"{wanted} calls per sample on a rotation of {rotation_sets} buffer sets ({together / 1e6:.0f} MB together, "
+            f"more than the {cache / 1e6:.0f} MB cache): each call of a sample reads a set no other call of it touched"
+        )
+    if rotation_sets > 1:
+        why = (
+            f"its {rotation_sets} buffer sets of {bytes_per_call / 1e6:.3g} MB are not more than the {wanted} calls a sample "
+            f"would hold and larger than the {cache / 1e6:.0f} MB cache together"
+        )
+    else:
+        why = f"pass more buffer sets than {wanted} (larger than the {cache / 1e6:.0f} MB cache together) to batch cold calls"
+    return 1, f"one call per sample, each after a cache flush, though a call is under the timer's minimum sample: {why}"
 
 
 def _timed_call(fn: Callable[[], Any], backend: Backend, batch: int) -> Any:
@@ -116,8 +155,14 @@ def take_timing(
     throttle_check: Callable[[dict[str, Any]], bool] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     pause: Callable[[float], None] = time.sleep,
+    rotation_sets: int = 1,
+    bytes_per_call: float = 0.0,
 ) -> Timing:
-    """Run the sampling loop on ``fn`` (a zero-argument callable) and return its ``Timing``."""
+    """Run the sampling loop on ``fn`` (a zero-argument callable) and return its ``Timing``.
+
+    ``rotation_sets`` is how many buffer sets ``fn`` rotates through (``rotating``) and
+    ``bytes_per_call`` the bytes one call declares: together they say whether batched calls can
+    each find a cold cache."""
     __tracebackhide__ = True  # a kernel that raises shows its own traceback, not ours
     if not callable(fn):
         raise MeasureError(f"sol.measure needs a zero-argument callable, got {type(fn).__name__}")
@@ -138,13 +183,17 @@ def take_timing(
         warm = len(warmup) > WARMUP_CALLS_AFTER_FIRST and since_first >= settings.warmup_time
         if warm or since_first >= settings.max_time:
             break
+    steady = getattr(backend, "steady", None)
+    if steady is not None:
+        steady()
     # Estimate from the calls after the first when there are any.
     estimate = max(stats.median(warmup[1:] or warmup), 1e-9)
-    batch = 1
+    wanted = 1
     if estimate < backend.min_sample_seconds:
         # A ratio a rounding error above a whole number (20 us over a 2 us call read from two
         # event timestamps: 10.000000000000002) is that number of calls, not one more.
-        batch = min(MAX_BATCH, math.ceil(backend.min_sample_seconds / estimate * (1 - 1e-9)))
+        wanted = min(MAX_BATCH, math.ceil(backend.min_sample_seconds / estimate * (1 - 1e-9)))
+    batch, batch_note = calls_per_sample(wanted, backend, rotation_sets, bytes_per_call)
     # A round is sized by wall time, the cache flush included: a flush can cost far more than a
     # short kernel, and the stopping rule is only checked between rounds.
     overhead = max(0.0, stats.median(warmup_wall[1:] or warmup_wall) - estimate)
@@ -166,10 +215,9 @@ def take_timing(
     sample_batch = 1 if mode == "cuda-graph" else batch  # calls of `timed` per sample; `batch` kernels either way
 
     samples: list[float] = []
+    # Only readings taken while a round runs: one taken before sampling finds the device idle (its
+    # clock parked, its power low) and describes no kernel.
     telemetry_seen: list[dict[str, Any]] = []
-    before = backend.read_telemetry()
-    if before is not None:
-        telemetry_seen.append(before)
     started_at = time.time()
     sampling_start = clock()
     noisy = False
@@ -215,8 +263,8 @@ def take_timing(
             f"{recoveries} throttled round(s) of samples ({dropped} samples) discarded and taken again after a "
             f"{RECOVERY_PAUSE * 1e3:g} ms pause" + ("; later rounds stayed throttled and were kept" if throttled else "")
         )
-    if batch > 1:
-        notes.append(f"{batch} calls per sample (one call is under the timer's resolution); only the first is cold")
+    if batch_note:
+        notes.append(batch_note)
     return Timing(
         seconds=stats.median(samples),
         samples=tuple(samples),

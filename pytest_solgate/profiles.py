@@ -35,6 +35,7 @@ TOP_LEVEL_KEYS = {
     "ceilings",
     "measured_at",
     "peak_tflops",
+    "peak_clock_mhz",
     "device",
 }
 REQUIRED_KEYS = ("id", "name", "kind", "memory_bandwidth_gbps", "peak_tflops")
@@ -71,6 +72,9 @@ class HardwareProfile:
     ceilings: str = "datasheet"
     measured_at: str = ""
     device: DeviceFacts = field(default_factory=DeviceFacts)
+    # The SM clock each peak was quoted (datasheet) or measured (calibration) at, when it is not
+    # the boost clock: Hopper's tensor-core peaks are quoted at 1830 MHz, not its 1980 MHz boost.
+    peak_clock_mhz: Mapping[str, float] = field(default_factory=dict)
     path: str = field(default="", compare=False)
 
     @property
@@ -90,6 +94,10 @@ class HardwareProfile:
 
         numbers = [f"{self.memory_bandwidth_gbps:.6g}"] + [f"{k}={v:.6g}" for k, v in sorted(self.peak_tflops.items())]
         return hashlib.sha256("|".join(numbers).encode()).hexdigest()[:12]
+
+    def roof_clock_mhz(self, precision: str) -> float | None:
+        """The SM clock ``precision``'s peak holds at: its own, else the boost clock, else None."""
+        return self.peak_clock_mhz.get(precision) or self.device.boost_clock_mhz
 
     def ridge_point(self, precision: str) -> float:
         """Arithmetic intensity (FLOP/byte) where this precision's roof meets the bandwidth roof."""
@@ -166,6 +174,15 @@ def parse_profile(data: Mapping[str, Any], path: str) -> HardwareProfile:
             )
         peak_tflops[key] = _positive_number(path, f"peak_tflops.{key}", value)
 
+    clocks = data.get("peak_clock_mhz", {})
+    if not isinstance(clocks, dict):
+        raise ProfileError(f"{path}: field 'peak_clock_mhz' must be a table of precision = MHz")
+    peak_clock_mhz = {}
+    for key, value in clocks.items():
+        if key not in peak_tflops:
+            raise ProfileError(f"{path}: field 'peak_clock_mhz.{key}' names no precision of 'peak_tflops'")
+        peak_clock_mhz[key] = _positive_number(path, f"peak_clock_mhz.{key}", value)
+
     device_table = data.get("device", {})
     if not isinstance(device_table, dict):
         raise ProfileError(f"{path}: field 'device' must be a table")
@@ -199,6 +216,7 @@ def parse_profile(data: Mapping[str, Any], path: str) -> HardwareProfile:
         ceilings=ceilings,
         measured_at=_string(path, "measured_at", data.get("measured_at", "")),
         device=DeviceFacts(**facts),
+        peak_clock_mhz=peak_clock_mhz,
         path=path,
     )
 
@@ -370,6 +388,9 @@ def profile_to_toml(profile: HardwareProfile) -> str:
             lines.append(f"{key} = {_toml_value(value)}")
     lines += ["", "[peak_tflops]"]
     lines += [f"{k} = {_toml_value(v)}" for k, v in profile.peak_tflops.items()]
+    if profile.peak_clock_mhz:
+        lines += ["", "[peak_clock_mhz]"]
+        lines += [f"{k} = {_toml_value(v)}" for k, v in profile.peak_clock_mhz.items()]
     facts = {
         key: getattr(profile.device, key)
         for key in (*DEVICE_NUMBER_KEYS, "arch")

@@ -93,17 +93,26 @@ def score(work: Work, seconds: float, profile: HardwareProfile, sm_clock_mhz: fl
         intensity=floor.intensity,
         ridge=floor.ridge,
         dominant_precision=floor.dominant_precision,
-        sol_at_clock=_sol_at_clock(floor, seconds, profile, sm_clock_mhz),
+        sol_at_clock=_sol_at_clock(work, floor, seconds, profile, sm_clock_mhz),
     )
 
 
-def _sol_at_clock(floor: Floor, seconds: float, profile: HardwareProfile, sm_clock_mhz: float | None) -> float | None:
-    """SOL against ceilings scaled to the SM clock the device really ran at: compute peaks scale
-    with the SM clock, memory bandwidth does not. A run at 1.4 GHz on a 1.98 GHz datasheet is then
-    explained, not blamed on the kernel. None without a measured clock or the profile's boost clock.
-    The gate keeps using the configured ceilings; this is reported beside SOL."""
+def _sol_at_clock(
+    work: Work, floor: Floor, seconds: float, profile: HardwareProfile, sm_clock_mhz: float | None
+) -> float | None:
+    """SOL against ceilings scaled to the SM clock the device really ran at: each compute peak
+    scales from the clock it was quoted or measured at (``profile.roof_clock_mhz``: a measured
+    profile's peaks from the clock calibration ran at, so they are not scaled twice; a datasheet's
+    tensor peaks from their own clock) to the measured one; memory bandwidth does not scale. A run
+    at 1.4 GHz on a 1.98 GHz datasheet is then explained, not blamed on the kernel. No credit
+    above the boost clock. None without a measured clock or the profile's boost clock. The gate
+    keeps using the configured ceilings; this is reported beside SOL."""
     boost = profile.device.boost_clock_mhz
     if not sm_clock_mhz or not boost:
         return None
-    factor = min(sm_clock_mhz / boost, 1.0)
-    return max(floor.memory_time, floor.compute_time / factor) / seconds
+    running = min(sm_clock_mhz, boost)
+    compute_time = max(
+        (count / (profile.peak_flops(p) * running / (profile.roof_clock_mhz(p) or boost)) for p, count in work.flops.items()),
+        default=0.0,
+    )
+    return max(floor.memory_time, compute_time) / seconds

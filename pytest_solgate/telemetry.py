@@ -25,6 +25,11 @@ class NvmlReader:
         self._nvml = pynvml
         self._handle = handle
         self.sm_clock_max = self._safe(lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
+        # The clock the device runs at by default (its default applications clock), which nvbench
+        # judges throttling against (the CUDA "clock rate"), rather than the highest boost.
+        self.sm_clock_default = self._safe(
+            lambda: pynvml.nvmlDeviceGetDefaultApplicationsClock(handle, pynvml.NVML_CLOCK_SM)
+        )
         self.mem_clock_max = self._safe(lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM))
         self.power_limit_w = self._safe(lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000)
 
@@ -44,6 +49,7 @@ class NvmlReader:
         reading = {
             "sm_clock_mhz": self._safe(lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
             "sm_clock_max_mhz": self.sm_clock_max,
+            "sm_clock_default_mhz": self.sm_clock_default,
             "mem_clock_mhz": self._safe(lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM)),
             "mem_clock_max_mhz": self.mem_clock_max,
             "temperature_c": self._safe(lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)),
@@ -92,11 +98,13 @@ def nvml_device_name(index: int, uuid: str | None = None) -> str | None:
 
 
 def is_throttled(reading: dict[str, Any]) -> bool:
-    """True when the SM clock is under 75 % of its max (nvbench's threshold) or a thermal or
+    """True when the SM clock read while a round ran is under 75 % of the device's default clock
+    (nvbench's threshold and reference; the max clock when NVML gives no default) or a thermal or
     hardware slowdown is set. The software power cap alone is not throttling: dense tensor-core
     work on H100/H200 often runs at the power cap, and that is its ceiling, not a fault; it is
     reported as a fact (``throttle_reasons`` keeps ``sw_power_cap``)."""
-    clock, clock_max = reading.get("sm_clock_mhz"), reading.get("sm_clock_max_mhz")
-    if clock and clock_max and clock < MIN_CLOCK_FRACTION * clock_max:
+    clock = reading.get("sm_clock_mhz")
+    reference = reading.get("sm_clock_default_mhz") or reading.get("sm_clock_max_mhz")
+    if clock and reference and clock < MIN_CLOCK_FRACTION * reference:
         return True
     return any(reason != POWER_CAP for reason in reading.get("throttle_reasons", ()))
