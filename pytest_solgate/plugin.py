@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 from pytest_solgate.errors import HistoryError, HistoryUnavailable, MeasureError, OptionError, SolgateError
-from pytest_solgate.settings import OPTIONS, Settings, absolute_path, is_history_url, parse_settings
+from pytest_solgate.locations import one_line, redact, resolve_history
+from pytest_solgate.settings import HISTORY_VARIABLE, OPTIONS, Settings, absolute_path, is_history_url, parse_settings
 from pytest_solgate.work import measurement_name
 
 if TYPE_CHECKING:
@@ -56,7 +57,10 @@ def _raw_settings(config: pytest.Config) -> dict[str, Any]:
         if value is None and option.environment:
             value = os.environ.get(option.environment) or None
         if value is None:
-            value = config.getini(option.name) or None
+            try:
+                value = config.getini(option.name) or None
+            except (ValueError, pytest.UsageError) as exc:  # pytest's reading of an ini boolean names no option
+                raise OptionError(f"ini option {option.name}: {exc}; give true or false") from None
             if value is not None and not isinstance(value, (str, bool, int, float)):
                 # A TOML list or table where one value belongs: never a file named "['h.db']".
                 raise OptionError(
@@ -77,7 +81,7 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         settings = parse_settings(_raw_settings(config))
     except SolgateError as exc:
-        raise pytest.UsageError(str(exc)) from None
+        raise pytest.UsageError(one_line(str(exc))) from None
     report = settings.report
     if report and (Path(report).is_dir() or report.endswith(".py")):
         raise pytest.UsageError(
@@ -86,7 +90,7 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         session = SolgateSession(config, settings)
     except SolgateError as exc:
-        raise pytest.UsageError(str(exc)) from None
+        raise pytest.UsageError(one_line(str(exc))) from None
     config.pluginmanager.register(session, "solgate-session")
 
 
@@ -255,7 +259,14 @@ class SolgateSession:
         refuse_colliding_outputs(targets)
 
     def _history_location(self, given: str) -> str:
-        return given if is_history_url(given) else str(absolute_path(given, self.project_root))
+        """The history the settings name, parsed as every ``solgate`` command parses it."""
+        if self.config.getoption("sol_history") is not None:
+            source = "--sol-history"
+        elif os.environ.get(HISTORY_VARIABLE):
+            source = HISTORY_VARIABLE
+        else:
+            source = "ini sol_history"
+        return resolve_history(given, self.project_root, source)
 
     def _announce(self, text: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -297,7 +308,7 @@ class SolgateSession:
             self._open_store()
         except HistoryUnavailable as exc:
             if not self.is_worker:
-                self.config.issue_config_time_warning(SolgateWarning(f"{UNAVAILABLE}: {exc}"), stacklevel=2)
+                self.config.issue_config_time_warning(SolgateWarning(one_line(f"{UNAVAILABLE}: {exc}")), stacklevel=2)
             return str(exc)
         return None
 
@@ -457,7 +468,7 @@ class SolgateSession:
         for line in terminal.render(self.records, self.config.get_terminal_writer().fullwidth):
             terminalreporter.write_line(line)
         for message in self.messages:
-            terminalreporter.write_line(message)
+            terminalreporter.write_line(redact(message))  # a history URL's password never reaches the log
 
 
 UNAVAILABLE = "baselines unavailable, so only budgets were judged"

@@ -88,6 +88,20 @@ USAGE_ERRORS = [
     ("profile-empty-id", ["--sol-profile= "], {"test_x.py": PLAIN_TEST}, "the profile id is empty"),
     ("baseline-ref-missing", ["--sol-baseline=origin/main"], {"test_x.py": PLAIN_TEST},
      "--sol-baseline=origin/main: "),
+    # Outputs are compared by the file they reach (the test makes real symlinks): link.db -> real/h.db.
+    ("output-json-through-a-symlink", ["--sol-history=link.db", "--sol-json=real/h.db"], {"test_x.py": PLAIN_TEST},
+     "--sol-history and --sol-json both name"),
+    ("output-json-through-a-linked-folder", ["--sol-history=real/h.db", "--sol-json=alias/h.db"], {"test_x.py": PLAIN_TEST},
+     "/real/h.db (as "),
+    # History locations: a path or a postgresql:// URL; any other scheme is refused, never a folder.
+    ("history-url-mysql", ["--sol-history=mysql://ci:hunter2@db.example/h"], {"test_x.py": PLAIN_TEST},
+     "--sol-history=mysql://ci:***@db.example/h: a mysql:// history is not supported; give a SQLite file path"),
+    ("history-url-sqlite", ["--sol-history=sqlite:///h.db"], {"test_x.py": PLAIN_TEST},
+     "--sol-history=sqlite:///h.db: a sqlite:// history is not supported"),
+    ("history-url-raw-percent", ["--sol-history=postgresql://ci:p%zzhunter2@127.0.0.1:9/h"], {"test_x.py": PLAIN_TEST},
+     "postgresql://ci:***@127.0.0.1:9/h: not a PostgreSQL URL"),
+    ("ini-bool-not-a-truth-value", [], {"pytest.ini": "[pytest]\nsol_no_save = maybe\n", "test_x.py": PLAIN_TEST},
+     "ini option sol_no_save: invalid truth value 'maybe'; give true or false"),
 ]
 
 
@@ -117,9 +131,16 @@ def test_usage_errors(pytester, case, args, files, fragment):
         db.execute("CREATE TABLE orders (id INTEGER)")
         db.commit()
         db.close()
+    if case.startswith("output-json-through"):
+        (pytester.path / "real").mkdir()
+        (pytester.path / "link.db").symlink_to("real/h.db")
+        (pytester.path / "alias").symlink_to("real", target_is_directory=True)
+    before = sorted(p.name for p in pytester.path.iterdir())
     result = pytester.runpytest("-p", "no:cacheprovider", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert_one_line_error(result, fragment)
+    assert "hunter2" not in result.stdout.str() + result.stderr.str()  # no password, in any form
+    assert sorted(p.name for p in pytester.path.iterdir()) == before  # nothing written: no folder named after a URL
     if case == "history-not-a-database":
         assert (pytester.path / "notes.txt").read_text() == "my notes\n" * 50  # refused, never overwritten
     if case == "history-foreign-sqlite":
@@ -270,6 +291,16 @@ CLI_ERRORS = [
     ("cli-history-directory", ["history", "--history", "."], "is a directory; --sol-history needs a database file path"),
     ("cli-detect-unknown-device", ["detect", "--name", "Potato GPU"], "no hardware profile matches device 'Potato GPU'"),
     ("cli-trend-no-history", ["trend", "--history", "none.db"], "none.db: no history database here yet"),
+    ("cli-trend-onto-history-through-a-symlink", ["trend", "--history", "notes.txt", "-o", "notes-link.txt"],
+     "is the history database itself"),
+    ("cli-history-url-mysql", ["history", "--history", "mysql://ci:hunter2@db.example/h"],
+     "--history=mysql://ci:***@db.example/h: a mysql:// history is not supported"),
+    ("cli-import-into-a-sqlite-url", ["import", "half.json", "--history", "sqlite:///h.db"],
+     "--history=sqlite:///h.db: a sqlite:// history is not supported"),
+    ("cli-migrate-from-a-mysql-url", ["migrate", "mysql://ci:hunter2@db.example/h", "h.db"],
+     "SOURCE=mysql://ci:***@db.example/h: a mysql:// history is not supported"),
+    ("cli-history-raw-percent-password", ["history", "--history", "postgresql://ci:p%zzhunter2@127.0.0.1:9/h"],
+     "postgresql://ci:***@127.0.0.1:9/h: not a PostgreSQL URL"),
 ]
 
 
@@ -291,13 +322,59 @@ def test_cli_errors(tmp_path, case, args, fragment):
         (tmp_path / f"{name}.json").write_text(json.dumps(document))
     (tmp_path / "nan.json").write_text((tmp_path / "poison.json").read_text().replace('"abc"', "[NaN]"))
     (tmp_path / "strings.json").write_text('{"schema": "solgate/1", "run": {"id": "r", "started_at": "x"}, "measurements": ["a", "b"]}')
+    (tmp_path / "notes-link.txt").symlink_to("notes.txt")
+    before = sorted(p.name for p in tmp_path.iterdir())
     done = subprocess.run([sys.executable, "-m", "pytest_solgate.cli", *args], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 2, (done.stdout, done.stderr)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and fragment in lines[0], done.stderr
+    assert "hunter2" not in done.stdout + done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no folder named after a URL
     assert (tmp_path / "notes.txt").read_text() == "notes\n" * 100
     assert not (tmp_path / ".solgate").exists()  # a refused import writes nothing
 
 
 def test_the_catalogue_has_at_least_thirty_entries():
     assert len(USAGE_ERRORS) + len(TEST_FAILURES) + len(CLI_ERRORS) + 4 >= 30
+
+
+def test_one_history_from_any_subdirectory_for_pytest_and_every_command(pytester):
+    """A relative history location is taken from the git top level by pytest and by every solgate
+    command, whichever directory each starts in (docs/history.md)."""
+    import os
+
+    from solgate_testing import FAKE_CLOCK_KERNELS, init_repo
+
+    top = pytester.path
+    init_repo(top)
+    sub = top / "kernels"
+    sub.mkdir()
+    (sub / "synthetic.toml").write_text(SYNTHETIC_PROFILE)
+    (sub / "test_k.py").write_text(FAKE_CLOCK_KERNELS + "\ndef test_k(sol):\n    sol.measure(lambda: busy(1e-3), bytes=0.4e6)\n")
+    env = {**os.environ, "SOLGATE_HISTORY": "team.db"}
+
+    def run(*args):
+        return subprocess.run([sys.executable, *args], cwd=sub, env=env, capture_output=True, text=True)
+
+    done = run("-m", "pytest", *FAST_TIMING, "--sol-profile=synthetic.toml", "--sol-json=out.json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"solgate: run recorded in {top / 'team.db'}" in done.stdout
+    assert (top / "team.db").is_file() and not (sub / "team.db").exists()
+    for listing in (run("-m", "pytest_solgate.cli", "history"),
+                    run("-m", "pytest_solgate.cli", "history", "--history", "team.db")):
+        assert listing.returncode == 0 and "test_k.py::test_k [default]" in listing.stdout, listing.stdout + listing.stderr
+    imported = run("-m", "pytest_solgate.cli", "import", "out.json", "--history", "team.db")
+    assert imported.returncode == 0 and f"is already in {top / 'team.db'}: nothing added" in imported.stdout, imported.stdout
+    assert not (sub / "team.db").exists()  # never a second history beside the first
+
+
+def test_a_history_url_in_the_environment_is_refused_and_never_printed(pytester, monkeypatch):
+    """SOLGATE_HISTORY holds a secret: a scheme the plugin cannot open is refused by name, and its
+    password is printed nowhere (never taken as a relative path, nor put in the run-recorded line)."""
+    monkeypatch.setenv("SOLGATE_HISTORY", "mysql://ci:hunter2@db.example/h")
+    pytester.makepyfile(test_x=PLAIN_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert_one_line_error(result, "SOLGATE_HISTORY=mysql://ci:***@db.example/h: a mysql:// history is not supported")
+    assert "hunter2" not in result.stdout.str() + result.stderr.str()
+    assert sorted(p.name for p in pytester.path.iterdir()) == ["test_x.py"]
