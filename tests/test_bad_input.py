@@ -159,7 +159,7 @@ TEST_FAILURES = [
      "WorkError: flops declared in 'fp8_tensor', which profile 'synthetic' lacks; it has: fp32, bf16_tensor"),
     ("work-none", "sol.measure(lambda: busy(1e-4))", "WorkError: no work declared: pass bytes=... (total fused bytes)"),
     ("work-not-a-number", "sol.measure(lambda: busy(1e-4), bytes='1MB')", "WorkError: bytes='1MB' is not a number"),
-    ("not-callable", "sol.measure(42, bytes=1)", "MeasureError: sol.measure needs a zero-argument callable, got int"),
+    ("not-callable", "sol.measure(42, bytes=1)", "sol.measure needs a zero-argument callable, got int: pass a callable that runs"),
     ("duplicate-name", "sol.measure(lambda: 0, bytes=1, name='k'); sol.measure(lambda: 0, bytes=1, name='k')",
      "a measurement named 'k' already exists in this test; give another name="),
     ("bad-name", "sol.measure(lambda: 0, bytes=1, name='')", "sol.measure(name='') must be a non-empty string"),
@@ -176,6 +176,18 @@ TEST_FAILURES = [
      "holds a newline or control character; every report shows names on one line"),
     ("mfu-without-flops", "sol.measure(lambda: busy(1e-4), bytes=1e3)",
      "has an MFU budget of 0.10 on synthetic but declares no FLOPs"),
+    ("work-beyond-any-float", "sol.measure(lambda: busy(1e-4), bytes=10**400)",
+     "WorkError: bytes=10**400 is more than any kernel does (the limit is 1e+60); declare the real count"),
+    # One rule for what cannot be timed: refused before anything runs, saying what to pass instead.
+    ("generator-function", "def kernel():\n        yield busy(1e-4)\n    sol.measure(kernel, bytes=1e3)",
+     "sol.measure got a generator function; calling it only creates a generator, and none of its body runs: "
+     "pass a callable that runs the work when called (e.g. lambda: list(kernel())"),
+    ("lambda-around-generator", "def kernel():\n        yield busy(1e-4)\n    sol.measure(lambda: kernel(), bytes=1e3)",
+     "kernel returned a generator, so none of the generator's body ran"),
+    ("empty-rotation", "sol.measure([], bytes=1e3)",
+     "sol.measure got an empty list of buffer sets: give one zero-argument callable per buffer set, at least one"),
+    ("async-in-a-rotation", "async def kernel():\n        busy(1e-4)\n    sol.measure([lambda: busy(1e-4), kernel], bytes=1e3)",
+     "sol.measure got an async function (buffer set 1 of the list)"),
 ]
 
 
@@ -195,6 +207,26 @@ def test_kernel_that_raises_keeps_its_own_traceback(suite):
     result.stdout.fnmatch_lines(["*raise ValueError('bad launch grid')", "E       ValueError: bad launch grid"])
     assert "pytest_solgate/" not in result.stdout.str() and "SolgateError" not in result.stdout.str()
     result.stdout.no_fnmatch_line("*take_timing*")  # none of our frames in the traceback
+
+
+def test_an_unusable_lock_folder_fails_the_test_in_one_line(suite, pytester, monkeypatch):
+    (pytester.path / "not-a-folder").write_text("x")
+    monkeypatch.setenv("SOLGATE_LOCK_DIR", str(pytester.path / "not-a-folder"))
+    result = suite("def test_k(sol):\n    sol.measure(lambda: busy(1e-4), bytes=1e3)\n")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"E   *MeasureError: cannot take the cpu device lock in SOLGATE_LOCK_DIR={pytester.path}/not-a-folder "
+                                 "(*): point SOLGATE_LOCK_DIR at a folder this user can write, or unset it"])
+    assert "pytest_solgate/" not in result.stdout.str() and "FileExistsError" not in result.stdout.str()
+
+
+def test_an_output_name_as_long_as_the_folder_allows_is_written(suite, pytester):
+    """The temporary file beside an output is named to fit wherever the output's own name fits."""
+    json_name, report_name = "j" * 245 + ".json", "r" * 245 + ".html"
+    result = suite("def test_k(sol):\n    sol.measure(lambda: busy(1e-4), bytes=1e3)\n", f"--sol-json={json_name}",
+                   f"--sol-report={report_name}", fake_clock=True)
+    result.assert_outcomes(passed=1)
+    assert (pytester.path / json_name).is_file() and (pytester.path / report_name).is_file()
+    assert not [p for p in pytester.path.iterdir() if p.name.endswith(".tmp")]
 
 
 def test_kernel_longer_than_the_time_budget_warns(suite):
