@@ -354,15 +354,23 @@ class SolgateSession:
             return (yield)  # neither measures nor is marked: nothing to judge
         try:
             result = yield
-        except BaseException:
-            self._judge_item(pyfuncitem, body_failed=True)
+        except BaseException as exc:
+            # The test's own exception stays its failure (a correctness assert after measuring, a
+            # reference that raised); what the verdicts say is added to it as notes, never in its place.
+            failures = self._judge_item(pyfuncitem, body_failed=True)
+            if isinstance(exc, Exception):
+                for failure in failures:
+                    exc.add_note(f"solgate: {failure}")
             raise
-        self._judge_item(pyfuncitem, body_failed=False)
+        # Failed here, outside the handler above: no "During handling of the above exception" chain.
+        failures = self._judge_item(pyfuncitem, body_failed=False)
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)
         return result
 
-    def _judge_item(self, item: pytest.Item, body_failed: bool) -> None:
-        """Judge the test's measurements; fail it now when a verdict says so."""
-        __tracebackhide__ = True
+    def _judge_item(self, item: pytest.Item, body_failed: bool) -> list[str]:
+        """Judge the test's measurements and return why they fail it (nothing when they do not);
+        a verdict that warns is issued here, when the body passed."""
         from pytest_solgate import judge
         from pytest_solgate.report import machine
 
@@ -372,29 +380,26 @@ class SolgateSession:
         try:
             judged = self.engine.judge_test(item.nodeid, item.stash.get(BUDGET_KEY, judge.Budget()), measured) if measured else []
         except SolgateError as exc:  # a budget the measurements cannot meet as declared (no reference)
-            pytest.fail(str(exc), pytrace=False)
+            return [str(exc)]
         finally:
             if fixture is not None:
                 fixture.close()  # a measurement after judging (a fixture's teardown) would be lost: refuse it
         item.stash[RECORDS_KEY] = judged
         for m in judged:
             item.user_properties.extend(machine.junit_properties(m))
-        if body_failed:
-            return
-        if marked and not measured:
-            pytest.fail(f"{item.nodeid}: marked sol but measured nothing; call sol.measure(...) in the test", pytrace=False)
+        if marked and not measured and not body_failed:
+            return [f"{item.nodeid}: marked sol but measured nothing; call sol.measure(...) in the test"]
         failures = []
         for m in judged:
             effect = self.engine.effect(m)
-            if effect == "fail":
-                failures.append(m.judgement.reason)
-            elif effect == "warn":
+            if effect == "fail":  # as a note beside the test's own error, it says which verdict it is
+                failures.append(f"{m.verdict}: {m.judgement.reason}" if body_failed else m.judgement.reason)
+            elif effect == "warn" and not body_failed:
                 # Located at the test, not at this line of the plugin.
                 path, line, _ = item.location
                 warnings.warn_explicit(SolgateWarning(f"{m.verdict}: {m.judgement.reason}"), SolgateWarning,
                                        str(self.config.rootpath / path), (line or 0) + 1)
-        if failures:
-            pytest.fail("\n".join(failures), pytrace=False)
+        return failures
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Any:

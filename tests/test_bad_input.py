@@ -229,6 +229,43 @@ def test_an_output_name_as_long_as_the_folder_allows_is_written(suite, pytester)
     assert not [p for p in pytester.path.iterdir() if p.name.endswith(".tmp")]
 
 
+def test_the_tests_own_error_stays_its_failure_and_the_verdict_is_a_note(suite):
+    result = suite("""
+        import pytest
+
+        def reference():
+            raise ValueError("reference broke")
+
+        @pytest.mark.sol(speedup=1.5, reference="torch")
+        def test_reference_raises(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.4e6)
+            sol.measure(reference, bytes=0.4e6, name="torch", gate=False)
+
+        @pytest.mark.sol(min=0.9)
+        def test_wrong_result_after_measuring(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.4e6)
+            assert 1 == 2, "wrong result"
+
+        @pytest.mark.sol(speedup=1.5)
+        def test_no_reference(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.4e6)
+    """, fake_clock=True)
+    result.assert_outcomes(failed=3)
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "E       ValueError: reference broke",
+        "E       solgate: test_kernels.py::test_reference_raises: @pytest.mark.sol(reference='torch') but the test has no "
+        "gate=False measurement named so (it has: none)",
+    ])
+    result.stdout.fnmatch_lines(["E       AssertionError: wrong result", "E       assert 1 == 2",
+                                 "E       solgate: below-budget: test_wrong_result_after_measuring SOL 0.40 < budget 0.90 on synthetic*"])
+    result.stdout.fnmatch_lines(["FAILED test_kernels.py::test_reference_raises - ValueError: reference broke",
+                                 "FAILED test_kernels.py::test_wrong_result_after_measuring - AssertionError: wrong result"])
+    said = [line for line in result.stdout.lines if line.startswith("test_kernels.py::test_no_reference: a speedup budget needs one reference")]
+    assert len(said) == 1, out  # once, not once per re-raise
+    assert "During handling of the above exception" not in out and "pytest_solgate/" not in out
+
+
 def test_kernel_longer_than_the_time_budget_warns(suite):
     result = suite("def test_k(sol):\n    sol.measure(lambda: busy(0.2), bytes=1e6)\n", "--sol-min-time=0", "--sol-max-time=0.05")
     result.assert_outcomes(passed=1, warnings=1)
