@@ -36,7 +36,10 @@ _SECRETS: set[str] = set()
 def absolute_path(path: str, base: Path) -> Path:
     """A path option as the user meant it: ``~`` expanded, a relative path taken from ``base``
     (the directory pytest started in for outputs, the git top level for the history)."""
-    p = Path(path).expanduser()
+    try:
+        p = Path(path).expanduser()
+    except RuntimeError:  # ~name of no user here: pathlib raises, it does not leave it alone
+        raise OptionError(f"{path}: '{str(path).split('/')[0]}' is no user's home folder here; give the path in full") from None
     return p if p.is_absolute() else base / p
 
 

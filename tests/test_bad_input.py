@@ -100,6 +100,8 @@ USAGE_ERRORS = [
      "--sol-history=sqlite:///h.db: a sqlite:// history is not supported"),
     ("history-url-raw-percent", ["--sol-history=postgresql://ci:p%zzhunter2@127.0.0.1:9/h"], {"test_x.py": PLAIN_TEST},
      "postgresql://ci:***@127.0.0.1:9/h: not a PostgreSQL URL"),
+    ("output-home-of-no-user", ["--sol-json=~nosuchuser/out.json"], {"test_x.py": PLAIN_TEST},
+     "~nosuchuser/out.json: '~nosuchuser' is no user's home folder here; give the path in full"),
     ("ini-bool-not-a-truth-value", [], {"pytest.ini": "[pytest]\nsol_no_save = maybe\n", "test_x.py": PLAIN_TEST},
      "ini option sol_no_save: invalid truth value 'maybe'; give true or false"),
 ]
@@ -368,6 +370,9 @@ CLI_ERRORS = [
      "--history=sqlite:///h.db: a sqlite:// history is not supported"),
     ("cli-migrate-from-a-mysql-url", ["migrate", "mysql://ci:hunter2@db.example/h", "h.db"],
      "SOURCE=mysql://ci:***@db.example/h: a mysql:// history is not supported"),
+    ("cli-history-home-of-no-user", ["history", "--history", "~nosuchuser/h.db"], "'~nosuchuser' is no user's home folder here"),
+    ("cli-history-url-bad-timeout", ["history", "--history", "postgresql://ci:hunter2@127.0.0.1:9/h?connect_timeout=abc"],
+     "postgresql://127.0.0.1:9/h: connect_timeout='abc' in the URL is not a whole number of seconds"),
     ("cli-history-raw-percent-password", ["history", "--history", "postgresql://ci:p%zzhunter2@127.0.0.1:9/h"],
      "postgresql://ci:***@127.0.0.1:9/h: not a PostgreSQL URL"),
 ]
