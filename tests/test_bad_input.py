@@ -452,3 +452,21 @@ def test_a_history_url_in_the_environment_is_refused_and_never_printed(pytester,
     assert_one_line_error(result, "SOLGATE_HISTORY=mysql://ci:***@db.example/h: a mysql:// history is not supported")
     assert "hunter2" not in result.stdout.str() + result.stderr.str()
     assert sorted(p.name for p in pytester.path.iterdir()) == ["test_x.py"]
+
+
+def test_every_test_this_page_names_exists():
+    """docs/reliability.md quotes tests as evidence: each one it names (``file.py::test_name``, or a
+    bare ``test_name`` from this catalogue or tests/test_faults.py) must exist, so that CI keeps
+    running every test the page relies on."""
+    import re
+    from pathlib import Path
+
+    tests = Path(__file__).parent
+    page = (tests.parent / "docs" / "reliability.md").read_text()
+    defined = {path.name: set(re.findall(r"^def (test_\w+)", path.read_text(), re.MULTILINE)) for path in tests.glob("test_*.py")}
+    named = re.findall(r"(test_\w+\.py)::(test_\w+)", page)
+    missing = [f"{file}::{name}" for file, name in named if name not in defined.get(file, set())]
+    catalogue = defined["test_bad_input.py"] | defined["test_faults.py"]
+    bare = set(re.findall(r"`(test_\w+)`", page)) - {name for _, name in named}
+    missing += sorted(name for name in bare if name not in catalogue)
+    assert named and not missing, f"docs/reliability.md names tests that do not exist: {missing}"
