@@ -29,8 +29,10 @@ MASK = "***"
 # outside any URL (psycopg quotes a badly percent-encoded one: 'invalid percent-encoded token:
 # "p%zz..."'), where no pattern can tell it is one; so every password the parser has seen is masked
 # wherever it appears. Process-wide because any message can reach any exit (the CLI's stderr, a
-# pytest usage error, the terminal summary).
+# pytest usage error, the terminal summary). One shorter than MIN_SECRET is masked in URLs only:
+# masking every "pw" or "a" in every message would garble them.
 _SECRETS: set[str] = set()
+MIN_SECRET = 4
 
 
 def absolute_path(path: str, base: Path) -> Path:
@@ -54,8 +56,8 @@ def _remember_password(url: str) -> None:
         return
     userinfo = authority.rsplit("@", 1)[0]  # a raw '@' in the password: the host follows the last one
     user, colon, password = userinfo.partition(":")
-    if colon and password:
-        _SECRETS.update({password, unquote(password)})
+    if colon:
+        _SECRETS.update(secret for secret in (password, unquote(password)) if len(secret) >= MIN_SECRET)
 
 
 def resolve_history(given: str, top: Path, source: str) -> str:
