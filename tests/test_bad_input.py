@@ -91,6 +91,8 @@ USAGE_ERRORS = [
     # Outputs are compared by the file they reach (the test makes real symlinks): link.db -> real/h.db.
     ("output-json-through-a-symlink", ["--sol-history=link.db", "--sol-json=real/h.db"], {"test_x.py": PLAIN_TEST},
      "--sol-history and --sol-json both name"),
+    ("output-json-through-a-hard-link", ["--sol-history=hard.db", "--sol-json=real/h.db"], {"test_x.py": PLAIN_TEST},
+     "--sol-history and --sol-json both name"),
     ("output-json-through-a-linked-folder", ["--sol-history=real/h.db", "--sol-json=alias/h.db"], {"test_x.py": PLAIN_TEST},
      "/real/h.db (as "),
     # History locations: a path or a postgresql:// URL; any other scheme is refused, never a folder.
@@ -137,6 +139,9 @@ def test_usage_errors(pytester, case, args, files, fragment):
         (pytester.path / "real").mkdir()
         (pytester.path / "link.db").symlink_to("real/h.db")
         (pytester.path / "alias").symlink_to("real", target_is_directory=True)
+        if case.endswith("hard-link"):
+            (pytester.path / "real" / "h.db").write_bytes(b"")
+            (pytester.path / "hard.db").hardlink_to(pytester.path / "real" / "h.db")
     before = sorted(p.name for p in pytester.path.iterdir())
     result = pytester.runpytest("-p", "no:cacheprovider", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
