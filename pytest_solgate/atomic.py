@@ -13,12 +13,29 @@ class ReportWriteError(SolgateError):
     """A report could not be written where asked."""
 
 
+SUFFIX = ".tmp"
+RANDOM_CHARACTERS = 8  # what tempfile.mkstemp puts between the prefix and the suffix
+
+
+def temporary_prefix(target: Path) -> str:
+    """``.<name>.``, the target's name cut short enough that the whole temporary name fits in the
+    folder's longest file name: a temporary file fits wherever its target does (a legal
+    250-character report name must not fail for a temporary name of 264)."""
+    try:
+        longest = os.pathconf(target.parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        longest = 255
+    room = max(longest - 2 - RANDOM_CHARACTERS - len(SUFFIX), 0)
+    name = os.fsencode(target.name)[:room].decode(errors="ignore")  # limits are in bytes: never half a character
+    return f".{name}."
+
+
 def write_text(path: str | Path, text: str, what: str) -> Path:
     """Write ``text`` so that readers see the old file or the new one, never half of one."""
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        handle, temporary = tempfile.mkstemp(prefix=temporary_prefix(target), suffix=SUFFIX, dir=target.parent)
         try:
             with os.fdopen(handle, "w", encoding="utf-8") as out:
                 out.write(text)

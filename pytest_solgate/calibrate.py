@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from pytest_solgate import stats
+from pytest_solgate import atomic, stats
 from pytest_solgate.errors import ProfileError
 from pytest_solgate.profiles import DeviceFacts, HardwareProfile, load_profile, profile_to_toml
 from pytest_solgate.settings import SamplingSettings
@@ -195,10 +195,7 @@ def cpu_profile(
 
 def write_profile(path: Path, profile: HardwareProfile) -> None:
     """Atomic: a crash leaves the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(profile_to_toml(profile))
-    os.replace(temporary, path)
+    atomic.write_text(path, profile_to_toml(profile), "calibrated profile")
 
 
 # --- GPU -----------------------------------------------------------------------------------------

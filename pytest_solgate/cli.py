@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pytest_solgate.errors import SolgateError
-from pytest_solgate.settings import Settings
+from pytest_solgate.settings import Settings, is_history_url
 
 
 class UsageFailure(SolgateError):
@@ -32,11 +32,24 @@ def _history_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _history_path(args: argparse.Namespace) -> str:
+    """The history a command reads or writes, parsed as the plugin parses ``--sol-history``: a
+    relative path is taken from the git top level, whichever directory the command starts in."""
     import os
 
     from pytest_solgate.settings import HISTORY_VARIABLE
 
-    return args.history or os.environ.get(HISTORY_VARIABLE) or str(_state_dir() / "history.db")
+    if args.history:
+        return _location(args.history, "--history")
+    if os.environ.get(HISTORY_VARIABLE):
+        return _location(os.environ[HISTORY_VARIABLE], HISTORY_VARIABLE)
+    return str(_state_dir() / "history.db")
+
+
+def _location(given: str, source: str) -> str:
+    from pytest_solgate import gitinfo
+    from pytest_solgate.locations import resolve_history
+
+    return resolve_history(given, gitinfo.project_root(Path.cwd()), source)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,7 +110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
     except SolgateError as exc:
-        print(f"solgate: error: {exc}" if not str(exc).startswith("solgate") else f"{exc}", file=sys.stderr)
+        from pytest_solgate.locations import one_line
+
+        message = one_line(str(exc))  # one line, and never a history URL's password
+        print(f"solgate: error: {message}" if not message.startswith("solgate") else message, file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -274,8 +290,10 @@ def _cmd_trend(args: argparse.Namespace) -> int:
 
     if args.last < 0:
         raise UsageFailure(f"trend: --last={args.last}: give a number of commits, or 0 for all")
+    from pytest_solgate.locations import same_file
+
     history_path = _history_path(args)
-    if Path(args.output).resolve() == Path(history_path).resolve():
+    if not is_history_url(history_path) and same_file(args.output, history_path):
         raise UsageFailure(f"trend: -o {args.output} is the history database itself; write the page elsewhere")
     panels = []
     note = ""
@@ -366,8 +384,9 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
     if args.spool == bool(args.file):
         raise UsageFailure("import: give a --sol-json FILE, or --spool (not both)")
+    history_path = _history_path(args)  # a bad location is refused before the file is read
     if args.spool:
-        with _open_history(_history_path(args), create=True) as store:
+        with _open_history(history_path, create=True) as store:
             sent = spool.send(store, _state_dir())
             location = store.location
         for problem in sent.problems:
@@ -384,7 +403,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         raise ImportFileError(f"{path}: cannot read it ({exc})") from None
     run, measurements = schema.read_run(text, str(path))  # every field checked before anything is written
-    with _open_history(_history_path(args), create=True) as store:
+    with _open_history(history_path, create=True) as store:
         added = store.record_run(run, measurements)
         location = store.location
     if added:
@@ -397,15 +416,15 @@ def _cmd_import(args: argparse.Namespace) -> int:
 def _cmd_migrate(args: argparse.Namespace) -> int:
     """Every run of SOURCE into DESTINATION, each in its own transaction: run ids are unique, so
     running it again (or after an interruption) adds only what is missing."""
-    from pytest_solgate.settings import is_history_url
+    from pytest_solgate.locations import same_file
 
-    if is_history_url(args.source) == is_history_url(args.destination) and (
-        args.source == args.destination
-        or (not is_history_url(args.source) and Path(args.source).resolve() == Path(args.destination).resolve())
+    source_at, destination_at = _location(args.source, "SOURCE"), _location(args.destination, "DESTINATION")
+    if is_history_url(source_at) == is_history_url(destination_at) and (
+        source_at == destination_at or (not is_history_url(source_at) and same_file(source_at, destination_at))
     ):
         raise UsageFailure("migrate: SOURCE and DESTINATION are the same history")
     copied = present = 0
-    with _open_history(args.source) as source, _open_history(args.destination, create=True) as destination:
+    with _open_history(source_at) as source, _open_history(destination_at, create=True) as destination:
         for run, measurements in source.whole_runs():
             if destination.record_run(run, measurements):
                 copied += 1

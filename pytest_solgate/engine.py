@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import os
 import sys
 from dataclasses import dataclass
@@ -207,14 +206,7 @@ class Engine:
                 f"{test}: sol.measure called inside the kernel of another measurement ({self._measuring!r}); "
                 "measure each kernel on its own, from the test body"
             )
-        if inspect.iscoroutinefunction(fn):
-            raise MeasureError(
-                f"{test}: sol.measure got an async function; only its coroutine would be created, never run: "
-                "pass a plain callable (e.g. lambda: asyncio.run(kernel()))"
-            )
-        rotation = len(fn) if isinstance(fn, (list, tuple)) else 0
-        if rotation:
-            fn = measure.rotating(fn, test)
+        fn, rotation = measure.timeable(fn, test)  # refused before anything runs when it cannot be timed
         work = make_work(flops, bytes, precision or self.settings.precision)
         context = self.context()
         while self._unsaid:

@@ -20,13 +20,13 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
-import re
 import sqlite3
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple, Sequence
 
 from pytest_solgate.errors import HistoryError, HistoryUnavailable, NoHistoryYet  # noqa: F401 - callers catch them here
 from pytest_solgate.judge import BaselineRun
+from pytest_solgate.locations import redact  # one redaction for every message (history_postgres uses it too)
 from pytest_solgate.results import Measurement, RunInfo
 from pytest_solgate.settings import is_history_url
 from pytest_solgate.stats import median
@@ -110,16 +110,6 @@ class Summary(NamedTuple):
     sol: float
     seconds: float
     verdict: str | None
-
-
-_URL_PASSWORD = re.compile(r"(postgres(?:ql)?://[^\s:/@]*:)[^\s@]*@")
-_PARAMETER_PASSWORD = re.compile(r"(password=)[^\s&]*", re.IGNORECASE)
-
-
-def redact(text: str) -> str:
-    """``text`` with the password of every database URL in it masked: for messages, the run
-    record's command line, reports and JSON. Credentials never leave the process."""
-    return _PARAMETER_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", text))
 
 
 def _baseline_run(run_uid: str, commit: str, started_at: str, record: dict[str, Any], columns: Sequence[Any]) -> BaselineRun:

@@ -115,6 +115,9 @@ class PostgresStore(Store):
         self.user = str(params.get("user") or "")
         self.location = f"postgresql://{self.host}:{self.port}/{self.dbname}"
         timeout = params.get("connect_timeout") or CONNECT_TIMEOUT_S
+        if not str(timeout).strip().isdigit():
+            raise HistoryError(f"{self.location}: connect_timeout={timeout!r} in the URL is not a whole number of "
+                               "seconds; write e.g. ?connect_timeout=5")
         try:
             self.conn = psycopg.connect(url, autocommit=True, connect_timeout=int(timeout))
         except psycopg.OperationalError as exc:

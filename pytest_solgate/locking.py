@@ -13,9 +13,13 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from pytest_solgate.errors import MeasureError
+
+LOCK_DIR_VARIABLE = "SOLGATE_LOCK_DIR"
+
 
 def lock_dir() -> Path:
-    return Path(os.environ.get("SOLGATE_LOCK_DIR") or Path(tempfile.gettempdir()) / "solgate-locks")
+    return Path(os.environ.get(LOCK_DIR_VARIABLE) or Path(tempfile.gettempdir()) / "solgate-locks")
 
 
 @contextlib.contextmanager
@@ -24,9 +28,17 @@ def device_lock(device_key: str) -> Iterator[None]:
     import fcntl
 
     folder = lock_dir()
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / (re.sub(r"[^A-Za-z0-9_.-]", "_", device_key) + ".lock")
-    with open(path, "a+") as handle:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a+")
+    except OSError as exc:
+        where = f"SOLGATE_LOCK_DIR={folder}" if os.environ.get(LOCK_DIR_VARIABLE) else f"the lock folder {folder}"
+        raise MeasureError(
+            f"cannot take the {device_key} device lock in {where} ({exc.strerror or exc}): "
+            f"point {LOCK_DIR_VARIABLE} at a folder this user can write, or unset it"
+        ) from None
+    with handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

@@ -78,15 +78,67 @@ class Backend(Protocol):
     def read_telemetry(self) -> dict[str, Any] | None: ...
 
 
-def rotating(calls: Any, test: str) -> Callable[[], Any]:
+# --- what can be timed: one rule for sol.measure's first argument ---------------------------------
+
+PLAIN_CALLABLE = "pass a callable that runs the work when called"
+
+
+def timeable(fn: Any, test: str) -> tuple[Callable[[], Any], int]:
+    """The callable to time for ``sol.measure(fn, ...)``, and over how many buffer sets it rotates
+    (0: none). ``fn`` is a zero-argument callable, or a non-empty list or tuple of them (rotating
+    inputs). A function whose call only creates a coroutine or a generator is refused before
+    anything runs: timing it would time the creation of an object, never the kernel's body."""
+    if isinstance(fn, (list, tuple)):
+        if not fn:
+            raise MeasureError(
+                f"{test}: sol.measure got an empty {type(fn).__name__} of buffer sets: give one zero-argument "
+                "callable per buffer set, at least one (e.g. [lambda: add(x1, y1, o1), lambda: add(x2, y2, o2)])"
+            )
+        for position, call in enumerate(fn):
+            _check_callable(call, test, f"buffer set {position} of the list")
+        return rotating(fn), len(fn)
+    _check_callable(fn, test, "")
+    return fn, 0
+
+
+def _check_callable(fn: Any, test: str, which: str) -> None:
+    where = f" ({which})" if which else ""
+    if not callable(fn):
+        raise MeasureError(
+            f"{test}: sol.measure needs a zero-argument callable{where}, got {type(fn).__name__}: "
+            f"{PLAIN_CALLABLE} (e.g. lambda: add(x, y, out))"
+        )
+    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        raise MeasureError(
+            f"{test}: sol.measure got an async function{where}; only its coroutine would be created, never run: "
+            f"{PLAIN_CALLABLE} (e.g. lambda: asyncio.run(kernel()))"
+        )
+    if inspect.isgeneratorfunction(fn):
+        raise MeasureError(
+            f"{test}: sol.measure got a generator function{where}; calling it only creates a generator, and none "
+            f"of its body runs: {PLAIN_CALLABLE} (e.g. lambda: list(kernel()), or a function that returns)"
+        )
+
+
+def ran_nothing(result: Any) -> str | None:
+    """Why the value a timed call returned shows that it ran nothing (a lambda around an async
+    or generator function), or None. A coroutine is closed, so Python does not warn it was never awaited."""
+    if inspect.isawaitable(result):
+        if inspect.iscoroutine(result):
+            result.close()
+        return ("sol.measure's kernel returned an awaitable, so it only created a coroutine and ran nothing; "
+                f"{PLAIN_CALLABLE} (e.g. lambda: asyncio.run(kernel()))")
+    if inspect.isgenerator(result):
+        result.close()
+        return ("sol.measure's kernel returned a generator, so none of the generator's body ran; "
+                f"{PLAIN_CALLABLE} (e.g. lambda: list(kernel()))")
+    return None
+
+
+def rotating(calls: Any) -> Callable[[], Any]:
     """One callable that calls each of ``calls`` in turn: the kernel on a fresh buffer set each
     time (SOL-ExecBench's rotating inputs), for kernels whose inputs are smaller than the cache."""
     calls = list(calls)
-    if not calls or not all(callable(c) for c in calls):
-        raise MeasureError(
-            f"{test}: sol.measure got a list: give one zero-argument callable per buffer set "
-            "(e.g. [lambda: add(x1, y1, o1), lambda: add(x2, y2, o2)]), at least one"
-        )
     position = [0]
 
     def call_next() -> Any:
@@ -138,13 +190,9 @@ def _timed_call(fn: Callable[[], Any], backend: Backend, batch: int) -> Any:
     for _ in range(batch):
         result = fn()
     handle = backend.stop(token)
-    if inspect.isawaitable(result):  # a lambda around an async kernel: nothing ran
-        if inspect.iscoroutine(result):
-            result.close()
-        raise MeasureError(
-            "sol.measure's kernel returned an awaitable, so it only created a coroutine and ran nothing; "
-            "pass a callable that runs the work (e.g. lambda: asyncio.run(kernel()))"
-        )
+    problem = ran_nothing(result)  # a lambda around an async or generator function
+    if problem:
+        raise MeasureError(problem)
     return handle
 
 

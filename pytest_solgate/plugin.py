@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 from pytest_solgate.errors import HistoryError, HistoryUnavailable, MeasureError, OptionError, SolgateError
-from pytest_solgate.settings import OPTIONS, Settings, absolute_path, is_history_url, parse_settings
+from pytest_solgate.locations import one_line, redact, resolve_history
+from pytest_solgate.settings import HISTORY_VARIABLE, OPTIONS, Settings, absolute_path, is_history_url, parse_settings
 from pytest_solgate.work import measurement_name
 
 if TYPE_CHECKING:
@@ -56,7 +57,10 @@ def _raw_settings(config: pytest.Config) -> dict[str, Any]:
         if value is None and option.environment:
             value = os.environ.get(option.environment) or None
         if value is None:
-            value = config.getini(option.name) or None
+            try:
+                value = config.getini(option.name) or None
+            except (ValueError, pytest.UsageError) as exc:  # pytest's reading of an ini boolean names no option
+                raise OptionError(f"ini option {option.name}: {exc}; give true or false") from None
             if value is not None and not isinstance(value, (str, bool, int, float)):
                 # A TOML list or table where one value belongs: never a file named "['h.db']".
                 raise OptionError(
@@ -77,7 +81,7 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         settings = parse_settings(_raw_settings(config))
     except SolgateError as exc:
-        raise pytest.UsageError(str(exc)) from None
+        raise pytest.UsageError(one_line(str(exc))) from None
     report = settings.report
     if report and (Path(report).is_dir() or report.endswith(".py")):
         raise pytest.UsageError(
@@ -86,7 +90,7 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         session = SolgateSession(config, settings)
     except SolgateError as exc:
-        raise pytest.UsageError(str(exc)) from None
+        raise pytest.UsageError(one_line(str(exc))) from None
     config.pluginmanager.register(session, "solgate-session")
 
 
@@ -255,7 +259,14 @@ class SolgateSession:
         refuse_colliding_outputs(targets)
 
     def _history_location(self, given: str) -> str:
-        return given if is_history_url(given) else str(absolute_path(given, self.project_root))
+        """The history the settings name, parsed as every ``solgate`` command parses it."""
+        if self.config.getoption("sol_history") is not None:
+            source = "--sol-history"
+        elif os.environ.get(HISTORY_VARIABLE):
+            source = HISTORY_VARIABLE
+        else:
+            source = "ini sol_history"
+        return resolve_history(given, self.project_root, source)
 
     def _announce(self, text: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -297,7 +308,7 @@ class SolgateSession:
             self._open_store()
         except HistoryUnavailable as exc:
             if not self.is_worker:
-                self.config.issue_config_time_warning(SolgateWarning(f"{UNAVAILABLE}: {exc}"), stacklevel=2)
+                self.config.issue_config_time_warning(SolgateWarning(one_line(f"{UNAVAILABLE}: {exc}")), stacklevel=2)
             return str(exc)
         return None
 
@@ -343,15 +354,23 @@ class SolgateSession:
             return (yield)  # neither measures nor is marked: nothing to judge
         try:
             result = yield
-        except BaseException:
-            self._judge_item(pyfuncitem, body_failed=True)
+        except BaseException as exc:
+            # The test's own exception stays its failure (a correctness assert after measuring, a
+            # reference that raised); what the verdicts say is added to it as notes, never in its place.
+            failures = self._judge_item(pyfuncitem, body_failed=True)
+            if isinstance(exc, Exception):
+                for failure in failures:
+                    exc.add_note(f"solgate: {failure}")
             raise
-        self._judge_item(pyfuncitem, body_failed=False)
+        # Failed here, outside the handler above: no "During handling of the above exception" chain.
+        failures = self._judge_item(pyfuncitem, body_failed=False)
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)
         return result
 
-    def _judge_item(self, item: pytest.Item, body_failed: bool) -> None:
-        """Judge the test's measurements; fail it now when a verdict says so."""
-        __tracebackhide__ = True
+    def _judge_item(self, item: pytest.Item, body_failed: bool) -> list[str]:
+        """Judge the test's measurements and return why they fail it (nothing when they do not);
+        a verdict that warns is issued here, when the body passed."""
         from pytest_solgate import judge
         from pytest_solgate.report import machine
 
@@ -361,29 +380,26 @@ class SolgateSession:
         try:
             judged = self.engine.judge_test(item.nodeid, item.stash.get(BUDGET_KEY, judge.Budget()), measured) if measured else []
         except SolgateError as exc:  # a budget the measurements cannot meet as declared (no reference)
-            pytest.fail(str(exc), pytrace=False)
+            return [str(exc)]
         finally:
             if fixture is not None:
                 fixture.close()  # a measurement after judging (a fixture's teardown) would be lost: refuse it
         item.stash[RECORDS_KEY] = judged
         for m in judged:
             item.user_properties.extend(machine.junit_properties(m))
-        if body_failed:
-            return
-        if marked and not measured:
-            pytest.fail(f"{item.nodeid}: marked sol but measured nothing; call sol.measure(...) in the test", pytrace=False)
+        if marked and not measured and not body_failed:
+            return [f"{item.nodeid}: marked sol but measured nothing; call sol.measure(...) in the test"]
         failures = []
         for m in judged:
             effect = self.engine.effect(m)
-            if effect == "fail":
-                failures.append(m.judgement.reason)
-            elif effect == "warn":
+            if effect == "fail":  # as a note beside the test's own error, it says which verdict it is
+                failures.append(f"{m.verdict}: {m.judgement.reason}" if body_failed else m.judgement.reason)
+            elif effect == "warn" and not body_failed:
                 # Located at the test, not at this line of the plugin.
                 path, line, _ = item.location
                 warnings.warn_explicit(SolgateWarning(f"{m.verdict}: {m.judgement.reason}"), SolgateWarning,
                                        str(self.config.rootpath / path), (line or 0) + 1)
-        if failures:
-            pytest.fail("\n".join(failures), pytrace=False)
+        return failures
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Any:
@@ -457,7 +473,7 @@ class SolgateSession:
         for line in terminal.render(self.records, self.config.get_terminal_writer().fullwidth):
             terminalreporter.write_line(line)
         for message in self.messages:
-            terminalreporter.write_line(message)
+            terminalreporter.write_line(redact(message))  # a history URL's password never reaches the log
 
 
 UNAVAILABLE = "baselines unavailable, so only budgets were judged"

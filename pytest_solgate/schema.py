@@ -3,21 +3,33 @@
 
 A file from another runner is untrusted input: a record of the wrong type ("samples": "abc") or a
 number out of range would poison every later run that reads it as a baseline. The check is a JSON
-Schema run by the maintained ``jsonschema`` library; the bounds are physical (a sample longer
-than a day, a kernel moving more than an exabyte, a SOL of a thousand are not measurements).
+Schema run by the maintained ``jsonschema`` library.
+
+The schema accepts everything the plugin itself writes (tests/test_faults.py feeds every verdict
+back through ``solgate import`` and the spool), so its bounds are of two kinds:
+
+- what was *measured* (seconds, samples, the SM clock) is bounded physically: no timing the plugin
+  takes is longer than a day or negative, so such a number can only come from elsewhere;
+- what was *declared* (FLOPs, bytes) is bounded as ``sol.measure`` bounds it (work.MAX_COUNT), and
+  what is *derived* from a declaration (T_SOL, SOL, MFU, rates, intensity, speedups, changes) only
+  by being a finite number: an impossible declaration is recorded as ``above-sol`` on purpose,
+  and its record must reach the history like any other.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any, Sequence
 
 from pytest_solgate.errors import ImportFileError
 from pytest_solgate.precisions import PRECISIONS
 from pytest_solgate.results import SCHEMA, VERDICTS, Measurement, RunInfo
+from pytest_solgate.work import MAX_COUNT
 
-MAX_SECONDS = 86_400.0
+MAX_SECONDS = 86_400.0  # measured: no sample is longer than a day
+FINITE = sys.float_info.max  # derived from a declaration: any finite number (10**400 is not one)
 MAX_SAMPLES = 1_000_000
 MAX_TEXT = 100_000
 
@@ -45,19 +57,19 @@ MEASUREMENT = {
         "profile": {**_text(200), "minLength": 1},
         "backend": _text(100),
         "flops": {"type": "object", "propertyNames": {"enum": list(PRECISIONS)},
-                  "additionalProperties": _number(1e24)},
-        "bytes": _number(1e18),
+                  "additionalProperties": _number(MAX_COUNT)},
+        "bytes": _number(MAX_COUNT),
         "seconds": _number(MAX_SECONDS, exclusive=True),
         "samples": {"type": "array", "maxItems": MAX_SAMPLES, "items": _number(MAX_SECONDS)},
-        "noise": _nullable(_number(1e6)),
-        "t_sol": _number(MAX_SECONDS),
-        "sol": _number(1e3),
-        "mfu": _number(1e3),
+        "noise": _nullable(_number(FINITE)),
+        "t_sol": _number(FINITE),
+        "sol": _number(FINITE),
+        "mfu": _number(FINITE),
         "bound": {"enum": ["memory", "compute"]},
-        "tflops": _number(1e9),
-        "gbps": _number(1e12),
-        "intensity": _nullable(_number(1e30)),
-        "ridge": _nullable(_number(1e30)),
+        "tflops": _number(FINITE),
+        "gbps": _number(FINITE),
+        "intensity": _nullable(_number(FINITE)),
+        "ridge": _nullable(_number(FINITE)),
         "gate": {"type": "boolean"},
         "ceilings": {"enum": ["datasheet", "measured"]},
         "device": _text(1_000),
@@ -70,16 +82,16 @@ MEASUREMENT = {
         "reason": _text(),
         "budget": _nullable({"type": "object", "properties": {
             **{key: _nullable(_number(1.0)) for key in ("min", "mfu", "max_regression")},
-            "speedup": _nullable(_number(1e6)),
+            "speedup": _nullable(_number(FINITE)),
             "reference": _nullable(_text(1_000)),
-            "achieved_speedup": _nullable(_number(1e9)),
+            "achieved_speedup": _nullable(_number(FINITE)),
         }}),
         "baseline": _nullable({"type": "object", "properties": {
             **{key: _text(100) for key in ("commit", "oldest_commit", "run_id", "test")},
             "runs": {"type": "integer", "minimum": 1, "maximum": 10**6},
-            "sol": _number(1e3),
-            "change": _number(1e6, minimum=-1.0),
-            "spread": _nullable(_number(1e6)),
+            "sol": _number(FINITE),
+            "change": _number(FINITE, minimum=-1.0),
+            "spread": _nullable(_number(FINITE)),
             "noise_floor": _nullable(_number(1.0)),
             "compared_on": {"enum": ["sol", "time"]},
             "environment_differs": {"type": "array", "maxItems": 100, "items": _text(1_000)},
@@ -89,7 +101,7 @@ MEASUREMENT = {
         "environment": {"type": "object", "additionalProperties": _text(1_000)},
         "ceilings_id": _text(100),
         "sm_clock_mhz": _nullable(_number(1e5)),
-        "sol_at_clock": _nullable(_number(1e3)),
+        "sol_at_clock": _nullable(_number(FINITE)),
         "timing_mode": {"enum": ["events", "cuda-graph"]},
         "trend": {"type": "array", "maxItems": 100_000, "items": {"type": "object"}},
     },

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from pytest_solgate.errors import OptionError
+
+# Where the history lives is parsed in locations.py (one parser for the plugin and the CLI); these
+# names are re-exported for the modules that import them from the options.
+from pytest_solgate.locations import absolute_path, is_history_url, refuse_colliding_outputs  # noqa: F401
 from pytest_solgate.precisions import PRECISIONS
 
 
@@ -52,12 +55,6 @@ class Option:
 
 DEFAULT_MAX_REGRESSION = 0.05  # the relative SOL drop that fails a test unless its marker says otherwise
 HISTORY_VARIABLE = "SOLGATE_HISTORY"  # a history URL from the environment (a CI secret)
-HISTORY_URL_SCHEMES = ("postgresql://", "postgres://")
-
-
-def is_history_url(location: str | Path) -> bool:
-    """A history server's URL (PostgreSQL), as opposed to the path of a SQLite file."""
-    return str(location).startswith(HISTORY_URL_SCHEMES)
 
 OPTIONS = (
     Option("sol_report", "write the self-contained HTML report (default path sol-report.html)", None, "path-or-default"),
@@ -178,23 +175,3 @@ def parse_settings(raw: Mapping[str, Any]) -> Settings:
         sampling=SamplingSettings(min_time=min_time, max_time=max_time, noise=noise, cuda_graph=values["sol_cuda_graph"]),
         precision=values["sol_precision"],
     )
-
-
-def absolute_path(path: str, base: Path) -> Path:
-    """A path option as the user meant it: ``~`` expanded, a relative path taken from ``base``
-    (the directory pytest started in for outputs, the git top level for the history)."""
-    p = Path(path).expanduser()
-    return p if p.is_absolute() else base / p
-
-
-def refuse_colliding_outputs(targets: list[tuple[str, Path]]) -> None:
-    """No output may overwrite the history or another output of the same run: ``targets`` are
-    (option, path) pairs; two options naming one file is a usage error naming both."""
-    import os
-
-    seen: dict[Path, str] = {}
-    for flag, path in targets:
-        key = Path(os.path.abspath(path))
-        if key in seen:
-            raise OptionError(f"{seen[key]} and {flag} both name {path}: one would overwrite the other; give each its own path")
-        seen[key] = flag

@@ -27,8 +27,22 @@ class Work:
         return float(sum(self.flops.values()))
 
 
+# No kernel does 10**60 of anything; above this, the figures derived from a declaration (T_SOL in
+# seconds, SOL, achieved TFLOP/s) could overflow a double and could not be written or imported.
+# 10**30 bytes (an impossible declaration that above-sol reports) is still recorded and imported.
+MAX_COUNT = 1e60
+
+
+def _magnitude(value: int | float) -> str:
+    """A huge count, short: 1e+70, or 10**400 for an integer no float can hold."""
+    try:
+        return f"{float(value):.3g}"
+    except OverflowError:
+        return f"10**{len(str(abs(value))) - 1}" if value.bit_length() < 10_000 else f"an integer of {value.bit_length()} bits"
+
+
 def _check_count(what: str, value: Any) -> float:
-    """A count must be a finite, non-negative real number (bool is not a number here)."""
+    """A count must be a finite, non-negative real number up to MAX_COUNT (bool is not a number here)."""
     if isinstance(value, bool):
         raise WorkError(f"{what}={value!r} is not a number; declare a count such as {what}=1e9")
     if not isinstance(value, (int, float)):
@@ -40,10 +54,14 @@ def _check_count(what: str, value: Any) -> float:
                 pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise WorkError(f"{what}={value!r} is not a number; declare a count such as {what}=1e9")
-    if math.isnan(value) or math.isinf(value):
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         raise WorkError(f"{what}={value!r} must be finite; declare the real count of the work")
     if value < 0:
-        raise WorkError(f"{what}={value!r} is negative; work is a count of FLOPs or bytes, >= 0")
+        raise WorkError(f"{what}={_magnitude(value) if value < -MAX_COUNT else repr(value)} is negative; "
+                        "work is a count of FLOPs or bytes, >= 0")
+    if value > MAX_COUNT:
+        raise WorkError(f"{what}={_magnitude(value)} is more than any kernel does (the limit is {MAX_COUNT:g}); "
+                        "declare the real count of the work")
     return value
 
 

@@ -88,6 +88,24 @@ USAGE_ERRORS = [
     ("profile-empty-id", ["--sol-profile= "], {"test_x.py": PLAIN_TEST}, "the profile id is empty"),
     ("baseline-ref-missing", ["--sol-baseline=origin/main"], {"test_x.py": PLAIN_TEST},
      "--sol-baseline=origin/main: "),
+    # Outputs are compared by the file they reach (the test makes real symlinks): link.db -> real/h.db.
+    ("output-json-through-a-symlink", ["--sol-history=link.db", "--sol-json=real/h.db"], {"test_x.py": PLAIN_TEST},
+     "--sol-history and --sol-json both name"),
+    ("output-json-through-a-hard-link", ["--sol-history=hard.db", "--sol-json=real/h.db"], {"test_x.py": PLAIN_TEST},
+     "--sol-history and --sol-json both name"),
+    ("output-json-through-a-linked-folder", ["--sol-history=real/h.db", "--sol-json=alias/h.db"], {"test_x.py": PLAIN_TEST},
+     "/real/h.db (as "),
+    # History locations: a path or a postgresql:// URL; any other scheme is refused, never a folder.
+    ("history-url-mysql", ["--sol-history=mysql://ci:hunter2@db.example/h"], {"test_x.py": PLAIN_TEST},
+     "--sol-history=mysql://ci:***@db.example/h: a mysql:// history is not supported; give a SQLite file path"),
+    ("history-url-sqlite", ["--sol-history=sqlite:///h.db"], {"test_x.py": PLAIN_TEST},
+     "--sol-history=sqlite:///h.db: a sqlite:// history is not supported"),
+    ("history-url-raw-percent", ["--sol-history=postgresql://ci:p%zzhunter2@127.0.0.1:9/h"], {"test_x.py": PLAIN_TEST},
+     "postgresql://ci:***@127.0.0.1:9/h: not a PostgreSQL URL"),
+    ("output-home-of-no-user", ["--sol-json=~nosuchuser/out.json"], {"test_x.py": PLAIN_TEST},
+     "~nosuchuser/out.json: '~nosuchuser' is no user's home folder here; give the path in full"),
+    ("ini-bool-not-a-truth-value", [], {"pytest.ini": "[pytest]\nsol_no_save = maybe\n", "test_x.py": PLAIN_TEST},
+     "ini option sol_no_save: invalid truth value 'maybe'; give true or false"),
 ]
 
 
@@ -117,9 +135,19 @@ def test_usage_errors(pytester, case, args, files, fragment):
         db.execute("CREATE TABLE orders (id INTEGER)")
         db.commit()
         db.close()
+    if case.startswith("output-json-through"):
+        (pytester.path / "real").mkdir()
+        (pytester.path / "link.db").symlink_to("real/h.db")
+        (pytester.path / "alias").symlink_to("real", target_is_directory=True)
+        if case.endswith("hard-link"):
+            (pytester.path / "real" / "h.db").write_bytes(b"")
+            (pytester.path / "hard.db").hardlink_to(pytester.path / "real" / "h.db")
+    before = sorted(p.name for p in pytester.path.iterdir())
     result = pytester.runpytest("-p", "no:cacheprovider", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert_one_line_error(result, fragment)
+    assert "hunter2" not in result.stdout.str() + result.stderr.str()  # no password, in any form
+    assert sorted(p.name for p in pytester.path.iterdir()) == before  # nothing written: no folder named after a URL
     if case == "history-not-a-database":
         assert (pytester.path / "notes.txt").read_text() == "my notes\n" * 50  # refused, never overwritten
     if case == "history-foreign-sqlite":
@@ -138,7 +166,7 @@ TEST_FAILURES = [
      "WorkError: flops declared in 'fp8_tensor', which profile 'synthetic' lacks; it has: fp32, bf16_tensor"),
     ("work-none", "sol.measure(lambda: busy(1e-4))", "WorkError: no work declared: pass bytes=... (total fused bytes)"),
     ("work-not-a-number", "sol.measure(lambda: busy(1e-4), bytes='1MB')", "WorkError: bytes='1MB' is not a number"),
-    ("not-callable", "sol.measure(42, bytes=1)", "MeasureError: sol.measure needs a zero-argument callable, got int"),
+    ("not-callable", "sol.measure(42, bytes=1)", "sol.measure needs a zero-argument callable, got int: pass a callable that runs"),
     ("duplicate-name", "sol.measure(lambda: 0, bytes=1, name='k'); sol.measure(lambda: 0, bytes=1, name='k')",
      "a measurement named 'k' already exists in this test; give another name="),
     ("bad-name", "sol.measure(lambda: 0, bytes=1, name='')", "sol.measure(name='') must be a non-empty string"),
@@ -155,6 +183,18 @@ TEST_FAILURES = [
      "holds a newline or control character; every report shows names on one line"),
     ("mfu-without-flops", "sol.measure(lambda: busy(1e-4), bytes=1e3)",
      "has an MFU budget of 0.10 on synthetic but declares no FLOPs"),
+    ("work-beyond-any-float", "sol.measure(lambda: busy(1e-4), bytes=10**400)",
+     "WorkError: bytes=10**400 is more than any kernel does (the limit is 1e+60); declare the real count"),
+    # One rule for what cannot be timed: refused before anything runs, saying what to pass instead.
+    ("generator-function", "def kernel():\n        yield busy(1e-4)\n    sol.measure(kernel, bytes=1e3)",
+     "sol.measure got a generator function; calling it only creates a generator, and none of its body runs: "
+     "pass a callable that runs the work when called (e.g. lambda: list(kernel())"),
+    ("lambda-around-generator", "def kernel():\n        yield busy(1e-4)\n    sol.measure(lambda: kernel(), bytes=1e3)",
+     "kernel returned a generator, so none of the generator's body ran"),
+    ("empty-rotation", "sol.measure([], bytes=1e3)",
+     "sol.measure got an empty list of buffer sets: give one zero-argument callable per buffer set, at least one"),
+    ("async-in-a-rotation", "async def kernel():\n        busy(1e-4)\n    sol.measure([lambda: busy(1e-4), kernel], bytes=1e3)",
+     "sol.measure got an async function (buffer set 1 of the list)"),
 ]
 
 
@@ -174,6 +214,63 @@ def test_kernel_that_raises_keeps_its_own_traceback(suite):
     result.stdout.fnmatch_lines(["*raise ValueError('bad launch grid')", "E       ValueError: bad launch grid"])
     assert "pytest_solgate/" not in result.stdout.str() and "SolgateError" not in result.stdout.str()
     result.stdout.no_fnmatch_line("*take_timing*")  # none of our frames in the traceback
+
+
+def test_an_unusable_lock_folder_fails_the_test_in_one_line(suite, pytester, monkeypatch):
+    (pytester.path / "not-a-folder").write_text("x")
+    monkeypatch.setenv("SOLGATE_LOCK_DIR", str(pytester.path / "not-a-folder"))
+    result = suite("def test_k(sol):\n    sol.measure(lambda: busy(1e-4), bytes=1e3)\n")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"E   *MeasureError: cannot take the cpu device lock in SOLGATE_LOCK_DIR={pytester.path}/not-a-folder "
+                                 "(*): point SOLGATE_LOCK_DIR at a folder this user can write, or unset it"])
+    assert "pytest_solgate/" not in result.stdout.str() and "FileExistsError" not in result.stdout.str()
+
+
+def test_an_output_name_as_long_as_the_folder_allows_is_written(suite, pytester):
+    """The temporary file beside an output is named to fit wherever the output's own name fits."""
+    json_name, report_name = "j" * 245 + ".json", "r" * 245 + ".html"
+    result = suite("def test_k(sol):\n    sol.measure(lambda: busy(1e-4), bytes=1e3)\n", f"--sol-json={json_name}",
+                   f"--sol-report={report_name}", fake_clock=True)
+    result.assert_outcomes(passed=1)
+    assert (pytester.path / json_name).is_file() and (pytester.path / report_name).is_file()
+    assert not [p for p in pytester.path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_the_tests_own_error_stays_its_failure_and_the_verdict_is_a_note(suite):
+    result = suite("""
+        import pytest
+
+        def reference():
+            raise ValueError("reference broke")
+
+        @pytest.mark.sol(speedup=1.5, reference="torch")
+        def test_reference_raises(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.4e6)
+            sol.measure(reference, bytes=0.4e6, name="torch", gate=False)
+
+        @pytest.mark.sol(min=0.9)
+        def test_wrong_result_after_measuring(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.4e6)
+            assert 1 == 2, "wrong result"
+
+        @pytest.mark.sol(speedup=1.5)
+        def test_no_reference(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.4e6)
+    """, fake_clock=True)
+    result.assert_outcomes(failed=3)
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "E       ValueError: reference broke",
+        "E       solgate: test_kernels.py::test_reference_raises: @pytest.mark.sol(reference='torch') but the test has no "
+        "gate=False measurement named so (it has: none)",
+    ])
+    result.stdout.fnmatch_lines(["E       AssertionError: wrong result", "E       assert 1 == 2",
+                                 "E       solgate: below-budget: test_wrong_result_after_measuring SOL 0.40 < budget 0.90 on synthetic*"])
+    result.stdout.fnmatch_lines(["FAILED test_kernels.py::test_reference_raises - ValueError: reference broke",
+                                 "FAILED test_kernels.py::test_wrong_result_after_measuring - AssertionError: wrong result"])
+    said = [line for line in result.stdout.lines if line.startswith("test_kernels.py::test_no_reference: a speedup budget needs one reference")]
+    assert len(said) == 1, out  # once, not once per re-raise
+    assert "During handling of the above exception" not in out and "pytest_solgate/" not in out
 
 
 def test_kernel_longer_than_the_time_budget_warns(suite):
@@ -270,6 +367,19 @@ CLI_ERRORS = [
     ("cli-history-directory", ["history", "--history", "."], "is a directory; --sol-history needs a database file path"),
     ("cli-detect-unknown-device", ["detect", "--name", "Potato GPU"], "no hardware profile matches device 'Potato GPU'"),
     ("cli-trend-no-history", ["trend", "--history", "none.db"], "none.db: no history database here yet"),
+    ("cli-trend-onto-history-through-a-symlink", ["trend", "--history", "notes.txt", "-o", "notes-link.txt"],
+     "is the history database itself"),
+    ("cli-history-url-mysql", ["history", "--history", "mysql://ci:hunter2@db.example/h"],
+     "--history=mysql://ci:***@db.example/h: a mysql:// history is not supported"),
+    ("cli-import-into-a-sqlite-url", ["import", "half.json", "--history", "sqlite:///h.db"],
+     "--history=sqlite:///h.db: a sqlite:// history is not supported"),
+    ("cli-migrate-from-a-mysql-url", ["migrate", "mysql://ci:hunter2@db.example/h", "h.db"],
+     "SOURCE=mysql://ci:***@db.example/h: a mysql:// history is not supported"),
+    ("cli-history-home-of-no-user", ["history", "--history", "~nosuchuser/h.db"], "'~nosuchuser' is no user's home folder here"),
+    ("cli-history-url-bad-timeout", ["history", "--history", "postgresql://ci:hunter2@127.0.0.1:9/h?connect_timeout=abc"],
+     "postgresql://127.0.0.1:9/h: connect_timeout='abc' in the URL is not a whole number of seconds"),
+    ("cli-history-raw-percent-password", ["history", "--history", "postgresql://ci:p%zzhunter2@127.0.0.1:9/h"],
+     "postgresql://ci:***@127.0.0.1:9/h: not a PostgreSQL URL"),
 ]
 
 
@@ -291,13 +401,77 @@ def test_cli_errors(tmp_path, case, args, fragment):
         (tmp_path / f"{name}.json").write_text(json.dumps(document))
     (tmp_path / "nan.json").write_text((tmp_path / "poison.json").read_text().replace('"abc"', "[NaN]"))
     (tmp_path / "strings.json").write_text('{"schema": "solgate/1", "run": {"id": "r", "started_at": "x"}, "measurements": ["a", "b"]}')
+    (tmp_path / "notes-link.txt").symlink_to("notes.txt")
+    before = sorted(p.name for p in tmp_path.iterdir())
     done = subprocess.run([sys.executable, "-m", "pytest_solgate.cli", *args], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 2, (done.stdout, done.stderr)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and fragment in lines[0], done.stderr
+    assert "hunter2" not in done.stdout + done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no folder named after a URL
     assert (tmp_path / "notes.txt").read_text() == "notes\n" * 100
     assert not (tmp_path / ".solgate").exists()  # a refused import writes nothing
 
 
 def test_the_catalogue_has_at_least_thirty_entries():
     assert len(USAGE_ERRORS) + len(TEST_FAILURES) + len(CLI_ERRORS) + 4 >= 30
+
+
+def test_one_history_from_any_subdirectory_for_pytest_and_every_command(pytester):
+    """A relative history location is taken from the git top level by pytest and by every solgate
+    command, whichever directory each starts in (docs/history.md)."""
+    import os
+
+    from solgate_testing import FAKE_CLOCK_KERNELS, init_repo
+
+    top = pytester.path
+    init_repo(top)
+    sub = top / "kernels"
+    sub.mkdir()
+    (sub / "synthetic.toml").write_text(SYNTHETIC_PROFILE)
+    (sub / "test_k.py").write_text(FAKE_CLOCK_KERNELS + "\ndef test_k(sol):\n    sol.measure(lambda: busy(1e-3), bytes=0.4e6)\n")
+    env = {**os.environ, "SOLGATE_HISTORY": "team.db"}
+
+    def run(*args):
+        return subprocess.run([sys.executable, *args], cwd=sub, env=env, capture_output=True, text=True)
+
+    done = run("-m", "pytest", *FAST_TIMING, "--sol-profile=synthetic.toml", "--sol-json=out.json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"solgate: run recorded in {top / 'team.db'}" in done.stdout
+    assert (top / "team.db").is_file() and not (sub / "team.db").exists()
+    for listing in (run("-m", "pytest_solgate.cli", "history"),
+                    run("-m", "pytest_solgate.cli", "history", "--history", "team.db")):
+        assert listing.returncode == 0 and "test_k.py::test_k [default]" in listing.stdout, listing.stdout + listing.stderr
+    imported = run("-m", "pytest_solgate.cli", "import", "out.json", "--history", "team.db")
+    assert imported.returncode == 0 and f"is already in {top / 'team.db'}: nothing added" in imported.stdout, imported.stdout
+    assert not (sub / "team.db").exists()  # never a second history beside the first
+
+
+def test_a_history_url_in_the_environment_is_refused_and_never_printed(pytester, monkeypatch):
+    """SOLGATE_HISTORY holds a secret: a scheme the plugin cannot open is refused by name, and its
+    password is printed nowhere (never taken as a relative path, nor put in the run-recorded line)."""
+    monkeypatch.setenv("SOLGATE_HISTORY", "mysql://ci:hunter2@db.example/h")
+    pytester.makepyfile(test_x=PLAIN_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert_one_line_error(result, "SOLGATE_HISTORY=mysql://ci:***@db.example/h: a mysql:// history is not supported")
+    assert "hunter2" not in result.stdout.str() + result.stderr.str()
+    assert sorted(p.name for p in pytester.path.iterdir()) == ["test_x.py"]
+
+
+def test_every_test_this_page_names_exists():
+    """docs/reliability.md quotes tests as evidence: each one it names (``file.py::test_name``, or a
+    bare ``test_name`` from this catalogue or tests/test_faults.py) must exist, so that CI keeps
+    running every test the page relies on."""
+    import re
+    from pathlib import Path
+
+    tests = Path(__file__).parent
+    page = (tests.parent / "docs" / "reliability.md").read_text()
+    defined = {path.name: set(re.findall(r"^def (test_\w+)", path.read_text(), re.MULTILINE)) for path in tests.glob("test_*.py")}
+    named = re.findall(r"(test_\w+\.py)::(test_\w+)", page)
+    missing = [f"{file}::{name}" for file, name in named if name not in defined.get(file, set())]
+    catalogue = defined["test_bad_input.py"] | defined["test_faults.py"]
+    bare = set(re.findall(r"`(test_\w+)`", page)) - {name for _, name in named}
+    missing += sorted(name for name in bare if name not in catalogue)
+    assert named and not missing, f"docs/reliability.md names tests that do not exist: {missing}"

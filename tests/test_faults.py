@@ -17,7 +17,7 @@ import pytest
 
 from pytest_solgate.history import SqliteStore, open_store
 from pytest_solgate.results import RunInfo
-from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE, recorded
+from solgate_testing import FAKE_CLOCK_KERNELS, FAST_TIMING, KERNELS, SYNTHETIC_PROFILE, git, init_repo, recorded
 
 PER_RUN = 3
 
@@ -180,3 +180,84 @@ def test_a_read_only_history_is_still_read(pytester):
     assert "1 passed" in nosave and "not saved" not in nosave, nosave
     listing = (pytester.path / "history.out").read_text()
     assert listing.count("test_k.py::test_k [default]") == 2 and "solgate exit" not in listing, listing
+
+
+# --- our own outputs import back ---------------------------------------------------------------
+# Every verdict the plugin can give, on the fake clock: baselines from two earlier commits make
+# regressed and improved, one earlier run of a test makes ambiguous; a near-instant kernel is
+# above-sol with a SOL of ten thousand, and bytes=10**30 gives a T_SOL of 10**21 s.
+EVERY_VERDICT = FAKE_CLOCK_KERNELS + '''
+import json, pathlib
+import pytest
+
+SPEED = json.loads(pathlib.Path(__file__).with_name("speed.json").read_text())
+
+def test_pass(sol):
+    sol.measure(lambda: busy(1e-3), bytes=0.4e6)
+
+@pytest.mark.sol(min=0.9)
+def test_below_budget(sol):
+    sol.measure(lambda: busy(1e-3), bytes=0.4e6)
+
+def test_instant_kernel(sol):
+    sol.measure(lambda: busy(1e-7), bytes=1e6)
+
+@pytest.mark.sol(speedup=1.5, reference="eager")
+def test_extreme_work_and_speedup(sol):
+    sol.measure(lambda: busy(1e-3), bytes=0.4e6, name="eager", gate=False)
+    sol.measure(lambda: busy(1e-3), bytes=10**30, flops={"bf16_tensor": 10**40})
+
+def test_regressed(sol):
+    sol.measure(lambda: busy(SPEED["regressed"]), bytes=0.4e6)
+
+def test_improved(sol):
+    sol.measure(lambda: busy(SPEED["improved"]), bytes=0.4e6)
+
+def test_ambiguous(sol):
+    if SPEED["ambiguous"] is None:
+        pytest.skip("not measured at this commit")
+    sol.measure(lambda: busy(SPEED["ambiguous"]), bytes=0.4e6)
+'''
+
+
+def test_every_verdicts_json_imports_back_and_leaves_the_spool(pytester):
+    """What the plugin writes, ``solgate import`` and the spool take back: every verdict, an
+    above-sol SOL of ten thousand, declared work of 10**30 bytes (docs/reliability.md)."""
+    import json
+
+    from pytest_solgate.results import VERDICTS
+
+    init_repo(pytester.path)
+    pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
+    (pytester.path / ".gitignore").write_text(".solgate/\n*.out\n")
+    (pytester.path / "test_kernels.py").write_text(EVERY_VERDICT)
+    options = [*FAST_TIMING, "--sol-profile=synthetic.toml"]
+    for speeds in ({"regressed": 1e-3, "improved": 1e-3, "ambiguous": None},
+                   {"regressed": 1e-3, "improved": 1e-3, "ambiguous": 1e-3},
+                   {"regressed": 1.5e-3, "improved": 0.6e-3, "ambiguous": 1.5e-3}):
+        (pytester.path / "speed.json").write_text(json.dumps(speeds))
+        git(pytester.path, "add", "-A")
+        git(pytester.path, "commit", "-q", "-m", f"speeds {speeds}")
+        pytester.runpytest(*options, "--sol-json=run.json.out")
+    written = json.loads((pytester.path / "run.json.out").read_text())["measurements"]
+    assert {m["verdict"] for m in written} == set(VERDICTS), [(m["test"], m["verdict"]) for m in written]
+    assert max(m["sol"] for m in written) > 1e3 and max(m["t_sol"] for m in written) > 1e20  # beyond the old bounds
+
+    def solgate(*args):
+        done = subprocess.run([sys.executable, "-m", "pytest_solgate.cli", *args], cwd=pytester.path,
+                              capture_output=True, text=True)
+        return done.returncode, done.stdout + done.stderr
+
+    assert solgate("import", "run.json.out", "--history", "fresh.db") == (
+        0, f"imported run {json.loads((pytester.path / 'run.json.out').read_text())['run']['id'][:12]} "
+           f"({len(written)} measurements) into {pytester.path / 'fresh.db'}\n")
+    # The same run, spooled by the plugin itself while its history server was unreachable.
+    unreachable = "postgresql://solgate@127.0.0.1:9/history?connect_timeout=2"
+    result = pytester.runpytest(*options, f"--sol-history={unreachable}")
+    result.stdout.fnmatch_lines(["solgate: history unavailable: *; run spooled to *, the next run sends it"])
+    assert len(list((pytester.path / ".solgate" / "spool").iterdir())) == 1
+    status, said = solgate("import", "--spool", "--history", "spooled.db")
+    assert (status, said) == (0, f"1 spooled run(s) sent to {pytester.path / 'spooled.db'}\n"), said
+    assert not list((pytester.path / ".solgate" / "spool").iterdir())  # sent, so no longer kept
+    status, listing = solgate("history", "--history", "spooled.db")
+    assert status == 0 and all(verdict in listing for verdict in ("above-sol", "below-budget", "not-gated")), listing

@@ -374,7 +374,7 @@ def test_rotating_inputs_call_each_buffer_set_in_turn(suite, pytester):
             sol.measure([1, 2], bytes=1e5)
     """, "--sol-json=out.json")
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*sol.measure got a list: give one zero-argument callable per buffer set*"])
+    result.stdout.fnmatch_lines(["*sol.measure needs a zero-argument callable (buffer set 0 of the list), got int*"])
     (m,) = json.loads((pytester.path / "out.json").read_text())["measurements"]
     assert any(note.startswith("rotating inputs: 3 buffer sets") for note in m["notes"])
 
