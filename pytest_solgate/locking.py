@@ -19,16 +19,30 @@ def lock_dir() -> Path:
 
 
 @contextlib.contextmanager
-def device_lock(device_key: str) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on the device's lock file for the duration of the block."""
+def device_lock(device_key: str, holder: str = "") -> Iterator[str]:
+    """Hold an exclusive ``flock`` on the device's lock file for the duration of the block.
+
+    Yields who held the lock when it had to be waited for ('' when it was free): the ``holder``
+    text the other process wrote into the file (its solgate run id and pid), so that a run can
+    tell another solgate run on its device from its own xdist workers (engine.py)."""
     import fcntl
 
     folder = lock_dir()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / (re.sub(r"[^A-Za-z0-9_.-]", "_", device_key) + ".lock")
     with open(path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        waited_for = ""
         try:
-            yield
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            waited_for = handle.read().strip() or "another process"
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(holder or f"pid {os.getpid()}")
+        handle.flush()
+        try:
+            yield waited_for
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)

@@ -174,6 +174,9 @@ class Measurement:
     device: str = ""
     worker: str = ""  # the xdist worker that measured it
     notes: tuple[str, ...] = ()  # what a reader of the result should know (the timing's notes included)
+    # Why the machine was busy while this was measured (another process on its cores, another
+    # solgate run waiting for the device), or "": a contended result is never a baseline.
+    contended: str = ""
     judgement: Judgement | None = None
     # The record stage's history of this measurement, oldest first: [{"commit", "sol", "started_at"}].
     trend: tuple[Mapping[str, Any], ...] = ()
@@ -243,6 +246,7 @@ class Measurement:
             "sm_clock_mhz": timing.sm_clock_mhz,
             "sol_at_clock": scored.sol_at_clock,
             "timing_mode": timing.mode,
+            "contended": self.contended,
             "verdict": judgement.verdict.value if judgement else None,
             "reason": judgement.reason if judgement else "",
             "budget": judgement.budget.to_dict() if judgement else {},
@@ -298,6 +302,7 @@ class Measurement:
             device=data.get("device") or "",
             worker=data.get("worker") or "",
             notes=tuple(data.get("notes") or ()),
+            contended=str(data.get("contended") or ""),
             judgement=judgement,
             trend=tuple(data.get("trend") or ()),
         )
@@ -325,6 +330,7 @@ class RunInfo:
     ceilings: str = ""
     command: str = ""
     baseline_ref: str = ""
+    status: str = "complete"  # or "interrupted" (Ctrl-C): recorded, never a baseline
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

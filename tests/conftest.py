@@ -37,7 +37,8 @@ def pytest_configure(config):
     # pytester restores sys.modules after each in-process run; torch cannot be imported twice in
     # one process, and psycopg's compiled core keeps raising the exception classes of its first
     # import, so both are imported once up front, before any snapshot is taken.
-    for module in ("torch", "psycopg"):
+    # numpy and ruptures (change points, read by every baseline lookup) likewise.
+    for module in ("torch", "psycopg", "numpy", "ruptures"):
         try:
             __import__(module)
         except ImportError:
