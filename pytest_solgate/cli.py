@@ -399,6 +399,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             key: baseline.window_from(store, key, commits, args.window, m.environment, min_change)
             for key, m in head.items() if _gated(m)
         }
+    if not any(windows.values()):
+        itself = " other than HEAD's own (a commit is never in its own window)" if base_sha == head_sha else ""
+        raise UsageFailure(f"compare: no clean results for '{args.base}' or its ancestors in {history_path}{itself}")
     settings = judge.JudgeSettings(gate="fail", commit=head_sha)
     regressed = 0
     print(f"{'test [name]':<60} {'base':>7} {'head':>7} {'change':>8} {'floor':>7}  verdict")

@@ -101,7 +101,8 @@ def test_history_trend_compare(two_commits):
     # the reference slowed far more, but gate=False measurements are never judged
     (ref_row,) = [line for line in compared.stdout.splitlines() if "[ref]" in line]
     assert ref_row.endswith("not gated (gate=False)")
-    assert solgate("compare", a, a, cwd=path).returncode == 0
+    itself = solgate("compare", a, a, cwd=path)  # A's runs are not a window for A itself
+    assert itself.returncode == 2 and "a commit is never in its own window" in itself.stderr, itself.stderr
     assert solgate("compare", "HEAD~1", "HEAD", cwd=path).returncode == 1
     bad = solgate("compare", a, "nosuchref", cwd=path)
     assert bad.returncode == 2 and "'nosuchref' is neither a git ref" in bad.stderr

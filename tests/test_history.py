@@ -662,3 +662,23 @@ def test_a_version_1_postgres_history_is_migrated_in_place(postgres_url):
         assert store.record_accept({"commit_sha": "a" * 40, "pattern": "*", "reason": "r", "accepted_at": "2026-12-03"})
         assert not store.record_accept({"commit_sha": "a" * 40, "pattern": "*", "reason": "r", "accepted_at": "2026-12-03"})
         assert [a["reason"] for a in store.accepts(["a" * 40])] == ["r"]
+
+
+def test_compare_skips_what_was_not_gated_and_never_puts_head_in_its_own_window(sqlite_repo):
+    from test_cli import solgate
+
+    repo = sqlite_repo
+    commits = repo.seed(STEADY + [0.30])
+    head = commits[-1]
+    with repo.store() as store:  # HEAD also ran its Triton kernel under the interpreter: not gated
+        interpreted = changed(a_measurement(0.05), test="test_kernels.py::test_triton", backend="triton-interpreter",
+                              verdict="not-gated", reason="TRITON_INTERPRET=1: the Triton interpreter's timings mean nothing")
+        store.record_run(RunInfo(id="interp", started_at="2026-11-02T00:00:00+00:00", commit=head, profile="synthetic",
+                                 ceilings="measured"), [interpreted])
+    compared = solgate("compare", head, head, cwd=repo.path)
+    # Before: HEAD's own slow run was in its window and the drop read as within the noise.
+    assert compared.returncode == 1, compared.stdout + compared.stderr
+    (kernel,) = [line for line in compared.stdout.splitlines() if "test_kernel [default]" in line]
+    assert kernel.endswith("regressed") and " 0.390 " in kernel
+    (triton,) = [line for line in compared.stdout.splitlines() if "test_triton" in line]
+    assert triton.endswith("not gated (TRITON_INTERPRET=1)")
