@@ -11,7 +11,9 @@ change points per 200-commit A/A series (benchmarks/changepoints.py, docs/histor
 A segment may be one commit long, and what such a segment means depends on where it is:
 
 - at the newest commit it is a step **at that commit**, marked ``provisional``: the next commit
-  confirms it (or shows it was a glitch);
+  confirms it (or shows it was a glitch). The newest commit is also tested on its own (it is one
+  position, not n, so it does not pay the log(n) penalty): a value NEWEST_Z robust sigmas off its
+  level's prediction interval is a provisional step there;
 - anywhere else it is a one-commit excursion: an ``Outlier``, not two steps, when the levels on
   either side of it do not differ significantly; when they do, the commit joins the side it is
   closer to and one step remains.
@@ -36,6 +38,7 @@ from pytest_solgate.settings import DEFAULT_MIN_CHANGE
 MIN_POINTS = 3  # fewer commits than this cannot show a step with a commit on each side
 MIN_SIGMA = 1e-3  # a perfectly flat series still gets a finite penalty
 PENALTY_FACTOR = 6.0
+NEWEST_Z = 4.0  # robust sigmas off its level that make the newest value a provisional step (p < 0.0001)
 MIN_CHANGE = DEFAULT_MIN_CHANGE  # steps smaller than this are not listed (--sol-min-change, sol_min_change)
 
 
@@ -164,6 +167,18 @@ def find(values: Sequence[float | None], min_change: float = MIN_CHANGE) -> Chan
         if -math.expm1(-steps[smallest]) >= min_change:  # the relative change, read as a drop
             break
         segments[smallest:smallest + 2] = [segments[smallest] + segments[smallest + 1]]
+
+    # The newest commit is one candidate position, not n: PELT's log(n) penalty, paid for searching
+    # every position, misses a step there that a single test sees. When the newest value lies
+    # outside its level's prediction interval (NEWEST_Z robust sigmas), it is a provisional step.
+    last = segments[-1]
+    if len(last) > MIN_POINTS - 1:
+        rest = [logs[j] for j in last[:-1] if j not in outliers]
+        level_log = stats.mean(rest)
+        gap = logs[n - 1] - level_log
+        bound = NEWEST_Z * robust_sigma(logs) * math.sqrt(1 + 1 / len(rest))
+        if abs(gap) > bound and -math.expm1(-abs(gap)) >= min_change:
+            segments[-1:] = [last[:-1], [n - 1]]
 
     points = tuple(
         ChangePoint(
