@@ -155,7 +155,9 @@ class Repo:
             sys.exit(f"pytest wrote no results:\n{done.stdout}\n{done.stderr}")
         data = json.loads((self.path / "run.json").read_text())
         (self.path / "run.json").unlink()
-        return {m["test"].split("::test_")[-1]: m for m in data["measurements"]}, seconds
+        # by kernel; a measurement other than the test's default one as "kernel/name"
+        return {m["test"].split("::test_")[-1] + ("" if m["name"] == "default" else f"/{m['name']}"): m
+                for m in data["measurements"]}, seconds
 
 
 def baseline_run(m: Measurement, j: int) -> judge.BaselineRun:
