@@ -37,8 +37,11 @@ def pytest_configure(config):
     # pytester restores sys.modules after each in-process run; torch cannot be imported twice in
     # one process, and psycopg's compiled core keeps raising the exception classes of its first
     # import, so both are imported once up front, before any snapshot is taken.
-    # numpy and ruptures (change points, read by every baseline lookup) likewise.
-    for module in ("torch", "psycopg", "numpy", "ruptures"):
+    # numpy and ruptures (change points, read by every baseline lookup) likewise; and the engine,
+    # so that the fake clock's patch of engine.CPU_CLOCKS reaches the module the plugin uses (a
+    # module first imported inside a run is imported afresh by the next, and the package keeps
+    # pointing at the old one).
+    for module in ("torch", "psycopg", "numpy", "ruptures", "pytest_solgate.engine"):
         try:
             __import__(module)
         except ImportError:
