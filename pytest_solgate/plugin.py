@@ -429,6 +429,12 @@ class SolgateSession:
             self.settings.baseline,
             interrupted=exitstatus == pytest.ExitCode.INTERRUPTED,
         )
+        contended = [m for m in self.records if m.contended]
+        if contended:
+            self.messages.append(
+                f"solgate: {len(contended)} measurement(s) taken while the machine was busy (contended: "
+                f"{contended[0].contended}); they are recorded, never baselines, and cannot fail as regressed"
+            )
         if run.status == "interrupted":
             # Recorded (what was measured is evidence) but never a baseline, and every output says so.
             self.messages.append(f"solgate: the session was interrupted: this run ({len(self.records)} measurement(s)) "

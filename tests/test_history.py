@@ -569,6 +569,7 @@ def test_two_runs_at_once_are_marked_contended_and_never_baselines(sqlite_repo):
     assert m["contended"].startswith("this process got ") and "of a core while sampling" in m["contended"]
     assert any(note.startswith("contended: this process got") for note in m["notes"])
     assert "contended: this process got" in a.stdout  # said at the test, as a warning
+    assert "solgate: 1 measurement(s) taken while the machine was busy (contended: this process got" in a.stdout
     with repo.store() as store:
         runs = store.baseline_runs("test_a.py::test_a", "default", "synthetic", "measured", [repo.git("rev-parse", "HEAD")], 10)
     assert [r.disturbed for r in runs] == ["contended"]
@@ -604,8 +605,8 @@ def test_2(sol):
     head = repo.commit("seven tests")
     result = repo.pytester.runpytest_subprocess(*FAST_TIMING, "--sol-profile=synthetic.toml", "--sol-json=out.json.out")
     assert result.ret == pytest.ExitCode.INTERRUPTED
-    result.stdout.fnmatch_lines(["*KeyboardInterrupt*", "*solgate: the session was interrupted: this run (1 measurement(s)) is "
-                                 "recorded as interrupted, never used as a baseline, and its reports are partial*"])
+    result.stdout.fnmatch_lines(["*solgate: the session was interrupted: this run (1 measurement(s)) is recorded as "
+                                 "interrupted, never used as a baseline, and its reports are partial*", "*KeyboardInterrupt*"])
     data = json.loads((repo.path / "out.json.out").read_text())
     assert data["run"]["status"] == "interrupted" and len(data["measurements"]) == 1
     with repo.store() as store:
