@@ -285,8 +285,9 @@ class Engine:
         """The timing, and why the machine was busy while it was taken ('' if it was not).
 
         Busy means, on a CPU, that this process got under CONTENDED_SHARE of a core while
-        sampling; on a GPU, that another solgate run held the device's lock just before. A contended timing is taken again (CONTENTION_RETAKES); the one
-        with the largest share is kept, and it stays marked when every attempt was contended."""
+        sampling; on a GPU, that another solgate run held the device's lock just before (see
+        ``contention``). A contended timing is taken again (CONTENTION_RETAKES); the one with the
+        largest share is kept, and it stays marked when every attempt was contended."""
         best: tuple[float, measure.Timing, str] | None = None
         holder = f"run {self.run_id} pid {os.getpid()}"
         for _ in range(1 + CONTENTION_RETAKES):
@@ -299,10 +300,11 @@ class Engine:
                     timing = self._interpreted_or_cpu(fn, context.backend, sampling)
                 cpu, wall = cpu_clock() - cpu, wall_clock() - wall
             share = cpu / wall if wall > 0 else 1.0
-            why = contention(waited_for, self.run_id, share, context.device.kind == "cpu")
+            # The interpreter's timings mean nothing whether or not the machine was busy.
+            why = contention(waited_for, self.run_id, share, context.device.kind == "cpu") if timing_for_real(timing) else ""
             if best is None or (best[2] and share > best[0]):
                 best = (share, timing, why)
-            if not why or not timing_for_real(timing):
+            if not why:
                 break
         return best[1], best[2]
 
