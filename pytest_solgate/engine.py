@@ -242,9 +242,8 @@ class Engine:
         notes = list(timing.notes)
         if unscored:
             notes.append(unscored)
-        if contended:
+        if contended:  # said in the reports and once at the end of the session (plugin.py), not per test
             notes.append(f"contended: {contended}; recorded, never a baseline, and it cannot fail as regressed")
-            self.warn(f"{test} '{name}': {notes[-1]}")
         if rotation:
             notes.append(f"rotating inputs: {rotation} buffer sets, called in turn, so no call finds the last one's data in cache")
         if timed_for_real and timing.wall_seconds > sampling.max_time * 1.5 and len(timing.samples) < sampling.min_samples:
@@ -288,6 +287,7 @@ class Engine:
         sampling; on a GPU, that another solgate run held the device's lock just before (see
         ``contention``). A contended timing is taken again (CONTENTION_RETAKES); the one with the
         largest share is kept, and it stays marked when every attempt was contended."""
+        __tracebackhide__ = True  # a kernel that raises shows its own traceback, not ours
         best: tuple[float, measure.Timing, str] | None = None
         holder = f"run {self.run_id} pid {os.getpid()}"
         for _ in range(1 + CONTENTION_RETAKES):

@@ -246,12 +246,13 @@ class Measurement:
             "sm_clock_mhz": timing.sm_clock_mhz,
             "sol_at_clock": scored.sol_at_clock,
             "timing_mode": timing.mode,
-            "contended": self.contended,
             "verdict": judgement.verdict.value if judgement else None,
             "reason": judgement.reason if judgement else "",
             "budget": judgement.budget.to_dict() if judgement else {},
             "baseline": judgement.baseline.to_dict() if judgement and judgement.baseline else None,
             "trend": [dict(point) for point in self.trend],
+            # Last, and only when set: the records of earlier versions write back identical.
+            **({"contended": self.contended} if self.contended else {}),
         }
 
     @classmethod
