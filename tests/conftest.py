@@ -102,3 +102,14 @@ def _cpu_share(request, tmp_path_factory):
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def _contention_is_not_judged_here(monkeypatch):
+    """Whether a measurement was contended depends on how busy this machine is, and tests never
+    depend on that: in-process runs see no contention. The tests of contention itself run pytest
+    in subprocesses on purpose (tests/test_history.py) or call ``engine.contention`` directly."""
+    from pytest_solgate import engine
+
+    monkeypatch.setattr(engine, "contention", lambda *args: "")
+

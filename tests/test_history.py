@@ -6,6 +6,7 @@ import sqlite3
 import pytest
 
 from pytest_solgate import history
+from pytest_solgate.engine import contention as real_contention  # conftest patches the module's in every test
 from pytest_solgate.results import RunInfo
 from solgate_testing import (  # noqa: F401
     FAKE_CLOCK_KERNELS,
@@ -572,6 +573,14 @@ def test_two_runs_at_once_are_marked_contended_and_never_baselines(sqlite_repo):
     with repo.store() as store:
         runs = store.baseline_runs("test_a.py::test_a", "default", "synthetic", "measured", [repo.git("rev-parse", "HEAD")], 10)
     assert [r.disturbed for r in runs] == ["contended"]
+
+
+def test_contention_is_a_busy_core_on_a_cpu_and_another_run_on_a_gpu():
+    assert real_contention("", "r1", 0.95, on_cpu=True) == ""
+    assert real_contention("", "r1", 0.40, on_cpu=True).startswith("this process got 40% of a core while sampling")
+    assert real_contention("run r2 pid 7", "r1", 0.40, on_cpu=False) == "another solgate run (run r2 pid 7) was using this device"
+    assert real_contention("run r1 pid 8", "r1", 1.0, on_cpu=False) == ""  # our own xdist worker
+    assert real_contention("", "r1", 0.10, on_cpu=False) == ""  # a GPU's share is not visible from the host
 
 
 def test_a_contended_run_cannot_fail_as_regressed():
