@@ -7,13 +7,19 @@ baseline is judged. Then:
 
 1. A/A: ``--runs`` empty commits, one ``pytest`` run each. Every ``regressed`` is a false alarm
    (target: at most 1 in 80 measurements, 20 runs x 4 kernels).
-2. A real slowdown: a commit that makes ``add`` do ``--slowdown`` times the work while declaring
-   the same bytes, run twice (target: ``regressed`` in 2 of 2 runs, the other kernels not).
-3. Power: the A/A run-level values replayed through the gate's own judge (judge.against_window),
-   each run in turn against the window of the runs before it, divided by 1 + d for a slowdown d;
-   the smallest d caught in 95 % of replays is reported.
+2. Power from new runs: for each factor (x1.1, x1.2, x1.25, x1.4, x1.8) a commit that makes every
+   kernel do that many times the work while declaring the same bytes (a change that slows every
+   kernel alike: nothing may explain it away), run ``--power-runs`` times, each judged by the
+   plugin against the A/A history and not saved; the share of ``regressed`` is the power. The
+   commit is then reverted, so that each factor starts from the A/A level.
+3. Power by replay: the A/A run-level values through the gate's own window choice and judge
+   (baseline.level, judge.against_window), each run in turn against the runs before it, divided
+   by the factor.
 
-    python benchmarks/gate_power.py [--runs 20] [--slowdown 1.4]
+Runs marked contended (the process got under 3/4 of a core while sampling) are counted and shown
+with a ``*``: they are never baselines and cannot be ``regressed``.
+
+    python benchmarks/gate_power.py [--runs 20] [--factors 1.1,1.2,1.25,1.4,1.8] [--power-runs 3]
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import machine  # noqa: E402
-from pytest_solgate import judge, results  # noqa: E402
+from pytest_solgate import baseline, judge, results  # noqa: E402
 from pytest_solgate.results import Measurement  # noqa: E402
 
 KERNELS = ("add", "mm", "softmax", "copy")
@@ -79,18 +85,39 @@ def test_add(sol):
 def test_mm(sol):
     a, b = torch.rand(1024, 1024), torch.rand(1024, 1024)
     out = torch.empty(1024, 1024)
-    sol.measure(lambda: torch.mm(a, b, out=out), bytes=sol.nbytes(a, b, out), flops=2 * 1024**3)
+    rows = extra("mm", 1024)
+
+    def kernel():
+        torch.mm(a, b, out=out)
+        if rows:
+            torch.mm(a[:rows], b, out=out[:rows])
+
+    sol.measure(kernel, bytes=sol.nbytes(a, b, out), flops=2 * 1024**3)
 
 
 def test_softmax(sol):
     x = torch.rand(2048, 4096)  # 32 MiB in, 32 MiB out
     out = torch.empty_like(x)
-    sol.measure(lambda: torch.softmax(x, dim=-1, out=out), bytes=sol.nbytes(x, out), flops=5 * x.numel())
+    rows = extra("softmax", 2048)
+
+    def kernel():
+        torch.softmax(x, dim=-1, out=out)
+        if rows:
+            torch.softmax(x[:rows], dim=-1, out=out[:rows])
+
+    sol.measure(kernel, bytes=sol.nbytes(x, out), flops=5 * x.numel())
 
 
 def test_copy(sol):
     src, dst = torch.rand(1 << 24), torch.empty(1 << 24)  # 64 MiB each
-    sol.measure(lambda: dst.copy_(src), bytes=sol.nbytes(src, dst))
+    more = extra("copy", 1 << 24)
+
+    def kernel():
+        dst.copy_(src)
+        if more:
+            dst[:more].copy_(src[:more])
+
+    sol.measure(kernel, bytes=sol.nbytes(src, dst))
 '''
 
 
@@ -116,11 +143,11 @@ class Repo:
         self.git("commit", "-q", "--allow-empty", "-m", message)
         return self.git("rev-parse", "HEAD")
 
-    def run(self) -> tuple[dict[str, dict], float]:
+    def run(self, *options: str) -> tuple[dict[str, dict], float]:
         started = time.perf_counter()
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--sol-device=cpu",
-             "--sol-profile=bench.toml", "--sol-json=run.json"],
+             "--sol-profile=bench.toml", "--sol-json=run.json", *options],
             cwd=self.path, capture_output=True, text=True,
         )
         seconds = time.perf_counter() - started
@@ -128,25 +155,35 @@ class Repo:
             sys.exit(f"pytest wrote no results:\n{done.stdout}\n{done.stderr}")
         data = json.loads((self.path / "run.json").read_text())
         (self.path / "run.json").unlink()
-        return {m["test"].split("::test_")[-1]: m for m in data["measurements"]}, seconds
+        # by kernel; a measurement other than the test's default one as "kernel/name"
+        return {m["test"].split("::test_")[-1] + ("" if m["name"] == "default" else f"/{m['name']}"): m
+                for m in data["measurements"]}, seconds
+
+
+def baseline_run(m: Measurement, j: int) -> judge.BaselineRun:
+    disturbed = "contended" if m.contended else "noisy" if m.timing.noisy else ""
+    return judge.BaselineRun(commit=f"{j:040x}", run_id=f"r{j}", sol=m.score.sol, seconds=m.timing.seconds,
+                             noise=m.timing.noise, verdict=m.verdict or "", disturbed=disturbed)
 
 
 def replay_power(values: dict[str, list[Measurement]], slowdown: float, window: int, first: int) -> tuple[int, int]:
-    """(caught, tried): each run from index ``first`` on, slowed by ``slowdown``, against the
-    window of (up to ``window``) runs before it."""
+    """(caught, tried): each undisturbed run from index ``first`` on, slowed by ``slowdown``, against
+    the window the plugin would choose (baseline.level: contended and noisy runs left out) from
+    the runs before it."""
     settings = judge.JudgeSettings()
     caught = tried = 0
     for series in values.values():
         for i in range(first, len(series)):
-            runs = tuple(
-                judge.BaselineRun(commit=f"c{j}", run_id=f"r{j}", sol=m.score.sol, seconds=m.timing.seconds,
-                                  noise=m.timing.noise)
-                for j, m in reversed(list(enumerate(series[max(0, i - window):i])))
-            )
             head = series[i]
+            if head.contended:
+                continue
+            before = [baseline_run(m, j) for j, m in reversed(list(enumerate(series[:i])))]
+            kept, notes = baseline.level(before, [r.commit for r in before], [], window)
+            if len(kept) < 2:
+                continue
             slowed = Measurement.from_dict({**head.to_dict(), "sol": head.score.sol / (1 + slowdown),
                                             "seconds": head.timing.seconds * (1 + slowdown)})
-            verdict = judge.against_window(slowed, judge.BaselineWindow(runs=runs), 0.05, settings).verdict
+            verdict = judge.against_window(slowed, judge.BaselineWindow(runs=tuple(kept)), 0.05, settings).verdict
             caught += verdict == results.REGRESSED
             tried += 1
     return caught, tried
@@ -155,20 +192,25 @@ def replay_power(values: dict[str, list[Measurement]], slowdown: float, window: 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20, help="A/A runs, one commit each (default 20)")
-    parser.add_argument("--slowdown", type=float, default=1.4, help="work factor of the slow commit (default 1.4)")
+    parser.add_argument("--factors", default="1.1,1.2,1.25,1.4,1.8",
+                        help="time factors of the slow commits, every kernel alike (default %(default)s)")
+    parser.add_argument("--power-runs", type=int, default=3, help="runs of each slow commit (default 3: 12 measurements)")
     parser.add_argument("--replay-history", type=Path, help="only replay the A/A runs of an earlier benchmark's history")
     args = parser.parse_args()
     if args.runs < 2:
         parser.error(f"--runs={args.runs}: give at least 2 A/A runs (a window needs runs before the one judged)")
+    factors = [float(f) for f in args.factors.split(",") if f.strip()]
     if args.replay_history:
         replay_history(args.replay_history)
         return
     repo = Repo(Path(tempfile.mkdtemp(prefix="gate-power-")))
     print(f"machine: {machine()}")
-    print(f"repository: {repo.path}; {args.runs} A/A runs, then add x{args.slowdown} twice; default timing settings")
+    print(f"repository: {repo.path}; {args.runs} A/A runs, then slow commits x{factors} ({args.power_runs} runs each, "
+          "every kernel slowed alike, judged against the A/A history and not saved); default timing settings", flush=True)
 
     series: dict[str, list[Measurement]] = {k: [] for k in KERNELS}
     verdicts: list[str] = []
+    contended = 0
     for i in range(args.runs):
         repo.commit(f"A/A {i}")
         measured, seconds = repo.run()
@@ -176,43 +218,45 @@ def main() -> None:
             m = measured[kernel]
             series[kernel].append(Measurement.from_dict({**m, "noise": m["noise"] if m["noise"] is not None else float("inf")}))
             verdicts.append(m["verdict"])
-        row = "  ".join(f"{k} {measured[k]['sol']:.4f} {measured[k]['verdict']:<9}" for k in KERNELS)
+            contended += bool(m.get("contended"))
+        row = "  ".join(f"{k} {measured[k]['sol']:.4f} {measured[k]['verdict']:<9}{'*' if measured[k].get('contended') else ' '}"
+                        for k in KERNELS)
         print(f"run {i + 1:>2} ({seconds:4.1f} s)  {row}", flush=True)
     counts = {v: verdicts.count(v) for v in sorted(set(verdicts))}
     false_alarms = verdicts.count(results.REGRESSED)
-    print(f"A/A: {false_alarms} false 'regressed' in {len(verdicts)} measurements (target <= 1); verdicts {counts}")
+    print(f"A/A: {false_alarms} false 'regressed' in {len(verdicts)} measurements (target <= 1); verdicts {counts}; "
+          f"{contended} contended (* above)")
     for kernel in KERNELS:
         sols = [m.score.sol for m in series[kernel]]
         spread = (max(sols) - min(sols)) / (sum(sols) / len(sols))
         print(f"  {kernel:<8} run-to-run range {spread:6.1%} of the mean over {len(sols)} runs")
 
-    repo.commit("add does more work", slow={"add": args.slowdown})
-    caught = 0
-    for attempt in range(2):
-        measured, _ = repo.run()
-        add = measured["add"]
-        caught += add["verdict"] == results.REGRESSED
-        others = {k: measured[k]["verdict"] for k in KERNELS if k != "add"}
-        print(f"slow commit, run {attempt + 1}: add {add['verdict']} ({add['reason'][:160]}...); others {others}")
-    print(f"a {args.slowdown - 1:.0%} slowdown of add caught in {caught} of 2 runs at its commit (target 2 of 2)")
-
+    print("power from new runs (each slow commit run on its own, judged by the plugin against the A/A history):")
+    for factor in factors:
+        repo.commit(f"every kernel x{factor}", slow={k: factor for k in KERNELS})
+        got: list[str] = []
+        busy = 0
+        for _ in range(args.power_runs):
+            measured, _ = repo.run("--sol-no-save")
+            got += [measured[k]["verdict"] for k in KERNELS]
+            busy += sum(bool(measured[k].get("contended")) for k in KERNELS)
+        caught = got.count(results.REGRESSED)
+        print(f"  time x{factor:<5} regressed in {caught}/{len(got)} ({caught / len(got):.0%}); "
+              f"verdicts { {v: got.count(v) for v in sorted(set(got))} }; {busy} contended", flush=True)
+        repo.git("revert", "--no-edit", "HEAD")  # the next factor starts from the A/A level again
     report_power(series)
 
 
 def report_power(series: dict[str, list[Measurement]]) -> None:
     print("power by replay (A/A run values slowed by d, against the window of the runs before; first block only):")
     for first, label in ((2, "every run with a window of 2 or more"), (5, "runs with a window of 5 or more")):
-        smallest = None
         print(f"  {label}:")
         if replay_power(series, 0.0, 10, first)[1] == 0:
-            print(f"    none: too few A/A runs (give --runs {first + 1} or more)")
+            print(f"    none: too few undisturbed A/A runs (give --runs {first + 1} or more)")
             continue
-        for slowdown in (0.10, 0.20, 0.30, 0.40, 0.50, 0.60, 0.80, 1.00, 1.50):
-            got, tried = replay_power(series, slowdown, 10, first)
-            print(f"    d = {slowdown:4.0%}: regressed in {got}/{tried} ({got / tried:.0%})")
-            if smallest is None and got / tried >= 0.95:
-                smallest = slowdown
-        print(f"    smallest slowdown caught at 95 % power: {f'{smallest:.0%}' if smallest is not None else 'none up to 150%'}")
+        for factor in (1.1, 1.2, 1.25, 1.4, 1.6, 1.8, 2.5):
+            got, tried = replay_power(series, factor - 1, 10, first)
+            print(f"    time x{factor:<4}: regressed in {got}/{tried} ({got / tried:.0%})")
 
 
 def replay_history(path: Path) -> None:

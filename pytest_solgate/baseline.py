@@ -1,12 +1,23 @@
 """Record (read side): the one place that chooses a measurement's baseline.
 
-A baseline is a window: the last K clean runs of the same test, measurement name, profile and
-ceilings mode along the first-parent ancestry of the baseline ref (``--sol-baseline``), newest
-first. ``auto`` starts at HEAD when the tree is dirty (the change against the commit it sits on),
-else at HEAD's first parent. Dirty runs are never in a window. Like with like: when at least two
-runs of the window ran in this run's environment (host, device, driver, CUDA, torch, triton,
-Python), only those are kept; otherwise the window is kept whole and the differences are named,
-so that the verdict can say so (judge.py turns such a regression into ``ambiguous``).
+A baseline is a window over **one level of one series**: the last K clean runs of the same test,
+measurement name, profile and ceilings mode along the first-parent ancestry of the baseline ref
+(``--sol-baseline``), newest first, taken only from the commits since the level began:
+
+- the level begins at the last *confirmed* change point of the series (changepoints.py, over the
+  commits the lookup reads; a step at the newest commit is provisional and does not move it), or
+  at the newest accepted slowdown (``solgate accept``), whichever is nearer;
+- runs that were interrupted, contended or noisy are recorded but never in a window;
+- a run judged ``regressed`` against this same level is not a baseline (one regression must not
+  widen the window until it is reverted); one that regressed against an older level is the new
+  level, once a confirmed change point (or an accept) says the level moved;
+- the runs of a one-commit excursion (an outlier of the series) are left out.
+
+``auto`` starts at HEAD when the tree is dirty (the change against the commit it sits on), else at
+HEAD's first parent. Dirty runs are never in a window. Like with like: when at least two runs of
+the window ran in this run's environment (host, device, driver, CUDA, torch, triton, Python), only
+those are kept; otherwise the window is kept whole and the differences are named, so that the
+verdict can say so (judge.py turns such a regression into ``ambiguous``).
 
 The plugin, ``solgate compare`` and the reports all come here; judge.py then compares.
 """
@@ -16,13 +27,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from pytest_solgate import environment, gitinfo
+from pytest_solgate import changepoints, environment, gitinfo, stats
+from pytest_solgate.changepoints import MIN_CHANGE
 from pytest_solgate.errors import HistoryUnavailable, OptionError
 
 if TYPE_CHECKING:  # the plugin builds a chooser at start-up: judge and history load on first use
     from pytest_solgate.judge import BaselineRun, BaselineWindow
 
 MIN_SAME_ENVIRONMENT = 2  # runs of this environment needed to drop the others from a window
+MIN_QUIET = 3  # runs not flagged noisy needed to leave the noisy ones out of a window
+LEVEL_LOOKBACK = 30  # runs read to find where the level began (at least 3 windows' worth)
 
 
 def start_commit(root: Path, spec: str, head: gitinfo.GitFacts) -> str | None:
@@ -47,7 +61,81 @@ def start_commit(root: Path, spec: str, head: gitinfo.GitFacts) -> str | None:
     return sha
 
 
-def select(runs: Sequence[BaselineRun], head_environment: Mapping[str, str]) -> BaselineWindow | None:
+def level(
+    runs: Sequence[BaselineRun], commits: Sequence[str], accepted: Sequence[str], window_size: int,
+    min_change: float = MIN_CHANGE,
+) -> tuple[list[BaselineRun], tuple[str, ...]]:
+    """The baseline runs of the current level (newest first, at most ``window_size``) among
+    ``runs`` (nearest commit first, as the store returns them), and what was left out and why.
+
+    ``commits`` is the first-parent chain the runs were read along (nearest first); ``accepted``
+    the commits where a slowdown of this measurement was accepted.
+    """
+    position = {commit: i for i, commit in enumerate(commits)}
+    # One value per commit, oldest first: the median SOL of its undisturbed runs.
+    by_commit: dict[str, list[float]] = {}
+    for run in runs:
+        if not run.disturbed:
+            by_commit.setdefault(run.commit, []).append(run.sol)
+    series = sorted(by_commit, key=lambda c: -position.get(c, -1))
+    start = len(commits)  # the chain position where the level begins: runs at positions <= start are in it
+    unavailable = ()
+    try:
+        changes = changepoints.find([stats.median(by_commit[c]) for c in series], min_change)
+    except changepoints.ChangePointsUnavailable as exc:
+        changes, unavailable = changepoints.Changes(), (f"one level not told apart: {exc}",)
+    confirmed = [cp for cp in changes.points if not cp.provisional]
+    if confirmed:
+        start = position[series[confirmed[-1].index]]
+    outliers = {series[o.index] for o in changes.outliers}
+    since = "the last confirmed change point" if confirmed else ""
+    for commit in accepted:
+        if commit in position and position[commit] < start:
+            start, since = position[commit], "the accepted slowdown"
+
+    kept: list[BaselineRun] = []
+    noisy: list[BaselineRun] = []
+    left: dict[str, int] = {}
+    for run in runs:
+        where = position.get(run.commit, len(commits))
+        if where > start:
+            continue  # an older level
+        against = position.get(run.judged_against, len(commits)) if run.judged_against else len(commits)
+        why = run.disturbed or (
+            "regressed" if run.verdict == "regressed" and against <= start else
+            "outlier" if run.commit in outliers else ""
+        )
+        if why == "noisy":
+            noisy.append(run)
+        elif why:
+            left[why] = left.get(why, 0) + 1
+        else:
+            kept.append(run)
+    # A run flagged noisy (its time budget ran out before the noise target) still has a value, and
+    # its precision widens the floor: it is left out only when enough quiet runs form a window.
+    if len(kept) >= MIN_QUIET:
+        if noisy:
+            left["noisy"] = len(noisy)
+    elif noisy:
+        order = {id(r): i for i, r in enumerate(runs)}
+        kept = sorted(kept + noisy, key=lambda r: order[id(r)])
+        return _finish(kept[:window_size], commits, start, since, left,
+                       (f"{len(noisy)} runs flagged noisy kept: too few quiet ones", *unavailable))
+    return _finish(kept[:window_size], commits, start, since, left, unavailable)
+
+
+def _finish(kept: list[BaselineRun], commits: Sequence[str], start: int, since: str, left: dict[str, int],
+            extra: tuple[str, ...]) -> tuple[list[BaselineRun], tuple[str, ...]]:
+    notes = [f"level since {since} at {run_commit(commits, start)}"] if since else []
+    notes += [f"{count} {why} run{'s' if count != 1 else ''} left out" for why, count in left.items()]
+    return kept, (*notes, *extra)
+
+
+def run_commit(commits: Sequence[str], at: int) -> str:
+    return commits[at][:10] if 0 <= at < len(commits) else "?"
+
+
+def select(runs: Sequence[BaselineRun], head_environment: Mapping[str, str], notes: Sequence[str] = ()) -> BaselineWindow | None:
     """Keep the runs of this environment when there are enough of them; else keep all, and name
     what differs between this run and the newest baseline run of another environment."""
     if not runs:
@@ -55,10 +143,28 @@ def select(runs: Sequence[BaselineRun], head_environment: Mapping[str, str]) -> 
     from pytest_solgate.judge import BaselineWindow
     same = [r for r in runs if not environment.differences(dict(head_environment), dict(r.environment))]
     if len(same) >= MIN_SAME_ENVIRONMENT or len(same) == len(runs):
-        return BaselineWindow(runs=tuple(same))
+        return BaselineWindow(runs=tuple(same), notes=tuple(notes))
     other = next(r for r in runs if r not in same)
     differs = environment.differences(dict(head_environment), dict(other.environment))
-    return BaselineWindow(runs=tuple(runs), environment_differs=tuple(differs))
+    return BaselineWindow(runs=tuple(runs), environment_differs=tuple(differs), notes=tuple(notes))
+
+
+def accepted_commits(store: Any, commits: Sequence[str], test: str) -> list[str]:
+    """The commits of ``commits`` where a slowdown of ``test`` was accepted (``solgate accept``)."""
+    from pytest_solgate.history import matches
+
+    return [a["commit_sha"] for a in store.accepts(commits) if matches(a["pattern"], test)]
+
+
+def window_from(
+    store: Any, key: tuple[str, str, str, str], commits: Sequence[str], window_size: int,
+    head_environment: Mapping[str, str], min_change: float = MIN_CHANGE,
+) -> BaselineWindow | None:
+    """The baseline window of one measurement along ``commits``: what the plugin and ``solgate
+    compare`` both judge against."""
+    runs = store.baseline_runs(*key, commits, max(window_size * 3, LEVEL_LOOKBACK))
+    kept, notes = level(runs, commits, accepted_commits(store, commits, key[0]), window_size, min_change)
+    return select(kept, head_environment, notes)
 
 
 class BaselineChooser:
@@ -72,10 +178,12 @@ class BaselineChooser:
         head: Callable[[], gitinfo.GitFacts],
         open_store: Callable[[], Any],
         unavailable: str | None = None,
+        min_change: float = MIN_CHANGE,
     ) -> None:
         self.root = root
         self.spec = spec
         self.window_size = window_size
+        self.min_change = min_change
         self._head = head
         self._open_store = open_store
         self._commits: list[str] | None = None
@@ -99,8 +207,8 @@ class BaselineChooser:
             store = self._open_store()
             if store is None:
                 return None
-            runs = store.baseline_runs(test, name, profile, ceilings, commits, self.window_size)
+            return window_from(store, (test, name, profile, ceilings), commits, self.window_size, head_environment,
+                               self.min_change)
         except HistoryUnavailable as exc:
             self.unavailable = str(exc)
             return None
-        return select(runs, head_environment)

@@ -1,14 +1,27 @@
-"""Judge (over the history): the commits where a measurement's SOL stepped.
+"""Judge (over the history): the commits where a measurement's SOL stepped, and the ones that glitched.
 
 PELT (Killick, Fearnhead and Eckley, 2012) from the maintained ``ruptures`` library, on the log of
 SOL (timing noise is multiplicative), one value per commit. It runs as ``KernelCPD`` with a linear
 kernel: the same L2 cost and the same answer as ``Pelt(model="l2")``, computed in C (a 10,000-commit
-series takes 0.3 s instead of minutes; benchmarks/history_scale.py). The penalty is
+series takes well under 0.5 s; benchmarks/history_scale.py). The penalty is
 ``6 * sigma^2 * log(n)``, three times the BIC-like ``2 * sigma^2 * log(n)``, with sigma estimated
-robustly from successive differences (a step moves one difference, not the median of them). The
-factor was chosen on simulated series of 30 commits with 4 % log-normal noise: 0.013 false change
-points per series (0.45 with the plain BIC penalty), a 20 % step found at its exact commit in
-98 % of series, a 10 % step in 71 % (docs/history.md). ``ruptures`` is an optional extra
+robustly from successive differences (a step moves one difference, not the median of them): 0 false
+change points per 200-commit A/A series (benchmarks/changepoints.py, docs/history.md).
+
+A segment may be one commit long, and what such a segment means depends on where it is:
+
+- at the newest commit it is a step **at that commit**, marked ``provisional``: the next commit
+  confirms it (or shows it was a glitch). The newest commit is also tested on its own (it is one
+  position, not n, so it does not pay the log(n) penalty): a value NEWEST_Z robust sigmas off its
+  level's prediction interval is a provisional step there;
+- anywhere else it is a one-commit excursion: an ``Outlier``, not two steps, when the levels on
+  either side of it do not differ significantly; when they do, the commit joins the side it is
+  closer to and one step remains.
+
+Steps smaller than ``min_change`` (default 2.5 %, half the gate's default 5 % tolerance) are not
+listed: on a quiet runner PELT finds a real 1 % step, but nobody should be paged for it. Zero,
+negative and missing values (a kernel that failed, an import without SOL) cannot be logged: they
+are skipped, and the result names them. ``ruptures`` is an optional extra
 (``pip install 'pytest-solgate[changes]'``), imported only here.
 """
 
@@ -20,11 +33,13 @@ from typing import Sequence
 
 from pytest_solgate import stats
 from pytest_solgate.errors import SolgateError
+from pytest_solgate.settings import DEFAULT_MIN_CHANGE
 
-MIN_POINTS = 4  # fewer commits than this cannot show a step with a segment on each side
-MIN_SEGMENT = 2  # a step needs two commits on each side: one odd run is noise, not a step
+MIN_POINTS = 3  # fewer commits than this cannot show a step with a commit on each side
 MIN_SIGMA = 1e-3  # a perfectly flat series still gets a finite penalty
 PENALTY_FACTOR = 6.0
+NEWEST_Z = 4.0  # robust sigmas off its level that make the newest value a provisional step (p < 0.0001)
+MIN_CHANGE = DEFAULT_MIN_CHANGE  # steps smaller than this are not listed (--sol-min-change, sol_min_change)
 
 
 class ChangePointsUnavailable(SolgateError):
@@ -33,13 +48,42 @@ class ChangePointsUnavailable(SolgateError):
 
 @dataclass(frozen=True)
 class ChangePoint:
-    index: int  # the first point of the new level
+    index: int  # the first point of the new level (an index into the values given)
     before: float  # SOL level before (geometric mean of the segment)
     after: float  # SOL level from ``index`` on
+    provisional: bool = False  # the step is at the newest commit: the next commit confirms it
 
     @property
     def change(self) -> float:
         return self.after / self.before - 1 if self.before > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Outlier:
+    """One commit off its level on both sides: a glitch (a disturbed run), not a step."""
+
+    index: int
+    value: float
+    level: float  # the level around it
+
+    @property
+    def change(self) -> float:
+        return self.value / self.level - 1 if self.level > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Changes:
+    points: tuple[ChangePoint, ...] = ()
+    outliers: tuple[Outlier, ...] = ()
+    skipped: tuple[int, ...] = ()  # indices of zero, negative or missing values, left out
+
+    @property
+    def note(self) -> str:
+        """What a reader should know about the values left out, or ''."""
+        if not self.skipped:
+            return ""
+        count = len(self.skipped)
+        return f"{count} commit{'s' if count != 1 else ''} without a positive SOL skipped (zero or missing)"
 
 
 def _ruptures():  # noqa: ANN202
@@ -52,21 +96,101 @@ def _ruptures():  # noqa: ANN202
     return ruptures
 
 
-def find(values: Sequence[float]) -> list[ChangePoint]:
-    """Change points of a SOL series (one value per commit, oldest first)."""
-    logs = [math.log(v) for v in values if v > 0]
-    if len(logs) != len(values) or len(logs) < MIN_POINTS:
-        return []
-    ruptures = _ruptures()
-    import numpy
+def _usable(value: float | None) -> bool:
+    return value is not None and isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
+
+def robust_sigma(logs: Sequence[float]) -> float:
+    """The noise of a series from the MAD of its successive differences (a step moves one of them)."""
     differences = [b - a for a, b in zip(logs, logs[1:])]
     centre = stats.median(differences)
     mad = stats.median([abs(d - centre) for d in differences])
-    sigma = max(mad / 0.6745 / math.sqrt(2), MIN_SIGMA)
-    penalty = PENALTY_FACTOR * sigma**2 * math.log(len(logs))
+    return max(mad / 0.6745 / math.sqrt(2), MIN_SIGMA)
+
+
+def _split_pays(left: Sequence[float], right: Sequence[float], penalty: float) -> bool:
+    """Whether two adjacent segments are two levels: the L2 cost saved by splitting them beats the
+    penalty of one more change point (the criterion PELT minimises)."""
+    a, b = len(left), len(right)
+    gap = stats.mean(left) - stats.mean(right)
+    return a * b / (a + b) * gap * gap > penalty
+
+
+def find(values: Sequence[float | None], min_change: float = MIN_CHANGE) -> Changes:
+    """Change points and outliers of a SOL series (one value per commit, oldest first)."""
+    kept = [i for i, v in enumerate(values) if _usable(v)]
+    skipped = tuple(i for i, v in enumerate(values) if not _usable(v))
+    if len(kept) < MIN_POINTS:
+        return Changes(skipped=skipped)
+    logs = [math.log(values[i]) for i in kept]  # type: ignore[arg-type]
+    n = len(logs)
+    ruptures = _ruptures()
+    import numpy
+
+    penalty = PENALTY_FACTOR * robust_sigma(logs) ** 2 * math.log(n)
     signal = numpy.asarray(logs, dtype=float).reshape(-1, 1)
-    ends = [int(end) for end in ruptures.KernelCPD(kernel="linear", min_size=MIN_SEGMENT).fit(signal).predict(pen=penalty)]
-    bounds = [0, *ends]
-    levels = [math.exp(stats.mean(logs[a:b])) for a, b in zip(bounds, bounds[1:])]
-    return [ChangePoint(index=start, before=levels[i], after=levels[i + 1]) for i, start in enumerate(ends[:-1])]
+    ends = [int(e) for e in ruptures.KernelCPD(kernel="linear", min_size=1, jump=1).fit(signal).predict(pen=penalty)]
+    segments = [list(range(a, b)) for a, b in zip([0, *ends], ends)]
+
+    # One-commit segments before the newest commit: a glitch when the two sides are one level,
+    # else the commit belongs to the side it is closer to.
+    outliers: set[int] = set()
+    if len(segments) > 1 and len(segments[0]) == 1:  # the oldest commit alone: off the level after it
+        outliers.add(segments[0][0])
+        segments[0:2] = [segments[0] + segments[1]]
+    i = 1
+    while i < len(segments) - 1:
+        if len(segments[i]) != 1:
+            i += 1
+            continue
+        (point,) = segments[i]
+        left, right = segments[i - 1], segments[i + 1]
+        left_logs, right_logs = [logs[j] for j in left], [logs[j] for j in right]
+        if not _split_pays(left_logs, right_logs, penalty):
+            outliers.add(point)
+            segments[i - 1:i + 2] = [left + [point] + right]
+            continue
+        nearer_left = abs(logs[point] - stats.mean(left_logs)) <= abs(logs[point] - stats.mean(right_logs))
+        if nearer_left:
+            segments[i - 1:i + 1] = [left + [point]]
+        else:
+            segments[i:i + 2] = [[point] + right]
+        i = max(i - 1, 1)
+
+    def level(segment: list[int]) -> float:
+        return stats.mean([logs[j] for j in segment if j not in outliers])
+
+    # Steps too small to list are merged away, the smallest first, so each level is recomputed.
+    while len(segments) > 1:
+        steps = [abs(level(b) - level(a)) for a, b in zip(segments, segments[1:])]
+        smallest = min(range(len(steps)), key=steps.__getitem__)
+        if -math.expm1(-steps[smallest]) >= min_change:  # the relative change, read as a drop
+            break
+        segments[smallest:smallest + 2] = [segments[smallest] + segments[smallest + 1]]
+
+    # The newest commit is one candidate position, not n: PELT's log(n) penalty, paid for searching
+    # every position, misses a step there that a single test sees. When the newest value lies
+    # outside its level's prediction interval (NEWEST_Z robust sigmas), it is a provisional step.
+    last = segments[-1]
+    if len(last) > MIN_POINTS - 1:
+        rest = [logs[j] for j in last[:-1] if j not in outliers]
+        level_log = stats.mean(rest)
+        gap = logs[n - 1] - level_log
+        bound = NEWEST_Z * robust_sigma(logs) * math.sqrt(1 + 1 / len(rest))
+        if abs(gap) > bound and -math.expm1(-abs(gap)) >= min_change:
+            segments[-1:] = [last[:-1], [n - 1]]
+
+    points = tuple(
+        ChangePoint(
+            index=kept[b[0]],
+            before=math.exp(level(a)),
+            after=math.exp(level(b)),
+            provisional=b == [n - 1],
+        )
+        for a, b in zip(segments, segments[1:])
+    )
+    found_outliers = tuple(
+        Outlier(index=kept[j], value=math.exp(logs[j]), level=math.exp(level(next(s for s in segments if j in s))))
+        for j in sorted(outliers)
+    )
+    return Changes(points=points, outliers=found_outliers, skipped=skipped)

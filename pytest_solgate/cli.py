@@ -31,6 +31,21 @@ def _history_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _min_change_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--min-change", type=float, default=None,
+        help="smallest relative SOL step listed as a change point (default: sol_min_change, else "
+             f"{Settings().min_change})",
+    )
+
+
+def _min_change(args: argparse.Namespace) -> float:
+    value = args.min_change if args.min_change is not None else Settings().min_change
+    if not 0 <= value < 1:
+        raise UsageFailure(f"--min-change={value}: give a fraction in [0, 1), e.g. 0.025")
+    return value
+
+
 def _history_path(args: argparse.Namespace) -> str:
     """The history a command reads or writes, parsed as the plugin parses ``--sol-history``: a
     relative path is taken from the git top level, whichever directory the command starts in."""
@@ -77,12 +92,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("history", help="list recorded results")
     p.add_argument("pattern", nargs="?", help="only tests whose id matches this glob or contains this text")
     p.add_argument("--changes", action="store_true", help="list the commits where a measurement's SOL stepped (change points)")
+    p.add_argument("--json", action="store_true", help="with --changes: print them as JSON (steps, outliers, skipped commits)")
+    _min_change_arg(p)
     _history_arg(p)
     p = sub.add_parser("trend", help="write an HTML page of SOL over commits: one small panel per measurement")
     p.add_argument("-o", "--output", default="sol-trend.html", help="output path (default: %(default)s)")
     p.add_argument("pattern", nargs="?", help="only tests matching this glob or text")
     p.add_argument("--last", type=int, default=100,
                    help="show each measurement's newest N commits; 0 for all (default: %(default)s)")
+    _min_change_arg(p)
     _history_arg(p)
     p = sub.add_parser("compare", help="two commits' results side by side; exit 1 on a regression")
     p.add_argument("base", help="the base commit (a git ref or sha)")
@@ -92,6 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{Settings().max_regression})")
     p.add_argument("--window", type=int, default=Settings().baseline_window,
                    help="clean runs along BASE's first-parent ancestry that form the baseline (default: %(default)s)")
+    _min_change_arg(p)
+    _history_arg(p)
+    p = sub.add_parser("accept", help="accept a deliberate slowdown at COMMIT: its level becomes the baseline from there on")
+    p.add_argument("commit", help="the commit whose new level is accepted (a git ref or sha)")
+    p.add_argument("pattern", nargs="?", default="*", help="only tests whose id matches this glob or contains this text (default: all)")
+    p.add_argument("--reason", required=True, help="why the slowdown is accepted (kept in the history, shown in verdicts)")
     _history_arg(p)
     p = sub.add_parser("import", help="merge a --sol-json file from another runner (or the spool) into the history")
     p.add_argument("file", nargs="?", help="a JSON file written by pytest --sol-json")
@@ -246,8 +270,10 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
     with _open_history(_history_path(args)) as store:
         results = store.summaries(args.pattern)
+    if args.json and not args.changes:
+        raise UsageFailure("history: --json goes with --changes")
     if args.changes:
-        return _print_changes(results)
+        return _print_changes(results, _min_change(args), args.json)
     if not results:
         print("no recorded results" + (f" match '{args.pattern}'" if args.pattern else ""))
         return 0
@@ -267,20 +293,56 @@ def _series(results: list) -> dict[tuple[str, str, str, str], list[dict[str, Any
     return history.commit_series(results, gitinfo.commit_times(".", commits))
 
 
-def _print_changes(results: list) -> int:
+def _changes_json(test: str, name: str, profile: str, points: list, changes: Any) -> dict[str, Any]:
+    return {
+        "test": test, "name": name, "profile": profile,
+        "steps": [{"commit": points[cp.index]["commit"], "after_commit": points[cp.index - 1]["commit"],
+                   "before": cp.before, "after": cp.after, "change": cp.change, "provisional": cp.provisional}
+                  for cp in changes.points],
+        "outliers": [{"commit": points[o.index]["commit"], "sol": o.value, "level": o.level, "change": o.change}
+                     for o in changes.outliers],
+        "skipped": [points[i]["commit"] for i in changes.skipped],
+    }
+
+
+def _print_changes(results: list, min_change: float, as_json: bool = False) -> int:
+    import json
+
     from pytest_solgate import changepoints, units
 
     found = 0
+    notes = []
+    listed = []
     for (test, name, profile, _ceilings), points in sorted(_series(results).items()):
-        for cp in changepoints.find([p["sol"] for p in points]):
+        changes = changepoints.find([p["sol"] for p in points], min_change)
+        if as_json:
+            listed.append(_changes_json(test, name, profile, points, changes))
+            continue
+        for cp in changes.points:
             found += 1
             before, at = points[cp.index - 1], points[cp.index]
             print(
                 f"{at['commit'][:10]} {units.percent(cp.change, signed=True):>8}  SOL {cp.before:.3f} -> {cp.after:.3f}  "
                 f"{test} [{name}] {profile} (after {before['commit'][:10]}, {at['commit_time'][:10]})"
+                + ("  provisional: the newest commit; the next one confirms it" if cp.provisional else "")
             )
+        for outlier in changes.outliers:
+            found += 1
+            at = points[outlier.index]
+            print(
+                f"{at['commit'][:10]} {units.percent(outlier.change, signed=True):>8}  SOL {outlier.value:.3f} "
+                f"(level {outlier.level:.3f})  {test} [{name}] {profile} ({at['commit_time'][:10]})  outlier: one commit "
+                "off its level, not a step"
+            )
+        if changes.note:
+            notes.append(f"{test} [{name}] {profile}: {changes.note}")
+    if as_json:
+        print(json.dumps({"min_change": min_change, "measurements": listed}, indent=1))
+        return 0
     if not found:
-        print("no change points: no measurement's SOL stepped over the recorded commits")
+        print(f"no change points: no measurement's SOL stepped by {units.percent(min_change)} or more over the recorded commits")
+    for note in notes:
+        print(f"note: {note}")
     return 0
 
 
@@ -293,6 +355,7 @@ def _cmd_trend(args: argparse.Namespace) -> int:
     from pytest_solgate.locations import same_file
 
     history_path = _history_path(args)
+    min_change = _min_change(args)
     if not is_history_url(history_path) and same_file(args.output, history_path):
         raise UsageFailure(f"trend: -o {args.output} is the history database itself; write the page elsewhere")
     panels = []
@@ -301,12 +364,16 @@ def _cmd_trend(args: argparse.Namespace) -> int:
         history_path = store.location  # never a password on the page
         for (test, name, profile, ceilings), points in sorted(_series(store.summaries(args.pattern)).items()):
             try:  # over the whole series: a step is found with all the evidence there is
-                changes = [points[cp.index]["commit"] for cp in changepoints.find([p["sol"] for p in points])]
+                changes = changepoints.find([p["sol"] for p in points], min_change)
             except changepoints.ChangePointsUnavailable as exc:
-                changes, note = [], str(exc)
+                changes, note = changepoints.Changes(), str(exc)
             newest = store.newest(test, name, profile, ceilings)
             budget = newest.judgement.budget.min if newest is not None and newest.gate and newest.judgement else None
-            panels.append(trend.panel(test, name, profile, points, changes, budget, args.last))
+            panels.append(trend.panel(
+                test, name, profile, points, [points[cp.index]["commit"] for cp in changes.points], budget, args.last,
+                provisional=[points[cp.index]["commit"] for cp in changes.points if cp.provisional],
+                outliers=[points[o.index]["commit"] for o in changes.outliers],
+            ))
     target = atomic.write_text(args.output, html.render_trend(panels, history_path, note), "trend page")
     print(f"trend of {len(panels)} measurement(s) written to {target}" + (f" ({note})" if note else ""))
     return 0
@@ -334,6 +401,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         raise UsageFailure(f"--max-regression={args.max_regression}: give a fraction in [0, 1)")
     if not 1 <= args.window <= 100:
         raise UsageFailure(f"--window={args.window}: give a whole number of runs from 1 to 100")
+    min_change = _min_change(args)
     with _open_history(_history_path(args)) as store:
         history_path = store.location
         shas = store.commits()
@@ -344,21 +412,24 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                 head[(m.test, m.name, m.profile, m.ceilings)] = m
         if not head:
             raise UsageFailure(f"compare: no clean results for '{args.head}' in {history_path}")
-        # The base is a window along BASE's first-parent ancestry, as the plugin's baseline is.
-        commits = gitinfo.first_parent_chain(".", base_sha) or [base_sha]
+        # The base is a window along BASE's first-parent ancestry, as the plugin's baseline is;
+        # HEAD itself is never in it (comparing a commit with itself, or with a BASE after it).
+        commits = [c for c in gitinfo.first_parent_chain(".", base_sha) or [base_sha] if c != head_sha]
         windows = {
-            key: baseline.select(store.baseline_runs(*key, commits, args.window), m.environment)
-            for key, m in head.items() if m.gate
+            key: baseline.window_from(store, key, commits, args.window, m.environment, min_change)
+            for key, m in head.items() if _gated(m)
         }
     if not any(windows.values()):
-        raise UsageFailure(f"compare: no clean results for '{args.base}' or its ancestors in {history_path}")
+        itself = " other than HEAD's own (a commit is never in its own window)" if base_sha == head_sha else ""
+        raise UsageFailure(f"compare: no clean results for '{args.base}' or its ancestors in {history_path}{itself}")
     settings = judge.JudgeSettings(gate="fail", commit=head_sha)
     regressed = 0
     print(f"{'test [name]':<60} {'base':>7} {'head':>7} {'change':>8} {'floor':>7}  verdict")
     for key, h in sorted(head.items()):
         label = f"{key[0]} [{key[1]}]"
-        if not h.gate:
-            print(f"{label:<60} {'':>7} {h.score.sol:>7.3f} {'':>8} {'':>7}  not gated (gate=False)")
+        if not _gated(h):
+            why = "gate=False" if not h.gate else (h.judgement.reason if h.judgement else "not gated")
+            print(f"{label:<60} {'':>7} {h.score.sol:>7.3f} {'':>8} {'':>7}  not gated ({why.split(':')[0]})")
             continue
         window = windows.get(key)
         if window is None:
@@ -376,6 +447,42 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     print(f"{regressed} regressed between {base_sha[:10]} and {head_sha[:10]} "
           f"(base: up to {args.window} clean runs along its first-parent ancestry; not re-measured)")
     return 1 if regressed else 0
+
+
+def _gated(m: Any) -> bool:
+    """Whether the plugin judged ``m`` (not a gate=False reference, the Triton interpreter, or
+    --sol-gate=off): only those are compared."""
+    from pytest_solgate import backends, results
+
+    return m.gate and backends.is_gated(m.timing.backend) and m.verdict != results.NOT_GATED
+
+
+def _cmd_accept(args: argparse.Namespace) -> int:
+    """Record a deliberate slowdown: from COMMIT on, the baseline of the matching measurements is
+    the level COMMIT shows (baseline.level), not the one before it."""
+    import datetime
+    import getpass
+
+    from pytest_solgate import gitinfo
+
+    reason = args.reason.strip()
+    if not reason:
+        raise UsageFailure("accept: --reason is empty; say why the slowdown is accepted (it is kept in the history)")
+    sha = gitinfo.resolve(".", args.commit)
+    if sha is None:
+        raise UsageFailure(f"accept: '{args.commit}' is not a commit of the git repository here; give a ref or sha")
+    try:
+        who = getpass.getuser()
+    except (KeyError, OSError):
+        who = ""
+    accept = {"commit_sha": sha, "pattern": args.pattern, "reason": reason, "accepted_by": who,
+              "accepted_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    with _open_history(_history_path(args), create=True) as store:
+        store.record_accept(accept)
+        location = store.location
+    print(f"accepted the level at {sha[:10]} for {'every test' if args.pattern == '*' else repr(args.pattern)} "
+          f"in {location}: baselines start there from now on ({reason})")
+    return 0
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
@@ -430,6 +537,8 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
                 copied += 1
             else:
                 present += 1
+        for accept in source.all_accepts():  # the accepted slowdowns travel with the runs
+            destination.record_accept(accept)
         print(f"{copied} run(s) copied from {source.location} to {destination.location}, {present} already there")
     return 0
 
@@ -449,6 +558,7 @@ COMMANDS = {
     "history": _cmd_history,
     "trend": _cmd_trend,
     "compare": _cmd_compare,
+    "accept": _cmd_accept,
     "import": _cmd_import,
     "migrate": _cmd_migrate,
     "init": _cmd_init,

@@ -84,13 +84,28 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE INDEX measurements_run ON measurements(run_id, test);
     """,
+    # 3 -> 4: how a run ended ('complete', or 'interrupted' by Ctrl-C: never a baseline), and the
+    # accepted slowdowns (`solgate accept`): the level a measurement's baseline starts from.
+    """
+    ALTER TABLE runs ADD COLUMN status TEXT NOT NULL DEFAULT 'complete';
+    CREATE TABLE accepts (
+        id INTEGER PRIMARY KEY,
+        commit_sha TEXT NOT NULL,
+        pattern TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        accepted_at TEXT NOT NULL,
+        accepted_by TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX accepts_commit ON accepts(commit_sha);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
 RUN_COLUMNS = (
     "run_uid", "started_at", "commit_sha", "commit_time", "branch", "dirty", "host", "device",
-    "driver", "cuda", "torch", "triton", "python", "plugin", "profile", "ceilings", "command",
+    "driver", "cuda", "torch", "triton", "python", "plugin", "profile", "ceilings", "command", "status",
 )
+ACCEPT_COLUMNS = ("commit_sha", "pattern", "reason", "accepted_at", "accepted_by")
 MEASUREMENT_COLUMNS = ("run_id", "test", "name", "profile", "ceilings", "sol", "seconds", "verdict", "record_json")
 
 
@@ -112,7 +127,9 @@ class Summary(NamedTuple):
     verdict: str | None
 
 
-def _baseline_run(run_uid: str, commit: str, started_at: str, record: dict[str, Any], columns: Sequence[Any]) -> BaselineRun:
+def _baseline_run(
+    run_uid: str, commit: str, started_at: str, status: str, record: dict[str, Any], columns: Sequence[Any]
+) -> BaselineRun:
     environment = dict(record.get("environment") or {})
     if not environment:  # recorded before measurements carried their environment
         environment = {k: str(v) for k, v in zip(ENVIRONMENT_COLUMNS, columns) if v}
@@ -126,7 +143,23 @@ def _baseline_run(run_uid: str, commit: str, started_at: str, record: dict[str, 
         noise=float(noise) if isinstance(noise, (int, float)) else float("inf"),
         ceilings_id=str(record.get("ceilings_id") or ""),
         environment=environment,
+        verdict=str(record.get("verdict") or ""),
+        judged_against=str((record.get("baseline") or {}).get("commit") or ""),
+        disturbed=_disturbance(status, record),
     )
+
+
+def _disturbance(status: str, record: dict[str, Any]) -> str:
+    """Why a recorded run cannot be a baseline although it is clean, or '' (see baseline.py)."""
+    if status == "interrupted":
+        return "interrupted"
+    if record.get("verdict") == "not-gated":  # interpreter timings, --sol-gate=off: never judged, never a baseline
+        return "not-gated"
+    if record.get("contended"):
+        return "contended"
+    if record.get("noisy"):
+        return "noisy"
+    return ""
 
 
 def matches(pattern: str | None, test: str) -> bool:
@@ -157,6 +190,7 @@ def run_row(run: RunInfo) -> dict[str, Any]:
         "profile": run.profile,
         "ceilings": run.ceilings,
         "command": redact(run.command),
+        "status": run.status,
     }
 
 
@@ -209,13 +243,15 @@ class Store:
     ) -> list[BaselineRun]:
         """Up to ``limit`` clean runs with this result, nearest commit first (in ``commits`` order),
         newest run first within a commit. Commits are looked up in slices through the index, so
-        a long ancestry costs only as many queries as it takes to fill the window."""
+        a long ancestry costs only as many queries as it takes to fill the window. Runs that were
+        interrupted, contended or noisy come back too, marked (``disturbed``): baseline.py keeps
+        them out of the window but shows them to the change-point search."""
         found: list[BaselineRun] = []
         position = {commit: i for i, commit in enumerate(commits)}
         for start in range(0, len(commits), IN_LIST):
             chunk = list(commits[start:start + IN_LIST])
             rows = self._rows(
-                "SELECT r.run_uid, r.commit_sha, r.started_at, r.id, m.record_json, "
+                "SELECT r.run_uid, r.commit_sha, r.started_at, r.id, r.status, m.record_json, "
                 f"{', '.join('r.' + c for c in ENVIRONMENT_COLUMNS)} FROM runs r "
                 "JOIN measurements m ON m.run_id = r.id "
                 f"WHERE r.commit_sha IN ({', '.join('?' for _ in chunk)}) AND r.dirty = 0 AND m.test = ? "
@@ -224,11 +260,34 @@ class Store:
             )
             rows.sort(key=lambda row: (row[2], row[3]), reverse=True)  # newest run first...
             rows.sort(key=lambda row: position[row[1]])  # ...within the nearest commit first (stable)
-            for run_uid, commit, started_at, _, record_json, *columns in rows:
-                found.append(_baseline_run(run_uid, commit, started_at, json.loads(record_json), columns))
+            for run_uid, commit, started_at, _, status, record_json, *columns in rows:
+                found.append(_baseline_run(run_uid, commit, started_at, status, json.loads(record_json), columns))
                 if len(found) >= limit:
                     return found
         return found
+
+    def accepts(self, commits: Sequence[str]) -> list[dict[str, Any]]:
+        """The accepted slowdowns recorded at any of ``commits`` (``solgate accept``), oldest first."""
+        found: list[dict[str, Any]] = []
+        for start in range(0, len(commits), IN_LIST):
+            chunk = list(commits[start:start + IN_LIST])
+            rows = self._rows(f"SELECT {', '.join(ACCEPT_COLUMNS)} FROM accepts "
+                              f"WHERE commit_sha IN ({', '.join('?' for _ in chunk)}) ORDER BY id", chunk)
+            found += [dict(zip(ACCEPT_COLUMNS, row)) for row in rows]
+        return sorted(found, key=lambda a: a["accepted_at"])
+
+    def all_accepts(self) -> list[dict[str, Any]]:
+        """Every accepted slowdown, oldest first: what ``solgate migrate`` copies."""
+        return [dict(zip(ACCEPT_COLUMNS, row)) for row in self._rows(f"SELECT {', '.join(ACCEPT_COLUMNS)} FROM accepts ORDER BY id")]
+
+    def record_accept(self, accept: dict[str, Any]) -> bool:
+        """Record an accepted slowdown; False when the same one (commit, pattern, time) is there."""
+        if self.read_only:
+            raise HistoryError(f"{self.location}: the history is read-only here; the accept is not saved in it")
+        return self._write_accept(tuple(accept.get(c) or "" for c in ACCEPT_COLUMNS))
+
+    def _write_accept(self, row: tuple[Any, ...]) -> bool:
+        raise NotImplementedError
 
     def runs(self) -> list[dict[str, Any]]:
         """Every run's facts (the runs table's columns), oldest first."""
@@ -440,6 +499,24 @@ class SqliteStore(Store):
         except sqlite3.OperationalError as exc:
             raise HistoryError(f"{self.path}: cannot write the history ({exc}); pass --sol-history=PATH") from None
         return True
+
+    def _write_accept(self, row: tuple[Any, ...]) -> bool:
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                exists = self.db.execute("SELECT 1 FROM accepts WHERE commit_sha = ? AND pattern = ? AND accepted_at = ?",
+                                         (row[0], row[1], row[3])).fetchone()
+                if not exists:
+                    self.db.execute(f"INSERT INTO accepts ({', '.join(ACCEPT_COLUMNS)}) VALUES "
+                                    f"({', '.join('?' for _ in ACCEPT_COLUMNS)})", row)
+                self.db.execute("COMMIT")
+            except BaseException:
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+                raise
+        except sqlite3.OperationalError as exc:
+            raise HistoryError(f"{self.path}: cannot write the history ({exc}); pass --sol-history=PATH") from None
+        return not exists
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         try:

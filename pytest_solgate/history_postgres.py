@@ -6,7 +6,7 @@ imported only then, so psycopg 3 is needed only by those who use it (the ``[post
 The tables live in their own schema, ``solgate``, so they can share a database with anything else.
 ``solgate.meta`` names the application and the schema version; migrations run forward under an
 advisory lock, so two runners upgrading at once do it once. A least-privilege role needs only
-USAGE on the schema, SELECT on its three tables and INSERT on ``runs`` and ``measurements``
+USAGE on the schema, SELECT on its four tables and INSERT on ``runs``, ``measurements`` and ``accepts``
 (docs/ci.md); creating or migrating the tables is for the owner (``solgate init``).
 
 Every statement is parameterised; every message names host, port and database, never the password.
@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from pytest_solgate.errors import HistoryError, HistoryUnavailable, NoHistoryYet
-from pytest_solgate.history import MEASUREMENT_COLUMNS, RUN_COLUMNS, Store, redact
+from pytest_solgate.history import ACCEPT_COLUMNS, MEASUREMENT_COLUMNS, RUN_COLUMNS, Store, redact
 
 SCHEMA = "solgate"
 APPLICATION = "pytest-solgate"
@@ -67,6 +67,20 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX runs_commit ON solgate.runs(commit_sha);
     INSERT INTO solgate.meta VALUES ('application', 'pytest-solgate');
     INSERT INTO solgate.meta VALUES ('schema_version', '0');
+    """,
+    # 1 -> 2: SQLite schema 4: how a run ended, and the accepted slowdowns (`solgate accept`).
+    """
+    ALTER TABLE solgate.runs ADD COLUMN status TEXT NOT NULL DEFAULT 'complete';
+    CREATE TABLE solgate.accepts (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        commit_sha TEXT NOT NULL,
+        pattern TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        accepted_at TEXT NOT NULL,
+        accepted_by TEXT NOT NULL DEFAULT '',
+        UNIQUE (commit_sha, pattern, accepted_at)
+    );
+    CREATE INDEX accepts_commit ON solgate.accepts(commit_sha);
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -259,6 +273,22 @@ class PostgresStore(Store):
         except psycopg.Error as exc:
             raise HistoryError(f"{self.location}: cannot write the history ({type(exc).__name__}: {self._clean(exc)})") from None
         return True
+
+    def _write_accept(self, row: tuple[Any, ...]) -> bool:
+        psycopg = self._psycopg
+        try:
+            inserted = self.conn.execute(
+                f"INSERT INTO accepts ({', '.join(ACCEPT_COLUMNS)}) VALUES ({', '.join('%s' for _ in ACCEPT_COLUMNS)}) "
+                "ON CONFLICT (commit_sha, pattern, accepted_at) DO NOTHING RETURNING id", row,
+            ).fetchone()
+        except psycopg.OperationalError as exc:
+            raise HistoryUnavailable(f"{self.location}: the history server went away while writing ({self._clean(exc)})") from None
+        except psycopg.errors.InsufficientPrivilege:
+            raise HistoryError(f"{self.location}: role {self.user} may not write the solgate tables: "
+                               "GRANT INSERT ON solgate.accepts (docs/ci.md)") from None
+        except psycopg.Error as exc:
+            raise HistoryError(f"{self.location}: cannot write the history ({type(exc).__name__}: {self._clean(exc)})") from None
+        return inserted is not None
 
     @staticmethod
     def _sql(sql: str) -> str:

@@ -35,6 +35,10 @@ ABOVE_SOL_LIMIT = 1.05
 # runs (normal log-SOL, independent runs): the false-alarm rate per measurement before the
 # confirmation re-measure. Strict, because each false alarm costs a kernel engineer an afternoon.
 STATISTIC = "t-prediction-99"
+MIN_ROBUST = 4  # window values needed before one far off the others can be told apart and left out
+OUTLIER_SIGMAS = 4.5  # robust standard deviations from the window's median: a disturbed run, not noise
+MIN_SCALE = 0.01  # robust spreads are taken as at least 1 %: no run within 4.5 % of the median is called disturbed
+WIDENING_SIGMAS = 3.0  # kept runs this far from the window's median are named as widening it
 
 BudgetSpec = float | tuple[tuple[str, float], ...] | None
 
@@ -60,6 +64,9 @@ class BaselineRun:
     started_at: str = ""
     ceilings_id: str = ""
     environment: Mapping[str, str] = field(default_factory=dict)
+    verdict: str = ""  # the run's own verdict
+    judged_against: str = ""  # the newest commit of the window that run was judged against
+    disturbed: str = ""  # "interrupted", "contended" or "noisy": recorded, never a baseline
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,8 @@ class BaselineWindow:
     runs: tuple[BaselineRun, ...]
     # Facts in which every run of the window differs from this run, e.g. "torch 2.12.0 -> 2.13.0".
     environment_differs: tuple[str, ...] = ()
+    # Where the level began and what was left out of it (baseline.level), for the message.
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -226,43 +235,98 @@ def _commits(window: BaselineWindow) -> str:
     return f"{runs} at {newest}" if newest == oldest else f"{runs} from {oldest} to {newest}"
 
 
+def _robust_scale(values: Sequence[float], floor_sd: float) -> tuple[float, float]:
+    """The median of ``values`` and their robust standard deviation (1.4826 MAD, at least ``floor_sd``)."""
+    centre = stats.median(values)
+    return centre, max(1.4826 * stats.median([abs(v - centre) for v in values]), floor_sd, MIN_SCALE)
+
+
+def robust_values(values: Sequence[float], floor_sd: float) -> tuple[list[int], float]:
+    """Indices of the window values to keep, and their spread: a value further than
+    ``OUTLIER_SIGMAS`` robust standard deviations from the median is one disturbed run, not the
+    runner's noise, and is left out, so that one slow run cannot widen the floor several-fold.
+    Needs four values; fewer are kept as they are."""
+    keep = list(range(len(values)))
+    if len(values) >= MIN_ROBUST:
+        centre, scale = _robust_scale(values, floor_sd)
+        near = [i for i, v in enumerate(values) if abs(v - centre) <= OUTLIER_SIGMAS * scale]
+        if len(values) - len(near) <= len(values) // 3:  # a few disturbed runs; more is a mixed window
+            keep = near
+    return keep, stats.stdev([values[i] for i in keep])
+
+
+def _widening(window: BaselineWindow, values: Sequence[float], keep: Sequence[int], floor_sd: float) -> list[str]:
+    """The kept runs far enough from the others (``WIDENING_SIGMAS`` robust standard deviations)
+    to make most of the window's spread: a mixed window. None in a window of one level."""
+    if len(keep) < MIN_ROBUST:
+        return []
+    centre, scale = _robust_scale([values[i] for i in keep], floor_sd)
+    return [f"{short(window.runs[i].commit)} (SOL {math.exp(values[i]):.3f})"
+            for i in keep if abs(values[i] - centre) > WIDENING_SIGMAS * scale]
+
+
+def _advice(window: BaselineWindow, values: Sequence[float], keep: Sequence[int], within: float, spread: float,
+            tolerance: float, floor_text: str) -> str:
+    """What to do about a drop the window's noise cannot tell from a regression, from the evidence:
+    a mixed window, the runs' own noise, or noise between runs that the runs themselves do not show."""
+    widening = _widening(window, values, keep, within)
+    if widening:
+        several = len(widening) > 1
+        return (f"the window is mixed: the run{'s' if several else ''} at {' and '.join(widening)} "
+                f"widen{'' if several else 's'} it, and {'they leave' if several else 'it leaves'} the window as new "
+                "runs come (or `solgate accept` the level it shows); the tolerance stays right")
+    if stats.Z_99 * within >= tolerance:
+        return (f"the runs' own noise (±{units.percent(within)} within a run) is beyond the tolerance: give more "
+                f"--sol-min-time, or raise max_regression above {floor_text}")
+    return (f"the noise is between runs ({units.percent(spread)} run to run, {units.percent(within)} within a run): "
+            "the runner changes from run to run (clocks, neighbours, frequency scaling): lock the clocks or give "
+            "the runner to one job; raising max_regression would hide real regressions")
+
+
 def against_window(m: Measurement, window: BaselineWindow, tolerance: float, settings: JudgeSettings) -> Comparison:
     """Judge ``m`` against its baseline window on run-level evidence.
 
     Each baseline run contributes one value, its median SOL; the head run is one more draw. In log
     space (timing noise is multiplicative) the window gives a mean and a run-to-run standard
-    deviation s (never less than the runs' own within-run precision), and a new run of an unchanged
-    kernel falls below ``mean - t(0.99, k-1) * s * sqrt(1 + 1/k)`` in 1 % of runs; that distance,
-    combined in quadrature with this run's own precision at the normal 99 % quantile, is the noise
-    floor. ``regressed`` needs a drop beyond the tolerance AND beyond the floor; a drop
-    beyond the tolerance alone is ``ambiguous``; so is any drop when one run cannot show a spread.
+    deviation s (never less than the runs' own within-run precision; a run far outside the others
+    is left out first, see ``robust_values``), and a new run of an unchanged kernel falls below
+    ``mean - t(0.99, k-1) * s * sqrt(1 + 1/k)`` in 1 % of runs; that distance, combined in
+    quadrature with this run's own precision at the normal 99 % quantile, is the noise floor.
+    ``regressed`` needs a drop beyond the tolerance AND beyond the floor; a drop beyond the
+    tolerance alone is ``ambiguous``; so is any drop when one run cannot show a spread.
     """
     values = []
     by_time = False
     for run in window.runs:
         value, timed = _run_value(m, run)
         by_time = by_time or timed
-        if value > 0:
-            values.append(math.log(value))
+        values.append(math.log(value) if value > 0 else math.nan)
+    usable = [i for i, v in enumerate(values) if math.isfinite(v)]
     compared_on = "time" if by_time else "sol"
     sol, noise = m.score.sol, m.timing.noise
-    if not values or sol <= 0:
-        centre, change, spread, floor_log = (math.exp(values[0]) if values else 0.0), 0.0, None, None
+    # Within-run precision is a 95 % half-width: divided by Z_95 it is a standard deviation.
+    within_list = [run.noise / stats.Z_95 for run in window.runs if math.isfinite(run.noise)]
+    within = stats.median(within_list) if within_list else 0.0
+    keep, left_out = usable, []
+    spread = floor_log = None
+    if not usable or sol <= 0:
+        centre, change = (math.exp(values[usable[0]]) if usable else 0.0), 0.0
     else:
-        centre_log = stats.mean(values)
-        centre = math.exp(centre_log)
-        change = math.exp(math.log(sol) - centre_log) - 1
-        spread = floor_log = None
-        if len(values) >= 2:
-            # Within-run precision is a 95 % half-width: divided by Z_95 it is a standard deviation.
-            within = [run.noise / stats.Z_95 for run in window.runs if math.isfinite(run.noise)]
-            sd = max(stats.stdev(values), stats.median(within) if within else 0.0)
+        kept_values = [values[i] for i in usable]
+        if len(kept_values) >= 2:
+            keep_local, sd_kept = robust_values(kept_values, within)
+            keep = [usable[i] for i in keep_local]
+            left_out = [usable[i] for i in range(len(usable)) if i not in keep_local]
+            sd = max(sd_kept, within)
             spread = sd
-            window_term = stats.t_quantile_99(len(values) - 1) * sd * math.sqrt(1 + 1 / len(values))
+            window_term = stats.t_quantile_99(len(keep) - 1) * sd * math.sqrt(1 + 1 / len(keep)) if len(keep) >= 2 else None
             # This run's own precision, when it is worse than usual (a disturbed block of samples),
             # widens the bound too: in quadrature, at the normal 99 % quantile.
             head_term = stats.Z_99 * noise / stats.Z_95 if math.isfinite(noise) else 0.0
-            floor_log = math.hypot(window_term, head_term)
+            floor_log = math.hypot(window_term, head_term) if window_term is not None else None
+        centre_log = stats.mean([values[i] for i in keep])
+        centre = math.exp(centre_log)
+        change = math.exp(math.log(sol) - centre_log) - 1
     floor = None if floor_log is None else 1 - math.exp(-floor_log)
     floor_text = units.percent(floor) if floor is not None else "unknown (one run)"
     versus = (
@@ -270,6 +334,12 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
         f"vs {centre:.3f} over {_commits(window)}: {units.percent(change, signed=True)}, "
         f"tolerance {units.percent(tolerance)}, noise floor {floor_text}"
     )
+    said = list(window.notes)
+    if left_out:
+        said.append("left out as far off the others: " + ", ".join(
+            f"{short(window.runs[i].commit)} (SOL {math.exp(values[i]):.3f})" for i in left_out))
+    if said:
+        versus += f" ({'; '.join(said)})"
     if by_time:
         versus += " (compared on time: the ceilings changed since the baseline, e.g. a re-calibration)"
 
@@ -282,15 +352,18 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
             return result(AMBIGUOUS, f"{versus}: one baseline run cannot show the run-to-run noise, so the drop "
                                      "cannot be told from it; the gate decides once two runs of ancestors are recorded")
         if not beyond_floor:
-            return result(AMBIGUOUS, f"{versus}: within the run-to-run noise; the tolerance is below this runner's "
-                                     f"noise floor of {floor_text}: lock the clocks, give more --sol-min-time, "
-                                     f"or raise max_regression above {floor_text}")
+            advice = _advice(window, values, keep, within, spread or 0.0, tolerance, floor_text)
+            return result(AMBIGUOUS, f"{versus}: within the run-to-run noise; the tolerance is below this window's "
+                                     f"noise floor of {floor_text}: {advice}")
         if window.environment_differs:
             return result(AMBIGUOUS, f"{versus}: would be a regression, but the baseline ran in another environment "
                                      f"({'; '.join(window.environment_differs)}); the gate decides once runs in this "
                                      "environment form a window")
+        if m.contended:
+            return result(AMBIGUOUS, f"{versus}: would be a regression, but the machine was busy while it measured "
+                                     f"({m.contended}); a contended run cannot fail as regressed: run it alone")
         return result(REGRESSED, f"{versus}: regressed (beyond the tolerance and the noise: 99 % t prediction bound "
-                                 f"over {len(values)} runs)")
+                                 f"over {len(keep)} runs)")
     if change > tolerance and beyond_floor:
         return result(IMPROVED, f"{versus}: improved")
     return result(PASS, versus)

@@ -23,8 +23,12 @@ def lock_dir() -> Path:
 
 
 @contextlib.contextmanager
-def device_lock(device_key: str) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on the device's lock file for the duration of the block."""
+def device_lock(device_key: str, holder: str = "") -> Iterator[str]:
+    """Hold an exclusive ``flock`` on the device's lock file for the duration of the block.
+
+    Yields who held the lock when it had to be waited for ('' when it was free): the ``holder``
+    text the other process wrote into the file (its solgate run id and pid), so that a run can
+    tell another solgate run on its device from its own xdist workers (engine.py)."""
     import fcntl
 
     folder = lock_dir()
@@ -39,8 +43,18 @@ def device_lock(device_key: str) -> Iterator[None]:
             f"point {LOCK_DIR_VARIABLE} at a folder this user can write, or unset it"
         ) from None
     with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        waited_for = ""
         try:
-            yield
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            waited_for = handle.read().strip() or "another process"
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(holder or f"pid {os.getpid()}")
+        handle.flush()
+        try:
+            yield waited_for
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)

@@ -217,7 +217,7 @@ class SolgateSession:
             start_commit(self.project_root, settings.baseline, gitinfo.facts(self.project_root))  # a bad ref fails now
         self.baselines = BaselineChooser(
             self.project_root, settings.baseline, settings.baseline_window, lambda: self.git, self._store_or_none,
-            unavailable,
+            unavailable, settings.min_change,
         )
         self._engine: Any = None
         self.profile_option: Any = None  # resolved once, here: a bad --sol-profile fails before any test runs
@@ -238,6 +238,7 @@ class SolgateSession:
                 profile_option=self.profile_option,
                 baseline_finder=self.baselines.window,
                 head=lambda: (self.git.commit, self.git.dirty),
+                run_id=self.run_id,
                 announce=self._announce,
                 warn=lambda text: warnings.warn(SolgateWarning(text), stacklevel=2),
             )
@@ -442,7 +443,18 @@ class SolgateSession:
             self.records,
             "pytest " + " ".join(self.config.invocation_params.args),
             self.settings.baseline,
+            interrupted=exitstatus == pytest.ExitCode.INTERRUPTED,
         )
+        contended = [m for m in self.records if m.contended]
+        if contended:
+            self.messages.append(
+                f"solgate: {len(contended)} measurement(s) taken while the machine was busy (contended: "
+                f"{contended[0].contended}); they are recorded, never baselines, and cannot fail as regressed"
+            )
+        if run.status == "interrupted":
+            # Recorded (what was measured is evidence) but never a baseline, and every output says so.
+            self.messages.append(f"solgate: the session was interrupted: this run ({len(self.records)} measurement(s)) "
+                                 "is recorded as interrupted, never used as a baseline, and its reports are partial")
         if self._store is not None:
             self._store.close()
             self._store = None

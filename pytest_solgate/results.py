@@ -174,6 +174,9 @@ class Measurement:
     device: str = ""
     worker: str = ""  # the xdist worker that measured it
     notes: tuple[str, ...] = ()  # what a reader of the result should know (the timing's notes included)
+    # Why the machine was busy while this was measured (another process on its cores, another
+    # solgate run waiting for the device), or "": a contended result is never a baseline.
+    contended: str = ""
     judgement: Judgement | None = None
     # The record stage's history of this measurement, oldest first: [{"commit", "sol", "started_at"}].
     trend: tuple[Mapping[str, Any], ...] = ()
@@ -248,6 +251,8 @@ class Measurement:
             "budget": judgement.budget.to_dict() if judgement else {},
             "baseline": judgement.baseline.to_dict() if judgement and judgement.baseline else None,
             "trend": [dict(point) for point in self.trend],
+            # Last, and only when set: the records of earlier versions write back identical.
+            **({"contended": self.contended} if self.contended else {}),
         }
 
     @classmethod
@@ -298,6 +303,7 @@ class Measurement:
             device=data.get("device") or "",
             worker=data.get("worker") or "",
             notes=tuple(data.get("notes") or ()),
+            contended=str(data.get("contended") or ""),
             judgement=judgement,
             trend=tuple(data.get("trend") or ()),
         )
@@ -325,6 +331,7 @@ class RunInfo:
     ceilings: str = ""
     command: str = ""
     baseline_ref: str = ""
+    status: str = "complete"  # or "interrupted" (Ctrl-C): recorded, never a baseline
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -22,6 +22,7 @@ def build_run_info(
     measurements: Sequence[Measurement],
     command: str,
     baseline_ref: str,
+    interrupted: bool = False,
 ) -> RunInfo:
     used_cuda = any(m.timing.backend == "cuda" for m in measurements)
     profiles = sorted({m.profile for m in measurements})
@@ -46,4 +47,5 @@ def build_run_info(
         ceilings=", ".join(ceilings),
         command=redact(command),  # a history URL's password must not reach the history or a report
         baseline_ref=baseline_ref,
+        status="interrupted" if interrupted else "complete",
     )

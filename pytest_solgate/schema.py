@@ -103,6 +103,7 @@ MEASUREMENT = {
         "sm_clock_mhz": _nullable(_number(1e5)),
         "sol_at_clock": _nullable(_number(FINITE)),
         "timing_mode": {"enum": ["events", "cuda-graph"]},
+        "contended": _text(1_000),
         "trend": {"type": "array", "maxItems": 100_000, "items": {"type": "object"}},
     },
 }
@@ -119,6 +120,7 @@ RUN = {
         "dirty": {"type": "boolean"},
         **{key: _text() for key in ("host", "device", "driver", "cuda", "torch", "triton", "python", "plugin",
                                     "profile", "ceilings", "command", "baseline_ref")},
+        "status": {"enum": ["complete", "interrupted"]},
     },
 }
 

@@ -54,6 +54,7 @@ class Option:
 
 
 DEFAULT_MAX_REGRESSION = 0.05  # the relative SOL drop that fails a test unless its marker says otherwise
+DEFAULT_MIN_CHANGE = 0.025  # steps smaller than this are not change points: half the default tolerance
 HISTORY_VARIABLE = "SOLGATE_HISTORY"  # a history URL from the environment (a CI secret)
 
 OPTIONS = (
@@ -72,6 +73,8 @@ OPTIONS = (
     Option("sol_baseline", "what to compare against: auto, a git ref, or none", "auto"),
     Option("sol_baseline_window", "how many clean runs of ancestors form a baseline window", "10"),
     Option("sol_max_regression", "default relative SOL drop that fails a test", str(DEFAULT_MAX_REGRESSION)),
+    Option("sol_min_change", "smallest relative SOL step listed as a change point (and that starts a new baseline level)",
+           str(DEFAULT_MIN_CHANGE)),
     Option("sol_gate", "what a failing verdict does: fail, warn or off", "fail", "string", ("fail", "warn", "off")),
     Option("sol_above_one", "what SOL > 1.05 does: fail or warn", "fail", "string", ("fail", "warn")),
     Option("sol_min_time", "minimum sampling time per measurement, seconds", "0.25"),
@@ -98,6 +101,7 @@ class Settings:
     baseline: str = "auto"
     baseline_window: int = 10
     max_regression: float = DEFAULT_MAX_REGRESSION
+    min_change: float = DEFAULT_MIN_CHANGE
     gate: str = "fail"
     above_one: str = "fail"
     sampling: SamplingSettings = SamplingSettings()
@@ -149,6 +153,9 @@ def parse_settings(raw: Mapping[str, Any]) -> Settings:
     max_regression = _number(
         "--sol-max-regression", values["sol_max_regression"], lambda v: 0 <= v < 1, "give a fraction in [0, 1), e.g. 0.05"
     )
+    min_change = _number(
+        "--sol-min-change", values["sol_min_change"], lambda v: 0 <= v < 1, "give a fraction in [0, 1), e.g. 0.025"
+    )
     window = _number(
         "--sol-baseline-window", values["sol_baseline_window"], lambda v: v == int(v) and 1 <= v <= 100,
         "give a whole number of runs from 1 to 100, e.g. 10",
@@ -170,6 +177,7 @@ def parse_settings(raw: Mapping[str, Any]) -> Settings:
         baseline=baseline,
         baseline_window=int(window),
         max_regression=max_regression,
+        min_change=min_change,
         gate=values["sol_gate"],
         above_one=values["sol_above_one"],
         sampling=SamplingSettings(min_time=min_time, max_time=max_time, noise=noise, cuda_graph=values["sol_cuda_graph"]),

@@ -37,7 +37,11 @@ def pytest_configure(config):
     # pytester restores sys.modules after each in-process run; torch cannot be imported twice in
     # one process, and psycopg's compiled core keeps raising the exception classes of its first
     # import, so both are imported once up front, before any snapshot is taken.
-    for module in ("torch", "psycopg"):
+    # numpy and ruptures (change points, read by every baseline lookup) likewise; and the engine,
+    # so that the fake clock's patch of engine.CPU_CLOCKS reaches the module the plugin uses (a
+    # module first imported inside a run is imported afresh by the next, and the package keeps
+    # pointing at the old one).
+    for module in ("torch", "psycopg", "numpy", "ruptures", "pytest_solgate.engine"):
         try:
             __import__(module)
         except ImportError:
@@ -98,3 +102,14 @@ def _cpu_share(request, tmp_path_factory):
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def _contention_is_not_judged_here(monkeypatch):
+    """Whether a measurement was contended depends on how busy this machine is, and tests never
+    depend on that: in-process runs see no contention. The tests of contention itself run pytest
+    in subprocesses on purpose (tests/test_history.py) or call ``engine.contention`` directly."""
+    from pytest_solgate import engine
+
+    monkeypatch.setattr(engine, "contention", lambda *args: "")
+

@@ -28,7 +28,7 @@ def busy(seconds):
 # machine is. Everything else (sampling loop, cache flush, scoring, judging, history) is real.
 FAKE_CLOCK_KERNELS = '''
 import pytest
-from pytest_solgate import backends
+from pytest_solgate import backends, engine
 
 FAKE_NS = [0]
 
@@ -39,6 +39,8 @@ def busy(seconds):
 def _fake_clock(monkeypatch):
     monkeypatch.setattr(backends.CpuBackend, "start", lambda self: FAKE_NS[0])
     monkeypatch.setattr(backends.CpuBackend, "stop", lambda self, token: (token, FAKE_NS[0]))
+    # No time passes on the fake clock, so no other process can take the core: never contended.
+    monkeypatch.setattr(engine, "CPU_CLOCKS", (lambda: 0.0, lambda: 0.0))
 '''
 
 FAST_TIMING = ["--sol-device=cpu", "--sol-min-time=0.02", "--sol-max-time=0.3", "-p", "no:cacheprovider"]

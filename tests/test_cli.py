@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE, git, init_repo, recorded
+from solgate_testing import FAKE_CLOCK_KERNELS, FAST_TIMING, SYNTHETIC_PROFILE, git, init_repo, recorded
 
 
 def solgate(*args, cwd=None):
@@ -78,7 +78,9 @@ def two_commits(request, pytester, monkeypatch):
     (pytester.path / ".gitignore").write_text(".solgate/\n*.json\n*.html\n")
     commits = []
     for seconds, runs in ((1e-3, 3), (1.3e-3, 1)):
-        pytester.makepyfile(test_k=KERNELS + f"\ndef test_k(sol):\n    sol.measure(lambda: busy({seconds}), bytes=0.5e6)\n"
+        # On the fake clock: a run measured while the machine is busy is contended and never a
+        # baseline, so real timings on a loaded machine would leave A without a window.
+        pytester.makepyfile(test_k=FAKE_CLOCK_KERNELS + f"\ndef test_k(sol):\n    sol.measure(lambda: busy({seconds}), bytes=0.5e6)\n"
                             f"    sol.measure(lambda: busy({seconds * 2 - 1e-3}), bytes=0.5e6, name='ref', gate=False)\n"
                             "\ndef test_same(sol):\n    sol.measure(lambda: busy(5e-4), bytes=0.2e6)\n")
         git(pytester.path, "add", "-A")
@@ -101,7 +103,8 @@ def test_history_trend_compare(two_commits):
     # the reference slowed far more, but gate=False measurements are never judged
     (ref_row,) = [line for line in compared.stdout.splitlines() if "[ref]" in line]
     assert ref_row.endswith("not gated (gate=False)")
-    assert solgate("compare", a, a, cwd=path).returncode == 0
+    itself = solgate("compare", a, a, cwd=path)  # A's runs are not a window for A itself
+    assert itself.returncode == 2 and "a commit is never in its own window" in itself.stderr, itself.stderr
     assert solgate("compare", "HEAD~1", "HEAD", cwd=path).returncode == 1
     bad = solgate("compare", a, "nosuchref", cwd=path)
     assert bad.returncode == 2 and "'nosuchref' is neither a git ref" in bad.stderr

@@ -161,7 +161,8 @@ def test_a_read_only_history_is_still_read(pytester):
     import subprocess as sp
 
     pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
-    pytester.makepyfile(test_k=KERNELS + "\ndef test_k(sol):\n    sol.measure(lambda: busy(1e-3), bytes=0.4e6)\n")
+    # On the fake clock: a run measured while the machine is busy is contended and never a baseline.
+    pytester.makepyfile(test_k=FAKE_CLOCK_KERNELS + "\ndef test_k(sol):\n    sol.measure(lambda: busy(1e-3), bytes=0.4e6)\n")
     for args in (["init", "-q", "-b", "main"], ["-c", "user.email=t@e.invalid", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "A"]):
         sp.run(["git", *args], cwd=pytester.path, check=True, capture_output=True)
     for _ in range(2):  # two runs at HEAD: a window

@@ -131,8 +131,39 @@ def test_a_drop_within_the_noise_floor_is_ambiguous_and_names_the_floor():
     noisy = (0.70, 0.80, 0.60, 0.75, 0.65)  # +-10 % from run to run: the floor is near 35 %
     got = judge.judge(at_sol(0.60), judge.Budget(), window(*noisy), SETTINGS)
     assert got.verdict == results.AMBIGUOUS
-    assert "below this runner's noise floor of" in got.judgement.reason and "raise max_regression above" in got.judgement.reason
+    reason = got.judgement.reason
+    assert "below this window's noise floor of" in reason
+    # 0.2 % within each run, 11 % between runs: the advice is about the runner, not the tolerance
+    assert "the noise is between runs (11.4% run to run, 0.1% within a run)" in reason
+    assert "raising max_regression would hide real regressions" in reason
     assert got.judgement.baseline.noise_floor > 0.25
+
+
+def test_noisy_runs_advise_a_longer_measurement_or_a_wider_tolerance():
+    noisy = (0.70, 0.80, 0.60, 0.75, 0.65)
+    got = judge.judge(at_sol(0.60, noise=0.05), judge.Budget(), window(*noisy, noise=0.05), SETTINGS)
+    assert got.verdict == results.AMBIGUOUS
+    assert "the runs' own noise (±2.6% within a run) is beyond the tolerance: give more --sol-min-time, or raise " \
+           "max_regression above" in got.judgement.reason
+
+
+def test_one_disturbed_run_cannot_widen_the_floor():
+    # Nine runs at 0.70 +- 1 %, and one a neighbouring process slowed to half: before, its spread
+    # became the floor (near 60 %) and a 25 % drop passed as ambiguous.
+    disturbed = (0.70, 0.71, 0.69, 0.35, 0.70, 0.71, 0.70, 0.69, 0.70, 0.71)
+    got = judge.judge(at_sol(0.53), judge.Budget(), window(*disturbed), SETTINGS)
+    assert got.verdict == results.REGRESSED, got.judgement.reason
+    assert got.judgement.baseline.noise_floor < 0.05
+    assert "left out as far off the others: dddddddddd (SOL 0.350)" in got.judgement.reason
+
+
+def test_a_mixed_window_names_the_runs_that_widen_it():
+    # Runs at one level +- 3 % and one lower, not far enough to be left out as disturbed: the
+    # floor is wide because of it, and the message says which run that is.
+    mixed = (0.70, 0.72, 0.62, 0.69, 0.71, 0.68, 0.70, 0.61, 0.73)
+    got = judge.judge(at_sol(0.58), judge.Budget(), window(*mixed), SETTINGS)
+    assert got.verdict == results.AMBIGUOUS, got.judgement.reason
+    assert "the window is mixed: the run at hhhhhhhhhh (SOL 0.610) widens it, and it leaves the window" in got.judgement.reason
 
 
 def test_one_run_cannot_show_the_spread_so_a_drop_is_ambiguous():

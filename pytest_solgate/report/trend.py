@@ -7,6 +7,7 @@ panel has its own x axis (its own commits) and a y axis from 0 with round ticks.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import re
@@ -75,12 +76,15 @@ class Panel:
     changes: list[tuple[float, str]]  # x and commit of each change point shown
     shown: int  # commits shown
     total: int  # commits recorded
+    provisional: tuple[str, ...] = ()  # the change points at the newest commit, not confirmed yet
+    outliers: list[tuple[float, float, str]] = dataclasses.field(default_factory=list)  # x, y, commit of each glitch
 
 
 def panel(test: str, name: str, profile: str, points: Sequence[dict[str, Any]], changes: Sequence[str],
-          budget: float | None, last: int = 0) -> Panel:
+          budget: float | None, last: int = 0, provisional: Sequence[str] = (), outliers: Sequence[str] = ()) -> Panel:
     """``points`` from history.commit_series (oldest first); ``changes`` the commits where the
-    series stepped; ``last`` > 0 shows only the newest commits."""
+    series stepped (``provisional`` those of them at the newest commit, not confirmed yet);
+    ``outliers`` the commits one off their level; ``last`` > 0 shows only the newest commits."""
     total = len(points)
     bands = noise_band([p["sol"] for p in points])
     start = max(0, total - last) if last else 0
@@ -130,6 +134,8 @@ def panel(test: str, name: str, profile: str, points: Sequence[dict[str, Any]], 
         changes=[(x(index[c]), c) for c in changes if c in index],
         shown=len(points),
         total=total,
+        provisional=tuple(c for c in provisional if c in index),
+        outliers=[(x(index[c]), y(points[index[c]]["sol"]), c) for c in outliers if c in index],
     )
 
 
