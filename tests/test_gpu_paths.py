@@ -633,7 +633,7 @@ def test_rotation_batches_only_when_its_sets_outnumber_the_calls_and_exceed_the_
     gpu = FakeGpu()
     backend = cuda_backend(gpu, monkeypatch)
     calls = [lambda i=i: gpu.streaming_kernel(f"set {i}", nbytes) for i in range(sets)]
-    timing = take_timing(rotating(calls, "t"), backend, rotation_sets=sets, bytes_per_call=nbytes, **quick(gpu))
+    timing = take_timing(rotating(calls), backend, rotation_sets=sets, bytes_per_call=nbytes, **quick(gpu))
     assert timing.seconds == pytest.approx(nbytes / gpu.dram_rate, rel=1e-3)  # cold either way
     if batched:  # 20 us / 4 us = 5 calls per sample, on 8 sets of 16 MB (128 MB > 50 MB of L2)
         assert timing.batch == 5 and any("rotation of 8 buffer sets" in note for note in timing.notes)
