@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE, git, init_repo, recorded
+from solgate_testing import FAKE_CLOCK_KERNELS, FAST_TIMING, SYNTHETIC_PROFILE, git, init_repo, recorded
 
 
 def solgate(*args, cwd=None):
@@ -69,7 +69,8 @@ def two_commits(request, pytester, monkeypatch):
     """A repository with commit A (1 ms, measured three times: a window with a spread) and commit
     B (the kernel 1.3 ms, its gate=False reference twice as slow), measured once. Its history is
     the default SQLite file, or a PostgreSQL database named by SOLGATE_HISTORY (pytest and the
-    solgate commands read it alike)."""
+    solgate commands read it alike). On the fake clock: the verdicts `compare` gives must not
+    depend on how busy the machine was (a loaded run once made the window too noisy to judge)."""
     if request.param == "postgresql":
         monkeypatch.setenv("SOLGATE_HISTORY", request.getfixturevalue("postgres_url"))
 
@@ -78,7 +79,7 @@ def two_commits(request, pytester, monkeypatch):
     (pytester.path / ".gitignore").write_text(".solgate/\n*.json\n*.html\n")
     commits = []
     for seconds, runs in ((1e-3, 3), (1.3e-3, 1)):
-        pytester.makepyfile(test_k=KERNELS + f"\ndef test_k(sol):\n    sol.measure(lambda: busy({seconds}), bytes=0.5e6)\n"
+        pytester.makepyfile(test_k=FAKE_CLOCK_KERNELS + f"\ndef test_k(sol):\n    sol.measure(lambda: busy({seconds}), bytes=0.5e6)\n"
                             f"    sol.measure(lambda: busy({seconds * 2 - 1e-3}), bytes=0.5e6, name='ref', gate=False)\n"
                             "\ndef test_same(sol):\n    sol.measure(lambda: busy(5e-4), bytes=0.2e6)\n")
         git(pytester.path, "add", "-A")
