@@ -325,15 +325,12 @@ def test_cpu_profile_is_measured_once_and_cached(suite, pytester):
     # In a subprocess: torch must not be imported (and unloaded) inside an in-process pytester run.
     first = suite(body, "--sol-json=out.json", profile=False, subprocess=True)
     first.assert_outcomes(passed=1)
-    first.stdout.fnmatch_lines(["solgate: measuring this CPU's ceilings once, 3 repetitions (cached in *.solgate/profiles/cpu-*.toml) ..."])
-    if "repetitions disagree" in first.stdout.str():  # a busy machine (xdist's other worker): not cached
-        assert not list((pytester.path / ".solgate" / "profiles").glob("cpu-*.toml"))
-        return
+    first.stdout.fnmatch_lines(["solgate: measuring this CPU's ceilings once, best of 3 repetitions (cached in *.solgate/profiles/cpu-*.toml) ..."])
     cached = list((pytester.path / ".solgate" / "profiles").glob("cpu-*.toml"))
     assert len(cached) == 1
     text = cached[0].read_text()
     assert 'ceilings = "measured"' in text and "fp32 =" in text and "fp64 =" in text and "triad" in text
-    assert "median of 3 repetitions, spread (max-min)/median: bandwidth" in text
+    assert "best of 3 repetitions, spread (max-min)/median: bandwidth" in text
     second = suite(body, profile=False, subprocess=True)
     second.assert_outcomes(passed=1)
     second.stdout.no_fnmatch_line("*measuring this CPU*")
