@@ -53,6 +53,7 @@ class CpuBackend:
 
     min_sample_seconds = 100e-6
     telemetry_note = "no telemetry on the CPU backend"
+    timer = "perf-counter"  # what the record's timing_mode says: not CUDA events
 
     def __init__(self, name: str = "cpu", flush_bytes: int = 0) -> None:
         self.name = name
@@ -97,6 +98,7 @@ class CudaBackend:
     name = "cuda"
     gated = True
     min_sample_seconds = 20e-6
+    timer = "events"
 
     def __init__(self, torch: Any, device: Any, l2_bytes: int | None, clock_mhz: float | None) -> None:
         self.torch = torch
@@ -260,3 +262,16 @@ def counting_triton_launches() -> Iterator[Callable[[], int]]:
         yield lambda: launched[0]
     finally:
         interpreter.GridExecutor.__call__ = original
+
+
+def triton_driver_hint(error: BaseException) -> str | None:
+    """What to do when Triton finds no GPU driver (its raw "0 active drivers" error), or None for
+    any other error. Without a GPU, Triton kernels run only in its interpreter."""
+    if "active drivers" not in str(error) or os.environ.get("TRITON_INTERPRET") == "1":
+        return None
+    return (
+        "Triton found no GPU driver and TRITON_INTERPRET is not set. On a machine without a GPU, run the "
+        "kernels in Triton's interpreter: set TRITON_INTERPRET=1 before triton is imported (in the shell, "
+        "or at the top of the suite's conftest.py: os.environ.setdefault('TRITON_INTERPRET', '1')); "
+        "interpreter timings are recorded but not gated. On a GPU runner, check the driver: nvidia-smi."
+    )

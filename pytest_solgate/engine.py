@@ -34,6 +34,12 @@ INTERPRETER_SAMPLING = measure.SamplingSettings(
     min_time=0.0, max_time=0.5, noise=0.05, min_samples=3, warmup_time=0.0, cuda_graph="off"
 )
 
+# Declared FLOPs and no bytes: scored as compute-bound whatever the kernel does, so a copy or an
+# elementwise kernel reads a SOL far from the truth. A warning, not an error: a large GEMM's bytes
+# hardly move its T_SOL, and an author may leave them out on purpose (docs/results.md).
+NO_BYTES = ("declares flops= but no bytes=, so it is scored as compute-bound whatever it moves; "
+            "pass bytes= (e.g. sol.nbytes(inputs..., outputs...)) so a memory-bound kernel is scored against bandwidth")
+
 # (test, name, profile, ceilings mode, environment) -> the baseline window, or None
 BaselineFinder = Callable[[str, str, str, str, Mapping[str, str]], "judge.BaselineWindow | None"]
 
@@ -235,6 +241,9 @@ class Engine:
         notes = list(timing.notes)
         if unscored:
             notes.append(unscored)
+        if not work.bytes and work.total_flops:
+            notes.append(NO_BYTES)
+            self.warn(f"{test} '{name}' {NO_BYTES}")
         if rotation:
             notes.append(f"rotating inputs: {rotation} buffer sets, called in turn, so no call finds the last one's data in cache")
         if timed_for_real and timing.wall_seconds > sampling.max_time * 1.5 and len(timing.samples) < sampling.min_samples:

@@ -40,6 +40,7 @@ def environment() -> Any:
         percent=units.percent,
         count=units.count,
         sol=units.sol,
+        sol_fine=units.sol_fine,
         breakable=breakable,
     )
     env.globals["colours"] = VERDICT_COLOURS
@@ -72,7 +73,7 @@ def _detail(m: Measurement, index: int, peers: Sequence[Measurement]) -> dict[st
         "trend": m.trend,
         "failed": m.failed,
         "bar": min(1.0, max(0.0, m.score.sol)),
-        "budget_mark": m.judgement.budget.min if m.judgement else None,
+        "budget_mark": m.judgement.budget.min if m.judgement and m.gate else None,
     }
 
 

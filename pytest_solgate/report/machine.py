@@ -17,7 +17,7 @@ def benchmark_action(measurements: Sequence[Measurement]) -> str:
             "name": f"{m.test} [{m.name}]",
             "unit": "SOL",
             "value": round(m.score.sol, 6),
-            "range": f"±{m.timing.noise * m.score.sol:.4f}" if math.isfinite(m.timing.noise) else "",
+            "range": f"±{m.timing.noise * m.score.sol:.4g}" if math.isfinite(m.timing.noise) else "",
             "extra": f"median {units.seconds(m.timing.seconds)} {units.noise(m.timing.noise)}; profile {m.profile}; "
             f"{m.score.bound}-bound; verdict {m.verdict}" + _speedup(m),
         }
@@ -36,7 +36,7 @@ def _speedup(m: Measurement) -> str:
 def junit_properties(m: Measurement) -> list[tuple[str, str]]:
     """A judged measurement as ``<property>`` entries of its test case in pytest's JUnit XML."""
     properties = [
-        (f"sol[{m.name}]", f"{m.score.sol:.4f}"),
+        (f"sol[{m.name}]", f"{m.score.sol:.4g}"),
         (f"sol_seconds[{m.name}]", f"{m.timing.seconds:.6g}"),
         (f"sol_bound[{m.name}]", m.score.bound),
         (f"sol_verdict[{m.name}]", str(m.verdict or "")),

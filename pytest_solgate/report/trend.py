@@ -99,7 +99,7 @@ def panel(test: str, name: str, profile: str, points: Sequence[dict[str, Any]], 
     drawn = []
     for i, p in enumerate(points):
         runs = len(p.get("runs", ())) or 1
-        hover = (f"{p['commit'][:10]} · {str(p.get('commit_time') or '')[:10]} · SOL {p['sol']:.3f} · "
+        hover = (f"{p['commit'][:10]} · {str(p.get('commit_time') or '')[:10]} · SOL {units.sol_fine(p['sol'])} · "
                  f"{units.seconds(p['seconds']) if p.get('seconds') else '-'} · {p.get('verdict') or '-'}"
                  + (f" · median of {runs} runs" if runs > 1 else ""))
         drawn.append({"x": x(i), "y": y(p["sol"]), "hover": hover, "verdict": p.get("verdict") or "-"})
