@@ -104,6 +104,7 @@ def render_trend(panels: Sequence[Any], generated_from: str, note: str = "") -> 
 
     return environment().get_template("trend.html.j2").render(
         groups=trend.groups(panels),
+        verdicts=trend.verdicts(panels),
         count=len(panels),
         frame={"width": trend.WIDTH, "height": trend.HEIGHT, "left": trend.LEFT, "top": trend.TOP,
                "plot_w": trend.PLOT_W, "plot_h": trend.PLOT_H},

@@ -17,7 +17,7 @@ def benchmark_action(measurements: Sequence[Measurement]) -> str:
             "name": f"{m.test} [{m.name}]",
             "unit": "SOL",
             "value": round(m.score.sol, 6),
-            "range": f"±{m.timing.noise * m.score.sol:.4g}" if math.isfinite(m.timing.noise) else "",
+            "range": f"±{m.timing.noise * m.score.sol:.4f}" if math.isfinite(m.timing.noise) else "",
             "extra": f"median {units.seconds(m.timing.seconds)} {units.noise(m.timing.noise)}; profile {m.profile}; "
             f"{m.score.bound}-bound; verdict {m.verdict}" + _speedup(m),
         }
