@@ -18,7 +18,7 @@ def test_pass(sol):
 
 
 def test_pass_verdict_and_summary_table(suite):
-    result = suite(PASSING)
+    result = suite(PASSING, fake_clock=True)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*SOL summary*", "*memory*0.??*>= 0.85*pass*test_kernels.py::test_pass"])
 
@@ -44,10 +44,10 @@ def test_above_sol_fails_and_can_warn(suite):
         def test_impossible(sol):
             sol.measure(lambda: busy(1e-3), bytes=2e6)
     """
-    result = suite(body)
+    result = suite(body, fake_clock=True)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*SOL ?.?? > 1.05 on synthetic is impossible*check the declared bytes/flops*"])
-    warned = suite(body, "--sol-above-one=warn")
+    warned = suite(body, "--sol-above-one=warn", fake_clock=True)
     warned.assert_outcomes(passed=1, warnings=1)
     warned.stdout.fnmatch_lines(["*SolgateWarning: above-sol*"])
 
@@ -60,7 +60,7 @@ def test_gate_false_is_not_gated(suite):
         def test_reference(sol):
             sol.measure(lambda: busy(1e-3), bytes=0.1e6, gate=False, name="torch")
             sol.measure(lambda: busy(1e-3), bytes=0.95e6, name="ours")
-    """)
+    """, fake_clock=True)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*test_reference 'ours' SOL 0.?? < budget 0.99*"])
     result.stdout.fnmatch_lines(["*not-gated*test_reference*"])
@@ -74,10 +74,10 @@ def test_gate_warn_and_off(suite):
         def test_slow(sol):
             sol.measure(lambda: busy(1e-3), bytes=0.5e6)
     """
-    warn = suite(body, "--sol-gate=warn")
+    warn = suite(body, "--sol-gate=warn", fake_clock=True)
     warn.assert_outcomes(passed=1, warnings=1)
     warn.stdout.fnmatch_lines(["*SolgateWarning: below-budget: test_slow SOL 0.[45]? < budget 0.85*", "*below-budget*"])
-    off = suite(body, "--sol-gate=off")
+    off = suite(body, "--sol-gate=off", fake_clock=True)
     off.assert_outcomes(passed=1)
     off.stdout.fnmatch_lines(["*not-gated*test_slow*"])
 
@@ -91,8 +91,8 @@ def test_ini_twin_and_command_line_wins(suite, pytester):
         def test_slow(sol):
             sol.measure(lambda: busy(1e-3), bytes=0.5e6)
     """
-    suite(body).assert_outcomes(passed=1, warnings=1)
-    suite(body, "--sol-gate=fail").assert_outcomes(failed=1)
+    suite(body, fake_clock=True).assert_outcomes(passed=1, warnings=1)
+    suite(body, "--sol-gate=fail", fake_clock=True).assert_outcomes(failed=1)
 
 
 def test_marked_but_measured_nothing(suite):
@@ -106,7 +106,7 @@ def test_marked_but_measured_nothing(suite):
         @pytest.mark.sol(min=0.5)
         def test_no_fixture():
             pass
-    """)
+    """, fake_clock=True)
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(["*test_forgot: marked sol but measured nothing*"])
 
@@ -115,7 +115,7 @@ def test_unmarked_test_may_measure_and_is_recorded(suite, pytester):
     result = suite("""
         def test_plain(sol):
             sol.measure(lambda: busy(1e-3), bytes=0.3e6)
-    """, "--sol-json=out.json")
+    """, "--sol-json=out.json", fake_clock=True)
     result.assert_outcomes(passed=1)
     data = json.loads((pytester.path / "out.json").read_text())
     assert [m["verdict"] for m in data["measurements"]] == ["pass"]
@@ -132,7 +132,7 @@ def test_mfu_budget_and_profile_glob_budgets(suite):
         @pytest.mark.sol(min={"h100*": 0.99})
         def test_no_budget_here(sol):
             sol.measure(lambda: busy(1e-3), bytes=0.1e6)
-    """)
+    """, fake_clock=True)
     result.assert_outcomes(failed=1, passed=1)
     result.stdout.fnmatch_lines(["*test_compute MFU 0.?? < budget 0.80 on synthetic*compute-bound*"])
 
@@ -146,7 +146,7 @@ def test_several_measurements_and_json_contents(suite, pytester):
             sol.measure(lambda: busy(1e-3), bytes=0.9e6)
             sol.measure(lambda: busy(1e-3), bytes=0.8e6)
             sol.measure(lambda: busy(1e-3), flops={"bf16_tensor": 1.5e6}, bytes=0.1e6, name="gemm")
-    """, "--sol-json=out.json")
+    """, "--sol-json=out.json", fake_clock=True)
     result.assert_outcomes(passed=1)
     data = json.loads((pytester.path / "out.json").read_text())
     assert data["schema"] == "solgate/1"
@@ -217,7 +217,7 @@ def test_speed_of_light_of_declared_work_without_timing(suite, pytester):
 
         def test_floor_of_a_precision_the_profile_lacks(sol):
             sol.speed_of_light(flops={"fp8_tensor": 1e9})
-    """)
+    """, fake_clock=True)
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["E   *WorkError: flops declared in 'fp8_tensor', which profile 'synthetic' lacks*"])
 
@@ -244,7 +244,7 @@ def test_marker_errors_are_usage_errors_before_any_test_runs(suite, marker, frag
         @pytest.mark.sol({marker})
         def test_k(sol):
             sol.measure(lambda: busy(1e-4), bytes=1)
-    """)
+    """, fake_clock=True)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: test_kernels.py::test_k: @pytest.mark.sol*{fragment}*"])
     result.stdout.no_fnmatch_line("*must not run*")
@@ -287,7 +287,7 @@ def test_declared_precision_the_profile_lacks(suite):
     result = suite("""
         def test_fp8(sol):
             sol.measure(lambda: busy(1e-4), flops={"fp8_tensor": 10})
-    """)
+    """, fake_clock=True)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*WorkError: flops declared in 'fp8_tensor', which profile 'synthetic' lacks; it has: fp32, bf16_tensor"])
 
@@ -301,7 +301,7 @@ def test_fixture_used_after_its_test(suite):
 
         def test_reuse():
             kept[0].measure(lambda: busy(1e-4), bytes=1e3)
-    """)
+    """, fake_clock=True)
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*sol.measure called after the body of test_kernels.py::test_keep returned*; "
                                  "it would never be judged: call it inside the test body"])
@@ -369,7 +369,7 @@ def test_rotating_inputs_call_each_buffer_set_in_turn(suite, pytester):
 
         def test_not_callables(sol):
             sol.measure([1, 2], bytes=1e5)
-    """, "--sol-json=out.json")
+    """, "--sol-json=out.json", fake_clock=True)
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*sol.measure got a list: give one zero-argument callable per buffer set*"])
     (m,) = json.loads((pytester.path / "out.json").read_text())["measurements"]
@@ -380,7 +380,7 @@ def test_small_sol_values_keep_their_digits_and_a_gpu_profile_on_a_cpu_warns(sui
     result = suite("""
         def test_tiny(sol):
             sol.measure(lambda: busy(1e-3), bytes=5e3)  # SOL 0.005 on the synthetic 1 GB/s profile
-    """)
+    """, fake_clock=True)
     result.assert_outcomes(passed=1)
     # 0.004-0.005 by the time this machine shows; never the "0.00" of two fixed decimals
     result.stdout.fnmatch_lines(["* 0.00[3-5]? *test_kernels.py::test_tiny*"])
@@ -388,7 +388,7 @@ def test_small_sol_values_keep_their_digits_and_a_gpu_profile_on_a_cpu_warns(sui
     result = suite("""
         def test_on_gpu_ceilings(sol):
             sol.measure(lambda: busy(1e-3), bytes=5e5)
-    """, "--sol-profile=h100-sxm")
+    """, "--sol-profile=h100-sxm", fake_clock=True)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*--sol-profile=h100-sxm is a GPU profile but measurements run on the CPU*"])
 
@@ -402,7 +402,7 @@ def test_the_summary_fits_an_80_column_terminal(suite, monkeypatch):
         def test_a_kernel_with_a_rather_long_descriptive_name_and_parameters(sol, size):
             sol.measure(lambda: busy(1e-3), bytes=0.4e6)
             sol.measure(lambda: busy(2e-3), bytes=0.4e6, name="torch", gate=False)
-    """)
+    """, fake_clock=True)
     result.assert_outcomes(passed=2)
     lines = result.stdout.lines
     table = lines[next(i for i, line in enumerate(lines) if "SOL summary" in line) + 1:]
@@ -483,7 +483,7 @@ def test_the_calibration_is_announced_before_the_progress_dots(suite, monkeypatc
 
         def test_two(sol):
             sol.measure(lambda: busy(1e-4), bytes=1e3)
-    """, "--sol-report=r.html", profile=False)
+    """, "--sol-report=r.html", profile=False, fake_clock=True)
     result.assert_outcomes(passed=2)
     # The stand-in profile is on no disk (like a calibration that refused to cache itself): the
     # report still draws its charts from the profile the session scored against.

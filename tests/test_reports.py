@@ -159,7 +159,8 @@ def test_a_pytest_run_writes_every_report(suite, pytester, monkeypatch):
     summary.write_text("# earlier step\n")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     result = suite(REPORT_SUITE, "--sol-report=out/report.html", "--sol-markdown=out/summary.md",
-                   "--sol-benchmark-action=out/bench.json", "--sol-github-summary", "--junitxml=out/junit.xml")
+                   "--sol-benchmark-action=out/bench.json", "--sol-github-summary", "--junitxml=out/junit.xml",
+                   fake_clock=True)
     result.assert_outcomes(passed=1, failed=1)
     page = (pytester.path / "out" / "report.html").read_text()
     assert page.count('class="point kernel"') == 2 and page.count('<tr class="bar reference">') == 1
@@ -185,7 +186,7 @@ def test_report_of_a_run_that_measured_nothing(suite, pytester):
 
 def test_a_report_that_cannot_be_written_does_not_change_verdicts(suite, pytester):
     (pytester.path / "blocked").write_text("a file, not a folder")
-    result = suite(REPORT_SUITE, "--sol-report=blocked/report.html")
+    result = suite(REPORT_SUITE, "--sol-report=blocked/report.html", fake_clock=True)
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["solgate: cannot write the HTML report to *blocked/report.html*; choose another path"])
 
@@ -199,7 +200,7 @@ def test_a_rendering_failure_leaves_the_previous_report(suite, pytester, monkeyp
         raise RuntimeError("template exploded")
 
     monkeypatch.setattr(html_module, "render_report", broken)
-    result = suite(REPORT_SUITE, "--sol-report=r.html")
+    result = suite(REPORT_SUITE, "--sol-report=r.html", fake_clock=True)
     result.assert_outcomes(passed=1, failed=1)
     assert (pytester.path / "r.html").read_text() == "previous report"
     result.stdout.fnmatch_lines(["*the HTML report could not be rendered (RuntimeError: template exploded)*untouched"])
