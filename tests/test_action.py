@@ -125,8 +125,7 @@ fp32 = 0.1
 '''
 
 
-@pytest.mark.slow
-@pytest.mark.hogs_cpu
+@pytest.mark.slow  # about 90 s here; its verdicts do not depend on timing, so it shares the CPU with the others
 def test_the_action_installs_the_plugin_and_gates_a_throwaway_repository(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("hatchling")
