@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from solgate_testing import git, init_repo, recorded
+from solgate_testing import FAKE_CLOCK_KERNELS, SYNTHETIC_PROFILE, git, init_repo, recorded
 
 # --- no silent footguns --------------------------------------------------------------------------
 
@@ -91,20 +91,7 @@ def test_triton_without_a_driver_gets_a_hint(suite, monkeypatch):
     assert result.stdout.str().count("Triton found no GPU driver") == 1
 
 
-SUBDIR_TEST = """
-import pytest
-from pytest_solgate import backends
-
-FAKE_NS = [0]
-
-def busy(seconds):
-    FAKE_NS[0] += round(seconds * 1e9)
-
-@pytest.fixture(autouse=True)
-def _fake_clock(monkeypatch):
-    monkeypatch.setattr(backends.CpuBackend, "start", lambda self: FAKE_NS[0])
-    monkeypatch.setattr(backends.CpuBackend, "stop", lambda self, token: (token, FAKE_NS[0]))
-
+SUBDIR_TEST = FAKE_CLOCK_KERNELS + """
 def test_k(sol):
     sol.measure(lambda: busy(SECONDS), bytes=1e6)
 """
@@ -129,8 +116,7 @@ def test_history_keys_are_relative_to_the_git_top_and_old_keys_still_give_baseli
     top = pytester.path
     init_repo(top)
     (top / "kernels").mkdir()
-    (top / "synthetic.toml").write_text(open(os.path.join(os.path.dirname(__file__), "solgate_testing.py")).read()
-                                        .split('SYNTHETIC_PROFILE = """')[1].split('"""')[0])
+    (top / "synthetic.toml").write_text(SYNTHETIC_PROFILE)
     (top / "kernels" / "test_k.py").write_text(SUBDIR_TEST.replace("SECONDS", "1e-3"))
     git(top, "add", ".")
     git(top, "commit", "-q", "-m", "one")
