@@ -366,10 +366,13 @@ class SolgateSession:
     def _profile_ids(self) -> list[str]:
         """Every profile id a budget glob may name: the shipped and the user's profiles, the ones
         measured here, and the shapes of ids measured elsewhere (cpu-<key>, <id>-measured-<gpu>)."""
-        from pytest_solgate.profiles import known_profiles
+        from pytest_solgate.profiles import builtin_profiles, known_profiles
 
         option = self.profile_option
-        ids = {p.id for p in known_profiles(self.state_dir, option.folders if option else ())}
+        try:
+            ids = {p.id for p in known_profiles(self.state_dir, option.folders if option else ())}
+        except SolgateError:  # a damaged file in the calibration cache is re-measured later, not a marker error
+            ids = {p.id for p in builtin_profiles()}
         if option is not None and option.profile is not None:
             ids.add(option.profile.id)
         return sorted(ids | {"cpu-0123456789"} | {f"{i}-measured-01234567" for i in ids if not i.startswith("cpu-")})

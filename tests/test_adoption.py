@@ -243,3 +243,16 @@ def test_solgate_sol_knows_the_profile_measured_here(tmp_path):
     done = solgate("sol", "--bytes", "2e9", "--profile", "cpu-0a1b2c3d4e", cwd=tmp_path / "sub")
     assert done.returncode == 0, done.stderr
     assert "cpu-0a1b2c3d4e" in done.stdout and "100 ms" in done.stdout
+
+
+def test_a_damaged_calibration_cache_does_not_fail_the_budget_glob_check(suite, pytester):
+    (pytester.path / ".solgate" / "profiles").mkdir(parents=True)
+    (pytester.path / ".solgate" / "profiles" / "cpu-broken.toml").write_text("id = \n")
+    result = suite("""
+        import pytest
+
+        @pytest.mark.sol(min={"h100*": 0.8})
+        def test_k(sol):
+            sol.measure(lambda: busy(1e-3), bytes=1e6)
+    """, fake_clock=True)
+    result.assert_outcomes(passed=1)
