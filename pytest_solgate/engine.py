@@ -36,7 +36,8 @@ INTERPRETER_SAMPLING = measure.SamplingSettings(
 
 # Declared FLOPs and no bytes: scored as compute-bound whatever the kernel does, so a copy or an
 # elementwise kernel reads a SOL far from the truth. A warning, not an error: a large GEMM's bytes
-# hardly move its T_SOL, and an author may leave them out on purpose (docs/results.md).
+# hardly move its T_SOL, and an author may leave them out on purpose (README, "Mistakes that would
+# otherwise pass silently").
 NO_BYTES = ("declares flops= but no bytes=, so it is scored as compute-bound whatever it moves; "
             "pass bytes= (e.g. sol.nbytes(inputs..., outputs...)) so a memory-bound kernel is scored against bandwidth")
 

@@ -172,10 +172,15 @@ def parse_marker(test: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> B
     )
 
 
+def per_profile(budget: Budget) -> list[tuple[str, tuple[tuple[str, float], ...]]]:
+    """(marker argument, its {glob: value} pairs) for each budget given per profile."""
+    return [(key, spec) for key, spec in (("min", budget.min), ("mfu", budget.mfu), ("speedup", budget.speedup))
+            if isinstance(spec, tuple)]
+
+
 def budget_globs(budget: Budget) -> list[tuple[str, str]]:
     """(marker argument, profile glob) for every {glob: value} budget of the marker."""
-    return [(key, pattern) for key, spec in (("min", budget.min), ("mfu", budget.mfu), ("speedup", budget.speedup))
-            if isinstance(spec, tuple) for pattern, _ in spec]
+    return [(key, pattern) for key, spec in per_profile(budget) for pattern, _ in spec]
 
 
 def check_budget_globs(test: str, budget: Budget, profile_ids: Sequence[str]) -> None:
@@ -341,8 +346,7 @@ def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, setting
     min_sol = budget_on(budget.min, m.profile)
     min_mfu = budget_on(budget.mfu, m.profile)
     tolerance = budget.max_regression if budget.max_regression is not None else settings.max_regression
-    unmatched = tuple(key for key, spec in (("min", budget.min), ("mfu", budget.mfu), ("speedup", budget.speedup))
-                      if isinstance(spec, tuple) and budget_on(spec, m.profile) is None)
+    unmatched = tuple(key for key, spec in per_profile(budget) if budget_on(spec, m.profile) is None)
     applied = AppliedBudget(min=min_sol, mfu=min_mfu, max_regression=tolerance, unmatched=unmatched)
     versus = against_window(m, window, tolerance, settings) if window is not None and window.runs else None
 
