@@ -57,6 +57,7 @@ class CpuBackend:
     # here, so one call per sample would leave a 2 s budget a few hundred samples.
     cold_each_call = False
     cache_bytes = 0
+    timer = "perf-counter"  # what the record's timing_mode says: not CUDA events
 
     def __init__(self, name: str = "cpu", flush_bytes: int = 0) -> None:
         self.name = name
@@ -102,6 +103,7 @@ class CudaBackend:
     gated = True
     min_sample_seconds = 20e-6
     cold_each_call = True  # a short kernel is timed alone after each flush (measure.calls_per_sample)
+    timer = "events"
 
     def __init__(
         self,
@@ -299,3 +301,16 @@ def counting_triton_launches() -> Iterator[Callable[[], int]]:
         yield lambda: launched[0]
     finally:
         interpreter.GridExecutor.__call__ = original
+
+
+def triton_driver_hint(error: BaseException) -> str | None:
+    """What to do when Triton finds no GPU driver (its raw "0 active drivers" error), or None for
+    any other error. Without a GPU, Triton kernels run only in its interpreter."""
+    if "active drivers" not in str(error) or os.environ.get("TRITON_INTERPRET") == "1":
+        return None
+    return (
+        "Triton found no GPU driver and TRITON_INTERPRET is not set. On a machine without a GPU, run the "
+        "kernels in Triton's interpreter: set TRITON_INTERPRET=1 before triton is imported (in the shell, "
+        "or at the top of the suite's conftest.py: os.environ.setdefault('TRITON_INTERPRET', '1')); "
+        "interpreter timings are recorded but not gated. On a GPU runner, check the driver: nvidia-smi."
+    )

@@ -8,6 +8,7 @@ bandwidth and torch matmul throughput per precision, next to the datasheet profi
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import os
@@ -89,7 +90,7 @@ def _sustained_rate(fn: Callable[[], Any], work: float, seconds: float = SECONDS
     return stats.quantile(rates, RATE_QUANTILE)
 
 
-def _streaming_bandwidth(torch: Any, n: int) -> dict[str, float]:
+def _streaming_bandwidth(torch: Any, n: int, seconds: float = SECONDS_PER_FIGURE) -> dict[str, float]:
     """GB/s of four streaming patterns over float32 buffers of n elements (bytes read + written)."""
     a, b, c = torch.rand(n), torch.rand(n), torch.rand(n)
     patterns = {
@@ -98,28 +99,26 @@ def _streaming_bandwidth(torch: Any, n: int) -> dict[str, float]:
         "add": (lambda: torch.add(a, b, out=c), 3),
         "triad": (lambda: torch.add(b, c, alpha=3.0, out=a), 3),
     }
-    return {name: _sustained_rate(fn, arrays * n * 4) / 1e9 for name, (fn, arrays) in patterns.items()}
+    return {name: _sustained_rate(fn, arrays * n * 4, seconds) / 1e9 for name, (fn, arrays) in patterns.items()}
 
 
-def _matmul_tflops(torch: Any, dtype: Any, size: int) -> float:
+def _matmul_tflops(torch: Any, dtype: Any, size: int, seconds: float = SECONDS_PER_FIGURE) -> float:
     x = torch.rand(size, size, dtype=dtype)
     y = torch.rand(size, size, dtype=dtype)
-    return _sustained_rate(lambda: torch.mm(x, y), 2 * size**3) / 1e12
+    return _sustained_rate(lambda: torch.mm(x, y), 2 * size**3, seconds) / 1e12
 
 
-def measure_cpu(torch: Any) -> tuple[float, dict[str, float], dict[str, float]]:
+def measure_cpu(torch: Any, seconds: float = SECONDS_PER_FIGURE) -> tuple[float, dict[str, float], dict[str, float]]:
     """(best bandwidth GB/s, GB/s per pattern, TFLOP/s per precision) on this CPU, once."""
     llc = last_level_cache_bytes()
     n = max(4 * llc, 64 * MIB) // 4  # float32 elements per buffer: each buffer >= 4x the LLC
-    per_pattern = _streaming_bandwidth(torch, n)
-    peaks = {"fp32": _matmul_tflops(torch, torch.float32, 1024), "fp64": _matmul_tflops(torch, torch.float64, 768)}
+    per_pattern = _streaming_bandwidth(torch, n, seconds)
+    peaks = {"fp32": _matmul_tflops(torch, torch.float32, 1024, seconds),
+             "fp64": _matmul_tflops(torch, torch.float64, 768, seconds)}
     return max(per_pattern.values()), per_pattern, peaks
 
 
 CPU_REPETITIONS = 3
-# Repetitions whose spread ((max - min) / median) exceeds this disagree: the machine was busy or
-# its clocks moved, and such ceilings are used for this session only, never cached.
-MAX_CALIBRATION_SPREAD = 0.10
 
 
 def spread(values: list[float]) -> float:
@@ -130,17 +129,48 @@ def spread(values: list[float]) -> float:
 def repeated_cpu_calibration(
     torch: Any, repetitions: int = CPU_REPETITIONS, measure: Callable[[Any], tuple] = measure_cpu
 ) -> tuple[float, dict[str, float], dict[str, float], dict[str, float]]:
-    """Median bandwidth and peaks over ``repetitions`` full calibrations, with each figure's spread.
+    """The best of ``repetitions`` full calibrations, figure by figure, with each figure's spread.
 
-    One streaming pass or one matmul on a shared VM can read 3x apart from the next; the median of
-    several whole repetitions is stable, and the spread says how far to trust it.
+    A ceiling is what the machine can do, so it is the best sustained rate seen (as STREAM reports
+    the best rate of each kernel), not a typical one: a kernel measured in one of the VM's fast
+    phases must not read above it. The spread is kept in the profile's notes, as information.
     """
     runs = [measure(torch) for _ in range(repetitions)]
     bandwidths = [run[0] for run in runs]
-    per_pattern = {k: stats.median([run[1][k] for run in runs]) for k in runs[0][1]}
-    peaks = {k: stats.median([run[2][k] for run in runs]) for k in runs[0][2]}
+    per_pattern = {k: max(run[1][k] for run in runs) for k in runs[0][1]}
+    peaks = {k: max(run[2][k] for run in runs) for k in runs[0][2]}
     spreads = {"bandwidth": spread(bandwidths), **{k: spread([run[2][k] for run in runs]) for k in runs[0][2]}}
-    return stats.median(bandwidths), per_pattern, peaks, spreads
+    return max(bandwidths), per_pattern, peaks, spreads
+
+
+# Each session that finds a cached CPU profile measures the streaming patterns and matmuls once
+# more, briefly, before its first measurement: a ceiling cached in one of the VM's slow phases
+# (its bandwidth moves between about 32 and 55 GB/s from process to process) is raised to what
+# the machine does now, so the session's kernels are scored against a rate measured in their phase.
+RECHECK_SECONDS = 0.25
+
+
+def quick_cpu_check(torch: Any) -> tuple[float, dict[str, float], dict[str, float]]:
+    """One short repetition of the calibration (about 2 s): (GB/s, GB/s per pattern, TFLOP/s)."""
+    return measure_cpu(torch, RECHECK_SECONDS)
+
+
+def raise_ceilings(profile: HardwareProfile, bandwidth: float, peaks: dict[str, float]) -> HardwareProfile:
+    """``profile`` with every ceiling raised to the rate just seen where that is higher; the same
+    object when nothing rose. Ceilings only rise: a slow phase never lowers what the machine did."""
+    raised_bandwidth = max(profile.memory_bandwidth_gbps, bandwidth)
+    raised_peaks = {k: max(v, peaks.get(k, 0.0)) for k, v in profile.peak_tflops.items()}
+    if raised_bandwidth == profile.memory_bandwidth_gbps and raised_peaks == dict(profile.peak_tflops):
+        return profile
+    rose = [f"bandwidth {profile.memory_bandwidth_gbps:.1f} -> {raised_bandwidth:.1f} GB/s"] * (
+        raised_bandwidth > profile.memory_bandwidth_gbps
+    ) + [f"{k} {profile.peak_tflops[k] * 1e3:.1f} -> {v * 1e3:.1f} GFLOP/s" for k, v in raised_peaks.items()
+         if v > profile.peak_tflops[k]]
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return dataclasses.replace(
+        profile, memory_bandwidth_gbps=raised_bandwidth, peak_tflops=raised_peaks, measured_at=now,
+        notes=f"{profile.notes}; raised {now}: {', '.join(rose)}",
+    )
 
 
 def cpu_profile_path(cache_dir: Path, key: str) -> Path:
@@ -148,23 +178,40 @@ def cpu_profile_path(cache_dir: Path, key: str) -> Path:
 
 
 def cpu_profile(
-    cache_dir: Path, announce: Callable[[str], None] = print, calibration: Callable[[Any], tuple] | None = None
+    cache_dir: Path,
+    announce: Callable[[str], None] = print,
+    calibration: Callable[[Any], tuple] | None = None,
+    recheck: Callable[[Any], tuple] | None = None,
+    full: bool = False,
 ) -> HardwareProfile:
-    """The measured CPU profile for this machine, from the cache or measured now (about 10 s).
+    """The measured CPU profile for this machine: calibrated once (about 10 s) and cached, then
+    re-checked briefly in each session and raised when the machine does better than it says.
+    ``full`` (``solgate calibrate``) re-checks with a whole calibration instead.
 
-    ``calibration`` (torch -> figures, as ``repeated_cpu_calibration`` returns them) exists so that
-    tests can hand in repetitions that agree or disagree."""
+    ``calibration`` (torch -> figures, as ``repeated_cpu_calibration`` returns them) and
+    ``recheck`` (as ``quick_cpu_check``) exist so that tests can hand in figures."""
     import torch
 
     fingerprint = cpu_fingerprint(torch)
     key = fingerprint_key(fingerprint)
     path = cpu_profile_path(cache_dir, key)
+    cached = None
     if path.is_file():
         try:
-            return load_profile(path)
+            cached = load_profile(path)
         except ProfileError:
             pass  # a damaged cache entry is re-measured, never trusted
-    announce(f"solgate: measuring this CPU's ceilings once, {CPU_REPETITIONS} repetitions (cached in {path}) ...")
+    if cached is not None:
+        if full:
+            announce(f"solgate: measuring this CPU's ceilings, best of {CPU_REPETITIONS} repetitions; they only rise ({path}) ...")
+        figures = (calibration or repeated_cpu_calibration)(torch) if full else (recheck or quick_cpu_check)(torch)
+        bandwidth, peaks = figures[0], figures[2]
+        raised = raise_ceilings(cached, bandwidth, peaks)
+        if raised is not cached:
+            announce(f"solgate: this CPU ran faster than its cached ceilings; raised them ({path})")
+            write_profile(path, raised)
+        return raised
+    announce(f"solgate: measuring this CPU's ceilings once, best of {CPU_REPETITIONS} repetitions (cached in {path}) ...")
     started = time.perf_counter()
     bandwidth, per_pattern, peaks, spreads = (calibration or repeated_cpu_calibration)(torch)
     spread_text = ", ".join(f"{k} {v:.1%}" for k, v in spreads.items())
@@ -175,20 +222,12 @@ def cpu_profile(
         memory_bandwidth_gbps=bandwidth,
         peak_tflops=peaks,
         source=f"measured by pytest-solgate on {socket.gethostname()} in {time.perf_counter() - started:.1f} s",
-        notes=f"median of {CPU_REPETITIONS} repetitions, spread (max-min)/median: {spread_text}; "
+        notes=f"best of {CPU_REPETITIONS} repetitions, spread (max-min)/median: {spread_text}; "
         + "streaming GB/s: " + ", ".join(f"{k} {v:.1f}" for k, v in per_pattern.items())
         + "; fingerprint: " + ", ".join(f"{k}={v}" for k, v in sorted(fingerprint.items())),
         ceilings="measured",
         measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     )
-    worst = max(spreads, key=lambda k: spreads[k])
-    if spreads[worst] > MAX_CALIBRATION_SPREAD:
-        announce(
-            f"solgate: this CPU's calibration repetitions disagree ({worst} spread {spreads[worst]:.0%} > "
-            f"{MAX_CALIBRATION_SPREAD:.0%}: the machine is busy or its clocks move); its ceilings serve this "
-            "session only and are not cached. Calibrate on a quiet machine: solgate calibrate"
-        )
-        return profile
     write_profile(path, profile)
     return profile
 
@@ -256,6 +295,10 @@ def calibrate_gpu(
 # measured while the GPU was shared, hot or changing clocks shows as a spread and is not cached.
 CALIBRATION_SAMPLING = SamplingSettings(min_time=0.5, max_time=3.0, noise=0.01, min_samples=10, warmup_time=0.2)
 GPU_REPETITIONS = 3
+# A GPU's passes whose spread ((max - min) / median) exceeds this disagree: the device was shared,
+# hot or its clocks moved, and such ceilings serve this session only, never cached. (A dedicated
+# GPU holds its clocks; the CPU path keeps the best rate instead, as a shared VM's cannot.)
+MAX_GPU_SPREAD = 0.10
 
 
 def _sampling_timer(torch: Any, device: Any, l2_bytes: int | None) -> "Timer":
@@ -366,8 +409,8 @@ def repeated_figures(passes: list[dict[str, tuple[float, Any]]]) -> dict[str, Fi
         if any(t.throttled for t in timings):
             faults.append(f"{key} throttled ({', '.join(throttled) or 'SM clock under 75% of its default'})")
         figure_spread = spread(rates)
-        if figure_spread > MAX_CALIBRATION_SPREAD:
-            faults.append(f"{key} spread {figure_spread:.0%} > {MAX_CALIBRATION_SPREAD:.0%}")
+        if figure_spread > MAX_GPU_SPREAD:
+            faults.append(f"{key} spread {figure_spread:.0%} > {MAX_GPU_SPREAD:.0%}")
         figures[key] = Figure(stats.median(rates), figure_spread, stats.mean(clocks) if clocks else None, tuple(faults))
     return figures
 

@@ -166,7 +166,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 def _cmd_sol(args: argparse.Namespace) -> int:
     """T_SOL, bound, intensity and ridge of declared work: a planning tool, nothing is timed."""
     from pytest_solgate import units
-    from pytest_solgate.profiles import builtin_profiles, find_profile
+    from pytest_solgate.profiles import builtin_profiles, find_profile, known_profiles
     from pytest_solgate.score import missing_precisions, speed_of_light
     from pytest_solgate.work import make_work
 
@@ -182,7 +182,8 @@ def _cmd_sol(args: argparse.Namespace) -> int:
     if not flops and args.bytes is None:
         raise UsageFailure("sol: declare the work: --bytes N (total fused bytes) and/or --flops PRECISION=COUNT")
     work = make_work(flops or None, args.bytes)
-    profiles = [find_profile(args.profile)] if args.profile else builtin_profiles()
+    # --profile knows the profiles measured here too (cpu-<key>, <gpu>-measured-<id>), as `solgate profile` does.
+    profiles = [find_profile(args.profile, known_profiles(_state_dir()))] if args.profile else builtin_profiles()
     print(f"{'profile':<16} {'T_SOL':>10}  {'bound':<8} {'intensity':>14}  ridge")
     for profile in profiles:
         missing = missing_precisions(work, profile)
@@ -231,13 +232,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     cache = _state_dir()
     choice = backends.choose_device(args.device, None)
     if choice.kind == "cpu":
-        import torch
 
-        key = calibrate.fingerprint_key(calibrate.cpu_fingerprint(torch))
-        cached = calibrate.cpu_profile_path(cache, key)
-        if cached.exists():
-            cached.unlink()  # calibrate means measure now
-        profile = calibrate.cpu_profile(cache, lambda text: print(text, file=sys.stderr))
+        # calibrate means measure now; a cached profile's ceilings are kept where they were higher
+        # (they only rise: delete .solgate/profiles/cpu-*.toml to start again, e.g. after moving the VM)
+        profile = calibrate.cpu_profile(cache, lambda text: print(text, file=sys.stderr), full=True)
     else:
         name = backends.device_name(choice)
         facts = backends.device_facts(choice)
@@ -277,11 +275,11 @@ def _cmd_history(args: argparse.Namespace) -> int:
     if not results:
         print("no recorded results" + (f" match '{args.pattern}'" if args.pattern else ""))
         return 0
-    print(f"{'started':<20} {'commit':<10} {'dirty':<5} {'profile':<14} {'SOL':>6} {'time':>10}  {'verdict':<12} test [name]")
+    print(f"{'started':<20} {'commit':<10} {'dirty':<5} {'profile':<14} {'SOL':>7} {'time':>10}  {'verdict':<12} test [name]")
     for run, m in results:
         print(
             f"{run['started_at'][:19]:<20} {(run['commit_sha'] or 'unknown')[:10]:<10} {'yes' if run['dirty'] else '':<5} "
-            f"{m.profile[:14]:<14} {m.sol:>6.3f} {units.seconds(m.seconds):>10}  {m.verdict or '-':<12} {m.test} [{m.name}]"
+            f"{m.profile[:14]:<14} {units.sol_fine(m.sol):>7} {units.seconds(m.seconds):>10}  {m.verdict or '-':<12} {m.test} [{m.name}]"
         )
     return 0
 
@@ -322,7 +320,7 @@ def _print_changes(results: list, min_change: float, as_json: bool = False) -> i
             found += 1
             before, at = points[cp.index - 1], points[cp.index]
             print(
-                f"{at['commit'][:10]} {units.percent(cp.change, signed=True):>8}  SOL {cp.before:.3f} -> {cp.after:.3f}  "
+                f"{at['commit'][:10]} {units.percent(cp.change, signed=True):>8}  SOL {units.sol_fine(cp.before)} -> {units.sol_fine(cp.after)}  "
                 f"{test} [{name}] {profile} (after {before['commit'][:10]}, {at['commit_time'][:10]})"
                 + ("  provisional: the newest commit; the next one confirms it" if cp.provisional else "")
             )
@@ -429,11 +427,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         label = f"{key[0]} [{key[1]}]"
         if not _gated(h):
             why = "gate=False" if not h.gate else (h.judgement.reason if h.judgement else "not gated")
-            print(f"{label:<60} {'':>7} {h.score.sol:>7.3f} {'':>8} {'':>7}  not gated ({why.split(':')[0]})")
+            print(f"{label:<60} {'':>7} {units.sol_fine(h.score.sol):>7} {'':>8} {'':>7}  not gated ({why.split(':')[0]})")
             continue
         window = windows.get(key)
         if window is None:
-            print(f"{label:<60} {'':>7} {h.score.sol:>7.3f} {'':>8} {'':>7}  only in head")
+            print(f"{label:<60} {'':>7} {units.sol_fine(h.score.sol):>7} {'':>8} {'':>7}  only in head")
             continue
         tolerance = args.max_regression
         if tolerance is None and h.judgement is not None:
@@ -442,7 +440,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         result = judge.against_window(h, window, tolerance, settings)
         regressed += result.verdict == results.REGRESSED
         floor = units.percent(result.floor) if result.floor is not None else "?"
-        print(f"{label:<60} {result.centre:>7.3f} {h.score.sol:>7.3f} {units.percent(result.change, True):>8} {floor:>7}  "
+        print(f"{label:<60} {units.sol_fine(result.centre):>7} {units.sol_fine(h.score.sol):>7} {units.percent(result.change, True):>8} {floor:>7}  "
               f"{result.verdict}")
     print(f"{regressed} regressed between {base_sha[:10]} and {head_sha[:10]} "
           f"(base: up to {args.window} clean runs along its first-parent ancestry; not re-measured)")

@@ -42,6 +42,13 @@ CONTENTION_RETAKES = 1  # a contended measurement is taken again this many times
 # The clocks of the share: process CPU time and wall time (the fake-clock tests replace them).
 CPU_CLOCKS: tuple[Callable[[], float], Callable[[], float]] = (time.process_time, time.perf_counter)
 
+# Declared FLOPs and no bytes: scored as compute-bound whatever the kernel does, so a copy or an
+# elementwise kernel reads a SOL far from the truth. A warning, not an error: a large GEMM's bytes
+# hardly move its T_SOL, and an author may leave them out on purpose (README, "Mistakes that would
+# otherwise pass silently").
+NO_BYTES = ("declares flops= but no bytes=, so it is scored as compute-bound whatever it moves; "
+            "pass bytes= (e.g. sol.nbytes(inputs..., outputs...)) so a memory-bound kernel is scored against bandwidth")
+
 # (test, name, profile, ceilings mode, environment) -> the baseline window, or None
 BaselineFinder = Callable[[str, str, str, str, Mapping[str, str]], "judge.BaselineWindow | None"]
 
@@ -238,6 +245,9 @@ class Engine:
             notes.append(unscored)
         if contended:  # said in the reports and once at the end of the session (plugin.py), not per test
             notes.append(f"contended: {contended}; recorded, never a baseline, and it cannot fail as regressed")
+        if not work.bytes and work.total_flops:
+            notes.append(NO_BYTES)
+            self.warn(f"{test} '{name}' {NO_BYTES}")
         if rotation:
             # Whether the rotation kept batched calls cold is the timing's own note (calls_per_sample).
             notes.append(f"rotating inputs: {rotation} buffer sets, called in turn")

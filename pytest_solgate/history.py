@@ -162,12 +162,15 @@ def _disturbance(status: str, record: dict[str, Any]) -> str:
     return ""
 
 
-def matches(pattern: str | None, test: str) -> bool:
-    """``solgate history PATTERN``: a glob on the test id or on the test's name, or a substring."""
+def matches(pattern: str | None, test: str, name: str = "") -> bool:
+    """``solgate history PATTERN``: a glob on the test id, on the test's name, or on the line the
+    listing shows (``test [name]``, so ``*fused*`` finds a measurement named ``triton-fused``),
+    or a substring of any of them."""
     if not pattern:
         return True
-    name = test.split("::")[-1]  # ids start with the path: 'test_matmul*' matches the test name
-    return fnmatch.fnmatchcase(test, pattern) or fnmatch.fnmatchcase(name, pattern) or pattern in test
+    function = test.split("::")[-1]  # ids start with the path: 'test_matmul*' matches the test name
+    shown = f"{test} [{name}]" if name else test
+    return any(fnmatch.fnmatchcase(text, pattern) or pattern in text for text in (test, function, shown))
 
 
 def run_row(run: RunInfo) -> dict[str, Any]:
@@ -310,11 +313,14 @@ class Store:
     def _matching(self, pattern: str | None, read: Any) -> list[Any]:
         if not pattern:
             return read("", ())
-        tests = [t for t in self.tests() if matches(pattern, t)]
+        keys = {(test, name) for test, name in self._rows("SELECT DISTINCT test, name FROM measurements")
+                if matches(pattern, test, name)}
+        tests = sorted({test for test, _ in keys})
         found = []
         for start in range(0, len(tests), IN_LIST):
             chunk = tests[start:start + IN_LIST]
-            found += read(f"WHERE m.test IN ({', '.join('?' for _ in chunk)})", chunk)
+            found += [pair for pair in read(f"WHERE m.test IN ({', '.join('?' for _ in chunk)})", chunk)
+                      if (pair[1].test, pair[1].name) in keys]
         return sorted(found, key=lambda pair: pair[0]["started_at"])
 
     def newest(self, test: str, name: str, profile: str, ceilings: str) -> Measurement | None:

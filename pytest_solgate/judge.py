@@ -181,6 +181,33 @@ def parse_marker(test: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> B
     )
 
 
+def per_profile(budget: Budget) -> list[tuple[str, tuple[tuple[str, float], ...]]]:
+    """(marker argument, its {glob: value} pairs) for each budget given per profile."""
+    return [(key, spec) for key, spec in (("min", budget.min), ("mfu", budget.mfu), ("speedup", budget.speedup))
+            if isinstance(spec, tuple)]
+
+
+def budget_globs(budget: Budget) -> list[tuple[str, str]]:
+    """(marker argument, profile glob) for every {glob: value} budget of the marker."""
+    return [(key, pattern) for key, spec in per_profile(budget) for pattern, _ in spec]
+
+
+def check_budget_globs(test: str, budget: Budget, profile_ids: Sequence[str]) -> None:
+    """A profile glob that matches no known profile id is a typo that silently removes the gate
+    (``{"H100": 0.8}``): refuse it, naming the glob and the ids it was probably meant to be."""
+    import difflib
+
+    for key, pattern in budget_globs(budget):
+        if any(fnmatch.fnmatchcase(profile_id, pattern) for profile_id in profile_ids):
+            continue
+        close = difflib.get_close_matches(pattern.lower().rstrip("*"), profile_ids, n=4, cutoff=0.5)
+        hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
+        raise MarkerError(
+            f"{test}: @pytest.mark.sol({key}={{{pattern!r}: ...}}): the glob {pattern!r} matches no known profile id "
+            f"(globs are case-sensitive, ids lowercase); {hint}see `solgate profiles`, or write a glob such as 'h100*'"
+        )
+
+
 def budget_on(spec: BudgetSpec, profile_id: str) -> float | None:
     """A float applies everywhere; a mapping applies its first matching glob, else nothing."""
     if spec is None or isinstance(spec, float):
@@ -392,7 +419,8 @@ def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, setting
     min_sol = budget_on(budget.min, m.profile)
     min_mfu = budget_on(budget.mfu, m.profile)
     tolerance = budget.max_regression if budget.max_regression is not None else settings.max_regression
-    applied = AppliedBudget(min=min_sol, mfu=min_mfu, max_regression=tolerance)
+    unmatched = tuple(key for key, spec in per_profile(budget) if budget_on(spec, m.profile) is None)
+    applied = AppliedBudget(min=min_sol, mfu=min_mfu, max_regression=tolerance, unmatched=unmatched)
     versus = against_window(m, window, tolerance, settings) if window is not None and window.runs else None
 
     def done(verdict: Verdict, reason: str) -> Measurement:
@@ -402,6 +430,10 @@ def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, setting
     where = f"on {m.profile}"
     sol, mfu = m.score.sol, m.score.mfu
     if not m.gate:
+        if sol > ABOVE_SOL_LIMIT:  # not judged, but an impossible reading still says so
+            return done(results.NOT_GATED, f"gate=False: recorded for reference, not judged; note: SOL {units.sol(sol)} > "
+                                           f"{ABOVE_SOL_LIMIT} {where} is impossible: {describe(m)}; check the declared "
+                                           "bytes/flops and the profile's ceilings, or whether the cache served the data")
         return done(results.NOT_GATED, "gate=False: recorded for reference, not judged")
     if not backends.is_gated(m.timing.backend):
         return done(results.NOT_GATED, "TRITON_INTERPRET=1: the Triton interpreter's timings mean nothing")
@@ -432,6 +464,9 @@ def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, setting
     if versus is not None and versus.verdict != results.PASS:
         return done(versus.verdict, versus.text)
     if min_sol is None and min_mfu is None and versus is None:
+        if unmatched:
+            return done(results.PASS, f"no budget on {m.profile}: the marker's {' and '.join(f'{k}=' for k in unmatched)} "
+                                      "globs match other profiles only; no baseline: recorded")
         return done(results.PASS, f"no budget for {m.profile} and no baseline: recorded")
     reason = f"{label(m)} SOL {sol:.2f} {where}: {describe(m)}, {timing_phrase(m)}"
     if versus is not None:

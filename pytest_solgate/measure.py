@@ -53,7 +53,7 @@ class Timing:
     throttled: bool = False
     dropped_samples: int = 0
     sm_clock_mhz: float | None = None  # mean SM clock over the readings taken while rounds ran
-    mode: str = "events"  # "events" (each sample's calls launched from Python) or "cuda-graph"
+    mode: str = "events"  # "events" (each sample's calls launched from Python), "cuda-graph", or "perf-counter" (CPU)
     telemetry: dict[str, Any] | None = None
     telemetry_note: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -249,7 +249,7 @@ def take_timing(
 
     # Under ~20 us a call, launch overhead and host jitter dominate a batch of Python launches:
     # capture the batch once as a CUDA graph and time its replays (triton's do_bench_cudagraph).
-    mode = "events"
+    mode = getattr(backend, "timer", "events")  # "perf-counter" on the CPU
     timed = fn
     graph_notes: list[str] = []
     capture = getattr(backend, "capture_graph", None)

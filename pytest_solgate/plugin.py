@@ -117,6 +117,11 @@ class SolFixture:
         from pytest_solgate.work import count_flops, float64_on_tensor_cores
 
         counted = count_flops(fn, *args, **kwargs)
+        if not counted:
+            warnings.warn(SolgateWarning(
+                f"{self._test}: sol.count_flops counted 0 FLOPs: FlopCounterMode counts only matmuls, convolutions "
+                "and attention, not pointwise ops, reductions, softmax or norms; declare flops= yourself "
+                "(e.g. about 5 per element for a softmax)"), stacklevel=2)
         if "fp64" not in counted:
             return counted
         return float64_on_tensor_cores(counted, self.profile.peak_tflops)
@@ -182,7 +187,7 @@ class SolFixture:
 def sol(request: pytest.FixtureRequest) -> Any:
     """Measure kernels against the speed of light: ``sol.measure(fn, bytes=..., flops=...)``."""
     session: SolgateSession = request.config.pluginmanager.get_plugin("solgate-session")
-    fixture = SolFixture(session.engine, request.node.nodeid)
+    fixture = SolFixture(session.engine, session.test_key(request.node.nodeid))
     request.node.stash[FIXTURE_KEY] = fixture
     yield fixture
     fixture.close()
@@ -219,6 +224,8 @@ class SolgateSession:
             self.project_root, settings.baseline, settings.baseline_window, lambda: self.git, self._store_or_none,
             unavailable, settings.min_change,
         )
+        # Where pytest's ids start, relative to the git top level: "" when the rootdir is the top.
+        self.key_prefix = _relative_prefix(self.rootdir, self.project_root)
         self._engine: Any = None
         self.profile_option: Any = None  # resolved once, here: a bad --sol-profile fails before any test runs
         if settings.profile:
@@ -236,13 +243,27 @@ class SolgateSession:
                 self.settings,
                 cache_dir=self.state_dir,
                 profile_option=self.profile_option,
-                baseline_finder=self.baselines.window,
+                baseline_finder=self._baseline_window,
                 head=lambda: (self.git.commit, self.git.dirty),
                 run_id=self.run_id,
                 announce=self._announce,
                 warn=lambda text: warnings.warn(SolgateWarning(text), stacklevel=2),
             )
         return self._engine
+
+    def test_key(self, nodeid: str) -> str:
+        """The id a test's measurements are recorded under: pytest's node id made relative to the
+        git top level, so that running from a subdirectory without an ini file (another rootdir)
+        keeps the same key, and with it the baseline."""
+        return self.key_prefix + nodeid
+
+    def _baseline_window(self, test: str, *rest: Any) -> Any:
+        """The baseline window under the git-top key; histories recorded before keys were made
+        relative to the git top hold the rootdir-relative id: read those too."""
+        window = self.baselines.window(test, *rest)
+        if window is None and self.key_prefix and test.startswith(self.key_prefix):
+            window = self.baselines.window(test[len(self.key_prefix):], *rest)
+        return window
 
     def _refuse_colliding_outputs(self, invocation_dir: Path) -> None:
         from pytest_solgate.settings import refuse_colliding_outputs
@@ -338,6 +359,7 @@ class SolgateSession:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        profile_ids: list[str] | None = None  # read once, and only when a marker has a {glob: budget}
         for item in items:
             marker = item.get_closest_marker("sol")
             if marker is None:
@@ -345,9 +367,27 @@ class SolgateSession:
             from pytest_solgate import judge
 
             try:
-                item.stash[BUDGET_KEY] = judge.parse_marker(item.nodeid, marker.args, marker.kwargs)
+                budget = judge.parse_marker(item.nodeid, marker.args, marker.kwargs)
+                if judge.budget_globs(budget):
+                    profile_ids = self._profile_ids() if profile_ids is None else profile_ids
+                    judge.check_budget_globs(item.nodeid, budget, profile_ids)
             except SolgateError as exc:
                 raise pytest.UsageError(str(exc)) from None
+            item.stash[BUDGET_KEY] = budget
+
+    def _profile_ids(self) -> list[str]:
+        """Every profile id a budget glob may name: the shipped and the user's profiles, the ones
+        measured here, and the shapes of ids measured elsewhere (cpu-<key>, <id>-measured-<gpu>)."""
+        from pytest_solgate.profiles import builtin_profiles, known_profiles
+
+        option = self.profile_option
+        try:
+            ids = {p.id for p in known_profiles(self.state_dir, option.folders if option else ())}
+        except SolgateError:  # a damaged file in the calibration cache is re-measured later, not a marker error
+            ids = {p.id for p in builtin_profiles()}
+        if option is not None and option.profile is not None:
+            ids.add(option.profile.id)
+        return sorted(ids | {"cpu-0123456789"} | {f"{i}-measured-01234567" for i in ids if not i.startswith("cpu-")})
 
     @pytest.hookimpl(wrapper=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Any:
@@ -379,7 +419,7 @@ class SolgateSession:
         measured = fixture.measurements if fixture else []
         marked = BUDGET_KEY in item.stash
         try:
-            judged = self.engine.judge_test(item.nodeid, item.stash.get(BUDGET_KEY, judge.Budget()), measured) if measured else []
+            judged = self.engine.judge_test(self.test_key(item.nodeid), item.stash.get(BUDGET_KEY, judge.Budget()), measured) if measured else []
         except SolgateError as exc:  # a budget the measurements cannot meet as declared (no reference)
             return [str(exc)]
         finally:
@@ -407,6 +447,12 @@ class SolgateSession:
         report = yield
         if report.when == "call" and RECORDS_KEY in item.stash:
             report.solgate_records = [m.to_dict() for m in item.stash.get(RECORDS_KEY, [])]
+        if report.failed and call.excinfo is not None:
+            from pytest_solgate.backends import triton_driver_hint
+
+            hint = triton_driver_hint(call.excinfo.value)
+            if hint:
+                report.sections.append(("solgate: Triton found no GPU", hint))
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -489,6 +535,16 @@ class SolgateSession:
 
 
 UNAVAILABLE = "baselines unavailable, so only budgets were judged"
+
+
+def _relative_prefix(rootdir: Path, top: Path) -> str:
+    """'sub/dir/' when pytest's rootdir is sub/dir under the git top level; '' when it is the top
+    (or outside it: a rootdir above the repository keeps pytest's own ids)."""
+    try:
+        relative = Path(rootdir).resolve().relative_to(Path(top).resolve())
+    except ValueError:
+        return ""
+    return "" if str(relative) == "." else relative.as_posix() + "/"
 
 
 def _new_id() -> str:

@@ -69,16 +69,24 @@ class AppliedBudget:
     speedup: float | None = None  # times faster than `reference`; with it, the speedup achieved
     reference: str | None = None
     achieved_speedup: float | None = None
+    # Marker arguments given as {profile-glob: value} with no glob matching this profile
+    # ("min", "mfu", "speedup"): the report says "none on <profile>", not a silent "-".
+    unmatched: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"min": self.min, "mfu": self.mfu, "max_regression": self.max_regression}
         if self.speedup is not None:
             data.update(speedup=self.speedup, reference=self.reference, achieved_speedup=self.achieved_speedup)
+        if self.unmatched:
+            data["unmatched"] = list(self.unmatched)
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "AppliedBudget":
-        return cls(**_known(cls, data))
+        known = _known(cls, data)
+        if "unmatched" in known:
+            known["unmatched"] = tuple(known["unmatched"] or ())
+        return cls(**known)
 
 
 @dataclass(frozen=True)

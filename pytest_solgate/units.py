@@ -56,3 +56,11 @@ def count(value: float) -> str:
 def sol(value: float) -> str:
     """Two decimals, and enough significant digits below 0.1 that 0.005 never reads as 0.00."""
     return f"{value:.2f}" if value >= 0.1 or value == 0 else f"{value:.2g}"
+
+
+def sol_fine(value: float) -> str:
+    """Three decimals where a change in the third matters (history, compare, details), and three
+    significant digits below 0.1, so that 0.00036 reads as 0.00036, never as 0.000."""
+    if not math.isfinite(value):
+        return "-"
+    return f"{value:.3f}" if value >= 0.1 or value == 0 else f"{value:.3g}"

@@ -72,7 +72,7 @@ def test_gemm(sol):
 def test_a_kernel_with_a_long_parametrized_name_and_a_long_reference(sol, dtype):
     sol.measure(lambda: busy(2e-3), bytes=0.2e6, flops=1.5e6, name="triton-fused-kernel")
     sol.measure(lambda: busy(3e-3), bytes=0.2e6, flops=1.5e6, name="torch-unfused-eager-reference", gate=False)
-""", "--sol-report=report.html", subprocess=True)
+""", "--sol-report=report.html", subprocess=True, fake_clock=True)  # verdicts independent of the machine's load
     result.assert_outcomes(passed=4, failed=1)
     with Visit(pytester.path / "report.html") as visit:
         page = visit.page
@@ -145,3 +145,155 @@ def test_trend_page_in_chromium(tmp_path):
         page.screenshot(path=str(OUTPUT / "sol-trend.png"), full_page=True)
     assert not visit.errors, visit.errors
     assert not visit.requests, visit.requests
+
+
+# --- charts that read at a glance: geometry checked in the browser --------------------------------
+
+GEOMETRY = """() => {
+  const found = [];
+  const box = (e) => e.getBoundingClientRect();
+  const overlap = (a, b) => a.left < b.right - 0.5 && b.left < a.right - 0.5 && a.top < b.bottom - 0.5 && b.top < a.bottom - 0.5;
+  document.querySelectorAll("section").forEach((s) => {
+    if (s.scrollWidth > s.clientWidth + 1) found.push(["section overflows its card", s.id, s.scrollWidth, s.clientWidth]);
+  });
+  document.querySelectorAll("svg.roofline, svg.trend").forEach((svg) => {
+    const frame = box(svg);
+    const texts = [...svg.querySelectorAll("text")].filter((t) => t.textContent.trim());
+    texts.forEach((t) => {
+      const b = box(t);
+      if (b.left < frame.left - 0.5 || b.right > frame.right + 0.5 || b.top < frame.top - 0.5 || b.bottom > frame.bottom + 0.5)
+        found.push(["text cut at the chart's edge", t.textContent]);
+    });
+    for (let a = 0; a < texts.length; a++) for (let b = a + 1; b < texts.length; b++)
+      if (overlap(box(texts[a]), box(texts[b]))) found.push(["texts overlap", texts[a].textContent, texts[b].textContent]);
+    const marks = [...svg.querySelectorAll(".point")];
+    marks.forEach((m, i) => marks.slice(i + 1).forEach((later) => {
+      if (m.classList.contains("kernel") && later.classList.contains("reference") && overlap(box(m), box(later)))
+        found.push(["a gated point under a reference", m.querySelector("title").textContent]);
+    }));
+  });
+  return found;
+}"""
+
+
+def _legend_names_every_mark(page, chart: str, legend: str) -> list[str]:
+    """Each verdict colour and each kind of mark drawn in ``chart`` has an entry in ``legend``."""
+    return page.evaluate("""([chart, legend]) => {
+      const missing = [];
+      document.querySelectorAll(chart).forEach((svg) => {
+        const key = svg.closest("section, .panel").querySelector(legend) || document.querySelector(legend);
+        const named = new Set([...key.querySelectorAll("[data-verdict]")].map((e) => e.dataset.verdict));
+        const marks = new Set([...key.querySelectorAll("[data-mark]")].map((e) => e.dataset.mark));
+        svg.querySelectorAll("[data-verdict]").forEach((p) => { if (!named.has(p.dataset.verdict)) missing.push(p.dataset.verdict); });
+        for (const kind of ["kernel", "reference", "link", "roof", "series", "band", "budget", "change"])
+          if (svg.querySelector("." + kind) && !marks.has(kind)) missing.push(kind);
+      });
+      return [...new Set(missing)];
+    }""", [chart, legend])
+
+
+def _at_common_widths(page, chart: str, legend: str):
+    """At 1280 and 1600 px: nothing overlaps or is cut, every mark is in the legend; yields each
+    width for checks of the page's own."""
+    for width in (1280, 1600):
+        page.set_viewport_size({"width": width, "height": 900})
+        assert page.evaluate(GEOMETRY) == [], width
+        assert _legend_names_every_mark(page, chart, legend) == [], width
+        yield width
+
+
+def _gpu_like_run():
+    """A run as a GPU runner records it (no timing here): a failing kernel with a long reason, a
+    gated point on the very spot of its reference, roofs with equal and close peaks (h100-sxm:
+    fp32 and fp64_tensor both 67 TFLOP/s), and a long command line."""
+    from pytest_solgate.profiles import find_profile
+    from pytest_solgate.results import RunInfo
+    from solgate_testing import recorded
+
+    profile = find_profile("h100-sxm")
+    long_reason = ("test_vector_add[fp32] 'triton' SOL 0.62 < budget 0.85 on h100-sxm: 2.08 TB/s of 3.35 TB/s "
+                   "(memory-bound), median 1.55 ms ±0.4% over 200 samples; check the block size and the "
+                   "vectorised loads (16-byte global loads) before lowering the budget")
+    common = dict(profile="h100-sxm", backend="cuda", ceilings="datasheet", samples=(1e-3,) * 20, noise=0.004)
+
+    def m(test, name, sol, intensity, tflops, verdict, gate=True, bound="memory", reason="", budget=0.85):
+        return recorded(test=f"kernels/tests/test_sol.py::{test}", name=name, sol=sol, intensity=intensity,
+                        tflops=tflops, gbps=tflops * 1e3 / intensity, bound=bound, verdict=verdict, gate=gate,
+                        flops={"fp32": 1e9}, bytes=1e9 / intensity, reason=reason or f"{verdict}: {name}",
+                        budget={"min": budget if gate else None}, **common)
+
+    measurements = [
+        m("test_vector_add[fp32]", "triton", 0.62, 0.083, 0.173, "below-budget", reason=long_reason),
+        m("test_vector_add[fp32]", "torch", 0.63, 0.083, 0.175, "not-gated", gate=False),
+        m("test_softmax[bf16]", "triton", 0.91, 0.625, 1.9, "pass"),
+        m("test_softmax[bf16]", "torch", 0.55, 0.625, 1.15, "not-gated", gate=False),
+        m("test_layernorm[fp32]", "triton", 0.80, 1.0, 2.68, "ambiguous"),
+        m("test_fused_gemm", "triton-fused", 0.71, 1365.0, 700.0, "pass", bound="compute"),
+        m("test_fused_gemm", "torch-unfused", 0.52, 1365.0, 515.0, "not-gated", gate=False, bound="compute"),
+    ]
+    run = RunInfo(id="r" * 32, started_at="2026-12-03T10:00:00+00:00", commit="c" * 40, branch="main", host="gpu-runner-7",
+                  device="NVIDIA H100 80GB HBM3", profile="h100-sxm", ceilings="datasheet", plugin="0.1.0", python="3.11",
+                  command="pytest kernels --sol-baseline=0123456789abcdef0123456789abcdef01234567 "
+                          "--sol-json=sol-gate/sol-results.json --sol-markdown=sol-gate/sol-summary.md "
+                          "--sol-github-summary --sol-report=sol-gate/sol-report.html -n 8")
+    return run, measurements, {"h100-sxm": profile}
+
+
+def test_the_report_reads_at_a_glance_at_1280_and_1600_px(tmp_path):
+    from pytest_solgate.report import html
+
+    run, measurements, profiles = _gpu_like_run()
+    (tmp_path / "report.html").write_text(html.render_report(run, measurements, profiles))
+    with Visit(tmp_path / "report.html") as visit:
+        page = visit.page
+        for width in _at_common_widths(page, "svg.roofline", ".roofline-legend"):
+            # The failing row's reason is whole inside its card.
+            reason = page.locator("tr.failed td.reason").first.bounding_box()
+            card = page.locator("#results").bounding_box()
+            assert reason["x"] + reason["width"] <= card["x"] + card["width"], width
+            # The command breaks between its words, never inside --sol-report=...
+            pieces = page.evaluate("""() => {
+                const arg = [...document.querySelectorAll("dd.command .arg")].find((a) => a.textContent.startsWith("--sol-report="));
+                const range = document.createRange(); range.selectNodeContents(arg.firstChild);
+                return range.getClientRects().length;
+            }""")
+            assert pieces == 1, width
+        # Every gated point is named on the chart; references are told apart by their shape.
+        assert page.locator("svg.roofline circle.point.kernel").count() == 4
+        labels = page.locator("svg.roofline text.point-label").all_text_contents()
+        assert sorted(labels) == sorted(["test_vector_add[fp32] [triton]", "test_softmax[bf16] [triton]",
+                                         "test_layernorm[fp32] [triton]", "test_fused_gemm [triton-fused]"])
+        assert page.locator("svg.roofline text.roof-label.memory").text_content() == "memory 3.35 TB/s"
+        OUTPUT.mkdir(exist_ok=True)
+        page.screenshot(path=str(OUTPUT / "sol-report-gpu-like.png"), full_page=True)
+    assert not visit.errors, visit.errors
+
+
+def test_the_trend_page_reads_at_a_glance_at_1280_and_1600_px(tmp_path):
+    """Same-day commits (their dates would collide), a tiny SOL (long y tick labels), verdict
+    colours: the axis names commits, each colour is in the legend, nothing is cut or overlaps."""
+    from pytest_solgate import history
+    from pytest_solgate.results import RunInfo
+    from solgate_testing import recorded
+    from test_cli import solgate
+
+    sols = [0.00015, 0.00014, 0.00016, 0.00015, 0.00015, 0.00009, 0.00009, 0.0001]
+    with history.open_store(tmp_path / "h.db") as store:
+        for i, sol in enumerate(sols):
+            run = RunInfo(id=f"r{i}", started_at=f"2026-12-03T0{i}:00:00+00:00", commit=f"{i + 1:x}" * 40,
+                          commit_time=f"2026-12-03T0{i}:00:00+00:00")
+            store.record_run(run, [recorded(test="kernels/test_sol.py::test_tiny", name="triton", sol=sol,
+                                            verdict="ambiguous" if i == 6 else "pass", budget={"min": None})])
+    done = solgate("trend", "-o", str(tmp_path / "trend.html"), "--history", str(tmp_path / "h.db"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    with Visit(tmp_path / "trend.html") as visit:
+        page = visit.page
+        for _width in _at_common_widths(page, "svg.trend", ".legend"):  # the checks are in the helper
+            pass
+        ticks = page.locator("svg.trend text.x-tick").all_text_contents()
+        assert ticks[0] == "1111111" and all(len(t) == 7 for t in ticks)  # short shas, not colliding dates
+        assert page.locator("svg.trend text.axis-title").all_text_contents() == ["commit (oldest to newest)", "SOL"]
+        assert "2026-12-03" in page.locator("svg.trend circle.point title").first.text_content()  # the date on hover
+        OUTPUT.mkdir(exist_ok=True)
+        page.screenshot(path=str(OUTPUT / "sol-trend-same-day.png"), full_page=True)
+    assert not visit.errors, visit.errors

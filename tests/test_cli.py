@@ -69,7 +69,8 @@ def two_commits(request, pytester, monkeypatch):
     """A repository with commit A (1 ms, measured three times: a window with a spread) and commit
     B (the kernel 1.3 ms, its gate=False reference twice as slow), measured once. Its history is
     the default SQLite file, or a PostgreSQL database named by SOLGATE_HISTORY (pytest and the
-    solgate commands read it alike)."""
+    solgate commands read it alike). On the fake clock: the verdicts `compare` gives must not
+    depend on how busy the machine was (a loaded run once made the window too noisy to judge)."""
     if request.param == "postgresql":
         monkeypatch.setenv("SOLGATE_HISTORY", request.getfixturevalue("postgres_url"))
 

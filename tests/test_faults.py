@@ -130,7 +130,7 @@ def test_unwritable_history_and_report_leave_verdicts_alone(suite, pytester):
         @pytest.mark.sol(min=0.95)
         def test_slow(sol):
             sol.measure(lambda: busy(1e-3), bytes=0.5e6)
-    """, "--sol-history=/proc/solgate/history.db", "--sol-report=/proc/solgate/report.html")
+    """, "--sol-history=/proc/solgate/history.db", "--sol-report=/proc/solgate/report.html", fake_clock=True)
     result.assert_outcomes(passed=1, failed=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([

@@ -63,9 +63,12 @@ def test_data_movement_goes_on_the_bandwidth_chart_and_references_join_their_ker
     kernel = record(test="t.py::test_gemm", name="triton")
     reference = record(test="t.py::test_gemm", name="torch", gate=False, intensity=0.2, tflops=5e-5)
     chart = roofline.roofline(PROFILE, [copy, nothing, kernel, reference])
-    assert [(p.kind, p.index) for p in chart.points] == [("kernel", 2), ("reference", 3)]
+    # References first, kernels last: a gated point is drawn on top of a reference on the same spot.
+    assert [(p.kind, p.index) for p in chart.points] == [("reference", 3), ("kernel", 2)]
+    reference_point, kernel_point = chart.points
     (link,) = chart.links  # the kernel joined to its own test's reference
-    assert (link.x1, link.y1, link.x2, link.y2) == (chart.points[0].x, chart.points[0].y, chart.points[1].x, chart.points[1].y)
+    assert (link.x1, link.y1, link.x2, link.y2) == (kernel_point.x, kernel_point.y, reference_point.x, reference_point.y)
+    assert kernel_point.label.text == "test_gemm [triton]" and reference_point.label is None
     (bar,) = chart.bandwidth.bars
     assert bar.label == "t.py::test_copy [default]" and bar.fraction == 0.5 and bar.value.endswith("(50%)")
     assert chart.left_out == ("t.py::test_empty [default]",)  # no bytes: on neither chart
@@ -156,7 +159,8 @@ def test_a_pytest_run_writes_every_report(suite, pytester, monkeypatch):
     summary.write_text("# earlier step\n")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     result = suite(REPORT_SUITE, "--sol-report=out/report.html", "--sol-markdown=out/summary.md",
-                   "--sol-benchmark-action=out/bench.json", "--sol-github-summary", "--junitxml=out/junit.xml")
+                   "--sol-benchmark-action=out/bench.json", "--sol-github-summary", "--junitxml=out/junit.xml",
+                   fake_clock=True)
     result.assert_outcomes(passed=1, failed=1)
     page = (pytester.path / "out" / "report.html").read_text()
     assert page.count('class="point kernel"') == 2 and page.count('<tr class="bar reference">') == 1
@@ -182,7 +186,7 @@ def test_report_of_a_run_that_measured_nothing(suite, pytester):
 
 def test_a_report_that_cannot_be_written_does_not_change_verdicts(suite, pytester):
     (pytester.path / "blocked").write_text("a file, not a folder")
-    result = suite(REPORT_SUITE, "--sol-report=blocked/report.html")
+    result = suite(REPORT_SUITE, "--sol-report=blocked/report.html", fake_clock=True)
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["solgate: cannot write the HTML report to *blocked/report.html*; choose another path"])
 
@@ -196,7 +200,7 @@ def test_a_rendering_failure_leaves_the_previous_report(suite, pytester, monkeyp
         raise RuntimeError("template exploded")
 
     monkeypatch.setattr(html_module, "render_report", broken)
-    result = suite(REPORT_SUITE, "--sol-report=r.html")
+    result = suite(REPORT_SUITE, "--sol-report=r.html", fake_clock=True)
     result.assert_outcomes(passed=1, failed=1)
     assert (pytester.path / "r.html").read_text() == "previous report"
     result.stdout.fnmatch_lines(["*the HTML report could not be rendered (RuntimeError: template exploded)*untouched"])
@@ -253,5 +257,31 @@ def test_trend_panel_geometry():
     shown = trend.panel("t.py::test_k", "default", "h100-sxm", points, [f"{25:040x}", f"{2:040x}"], 0.4, last=10)
     assert shown.shown == 10 and shown.total == 30 and len(shown.points) == 10
     assert [c for _, c in shown.changes] == [f"{25:040x}"]  # a change point before the shown range is not drawn
-    assert shown.budget_y is not None and shown.x_labels[-1][1] == "2026-11-30"
+    # The x axis names commits (short shas: two commits of one day would share a date label).
+    assert shown.budget_y is not None and shown.x_labels[-1][1] == f"{29:040x}"[:7]
     assert trend.panel_id("t.py::test_k[a b]", "x", "p") != trend.panel_id("t.py::test_k[a-b]", "x", "p")
+
+
+def test_roofline_labels_never_touch_and_stay_inside_the_plot():
+    """Roof labels at least 14 px apart (11 px text: the fp32 and fp64 labels touched at 12), the
+    memory roof named along its slope, every kernel named beside its point without two names
+    overlapping (by the estimated widths; tests/test_browser.py measures the real ones)."""
+    from pytest_solgate.profiles import find_profile
+
+    profile = find_profile("h100-sxm")
+    kernels = [record(test=f"t.py::test_kernel_number_{i}", name="triton", profile="h100-sxm", intensity=x, tflops=t)
+               for i, (x, t) in enumerate([(0.08, 0.17), (0.09, 0.2), (0.1, 0.19), (0.6, 1.9), (1.0, 2.7), (1300, 700)])]
+    chart = roofline.roofline(profile, kernels)
+    ys = sorted(r.label_y for r in chart.roofs)
+    assert all(b - a >= roofline.ROOF_LABEL_GAP for a, b in zip(ys, ys[1:]))
+    assert chart.memory_label.text == "memory 3.35 TB/s" and -90 < chart.memory_label.angle < 0  # rising to the right
+    boxes = []
+    frame = chart.frame
+    for p in chart.points:
+        assert p.label is not None, p.title
+        width = len(p.label.text) * roofline.CHAR_WIDTH
+        x1 = p.label.x if p.label.anchor == "start" else p.label.x - width
+        box = (x1, p.label.y - 10, x1 + width, p.label.y + 3)
+        assert frame.left <= box[0] and box[2] <= frame.left + frame.plot_width, p.label
+        assert all(box[2] <= o[0] or o[2] <= box[0] or box[3] <= o[1] or o[3] <= box[1] for o in boxes), p.label
+        boxes.append(box)

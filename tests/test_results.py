@@ -114,7 +114,7 @@ def test_this_version_writes_the_records_of_the_earlier_one(suite, pytester):
     for run in range(3):  # two clean runs at earlier commits form the third one's baseline window
         git(pytester.path, "add", "-A")
         git(pytester.path, "commit", "-q", "--allow-empty", "-m", f"run {run}")
-        suite(body, "--sol-json=out.json").assert_outcomes(passed=3)
+        suite(body, "--sol-json=out.json", fake_clock=True).assert_outcomes(passed=3)
     written = json.loads((pytester.path / "out.json").read_text())["measurements"]
     earlier = {(r["test"].split("::")[-1], r["name"]): r for r in earlier_records()}
     assert len(written) == len(earlier) == 4

@@ -40,6 +40,7 @@ def environment() -> Any:
         percent=units.percent,
         count=units.count,
         sol=units.sol,
+        sol_fine=units.sol_fine,
         breakable=breakable,
     )
     env.globals["colours"] = VERDICT_COLOURS
@@ -72,7 +73,7 @@ def _detail(m: Measurement, index: int, peers: Sequence[Measurement]) -> dict[st
         "trend": m.trend,
         "failed": m.failed,
         "bar": min(1.0, max(0.0, m.score.sol)),
-        "budget_mark": m.judgement.budget.min if m.judgement else None,
+        "budget_mark": m.judgement.budget.min if m.judgement and m.gate else None,
     }
 
 
@@ -103,6 +104,7 @@ def render_trend(panels: Sequence[Any], generated_from: str, note: str = "") -> 
 
     return environment().get_template("trend.html.j2").render(
         groups=trend.groups(panels),
+        verdicts=trend.verdicts(panels),
         count=len(panels),
         frame={"width": trend.WIDTH, "height": trend.HEIGHT, "left": trend.LEFT, "top": trend.TOP,
                "plot_w": trend.PLOT_W, "plot_h": trend.PLOT_H},

@@ -36,7 +36,7 @@ def _speedup(m: Measurement) -> str:
 def junit_properties(m: Measurement) -> list[tuple[str, str]]:
     """A judged measurement as ``<property>`` entries of its test case in pytest's JUnit XML."""
     properties = [
-        (f"sol[{m.name}]", f"{m.score.sol:.4f}"),
+        (f"sol[{m.name}]", f"{m.score.sol:.4g}"),
         (f"sol_seconds[{m.name}]", f"{m.timing.seconds:.6g}"),
         (f"sol_bound[{m.name}]", m.score.bound),
         (f"sol_verdict[{m.name}]", str(m.verdict or "")),

@@ -22,8 +22,8 @@ def _profiles(
 ) -> dict[str, HardwareProfile]:
     from pytest_solgate.profiles import known_profiles
 
-    # The profiles this session scored against come first: a CPU calibration that was not cached
-    # (its repetitions disagreed) is on no disk, and the roofline still needs its ceilings.
+    # The profiles this session scored against come first: they are what the SOL figures mean (a
+    # CPU profile's ceilings may have been raised since, or its cache file may be gone).
     found: dict[str, HardwareProfile] = {p.id: p for p in scored}
     if option is not None and option.profile is not None:
         found.setdefault(option.profile.id, option.profile)

@@ -5,10 +5,12 @@ The templates only draw what these functions place, so the positions can be test
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from pytest_solgate import results
 from pytest_solgate.profiles import HardwareProfile
 from pytest_solgate.report import table
 from pytest_solgate.results import Measurement
@@ -43,6 +45,16 @@ class Axis:
 
 
 @dataclass(frozen=True)
+class Label:
+    """A text placed beside a point, where it overlaps no other label and stays inside the plot."""
+
+    x: float
+    y: float
+    text: str
+    anchor: str = "start"  # SVG text-anchor: "start" (right of the point) or "end" (left of it)
+
+
+@dataclass(frozen=True)
 class Point:
     x: float
     y: float
@@ -50,6 +62,7 @@ class Point:
     title: str
     index: int
     kind: str = "kernel"  # "kernel" (gated) or "reference" (gate=False): drawn differently
+    label: Label | None = None  # kernels are named on the chart; references by their shape and link
 
 
 @dataclass(frozen=True)
@@ -90,6 +103,24 @@ class Roof:
 
 
 @dataclass(frozen=True)
+class SlopeLabel:
+    """The memory roof's name, written along its slope."""
+
+    x: float
+    y: float
+    angle: float  # degrees, as SVG's rotate() takes them
+    text: str
+
+    def box(self) -> tuple[float, float, float, float]:
+        """Its approximate axis-aligned extent, for the point labels to keep clear of."""
+        half_w, half_h = len(self.text) * CHAR_WIDTH / 2, 7
+        a = math.radians(self.angle)
+        dx = abs(half_w * math.cos(a)) + abs(half_h * math.sin(a))
+        dy = abs(half_w * math.sin(a)) + abs(half_h * math.cos(a))
+        return (self.x - dx, self.y - dy, self.x + dx, self.y + dy)
+
+
+@dataclass(frozen=True)
 class Tick:
     position: float
     label: str
@@ -106,6 +137,8 @@ class Chart:
     left_out: tuple[str, ...]  # measurements on neither chart (no bytes declared)
     links: tuple[Link, ...] = ()
     bandwidth: BandwidthChart | None = None
+    verdicts: tuple[str, ...] = ()  # the verdicts of the points drawn: the legend names each colour
+    memory_label: SlopeLabel | None = None
 
 
 def _decade_label(exponent: int) -> str:
@@ -172,12 +205,12 @@ def roofline(profile: HardwareProfile, measurements: Sequence[Measurement], fram
     x_end = 10.0**x_high
     roofs = []
     label_floor = -math.inf  # labels go top to bottom; one never overlaps the one above it
+    start_y = max(bandwidth * x_start, 10.0**y_low)
+    start_x = start_y / bandwidth
     for precision, peak in sorted(peaks.items(), key=lambda kv: -kv[1]):
         ridge = peak / bandwidth
-        start_y = max(bandwidth * x_start, 10.0**y_low)
-        start_x = start_y / bandwidth
         coords = [(px(start_x), py(start_y)), (px(ridge), py(peak)), (px(x_end), py(peak))]
-        label_y = max(py(peak) - 4, label_floor + 12)
+        label_y = max(py(peak) - 4, label_floor + ROOF_LABEL_GAP)
         label_floor = label_y
         roofs.append(
             Roof(
@@ -187,7 +220,8 @@ def roofline(profile: HardwareProfile, measurements: Sequence[Measurement], fram
                 label_y=round(label_y, 2),
             )
         )
-    points = tuple(
+    memory_label = _memory_label(profile, (px(start_x), py(start_y)), (px(min(ridges)), py(min(peaks.values()))))
+    placed_points = [
         Point(
             x=px(m.score.intensity),
             y=py(m.score.tflops * 1e12),
@@ -199,7 +233,11 @@ def roofline(profile: HardwareProfile, measurements: Sequence[Measurement], fram
         )
         for i, m in enumerate(measurements)
         if plottable(m)
-    )
+    ]
+    # References first, kernels last: SVG paints in order, so a gated point is never hidden under
+    # a reference diamond that lands on the same spot.
+    placed_points.sort(key=lambda p: p.kind == "kernel")
+    points = tuple(_labelled(placed_points, measurements, frame, roofs, memory_label))
     placed = {(measurements[p.index].test, measurements[p.index].name): p for p in points}
     links = tuple(
         Link(kernel.x, kernel.y, reference.x, reference.y)
@@ -217,7 +255,70 @@ def roofline(profile: HardwareProfile, measurements: Sequence[Measurement], fram
         left_out=left_out,
         links=links,
         bandwidth=bandwidth_chart(profile, measurements),
+        verdicts=tuple(v for v in (str(v) for v in results.VERDICTS) if any(p.verdict == v for p in points)),
+        memory_label=memory_label,
     )
+
+
+ROOF_LABEL_GAP = 14  # px between roof labels: 11 px text, never touching
+CHAR_WIDTH = 6.2  # px per character of an 11 px label, a little more than the sans-serif average
+LINE = 13  # px between two stacked labels
+MAX_SHIFT = 8  # lines a label may move up or down to find room beside a crowded point
+
+
+def _memory_label(profile: HardwareProfile, start: tuple[float, float], ridge: tuple[float, float]) -> SlopeLabel:
+    """The memory roof's name along its slope, 30 % of the way from its start, just above it."""
+    from pytest_solgate import units
+
+    (x1, y1), (x2, y2) = start, ridge
+    angle = math.degrees(math.atan2(y2 - y1, x2 - x1))
+    x, y = x1 + (x2 - x1) * 0.3, y1 + (y2 - y1) * 0.3
+    normal = math.radians(angle - 90)  # 5 px above the line, perpendicular to it
+    return SlopeLabel(x=round(x + 5 * math.cos(normal), 2), y=round(y + 5 * math.sin(normal), 2),
+                      angle=round(angle, 2), text=f"memory {units.bandwidth(profile.memory_bandwidth_gbps)}")
+
+
+def _short_label(m: Measurement) -> str:
+    test = m.test.split("::")[-1]
+    return test if m.name == "default" else f"{test} [{m.name}]"
+
+
+def _labelled(points: list[Point], measurements: Sequence[Measurement], frame: Frame, roofs: list[Roof],
+              memory_label: SlopeLabel) -> list[Point]:
+    """Kernels get their name beside them: right of the point, else left, else stepped down a line
+    at a time, never over another label, a roof's label or the plot's edge (estimated widths; the
+    browser test checks the real ones)."""
+    taken = [(r.label_x - len(r.label) * CHAR_WIDTH, r.label_y - 11, r.label_x, r.label_y + 3) for r in roofs]
+    taken.append(memory_label.box())
+    marks = [(p.x - 7, p.y - 7, p.x + 7, p.y + 7) for p in points]
+    right_edge, bottom = frame.left + frame.plot_width, frame.top + frame.plot_height
+
+    def free(box: tuple[float, float, float, float]) -> bool:
+        x1, y1, x2, y2 = box
+        inside = frame.left <= x1 and x2 <= right_edge and frame.top <= y1 and y2 <= bottom
+        return inside and all(x2 <= o1 or o3 <= x1 or y2 <= o2 or o4 <= y1 for o1, o2, o3, o4 in taken + marks)
+
+    labelled = []
+    for p in points:
+        if p.kind != "kernel":
+            labelled.append(p)
+            continue
+        text = _short_label(measurements[p.index])
+        width = len(text) * CHAR_WIDTH
+        label = None
+        for shift in (0, *(s * d for s in range(1, MAX_SHIFT + 1) for d in (-1, 1))):  # lines up or down from the point
+            y = p.y + 4 + shift * LINE
+            for anchor, x1 in (("start", p.x + 9), ("end", p.x - 9 - width)):
+                box = (x1, y - 10, x1 + width, y + 3)
+                if free(box):
+                    label = Label(x=round(p.x + 9 if anchor == "start" else p.x - 9, 2), y=round(y, 2), text=text,
+                                  anchor=anchor)
+                    taken.append(box)
+                    break
+            if label is not None:
+                break
+        labelled.append(dataclasses.replace(p, label=label))
+    return labelled
 
 
 def strip(samples: Sequence[float], width: float = 300, height: float = 36) -> dict:

@@ -48,7 +48,7 @@ def achieved(m: Measurement) -> str:
 
 
 def budget_text(m: Measurement) -> str:
-    if m.judgement is None:
+    if m.judgement is None or not m.gate:  # a gate=False reference is judged against nothing
         return "-"
     budget = m.judgement.budget
     parts = []
@@ -58,6 +58,8 @@ def budget_text(m: Measurement) -> str:
         parts.append(f"MFU >= {budget.mfu:.2f}")
     if budget.speedup is not None:
         parts.append(f"{budget.speedup:g}x {budget.reference or 'reference'}")
+    if not parts and budget.unmatched:
+        return f"none on {m.profile}"
     return ", ".join(parts) or "-"
 
 

@@ -17,11 +17,14 @@ from typing import Any, Sequence
 from pytest_solgate import stats, units
 
 WIDTH, HEIGHT = 440, 190
-LEFT, RIGHT, TOP, BOTTOM = 46, 12, 12, 40
+# LEFT holds the y-axis title and tick labels as long as "0.00015"; BOTTOM the commit labels and
+# the x-axis title.
+LEFT, RIGHT, TOP, BOTTOM = 66, 12, 12, 40
 PLOT_W, PLOT_H = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 BAND_WINDOW = 10  # commits before a point that give its noise band (the gate's default window)
 BAND_SIGMAS = 2.5  # band half-width in robust standard deviations of log-SOL
-MAX_DATE_LABELS = 5
+MAX_COMMIT_LABELS = 5  # short shas (7 characters) that fit the x axis side by side
+SHORT_SHA = 7
 
 
 def panel_id(test: str, name: str, profile: str) -> str:
@@ -72,7 +75,7 @@ class Panel:
     budget_y: float | None
     budget: float | None
     y_ticks: list[tuple[float, str]]
-    x_labels: list[tuple[float, str]]
+    x_labels: list[tuple[float, str]]  # (x, short sha) of every few commits; the date is in each point's hover
     changes: list[tuple[float, str]]  # x and commit of each change point shown
     shown: int  # commits shown
     total: int  # commits recorded
@@ -103,10 +106,10 @@ def panel(test: str, name: str, profile: str, points: Sequence[dict[str, Any]], 
     drawn = []
     for i, p in enumerate(points):
         runs = len(p.get("runs", ())) or 1
-        hover = (f"{p['commit'][:10]} · {str(p.get('commit_time') or '')[:10]} · SOL {p['sol']:.3f} · "
+        hover = (f"{p['commit'][:10]} · {str(p.get('commit_time') or '')[:10]} · SOL {units.sol_fine(p['sol'])} · "
                  f"{units.seconds(p['seconds']) if p.get('seconds') else '-'} · {p.get('verdict') or '-'}"
                  + (f" · median of {runs} runs" if runs > 1 else ""))
-        drawn.append({"x": x(i), "y": y(p["sol"]), "hover": hover, "verdict": p.get("verdict") or "-"})
+        drawn.append({"x": x(i), "y": y(p["sol"]), "hover": hover, "verdict": p.get("verdict") or "not-gated"})
     known = [(i, b) for i, b in enumerate(bands) if b]
     band = ""
     if len(known) > 1:
@@ -114,9 +117,10 @@ def panel(test: str, name: str, profile: str, points: Sequence[dict[str, Any]], 
         lower = [f"{x(i)},{y(b[0])}" for i, b in reversed(known)]
         band = " ".join(upper + lower)
     index = {p["commit"]: i for i, p in enumerate(points)}
-    every = max(1, math.ceil(len(points) / MAX_DATE_LABELS))
+    every = max(1, math.ceil(len(points) / MAX_COMMIT_LABELS))
     last_index = len(points) - 1
-    # Evenly spaced dates and the newest, never two so close that they overlap.
+    # Evenly spaced commits and the newest, never two so close that they overlap. Commits, not
+    # dates: two commits of one day would carry the same label, and a date names no commit.
     labelled = [i for i in range(0, last_index, every) if last_index - i >= every * 0.7] + [last_index]
     return Panel(
         id=panel_id(test, name, profile),
@@ -130,13 +134,21 @@ def panel(test: str, name: str, profile: str, points: Sequence[dict[str, Any]], 
         budget_y=y(budget) if budget else None,
         budget=budget,
         y_ticks=[(y(t), f"{t:g}") for t in ticks],
-        x_labels=[(x(i), str(points[i].get("commit_time") or "")[:10] or points[i]["commit"][:8]) for i in labelled],
+        x_labels=[(x(i), points[i]["commit"][:SHORT_SHA]) for i in labelled],
         changes=[(x(index[c]), c) for c in changes if c in index],
         shown=len(points),
         total=total,
         provisional=tuple(c for c in provisional if c in index),
         outliers=[(x(index[c]), y(points[index[c]]["sol"]), c) for c in outliers if c in index],
     )
+
+
+def verdicts(panels: Sequence[Panel]) -> list[str]:
+    """The verdicts of the points drawn, in the report's order: the legend names each colour."""
+    from pytest_solgate import results
+
+    seen = {d["verdict"] for p in panels for d in p.points}
+    return [str(v) for v in results.VERDICTS if str(v) in seen]
 
 
 def groups(panels: Sequence[Panel]) -> list[tuple[str, list[Panel]]]:
