@@ -7,7 +7,7 @@ import socket
 import time
 from pathlib import Path
 
-from pytest_solgate.profiles import HardwareProfile
+from pytest_solgate.declare.profiles import HardwareProfile
 
 # 1 GB/s: a kernel declared as B bytes has T_SOL = B / 1e9 seconds.
 SYNTHETIC = HardwareProfile(
@@ -24,7 +24,7 @@ def busy(seconds: float) -> None:
 
 
 def write_synthetic(folder: Path) -> Path:
-    from pytest_solgate.profiles import profile_to_toml
+    from pytest_solgate.declare.profiles import profile_to_toml
 
     path = folder / "synthetic.toml"
     path.write_text(profile_to_toml(SYNTHETIC))

@@ -8,7 +8,7 @@ setting it prints, per method, the share of series whose step was found at its e
 within one commit, one commit early, or missed, and the false change points per series (those
 further than one commit from the true step; every change point of an A/A or glitch series).
 
-- ours: ``pytest_solgate.changepoints.find`` (PELT, log(n) penalty, one-commit segments read as
+- ours: ``pytest_solgate.judge.changepoints.find`` (PELT, log(n) penalty, one-commit segments read as
   provisional steps at the newest commit and as outliers elsewhere, 2.5 % minimum magnitude);
   a provisional step counts as found;
 - otava: ``otava.analysis.compute_change_points`` (Apache Otava 0.8, E-divisive means with the
@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import machine  # noqa: E402
-from pytest_solgate import changepoints  # noqa: E402
+from pytest_solgate.judge import changepoints  # noqa: E402
 
 
 def ours(values: Sequence[float]) -> list[int]:

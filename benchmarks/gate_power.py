@@ -13,7 +13,7 @@ baseline is judged. Then:
    plugin against the A/A history and not saved; the share of ``regressed`` is the power. The
    commit is then reverted, so that each factor starts from the A/A level.
 3. Power by replay: the A/A run-level values through the gate's own window choice and judge
-   (baseline.level, judge.against_window), each run in turn against the runs before it, divided
+   (baseline.level, verdict.against_window), each run in turn against the runs before it, divided
    by the factor.
 
 Runs marked contended (the process got under 3/4 of a core while sampling) are counted and shown
@@ -35,7 +35,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import machine  # noqa: E402
-from pytest_solgate import baseline, judge, results  # noqa: E402
+from pytest_solgate import results
+from pytest_solgate.judge import verdict
+from pytest_solgate.record import baseline  # noqa: E402
 from pytest_solgate.results import Measurement  # noqa: E402
 
 KERNELS = ("add", "mm", "softmax", "copy")
@@ -160,9 +162,9 @@ class Repo:
                 for m in data["measurements"]}, seconds
 
 
-def baseline_run(m: Measurement, j: int) -> judge.BaselineRun:
+def baseline_run(m: Measurement, j: int) -> verdict.BaselineRun:
     disturbed = "contended" if m.contended else "noisy" if m.timing.noisy else ""
-    return judge.BaselineRun(commit=f"{j:040x}", run_id=f"r{j}", sol=m.score.sol, seconds=m.timing.seconds,
+    return verdict.BaselineRun(commit=f"{j:040x}", run_id=f"r{j}", sol=m.score.sol, seconds=m.timing.seconds,
                              noise=m.timing.noise, verdict=m.verdict or "", disturbed=disturbed)
 
 
@@ -170,7 +172,7 @@ def replay_power(values: dict[str, list[Measurement]], slowdown: float, window: 
     """(caught, tried): each undisturbed run from index ``first`` on, slowed by ``slowdown``, against
     the window the plugin would choose (baseline.level: contended and noisy runs left out) from
     the runs before it."""
-    settings = judge.JudgeSettings()
+    settings = verdict.JudgeSettings()
     caught = tried = 0
     for series in values.values():
         for i in range(first, len(series)):
@@ -183,8 +185,8 @@ def replay_power(values: dict[str, list[Measurement]], slowdown: float, window: 
                 continue
             slowed = Measurement.from_dict({**head.to_dict(), "sol": head.score.sol / (1 + slowdown),
                                             "seconds": head.timing.seconds * (1 + slowdown)})
-            verdict = judge.against_window(slowed, judge.BaselineWindow(runs=tuple(kept)), 0.05, settings).verdict
-            caught += verdict == results.REGRESSED
+            judged = verdict.against_window(slowed, verdict.BaselineWindow(runs=tuple(kept)), 0.05, settings).verdict
+            caught += judged == results.REGRESSED
             tried += 1
     return caught, tried
 
@@ -261,7 +263,7 @@ def report_power(series: dict[str, list[Measurement]]) -> None:
 
 def replay_history(path: Path) -> None:
     """The power replay alone, over the A/A runs that an earlier benchmark left in its history."""
-    from pytest_solgate.history import SqliteStore
+    from pytest_solgate.record.history import SqliteStore
 
     series: dict[str, list[Measurement]] = {k: [] for k in KERNELS}
     with SqliteStore(path, create=False) as store:

@@ -217,15 +217,15 @@ def inputs(torch: Any, kernel: str, device: str, dry: bool) -> tuple[str, Callab
 def flush_by_reading(torch: Any, call: Callable[[], Any]) -> dict[str, float]:
     """vector_add timed with the usual flush (a write of twice the L2) and with one that reads the
     same buffer: a written flush leaves dirty lines that the timed kernel may pay to write back."""
-    from pytest_solgate import backends, measure
-    from pytest_solgate.settings import SamplingSettings
+    from pytest_solgate.measure import backends, sampling
+    from pytest_solgate.support.settings import SamplingSettings
 
     device = torch.device("cuda", torch.cuda.current_device())
     l2_bytes = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", None)
     seconds = {}
     for mode in ("write", "read"):
         backend = backends.CudaBackend(torch, device, l2_bytes, None, flush_by_reading=mode == "read")
-        seconds[mode] = measure.take_timing(call, backend, SamplingSettings()).seconds
+        seconds[mode] = sampling.take_timing(call, backend, SamplingSettings()).seconds
     return {"write_flush_s": seconds["write"], "read_flush_s": seconds["read"], "read_over_write": seconds["read"] / seconds["write"]}
 
 
@@ -235,7 +235,7 @@ def do_bench_comparison(out: Path, dry: bool) -> str:
     import torch
 
     from pytest_solgate.engine import Engine
-    from pytest_solgate.settings import parse_settings
+    from pytest_solgate.support.settings import parse_settings
 
     if dry:
         def do_bench(fn: Callable[[], Any], return_mode: str = "median") -> float:  # stand-in, in ms

@@ -28,9 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from _common import machine  # noqa: E402
-from pytest_solgate import cli, history  # noqa: E402
+from pytest_solgate import cli  # noqa: E402
+from pytest_solgate.record import history
 from pytest_solgate.results import Measurement, RunInfo  # noqa: E402
-from pytest_solgate.settings import is_history_url  # noqa: E402
+from pytest_solgate.support.settings import is_history_url  # noqa: E402
 
 PER_RUN = 100
 TESTS = 50  # 50 tests x 2 measurement names = 100 measurements per run

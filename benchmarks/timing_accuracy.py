@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import busy, machine, write_synthetic  # noqa: E402
 from pytest_solgate.engine import Engine  # noqa: E402
-from pytest_solgate.settings import parse_settings  # noqa: E402
+from pytest_solgate.support.settings import parse_settings  # noqa: E402
 
 CASES = ((50e-6, 0.03), (1e-3, 0.01), (10e-3, 0.01))
 

@@ -11,15 +11,15 @@ __all__ = ["PRECISIONS", "SolgateError", "Work", "__version__"]
 
 def __getattr__(name: str):  # noqa: ANN202 - lazy re-exports
     if name == "Work":
-        from pytest_solgate.work import Work
+        from pytest_solgate.declare.work import Work
 
         return Work
     if name == "PRECISIONS":
-        from pytest_solgate.precisions import PRECISIONS
+        from pytest_solgate.support.precisions import PRECISIONS
 
         return PRECISIONS
     if name == "SolgateError":
-        from pytest_solgate.errors import SolgateError
+        from pytest_solgate.support.errors import SolgateError
 
         return SolgateError
     raise AttributeError(f"module 'pytest_solgate' has no attribute {name!r}")

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from pytest_solgate.errors import SolgateError
-from pytest_solgate.settings import Settings, is_history_url
+from pytest_solgate.support.errors import SolgateError
+from pytest_solgate.support.settings import Settings, is_history_url
 
 
 class UsageFailure(SolgateError):
@@ -51,7 +51,7 @@ def _history_path(args: argparse.Namespace) -> str:
     relative path is taken from the git top level, whichever directory the command starts in."""
     import os
 
-    from pytest_solgate.settings import HISTORY_VARIABLE
+    from pytest_solgate.support.settings import HISTORY_VARIABLE
 
     if args.history:
         return _location(args.history, "--history")
@@ -61,8 +61,8 @@ def _history_path(args: argparse.Namespace) -> str:
 
 
 def _location(given: str, source: str) -> str:
-    from pytest_solgate import gitinfo
-    from pytest_solgate.locations import resolve_history
+    from pytest_solgate.record import gitinfo
+    from pytest_solgate.support.locations import resolve_history
 
     return resolve_history(given, gitinfo.project_root(Path.cwd()), source)
 
@@ -134,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
     except SolgateError as exc:
-        from pytest_solgate.locations import one_line
+        from pytest_solgate.support.locations import one_line
 
         message = one_line(str(exc))  # one line, and never a history URL's password
         print(f"solgate: error: {message}" if not message.startswith("solgate") else message, file=sys.stderr)
@@ -147,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _cmd_profiles(args: argparse.Namespace) -> int:
-    from pytest_solgate.profiles import builtin_profiles_dir, load_profiles
+    from pytest_solgate.declare.profiles import builtin_profiles_dir, load_profiles
 
     for profile in load_profiles([builtin_profiles_dir(), *args.dir]):
         peak = max(profile.peak_tflops.items(), key=lambda kv: kv[1])
@@ -156,7 +156,7 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
-    from pytest_solgate.profiles import find_profile, known_profiles, profile_to_toml
+    from pytest_solgate.declare.profiles import find_profile, known_profiles, profile_to_toml
 
     # Shipped profiles and the ones measured here (cached under .solgate/profiles).
     print(profile_to_toml(find_profile(args.id, known_profiles(_state_dir()))), end="")
@@ -165,10 +165,10 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
 def _cmd_sol(args: argparse.Namespace) -> int:
     """T_SOL, bound, intensity and ridge of declared work: a planning tool, nothing is timed."""
-    from pytest_solgate import units
-    from pytest_solgate.profiles import builtin_profiles, find_profile, known_profiles
+    from pytest_solgate.declare.profiles import builtin_profiles, find_profile, known_profiles
+    from pytest_solgate.declare.work import make_work
     from pytest_solgate.score import missing_precisions, speed_of_light
-    from pytest_solgate.work import make_work
+    from pytest_solgate.support import units
 
     flops: dict[str, float] = {}
     for entry in args.flops:
@@ -198,7 +198,7 @@ def _cmd_sol(args: argparse.Namespace) -> int:
 
 
 def _cmd_detect(args: argparse.Namespace) -> int:
-    from pytest_solgate.profiles import detect, known_profiles
+    from pytest_solgate.declare.profiles import detect, known_profiles
 
     cache = _state_dir()
     if args.name:
@@ -208,7 +208,7 @@ def _cmd_detect(args: argparse.Namespace) -> int:
         if match.warning:
             print(f"  warning: {match.warning}", file=sys.stderr)
         return 0
-    from pytest_solgate import backends
+    from pytest_solgate.measure import backends
 
     choice = backends.choose_device(args.device, None)
     if choice.kind == "cpu":
@@ -226,8 +226,8 @@ def _cmd_detect(args: argparse.Namespace) -> int:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from pytest_solgate import backends, calibrate
-    from pytest_solgate.profiles import detect, known_profiles, profile_to_toml
+    from pytest_solgate.declare.profiles import detect, known_profiles, profile_to_toml
+    from pytest_solgate.measure import backends, calibrate
 
     cache = _state_dir()
     choice = backends.choose_device(args.device, None)
@@ -252,19 +252,19 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def _state_dir() -> Path:
-    from pytest_solgate import gitinfo
+    from pytest_solgate.record import gitinfo
 
     return gitinfo.state_dir(Path.cwd())
 
 
 def _open_history(location: str, create: bool = False) -> Any:
-    from pytest_solgate import history
+    from pytest_solgate.record import history
 
     return history.open_store(location, create=create)
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
-    from pytest_solgate import units
+    from pytest_solgate.support import units
 
     with _open_history(_history_path(args)) as store:
         results = store.summaries(args.pattern)
@@ -285,7 +285,7 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
 
 def _series(results: list) -> dict[tuple[str, str, str, str], list[dict[str, Any]]]:
-    from pytest_solgate import gitinfo, history
+    from pytest_solgate.record import gitinfo, history
 
     commits = sorted({run["commit_sha"] for run, _ in results if run["commit_sha"] and not run["dirty"]})
     return history.commit_series(results, gitinfo.commit_times(".", commits))
@@ -306,7 +306,8 @@ def _changes_json(test: str, name: str, profile: str, points: list, changes: Any
 def _print_changes(results: list, min_change: float, as_json: bool = False) -> int:
     import json
 
-    from pytest_solgate import changepoints, units
+    from pytest_solgate.judge import changepoints
+    from pytest_solgate.support import units
 
     found = 0
     notes = []
@@ -345,12 +346,13 @@ def _print_changes(results: list, min_change: float, as_json: bool = False) -> i
 
 
 def _cmd_trend(args: argparse.Namespace) -> int:
-    from pytest_solgate import atomic, changepoints
+    from pytest_solgate.judge import changepoints
     from pytest_solgate.report import html, trend
+    from pytest_solgate.support import atomic
 
     if args.last < 0:
         raise UsageFailure(f"trend: --last={args.last}: give a number of commits, or 0 for all")
-    from pytest_solgate.locations import same_file
+    from pytest_solgate.support.locations import same_file
 
     history_path = _history_path(args)
     min_change = _min_change(args)
@@ -379,7 +381,7 @@ def _cmd_trend(args: argparse.Namespace) -> int:
 
 def _find_commit(ref: str, shas: set[str], history_path: str) -> str:
     """A git ref, or a unique prefix of a commit in the history."""
-    from pytest_solgate import gitinfo
+    from pytest_solgate.record import gitinfo
 
     sha = gitinfo.resolve(".", ref) if ref else None
     if sha:
@@ -393,7 +395,10 @@ def _find_commit(ref: str, shas: set[str], history_path: str) -> str:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from pytest_solgate import baseline, gitinfo, judge, results, units
+    from pytest_solgate import results
+    from pytest_solgate.judge import verdict
+    from pytest_solgate.record import baseline, gitinfo
+    from pytest_solgate.support import units
 
     if args.max_regression is not None and not 0 <= args.max_regression < 1:
         raise UsageFailure(f"--max-regression={args.max_regression}: give a fraction in [0, 1)")
@@ -420,7 +425,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if not any(windows.values()):
         itself = " other than HEAD's own (a commit is never in its own window)" if base_sha == head_sha else ""
         raise UsageFailure(f"compare: no clean results for '{args.base}' or its ancestors in {history_path}{itself}")
-    settings = judge.JudgeSettings(gate="fail", commit=head_sha)
+    settings = verdict.JudgeSettings(gate="fail", commit=head_sha)
     regressed = 0
     print(f"{'test [name]':<60} {'base':>7} {'head':>7} {'change':>8} {'floor':>7}  verdict")
     for key, h in sorted(head.items()):
@@ -437,7 +442,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         if tolerance is None and h.judgement is not None:
             tolerance = h.judgement.budget.max_regression
         tolerance = settings.max_regression if tolerance is None else tolerance
-        result = judge.against_window(h, window, tolerance, settings)
+        result = verdict.against_window(h, window, tolerance, settings)
         regressed += result.verdict == results.REGRESSED
         floor = units.percent(result.floor) if result.floor is not None else "?"
         print(f"{label:<60} {units.sol_fine(result.centre):>7} {units.sol_fine(h.score.sol):>7} {units.percent(result.change, True):>8} {floor:>7}  "
@@ -450,7 +455,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 def _gated(m: Any) -> bool:
     """Whether the plugin judged ``m`` (not a gate=False reference, the Triton interpreter, or
     --sol-gate=off): only those are compared."""
-    from pytest_solgate import backends, results
+    from pytest_solgate import results
+    from pytest_solgate.measure import backends
 
     return m.gate and backends.is_gated(m.timing.backend) and m.verdict != results.NOT_GATED
 
@@ -461,7 +467,7 @@ def _cmd_accept(args: argparse.Namespace) -> int:
     import datetime
     import getpass
 
-    from pytest_solgate import gitinfo
+    from pytest_solgate.record import gitinfo
 
     reason = args.reason.strip()
     if not reason:
@@ -484,8 +490,8 @@ def _cmd_accept(args: argparse.Namespace) -> int:
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
-    from pytest_solgate import schema, spool
-    from pytest_solgate.errors import ImportFileError
+    from pytest_solgate.record import schema, spool
+    from pytest_solgate.support.errors import ImportFileError
 
     if args.spool == bool(args.file):
         raise UsageFailure("import: give a --sol-json FILE, or --spool (not both)")
@@ -521,7 +527,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
 def _cmd_migrate(args: argparse.Namespace) -> int:
     """Every run of SOURCE into DESTINATION, each in its own transaction: run ids are unique, so
     running it again (or after an interruption) adds only what is missing."""
-    from pytest_solgate.locations import same_file
+    from pytest_solgate.support.locations import same_file
 
     source_at, destination_at = _location(args.source, "SOURCE"), _location(args.destination, "DESTINATION")
     if is_history_url(source_at) == is_history_url(destination_at) and (

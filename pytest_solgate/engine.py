@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from pytest_solgate import backends, calibrate, environment, judge, locking, measure, results, score, telemetry
-from pytest_solgate.errors import MeasureError, OptionError, ProfileError, SolgateError
-from pytest_solgate.profiles import (
+from pytest_solgate import results, score
+from pytest_solgate.declare.profiles import (
     HardwareProfile,
     ProfileOption,
     detect,
@@ -25,12 +24,15 @@ from pytest_solgate.profiles import (
     load_profile,
     resolve_profile_option,
 )
+from pytest_solgate.declare.work import make_work
+from pytest_solgate.judge import verdict
+from pytest_solgate.measure import backends, calibrate, environment, locking, sampling, telemetry
 from pytest_solgate.results import Measurement
-from pytest_solgate.settings import Settings
-from pytest_solgate.work import make_work
+from pytest_solgate.support.errors import MeasureError, OptionError, ProfileError, SolgateError
+from pytest_solgate.support.settings import Settings
 
 # Interpreter timings are not gated: spend as little time on them as honesty allows.
-INTERPRETER_SAMPLING = measure.SamplingSettings(
+INTERPRETER_SAMPLING = sampling.SamplingSettings(
     min_time=0.0, max_time=0.5, noise=0.05, min_samples=3, warmup_time=0.0, cuda_graph="off"
 )
 
@@ -50,7 +52,7 @@ NO_BYTES = ("declares flops= but no bytes=, so it is scored as compute-bound wha
             "pass bytes= (e.g. sol.nbytes(inputs..., outputs...)) so a memory-bound kernel is scored against bandwidth")
 
 # (test, name, profile, ceilings mode, environment) -> the baseline window, or None
-BaselineFinder = Callable[[str, str, str, str, Mapping[str, str]], "judge.BaselineWindow | None"]
+BaselineFinder = Callable[[str, str, str, str, Mapping[str, str]], "verdict.BaselineWindow | None"]
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ class Engine:
         self._context_error: SolgateError | None = None
         self.profile_option = profile_option or resolve_profile_option(settings.profile)
         self.explicit_profile = self.profile_option.profile
-        self.judge_settings = judge.JudgeSettings(
+        self.judge_settings = verdict.JudgeSettings(
             gate=settings.gate, above_one=settings.above_one, max_regression=settings.max_regression
         )
         self._head = head  # (commit, dirty) of the code being measured, named in verdicts; asked once
@@ -224,18 +226,18 @@ class Engine:
                 f"{test}: sol.measure called inside the kernel of another measurement ({self._measuring!r}); "
                 "measure each kernel on its own, from the test body"
             )
-        fn, rotation = measure.timeable(fn, test)  # refused before anything runs when it cannot be timed
+        fn, rotation = sampling.timeable(fn, test)  # refused before anything runs when it cannot be timed
         work = make_work(flops, bytes, precision or self.settings.precision)
         context = self.context()
         while self._unsaid:
             self.warn(self._unsaid.pop(0))
         if context.backend.gated:
             score.check_precisions(work, context.profile)  # before timing: a declaration error fails fast
-        sampling = self.settings.sampling
+        timing_settings = self.settings.sampling
         device_scope = _cuda_device_scope(context)
         self._measuring = name
         try:
-            timing, contended = self._timed_alone(fn, context, sampling, device_scope, rotation or 1, work.bytes)
+            timing, contended = self._timed_alone(fn, context, timing_settings, device_scope, rotation or 1, work.bytes)
         finally:
             self._measuring = ""
         timed_for_real = backends.is_gated(timing.backend)  # not the interpreter's timing of a Triton kernel
@@ -251,10 +253,10 @@ class Engine:
         if rotation:
             # Whether the rotation kept batched calls cold is the timing's own note (calls_per_sample).
             notes.append(f"rotating inputs: {rotation} buffer sets, called in turn")
-        if timed_for_real and timing.wall_seconds > sampling.max_time * 1.5 and len(timing.samples) < sampling.min_samples:
+        if timed_for_real and timing.wall_seconds > timing_settings.max_time * 1.5 and len(timing.samples) < timing_settings.min_samples:
             notes.append(
                 f"one call takes {timing.seconds:.3g} s, longer than the time budget "
-                f"--sol-max-time={sampling.max_time:g}; raise it for more samples"
+                f"--sol-max-time={timing_settings.max_time:g}; raise it for more samples"
             )
             self.warn(f"{test} '{name}': {notes[-1]}")
         self._retake[(test, name)] = lambda: self.measure(
@@ -264,7 +266,7 @@ class Engine:
             reasons = ", ".join((timing.telemetry or {}).get("throttle_reasons", [])) or "SM clock under 75% of its max"
             self.warn(
                 f"{test} '{name}' was throttled ({reasons}) and stayed throttled after "
-                f"{measure.MAX_RECOVERIES} pauses to recover; its SOL may be low for a reason other than the "
+                f"{sampling.MAX_RECOVERIES} pauses to recover; its SOL may be low for a reason other than the "
                 "kernel: check cooling, power and clocks"
             )
         return Measurement(
@@ -284,8 +286,8 @@ class Engine:
             contended=contended,
         )
 
-    def _timed_alone(self, fn: Callable[[], Any], context: Context, sampling: measure.SamplingSettings,
-                     device_scope: Any, rotation_sets: int, bytes_per_call: float) -> tuple[measure.Timing, str]:
+    def _timed_alone(self, fn: Callable[[], Any], context: Context, timing_settings: sampling.SamplingSettings,
+                     device_scope: Any, rotation_sets: int, bytes_per_call: float) -> tuple[sampling.Timing, str]:
         """The timing, and why the machine was busy while it was taken ('' if it was not).
 
         Busy means, on a CPU, that this process got under CONTENDED_SHARE of a core while
@@ -293,19 +295,19 @@ class Engine:
         ``contention``). A contended timing is taken again (CONTENTION_RETAKES); the one with the
         largest share is kept, and it stays marked when every attempt was contended."""
         __tracebackhide__ = True  # a kernel that raises shows its own traceback, not ours
-        best: tuple[float, measure.Timing, str] | None = None
+        best: tuple[float, sampling.Timing, str] | None = None
         holder = f"run {self.run_id} pid {os.getpid()}"
         for _ in range(1 + CONTENTION_RETAKES):
             cpu_clock, wall_clock = CPU_CLOCKS
             with locking.device_lock(context.lock_key, holder) as waited_for, device_scope:
                 cpu, wall = cpu_clock(), wall_clock()
                 if context.backend.gated:
-                    timing = measure.take_timing(
-                        fn, context.backend, sampling, telemetry.is_throttled,
+                    timing = sampling.take_timing(
+                        fn, context.backend, timing_settings, telemetry.is_throttled,
                         rotation_sets=rotation_sets, bytes_per_call=bytes_per_call,
                     )
                 else:
-                    timing = self._interpreted_or_cpu(fn, context.backend, sampling)
+                    timing = self._interpreted_or_cpu(fn, context.backend, timing_settings)
                 cpu, wall = cpu_clock() - cpu, wall_clock() - wall
             share = cpu / wall if wall > 0 else 1.0
             # The interpreter's timings mean nothing whether or not the machine was busy.
@@ -316,17 +318,17 @@ class Engine:
                 break
         return best[1], best[2]
 
-    def _interpreted_or_cpu(self, fn: Callable[[], Any], interpreter: Any, sampling: measure.SamplingSettings) -> measure.Timing:
+    def _interpreted_or_cpu(self, fn: Callable[[], Any], interpreter: Any, timing_settings: sampling.SamplingSettings) -> sampling.Timing:
         """In a TRITON_INTERPRET=1 session: a callable that launches a Triton kernel is timed briefly
         (the interpreter's timings mean nothing and are not gated); one that launches none (a
         torch reference) is a real CPU measurement, timed again as such."""
         with backends.counting_triton_launches() as launched:
-            timing = measure.take_timing(fn, interpreter, INTERPRETER_SAMPLING, telemetry.is_throttled)
+            timing = sampling.take_timing(fn, interpreter, INTERPRETER_SAMPLING, telemetry.is_throttled)
         if launched():
             return timing
         if self._cpu_backend is None:
             self._cpu_backend = backends.cpu_backend()
-        return measure.take_timing(fn, self._cpu_backend, sampling, telemetry.is_throttled)
+        return sampling.take_timing(fn, self._cpu_backend, timing_settings, telemetry.is_throttled)
 
     def _scorable(self, work: Any, profile: HardwareProfile, gated: bool) -> tuple[Any, str]:
         """The work to score, and a note. FLOPs in a precision the profile lacks are an error when
@@ -349,7 +351,7 @@ class Engine:
 
     # --- judge ----------------------------------------------------------------------------------
 
-    def judge_test(self, test: str, budget: judge.Budget, measurements: list[Measurement]) -> list[Measurement]:
+    def judge_test(self, test: str, budget: verdict.Budget, measurements: list[Measurement]) -> list[Measurement]:
         """The verdicts of one test's measurements; then what was kept to re-measure them is dropped."""
         if self._head is not None:
             commit, dirty = self._head()
@@ -361,18 +363,18 @@ class Engine:
             self.forget(test)
         if budget.speedup is None:
             return judged
-        reference = judge.choose_reference(test, budget, judged)
+        reference = verdict.choose_reference(test, budget, judged)
         return [
-            judge.against_reference(m, reference, required)
-            if m.gate and (required := judge.budget_on(budget.speedup, m.profile)) is not None else m
+            verdict.against_reference(m, reference, required)
+            if m.gate and (required := verdict.budget_on(budget.speedup, m.profile)) is not None else m
             for m in judged
         ]
 
     def effect(self, measurement: Measurement) -> str:
         """What a judged measurement does to its test under --sol-gate: "fail", "warn" or "pass"."""
-        return judge.outcome(measurement.judgement.verdict, self.judge_settings)
+        return verdict.outcome(measurement.judgement.verdict, self.judge_settings)
 
-    def _judge_one(self, budget: judge.Budget, measurement: Measurement) -> Measurement:
+    def _judge_one(self, budget: verdict.Budget, measurement: Measurement) -> Measurement:
         """The verdict; a suspected regression is measured again (a fresh block of samples) and
         stands only if the second block regresses too."""
         window = None
@@ -381,12 +383,12 @@ class Engine:
                 measurement.test, measurement.name, measurement.profile, measurement.ceilings,
                 measurement.environment,
             )
-        judged = judge.judge(measurement, budget, window, self.judge_settings)
+        judged = verdict.judge(measurement, budget, window, self.judge_settings)
         retake = self._retake.get((measurement.test, measurement.name))
         if judged.verdict != results.REGRESSED or retake is None:
             return judged
-        second = judge.judge(retake(), budget, window, self.judge_settings)
-        return judge.confirm(judged, second)
+        second = verdict.judge(retake(), budget, window, self.judge_settings)
+        return verdict.confirm(judged, second)
 
     def forget(self, test: str) -> None:
         """Drop what was kept to re-measure ``test``'s measurements (its callables and tensors)."""
@@ -394,7 +396,7 @@ class Engine:
             del self._retake[key]
 
 
-def timing_for_real(timing: measure.Timing) -> bool:
+def timing_for_real(timing: sampling.Timing) -> bool:
     return backends.is_gated(timing.backend)
 
 

@@ -18,10 +18,17 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
-from pytest_solgate.errors import HistoryError, HistoryUnavailable, MeasureError, OptionError, SolgateError
-from pytest_solgate.locations import one_line, redact, resolve_history
-from pytest_solgate.settings import HISTORY_VARIABLE, OPTIONS, Settings, absolute_path, is_history_url, parse_settings
-from pytest_solgate.work import measurement_name
+from pytest_solgate.declare.work import measurement_name
+from pytest_solgate.support.errors import HistoryError, HistoryUnavailable, MeasureError, OptionError, SolgateError
+from pytest_solgate.support.locations import one_line, redact, resolve_history
+from pytest_solgate.support.settings import (
+    HISTORY_VARIABLE,
+    OPTIONS,
+    Settings,
+    absolute_path,
+    is_history_url,
+    parse_settings,
+)
 
 if TYPE_CHECKING:
     from pytest_solgate.results import Measurement
@@ -107,14 +114,14 @@ class SolFixture:
     @staticmethod
     def nbytes(*arrays: Any) -> int:
         """Sum of ``nbytes`` of tensors or arrays: the usual way to write total fused bytes."""
-        from pytest_solgate.work import nbytes
+        from pytest_solgate.declare.work import nbytes
 
         return nbytes(*arrays)
 
     def count_flops(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, int]:
         """FLOPs of ``fn(*args, **kwargs)`` by precision, through FlopCounterMode (meta tensors work);
         float64 matmuls count as ``fp64_tensor`` on profiles that have FP64 tensor cores."""
-        from pytest_solgate.work import count_flops, float64_on_tensor_cores
+        from pytest_solgate.declare.work import count_flops, float64_on_tensor_cores
 
         counted = count_flops(fn, *args, **kwargs)
         if not counted:
@@ -201,7 +208,7 @@ class SolgateSession:
         self.settings = settings
         self.is_worker = hasattr(config, "workerinput")
         self.rootdir = Path(config.rootpath)
-        from pytest_solgate import gitinfo
+        from pytest_solgate.record import gitinfo
 
         # The history and the calibration cache live at the git top level (else the rootdir),
         # whichever directory pytest starts in; a relative --sol-history is taken from there too.
@@ -216,7 +223,7 @@ class SolgateSession:
         self._git: Any = None
         self._store: Any = None
         unavailable = self._open_store_at_start() if settings.baseline != "none" or not settings.no_save else None
-        from pytest_solgate.baseline import BaselineChooser, start_commit
+        from pytest_solgate.record.baseline import BaselineChooser, start_commit
 
         if settings.baseline not in ("auto", "none") and not self.is_worker:
             start_commit(self.project_root, settings.baseline, gitinfo.facts(self.project_root))  # a bad ref fails now
@@ -229,7 +236,7 @@ class SolgateSession:
         self._engine: Any = None
         self.profile_option: Any = None  # resolved once, here: a bad --sol-profile fails before any test runs
         if settings.profile:
-            from pytest_solgate.profiles import resolve_profile_option
+            from pytest_solgate.declare.profiles import resolve_profile_option
 
             self.profile_option = resolve_profile_option(settings.profile)
 
@@ -266,7 +273,7 @@ class SolgateSession:
         return window
 
     def _refuse_colliding_outputs(self, invocation_dir: Path) -> None:
-        from pytest_solgate.settings import refuse_colliding_outputs
+        from pytest_solgate.support.settings import refuse_colliding_outputs
 
         settings = self.settings
         targets = [] if is_history_url(self.history_location) else [("--sol-history", Path(self.history_location))]
@@ -308,13 +315,13 @@ class SolgateSession:
     def git(self) -> Any:
         """The commit being measured (and whether the tree is dirty), read once, when first needed."""
         if self._git is None:
-            from pytest_solgate import gitinfo
+            from pytest_solgate.record import gitinfo
 
             self._git = gitinfo.facts(self.rootdir)
         return self._git
 
     def _open_store(self) -> Any:
-        from pytest_solgate import history
+        from pytest_solgate.record import history
 
         if self._store is None:
             self._store = history.open_for_reading(self.history_location)
@@ -364,13 +371,13 @@ class SolgateSession:
             marker = item.get_closest_marker("sol")
             if marker is None:
                 continue
-            from pytest_solgate import judge
+            from pytest_solgate.judge import verdict
 
             try:
-                budget = judge.parse_marker(item.nodeid, marker.args, marker.kwargs)
-                if judge.budget_globs(budget):
+                budget = verdict.parse_marker(item.nodeid, marker.args, marker.kwargs)
+                if verdict.budget_globs(budget):
                     profile_ids = self._profile_ids() if profile_ids is None else profile_ids
-                    judge.check_budget_globs(item.nodeid, budget, profile_ids)
+                    verdict.check_budget_globs(item.nodeid, budget, profile_ids)
             except SolgateError as exc:
                 raise pytest.UsageError(str(exc)) from None
             item.stash[BUDGET_KEY] = budget
@@ -378,7 +385,7 @@ class SolgateSession:
     def _profile_ids(self) -> list[str]:
         """Every profile id a budget glob may name: the shipped and the user's profiles, the ones
         measured here, and the shapes of ids measured elsewhere (cpu-<key>, <id>-measured-<gpu>)."""
-        from pytest_solgate.profiles import builtin_profiles, known_profiles
+        from pytest_solgate.declare.profiles import builtin_profiles, known_profiles
 
         option = self.profile_option
         try:
@@ -412,14 +419,14 @@ class SolgateSession:
     def _judge_item(self, item: pytest.Item, body_failed: bool) -> list[str]:
         """Judge the test's measurements and return why they fail it (nothing when they do not);
         a verdict that warns is issued here, when the body passed."""
-        from pytest_solgate import judge
+        from pytest_solgate.judge import verdict
         from pytest_solgate.report import machine
 
         fixture = item.stash.get(FIXTURE_KEY, None)
         measured = fixture.measurements if fixture else []
         marked = BUDGET_KEY in item.stash
         try:
-            judged = self.engine.judge_test(self.test_key(item.nodeid), item.stash.get(BUDGET_KEY, judge.Budget()), measured) if measured else []
+            judged = self.engine.judge_test(self.test_key(item.nodeid), item.stash.get(BUDGET_KEY, verdict.Budget()), measured) if measured else []
         except SolgateError as exc:  # a budget the measurements cannot meet as declared (no reference)
             return [str(exc)]
         finally:
@@ -448,7 +455,7 @@ class SolgateSession:
         if report.when == "call" and RECORDS_KEY in item.stash:
             report.solgate_records = [m.to_dict() for m in item.stash.get(RECORDS_KEY, [])]
         if report.failed and call.excinfo is not None:
-            from pytest_solgate.backends import triton_driver_hint
+            from pytest_solgate.measure.backends import triton_driver_hint
 
             hint = triton_driver_hint(call.excinfo.value)
             if hint:
@@ -476,9 +483,9 @@ class SolgateSession:
         wanted = (self.settings.report, self.settings.json, self.settings.markdown, self.settings.benchmark_action)
         if self.is_worker or not (self.records or any(wanted)):
             return
-        from pytest_solgate import gitinfo
+        from pytest_solgate.record import gitinfo
+        from pytest_solgate.record.runinfo import build_run_info
         from pytest_solgate.report import outputs
-        from pytest_solgate.runinfo import build_run_info
 
         git = self.git if self.records else gitinfo.GitFacts()
         run = build_run_info(
@@ -507,12 +514,12 @@ class SolgateSession:
         if self.baselines.unavailable:
             self.messages.append(f"solgate: {UNAVAILABLE}: {self.baselines.unavailable}")
         if self.records:
-            from pytest_solgate import record
+            from pytest_solgate.record import save
 
             if self.settings.no_save:
-                self.records, said = record.read_trends(self.history_location, self.records)
+                self.records, said = save.read_trends(self.history_location, self.records)
             else:
-                self.records, said = record.save(self.history_location, self.state_dir, run, self.records)
+                self.records, said = save.save(self.history_location, self.state_dir, run, self.records)
             self.messages += said
         scored = self._engine.resolved_profile() if self._engine is not None else None
         self.messages += outputs.publish(

@@ -21,9 +21,9 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from pytest_solgate.measure import Timing
+from pytest_solgate.declare.work import Work
+from pytest_solgate.measure.sampling import Timing
 from pytest_solgate.score import Score
-from pytest_solgate.work import Work
 
 SCHEMA = "solgate/1"
 

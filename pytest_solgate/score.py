@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pytest_solgate.errors import WorkError
-from pytest_solgate.profiles import HardwareProfile
-from pytest_solgate.work import Work
+from pytest_solgate.declare.profiles import HardwareProfile
+from pytest_solgate.declare.work import Work
+from pytest_solgate.support.errors import WorkError
 
 
 @dataclass(frozen=True)

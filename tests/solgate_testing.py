@@ -28,7 +28,8 @@ def busy(seconds):
 # machine is. Everything else (sampling loop, cache flush, scoring, judging, history) is real.
 FAKE_CLOCK_KERNELS = '''
 import pytest
-from pytest_solgate import backends, engine
+from pytest_solgate.measure import backends
+from pytest_solgate import engine
 
 FAKE_NS = [0]
 

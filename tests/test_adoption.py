@@ -111,7 +111,7 @@ def test_history_keys_are_relative_to_the_git_top_and_old_keys_still_give_baseli
     subdirectory): both record 'kernels/test_k.py::test_k'. A history written before keys were
     made relative to the git top holds 'test_k.py::test_k' for the run from the subdirectory, and
     it still serves as the baseline."""
-    from pytest_solgate import history
+    from pytest_solgate.record import history
 
     top = pytester.path
     init_repo(top)
@@ -165,7 +165,7 @@ def test_tiny_sol_keeps_its_digits_in_history_junit_and_html(suite, pytester):
 
 
 def test_history_pattern_matches_the_measurement_name_it_shows(tmp_path):
-    from pytest_solgate import history
+    from pytest_solgate.record import history
     from pytest_solgate.results import RunInfo
     from test_cli import solgate
 
@@ -231,8 +231,8 @@ def test_count_flops_says_when_it_counted_nothing(suite):
 
 
 def test_solgate_sol_knows_the_profile_measured_here(tmp_path):
-    from pytest_solgate import calibrate
-    from pytest_solgate.profiles import HardwareProfile
+    from pytest_solgate.declare.profiles import HardwareProfile
+    from pytest_solgate.measure import calibrate
     from test_cli import solgate
 
     init_repo(tmp_path)

@@ -108,7 +108,7 @@ def test_a_kernel_with_a_long_parametrized_name_and_a_long_reference(sol, dtype)
 def test_trend_page_in_chromium(tmp_path):
     """Small multiples: a panel per measurement with its band, budget line, change point and
     hovers; the filter box hides panels; nothing is fetched from the network."""
-    from pytest_solgate import history
+    from pytest_solgate.record import history
     from pytest_solgate.results import RunInfo
     from solgate_testing import recorded
     from test_cli import solgate
@@ -206,7 +206,7 @@ def _gpu_like_run():
     """A run as a GPU runner records it (no timing here): a failing kernel with a long reason, a
     gated point on the very spot of its reference, roofs with equal and close peaks (h100-sxm:
     fp32 and fp64_tensor both 67 TFLOP/s), and a long command line."""
-    from pytest_solgate.profiles import find_profile
+    from pytest_solgate.declare.profiles import find_profile
     from pytest_solgate.results import RunInfo
     from solgate_testing import recorded
 
@@ -272,7 +272,7 @@ def test_the_report_reads_at_a_glance_at_1280_and_1600_px(tmp_path):
 def test_the_trend_page_reads_at_a_glance_at_1280_and_1600_px(tmp_path):
     """Same-day commits (their dates would collide), a tiny SOL (long y tick labels), verdict
     colours: the axis names commits, each colour is in the legend, nothing is cut or overlaps."""
-    from pytest_solgate import history
+    from pytest_solgate.record import history
     from pytest_solgate.results import RunInfo
     from solgate_testing import recorded
     from test_cli import solgate

@@ -4,7 +4,7 @@ import importlib.util
 
 import pytest
 
-from pytest_solgate import calibrate
+from pytest_solgate.measure import calibrate
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the CPU profile reads torch's facts")
 
@@ -61,7 +61,7 @@ def test_ceilings_are_cached_even_when_repetitions_disagree_and_only_rise(tmp_pa
 
 
 def test_raise_ceilings_is_the_identity_when_nothing_rose():
-    from pytest_solgate.profiles import HardwareProfile
+    from pytest_solgate.declare.profiles import HardwareProfile
 
     profile = HardwareProfile(id="cpu-x", name="x", kind="cpu", memory_bandwidth_gbps=40, peak_tflops={"fp32": 0.1},
                               ceilings="measured")

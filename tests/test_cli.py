@@ -127,7 +127,7 @@ def test_import_merges_a_run_once(two_commits, tmp_path, request):
     listing = solgate("history", "--history", str(target))
     assert listing.stdout.count("test_k.py::test_k [default]") == 1
     original = json.loads((path / "run-1.json").read_text())["measurements"]
-    from pytest_solgate.history import open_store
+    from pytest_solgate.record.history import open_store
 
     with open_store(target) as store:
         stored = sorted((m.to_dict() for _, m in store.results()), key=lambda m: m["test"])
@@ -160,7 +160,7 @@ def test_sol_profile_folder_is_checked_at_start(pytester):
 
 
 def test_compare_refuses_an_ambiguous_or_empty_sha(tmp_path, history_location):
-    from pytest_solgate.history import open_store
+    from pytest_solgate.record.history import open_store
     from pytest_solgate.results import RunInfo
 
     m = recorded(profile="p", samples=(1e-3,), noise=0.0, t_sol=1e-4, sol=0.1, ceilings="datasheet", verdict=None)
@@ -208,7 +208,7 @@ def test_small_things_of_the_cli(two_commits, tmp_path):
     by_name = solgate("history", "test_k*", cwd=path)  # ids start with the path; the name matches too
     assert by_name.stdout.count("test_k.py::test_k [default]") == 4
     assert by_name.stdout.splitlines()[0].split()[2] == "dirty"
-    from pytest_solgate.profiles import HardwareProfile, profile_to_toml
+    from pytest_solgate.declare.profiles import HardwareProfile, profile_to_toml
 
     cached = tmp_path / ".solgate" / "profiles" / "cpu-0123456789.toml"
     cached.parent.mkdir(parents=True)

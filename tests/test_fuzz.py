@@ -9,13 +9,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_solgate import cli
-from pytest_solgate.errors import ProfileError
-from pytest_solgate.history import SqliteStore
-from pytest_solgate.profiles import builtin_profiles, load_profile, match_device
+from pytest_solgate.declare.profiles import builtin_profiles, load_profile, match_device
+from pytest_solgate.declare.work import PRECISIONS, make_work
+from pytest_solgate.record.history import SqliteStore
+from pytest_solgate.record.schema import dump
 from pytest_solgate.results import Measurement, RunInfo
-from pytest_solgate.schema import dump
 from pytest_solgate.score import score
-from pytest_solgate.work import PRECISIONS, make_work
+from pytest_solgate.support.errors import ProfileError
 from test_profiles import DEVICE_NAMES
 
 KEYS = ["id", "name", "kind", "match", "memory_bandwidth_gbps", "source", "notes", "ceilings", "peak_tflops", "device",
@@ -111,7 +111,7 @@ def test_matcher_does_not_depend_on_profile_order(name, rng):
 
 
 finite = st.floats(min_value=1e-9, max_value=1e9, allow_nan=False)
-# Times and scores within the physical bounds that `solgate import` checks (pytest_solgate/schema.py).
+# Times and scores within the physical bounds that `solgate import` checks (pytest_solgate/record/schema.py).
 duration = st.floats(min_value=1e-9, max_value=1e4, allow_nan=False)
 ratio = st.floats(min_value=1e-9, max_value=1e3, allow_nan=False)
 measurements = st.builds(

@@ -10,9 +10,9 @@ import types
 
 import pytest
 
-from pytest_solgate import backends, telemetry
-from pytest_solgate.measure import take_timing
-from pytest_solgate.settings import SamplingSettings
+from pytest_solgate.measure import backends, telemetry
+from pytest_solgate.measure.sampling import take_timing
+from pytest_solgate.support.settings import SamplingSettings
 
 # --- a fake GPU: torch.cuda and NVML as a GPU behaves, not as a host-side log --------------------
 
@@ -388,7 +388,7 @@ def test_device_choice_on_a_machine_without_cuda():
     if torch is not None and torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     assert str(backends.choose_device("auto", worker_index=3)) == "cpu"
-    from pytest_solgate.errors import OptionError
+    from pytest_solgate.support.errors import OptionError
 
     torch = backends.torch_or_none()
     if torch is not None and not torch.cuda.is_available():
@@ -400,8 +400,8 @@ def test_gpu_calibration_logic_runs_on_cpu_tensors(tmp_path):
     """The GPU calibration, with a CPU timer and small sizes: every precision is measured, fp8 is
     skipped where unsupported, and the profile is written next to its datasheet one."""
     torch = pytest.importorskip("torch")
-    from pytest_solgate import calibrate
-    from pytest_solgate.profiles import find_profile, load_profile
+    from pytest_solgate.declare.profiles import find_profile, load_profile
+    from pytest_solgate.measure import calibrate
 
     def timer(fn):  # the plugin's own sampling loop, on the CPU backend
         quick = SamplingSettings(min_time=0, max_time=0.05, min_samples=3, warmup_time=0)
@@ -478,9 +478,9 @@ def test_gpu_calibration_runs_inside_the_devices_scope_and_ids_differ_per_gpu(tm
     torch = pytest.importorskip("torch")
     import contextlib
 
-    from pytest_solgate import calibrate
+    from pytest_solgate.declare.profiles import find_profile
     from pytest_solgate.engine import known_profiles
-    from pytest_solgate.profiles import find_profile
+    from pytest_solgate.measure import calibrate
 
     current = [0]
 
@@ -514,9 +514,10 @@ def test_gpu_calibration_runs_inside_the_devices_scope_and_ids_differ_per_gpu(tm
 def test_a_worker_that_waited_for_the_lock_finds_the_calibration_and_does_not_repeat_it(tmp_path, monkeypatch):
     import contextlib
 
-    from pytest_solgate import calibrate, engine, locking
-    from pytest_solgate.profiles import find_profile, profile_to_toml
-    from pytest_solgate.settings import Settings
+    from pytest_solgate import engine
+    from pytest_solgate.declare.profiles import find_profile, profile_to_toml
+    from pytest_solgate.measure import calibrate, locking
+    from pytest_solgate.support.settings import Settings
 
     datasheet = find_profile("h100-sxm")
     path = calibrate.gpu_measured_path(tmp_path, datasheet.id, "GPU-feedbeef")
@@ -543,8 +544,8 @@ def test_gpu_calibration_times_through_the_sampling_loop_and_the_cuda_backend(mo
     """No private timing loop: calibration uses take_timing with the CUDA backend (flush and hold)
     for at least half a second per figure; here the backend is a CPU one standing in for CUDA."""
     torch = pytest.importorskip("torch")
-    from pytest_solgate import calibrate
-    from pytest_solgate.profiles import find_profile
+    from pytest_solgate.declare.profiles import find_profile
+    from pytest_solgate.measure import calibrate
 
     made = []
 
@@ -569,7 +570,7 @@ def test_gpu_calibration_times_through_the_sampling_loop_and_the_cuda_backend(mo
 
 
 def test_more_xdist_workers_than_gpus_is_refused_with_what_to_do(monkeypatch):
-    from pytest_solgate.errors import OptionError
+    from pytest_solgate.support.errors import OptionError
 
     cuda = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 2, current_device=lambda: 0)
     monkeypatch.setattr(backends, "torch_or_none", lambda: types.SimpleNamespace(cuda=cuda))
@@ -597,7 +598,7 @@ def test_short_kernels_are_timed_as_cuda_graph_replays_with_the_flush_outside(mo
 
 
 def test_a_kernel_that_cannot_be_captured_falls_back_or_is_refused(monkeypatch):
-    from pytest_solgate.errors import MeasureError
+    from pytest_solgate.support.errors import MeasureError
 
     gpu = FakeGpu()
     backend = cuda_backend(gpu, monkeypatch)
@@ -628,7 +629,7 @@ def test_a_short_kernel_is_timed_on_a_cold_l2_one_call_per_sample(monkeypatch):
 
 @pytest.mark.parametrize("sets, nbytes, batched", [(8, 16_000_000, True), (3, 16_000_000, False), (8, 1_000_000, False)])
 def test_rotation_batches_only_when_its_sets_outnumber_the_calls_and_exceed_the_l2(monkeypatch, sets, nbytes, batched):
-    from pytest_solgate.measure import rotating
+    from pytest_solgate.measure.sampling import rotating
 
     gpu = FakeGpu()
     backend = cuda_backend(gpu, monkeypatch)
@@ -715,9 +716,9 @@ def test_sol_device_cuda_under_xdist_spreads_workers_like_auto(monkeypatch):
 
 
 def test_sol_at_clock_scales_each_roof_from_the_clock_it_was_quoted_or_measured_at():
-    from pytest_solgate.profiles import DeviceFacts, HardwareProfile, find_profile
+    from pytest_solgate.declare.profiles import DeviceFacts, HardwareProfile, find_profile
+    from pytest_solgate.declare.work import make_work
     from pytest_solgate.score import score
-    from pytest_solgate.work import make_work
 
     h200 = find_profile("h200")
     # Hopper's tensor peaks hold at 1830 MHz, the vector ones at the 1980 MHz boost.
@@ -737,8 +738,8 @@ def test_sol_at_clock_scales_each_roof_from_the_clock_it_was_quoted_or_measured_
 
 
 def test_peak_clocks_are_checked_and_written_back(tmp_path):
-    from pytest_solgate.errors import ProfileError
-    from pytest_solgate.profiles import find_profile, load_profile, profile_to_toml
+    from pytest_solgate.declare.profiles import find_profile, load_profile, profile_to_toml
+    from pytest_solgate.support.errors import ProfileError
 
     h200 = find_profile("h200")
     path = tmp_path / "p.toml"
@@ -750,7 +751,7 @@ def test_peak_clocks_are_checked_and_written_back(tmp_path):
 
 
 def calibration_timing(seconds, clock_mhz=1700.0, throttled=False, noisy=False):
-    from pytest_solgate.measure import Timing
+    from pytest_solgate.measure.sampling import Timing
 
     return Timing(seconds=seconds, samples=(seconds,), noise=0.0, batch=1, warmup_calls=1, noisy=noisy, backend="cuda",
                   started_at=0.0, finished_at=0.0, wall_seconds=0.0, throttled=throttled, sm_clock_mhz=clock_mhz,
@@ -767,8 +768,8 @@ def test_gpu_calibration_repeats_and_refuses_to_cache_noisy_throttled_or_spread_
     """One repetition, no spread or throttle check, Timing.noisy ignored: a hot or shared GPU baked
     low ceilings into the cache for good. Now three passes, and a fault keeps them out of it."""
     torch = pytest.importorskip("torch")
-    from pytest_solgate import calibrate
-    from pytest_solgate.profiles import find_profile
+    from pytest_solgate.declare.profiles import find_profile
+    from pytest_solgate.measure import calibrate
 
     datasheet = find_profile("h100-sxm")
     order = []  # figures in the order one pass times them
@@ -819,7 +820,7 @@ def test_the_flush_can_read_instead_of_write_for_the_dirty_line_check(monkeypatc
 @pytest.mark.parametrize("profile_id", ["h100-sxm", "h100-pcie", "h100-nvl", "h200"])
 def test_hopper_tensor_peaks_are_at_the_clock_their_profile_names(profile_id):
     """A Hopper SM does 4096 dense bf16 FLOP per clock: the datasheet's tensor peak fixes its clock."""
-    from pytest_solgate.profiles import find_profile
+    from pytest_solgate.declare.profiles import find_profile
 
     profile = find_profile(profile_id)
     clock = profile.roof_clock_mhz("bf16_tensor")

@@ -5,8 +5,8 @@ import sqlite3
 
 import pytest
 
-from pytest_solgate import history
 from pytest_solgate.engine import contention as real_contention  # conftest patches the module's in every test
+from pytest_solgate.record import history
 from pytest_solgate.results import RunInfo
 from solgate_testing import (  # noqa: F401
     FAKE_CLOCK_KERNELS,
@@ -73,7 +73,7 @@ class Repo:
     def seed(self, sols, environment=None, ceilings_id=None, seconds=None):
         """A synthetic history: one commit and one clean run of test_kernel per SOL, oldest first,
         as if measured earlier on this runner. Returns the commits."""
-        from pytest_solgate.profiles import load_profile
+        from pytest_solgate.declare.profiles import load_profile
 
         ceilings_id = ceilings_id or load_profile(self.path / "synthetic.toml").ceilings_id
         commits = []
@@ -584,16 +584,17 @@ def test_contention_is_a_busy_core_on_a_cpu_and_another_run_on_a_gpu():
 
 
 def test_a_contended_run_cannot_fail_as_regressed():
-    from pytest_solgate import judge, results
+    from pytest_solgate import results
+    from pytest_solgate.judge import verdict
     from solgate_testing import changed
 
-    window = judge.BaselineWindow(runs=tuple(
-        judge.BaselineRun(commit=f"{i:040x}", run_id=f"r{i}", sol=sol, seconds=0.4e-3 / sol, noise=0.002)
+    window = verdict.BaselineWindow(runs=tuple(
+        verdict.BaselineRun(commit=f"{i:040x}", run_id=f"r{i}", sol=sol, seconds=0.4e-3 / sol, noise=0.002)
         for i, sol in enumerate(STEADY)))
     slow = changed(a_measurement(0.2), t_sol=0.4e-3, seconds=2e-3, noise=0.002)
-    assert judge.judge(slow, judge.Budget(), window, judge.JudgeSettings()).verdict == results.REGRESSED
+    assert verdict.judge(slow, verdict.Budget(), window, verdict.JudgeSettings()).verdict == results.REGRESSED
     busy = changed(slow, contended="this process got 40% of a core while sampling: other processes were running on it")
-    got = judge.judge(busy, judge.Budget(), window, judge.JudgeSettings())
+    got = verdict.judge(busy, verdict.Budget(), window, verdict.JudgeSettings())
     assert got.verdict == results.AMBIGUOUS
     assert "would be a regression, but the machine was busy while it measured (this process got 40%" in got.judgement.reason
 
@@ -653,11 +654,11 @@ def test_a_version_3_history_opens_reads_and_gains_status_and_accepts(tmp_path):
 
 
 def test_a_version_1_postgres_history_is_migrated_in_place(postgres_url):
-    from pytest_solgate import history_postgres
+    from pytest_solgate.record import postgres
 
     psycopg = pytest.importorskip("psycopg")
     with psycopg.connect(postgres_url, autocommit=True) as conn:
-        for statement in history_postgres.MIGRATIONS[0].split(";"):
+        for statement in postgres.MIGRATIONS[0].split(";"):
             if statement.strip():
                 conn.execute(statement)
         conn.execute("UPDATE solgate.meta SET value = '1' WHERE key = 'schema_version'")

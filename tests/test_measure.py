@@ -2,8 +2,8 @@
 
 import pytest
 
-from pytest_solgate.errors import MeasureError
-from pytest_solgate.measure import SamplingSettings, take_timing
+from pytest_solgate.measure.sampling import SamplingSettings, take_timing
+from pytest_solgate.support.errors import MeasureError
 
 
 class FakeBackend:

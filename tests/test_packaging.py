@@ -38,7 +38,7 @@ def test_installed_copy_finds_its_profiles_away_from_the_checkout(wheel, tmp_pat
     zipfile.ZipFile(wheel).extractall(site)
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
-        "import pytest_solgate.profiles as p;"
+        "import pytest_solgate.declare.profiles as p;"
         "d = p.builtin_profiles_dir(); assert str(d).startswith(sys.argv[1]), d;"
         "print(len(p.builtin_profiles()), p.find_profile('h100-sxm').memory_bandwidth_gbps)"
     )

@@ -468,8 +468,8 @@ def test_speedup_gates_against_the_reference(suite, pytester):
 
 def test_the_calibration_is_announced_before_the_progress_dots(suite, monkeypatch, pytester):
     """A CPU calibration takes seconds: its message stands on its own line before the tests run."""
-    from pytest_solgate import calibrate
-    from pytest_solgate.profiles import HardwareProfile
+    from pytest_solgate.declare.profiles import HardwareProfile
+    from pytest_solgate.measure import calibrate
 
     def calibrating(cache_dir, announce=print, calibration=None):
         announce("solgate: measuring this CPU's ceilings once (stand-in) ...")

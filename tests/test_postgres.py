@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_solgate import history, record, spool
+from pytest_solgate.record import history, save, spool
 from pytest_solgate.results import RunInfo
 from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE, changed, recorded
 from test_cli import solgate
@@ -300,7 +300,7 @@ def test_the_server_lost_mid_write_rolls_back_and_spools(tmp_path, postgres_clus
 
     killer = threading.Thread(target=cut)
     killer.start()
-    measurements, messages = record.save(postgres_url, tmp_path, a_run("cut-run"), [a_measurement(i) for i in range(100)])
+    measurements, messages = save.save(postgres_url, tmp_path, a_run("cut-run"), [a_measurement(i) for i in range(100)])
     killer.join()
     (message,) = messages
     assert message.startswith("solgate: history unavailable: postgresql://127.0.0.1:") and "went away while writing" in message

@@ -4,8 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_solgate.errors import ProfileError
-from pytest_solgate.profiles import (
+from pytest_solgate.declare.profiles import (
     builtin_profiles,
     builtin_profiles_dir,
     find_profile,
@@ -14,6 +13,7 @@ from pytest_solgate.profiles import (
     match_device,
     profile_to_toml,
 )
+from pytest_solgate.support.errors import ProfileError
 
 REQUIRED = [
     "a100-sxm4-40gb", "a100-sxm4-80gb", "a100-pcie-80gb", "h100-sxm", "h100-pcie", "h100-nvl", "h200",

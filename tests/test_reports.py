@@ -6,8 +6,9 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 
-from pytest_solgate import results, schema
-from pytest_solgate.profiles import HardwareProfile
+from pytest_solgate import results
+from pytest_solgate.declare.profiles import HardwareProfile
+from pytest_solgate.record import schema
 from pytest_solgate.report import html, machine, markdown, roofline, terminal
 from pytest_solgate.results import Measurement, RunInfo
 
@@ -266,7 +267,7 @@ def test_roofline_labels_never_touch_and_stay_inside_the_plot():
     """Roof labels at least 14 px apart (11 px text: the fp32 and fp64 labels touched at 12), the
     memory roof named along its slope, every kernel named beside its point without two names
     overlapping (by the estimated widths; tests/test_browser.py measures the real ones)."""
-    from pytest_solgate.profiles import find_profile
+    from pytest_solgate.declare.profiles import find_profile
 
     profile = find_profile("h100-sxm")
     kernels = [record(test=f"t.py::test_kernel_number_{i}", name="triton", profile="h100-sxm", intensity=x, tflops=t)

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_solgate import cli, schema
-from pytest_solgate.history import SqliteStore
-from pytest_solgate.measure import Timing
+from pytest_solgate import cli
+from pytest_solgate.declare.work import Work
+from pytest_solgate.measure.sampling import Timing
+from pytest_solgate.record import schema
+from pytest_solgate.record.history import SqliteStore
 from pytest_solgate.results import AppliedBudget, BaselineComparison, Judgement, Measurement, Verdict
 from pytest_solgate.score import Score
-from pytest_solgate.work import Work
 from solgate_testing import git, init_repo
 
 EARLIER = Path(__file__).parent / "data" / "solgate1-bfa3cec.json"

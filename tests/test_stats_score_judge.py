@@ -4,11 +4,13 @@ import math
 
 import pytest
 
-from pytest_solgate import judge, results, stats
-from pytest_solgate.errors import MarkerError, WorkError
-from pytest_solgate.profiles import HardwareProfile
+from pytest_solgate import results
+from pytest_solgate.declare.profiles import HardwareProfile
+from pytest_solgate.declare.work import make_work
+from pytest_solgate.judge import verdict
 from pytest_solgate.score import score
-from pytest_solgate.work import make_work
+from pytest_solgate.support import stats
+from pytest_solgate.support.errors import MarkerError, WorkError
 from solgate_testing import changed, recorded
 
 H100 = HardwareProfile(
@@ -58,51 +60,51 @@ def measurement(sol=0.9, mfu=0.0, backend="cpu", gate=True, samples=None, profil
     )
 
 
-SETTINGS = judge.JudgeSettings()
+SETTINGS = verdict.JudgeSettings()
 
 
 @pytest.mark.parametrize(
-    "m, budget, verdict",
+    "m, budget, expected",
     [
-        (measurement(0.9), judge.Budget(min=0.85), results.PASS),
-        (measurement(0.7), judge.Budget(min=0.85), results.BELOW_BUDGET),
-        (measurement(0.7), judge.Budget(min=(("a100*", 0.9), ("h100*", 0.6))), results.PASS),
-        (measurement(0.7), judge.Budget(min=(("a100*", 0.9),)), results.PASS),
-        (measurement(1.2), judge.Budget(min=0.5), results.ABOVE_SOL),
-        (measurement(0.9, mfu=0.1), judge.Budget(mfu=0.5), results.BELOW_BUDGET),
-        (measurement(0.2, gate=False), judge.Budget(min=0.85), results.NOT_GATED),
-        (measurement(0.2, backend="triton-interpreter"), judge.Budget(min=0.85), results.NOT_GATED),
+        (measurement(0.9), verdict.Budget(min=0.85), results.PASS),
+        (measurement(0.7), verdict.Budget(min=0.85), results.BELOW_BUDGET),
+        (measurement(0.7), verdict.Budget(min=(("a100*", 0.9), ("h100*", 0.6))), results.PASS),
+        (measurement(0.7), verdict.Budget(min=(("a100*", 0.9),)), results.PASS),
+        (measurement(1.2), verdict.Budget(min=0.5), results.ABOVE_SOL),
+        (measurement(0.9, mfu=0.1), verdict.Budget(mfu=0.5), results.BELOW_BUDGET),
+        (measurement(0.2, gate=False), verdict.Budget(min=0.85), results.NOT_GATED),
+        (measurement(0.2, backend="triton-interpreter"), verdict.Budget(min=0.85), results.NOT_GATED),
     ],
 )
-def test_verdicts(m, budget, verdict):
-    assert judge.judge(m, budget, None, SETTINGS).verdict == verdict
+def test_verdicts(m, budget, expected):
+    assert verdict.judge(m, budget, None, SETTINGS).verdict == expected
 
 
 def test_below_budget_message_is_actionable():
-    m = judge.judge(measurement(0.71), judge.Budget(min=0.85), None, SETTINGS)
+    m = verdict.judge(measurement(0.71), verdict.Budget(min=0.85), None, SETTINGS)
     assert m.judgement.reason.startswith("test_k SOL 0.71 < budget 0.85 on h100-sxm: ")
     assert "of 3.35 TB/s (memory-bound), median 1 ms ±0.1% over 20 samples" in m.judgement.reason
 
 
 def test_gate_off_and_warn():
-    off = judge.JudgeSettings(gate="off")
-    assert judge.judge(measurement(0.1), judge.Budget(min=0.85), None, off).verdict == results.NOT_GATED
-    warn = judge.JudgeSettings(gate="warn")
-    assert judge.outcome(results.BELOW_BUDGET, warn) == "warn"
-    assert judge.outcome(results.BELOW_BUDGET, SETTINGS) == "fail"
-    assert judge.outcome(results.ABOVE_SOL, judge.JudgeSettings(above_one="warn")) == "warn"
-    assert judge.outcome(results.AMBIGUOUS, SETTINGS) == "warn"
-    assert judge.outcome(results.IMPROVED, SETTINGS) == "pass"
+    off = verdict.JudgeSettings(gate="off")
+    assert verdict.judge(measurement(0.1), verdict.Budget(min=0.85), None, off).verdict == results.NOT_GATED
+    warn = verdict.JudgeSettings(gate="warn")
+    assert verdict.outcome(results.BELOW_BUDGET, warn) == "warn"
+    assert verdict.outcome(results.BELOW_BUDGET, SETTINGS) == "fail"
+    assert verdict.outcome(results.ABOVE_SOL, verdict.JudgeSettings(above_one="warn")) == "warn"
+    assert verdict.outcome(results.AMBIGUOUS, SETTINGS) == "warn"
+    assert verdict.outcome(results.IMPROVED, SETTINGS) == "pass"
 
 
 def window(*sols, noise=0.002, commit="a", ceilings_id="", environment=None):
     """A baseline window of runs with these SOLs, newest first, at commits a, b, c, ..."""
     runs = tuple(
-        judge.BaselineRun(commit=chr(ord(commit) + i) * 40, run_id=f"r{i}", sol=sol, seconds=0.7e-3 / sol,
+        verdict.BaselineRun(commit=chr(ord(commit) + i) * 40, run_id=f"r{i}", sol=sol, seconds=0.7e-3 / sol,
                           noise=noise, ceilings_id=ceilings_id, environment=environment or {})
         for i, sol in enumerate(sols)
     )
-    return judge.BaselineWindow(runs=runs)
+    return verdict.BaselineWindow(runs=runs)
 
 
 def at_sol(sol, noise=0.002):
@@ -114,22 +116,22 @@ STEADY = (0.70, 0.72, 0.69, 0.71, 0.70)
 
 
 def test_window_regressed_ambiguous_improved_pass():
-    got = judge.judge(at_sol(0.56), judge.Budget(), window(*STEADY), SETTINGS)
+    got = verdict.judge(at_sol(0.56), verdict.Budget(), window(*STEADY), SETTINGS)
     assert got.verdict == results.REGRESSED, got.judgement.reason
     assert "vs 0.704 over 5 baseline runs from eeeeeeeeee to aaaaaaaaaa" in got.judgement.reason
     assert "tolerance 5.0%, noise floor 6.4%" in got.judgement.reason and "99 % t prediction bound over 5 runs" in got.judgement.reason
     info = got.judgement.baseline.to_dict()  # as the solgate/1 JSON holds it
     assert info["runs"] == 5 and info["commit"] == "a" * 40 and info["oldest_commit"] == "e" * 40
     assert abs(info["noise_floor"] - 0.0642) < 0.001 and info["test"] == "t-prediction-99" and info["compared_on"] == "sol"
-    assert judge.judge(at_sol(0.85), judge.Budget(), window(*STEADY), SETTINGS).verdict == results.IMPROVED
-    assert judge.judge(at_sol(0.70), judge.Budget(), window(*STEADY), SETTINGS).verdict == results.PASS
+    assert verdict.judge(at_sol(0.85), verdict.Budget(), window(*STEADY), SETTINGS).verdict == results.IMPROVED
+    assert verdict.judge(at_sol(0.70), verdict.Budget(), window(*STEADY), SETTINGS).verdict == results.PASS
     # the marker's tolerance wins over the default
-    assert judge.judge(at_sol(0.56), judge.Budget(max_regression=0.5), window(*STEADY), SETTINGS).verdict == results.PASS
+    assert verdict.judge(at_sol(0.56), verdict.Budget(max_regression=0.5), window(*STEADY), SETTINGS).verdict == results.PASS
 
 
 def test_a_drop_within_the_noise_floor_is_ambiguous_and_names_the_floor():
     noisy = (0.70, 0.80, 0.60, 0.75, 0.65)  # +-10 % from run to run: the floor is near 35 %
-    got = judge.judge(at_sol(0.60), judge.Budget(), window(*noisy), SETTINGS)
+    got = verdict.judge(at_sol(0.60), verdict.Budget(), window(*noisy), SETTINGS)
     assert got.verdict == results.AMBIGUOUS
     reason = got.judgement.reason
     assert "below this window's noise floor of" in reason
@@ -141,7 +143,7 @@ def test_a_drop_within_the_noise_floor_is_ambiguous_and_names_the_floor():
 
 def test_noisy_runs_advise_a_longer_measurement_or_a_wider_tolerance():
     noisy = (0.70, 0.80, 0.60, 0.75, 0.65)
-    got = judge.judge(at_sol(0.60, noise=0.05), judge.Budget(), window(*noisy, noise=0.05), SETTINGS)
+    got = verdict.judge(at_sol(0.60, noise=0.05), verdict.Budget(), window(*noisy, noise=0.05), SETTINGS)
     assert got.verdict == results.AMBIGUOUS
     assert "the runs' own noise (±2.6% within a run) is beyond the tolerance: give more --sol-min-time, or raise " \
            "max_regression above" in got.judgement.reason
@@ -151,7 +153,7 @@ def test_one_disturbed_run_cannot_widen_the_floor():
     # Nine runs at 0.70 +- 1 %, and one a neighbouring process slowed to half: before, its spread
     # became the floor (near 60 %) and a 25 % drop passed as ambiguous.
     disturbed = (0.70, 0.71, 0.69, 0.35, 0.70, 0.71, 0.70, 0.69, 0.70, 0.71)
-    got = judge.judge(at_sol(0.53), judge.Budget(), window(*disturbed), SETTINGS)
+    got = verdict.judge(at_sol(0.53), verdict.Budget(), window(*disturbed), SETTINGS)
     assert got.verdict == results.REGRESSED, got.judgement.reason
     assert got.judgement.baseline.noise_floor < 0.05
     assert "left out as far off the others: dddddddddd (SOL 0.350)" in got.judgement.reason
@@ -161,13 +163,13 @@ def test_a_mixed_window_names_the_runs_that_widen_it():
     # Runs at one level +- 3 % and one lower, not far enough to be left out as disturbed: the
     # floor is wide because of it, and the message says which run that is.
     mixed = (0.70, 0.72, 0.62, 0.69, 0.71, 0.68, 0.70, 0.61, 0.73)
-    got = judge.judge(at_sol(0.58), judge.Budget(), window(*mixed), SETTINGS)
+    got = verdict.judge(at_sol(0.58), verdict.Budget(), window(*mixed), SETTINGS)
     assert got.verdict == results.AMBIGUOUS, got.judgement.reason
     assert "the window is mixed: the run at hhhhhhhhhh (SOL 0.610) widens it, and it leaves the window" in got.judgement.reason
 
 
 def test_one_run_cannot_show_the_spread_so_a_drop_is_ambiguous():
-    got = judge.judge(at_sol(0.35), judge.Budget(), window(0.70), SETTINGS)
+    got = verdict.judge(at_sol(0.35), verdict.Budget(), window(0.70), SETTINGS)
     assert got.verdict == results.AMBIGUOUS
     assert "noise floor unknown (one run)" in got.judgement.reason and got.judgement.baseline.noise_floor is None
 
@@ -175,7 +177,7 @@ def test_one_run_cannot_show_the_spread_so_a_drop_is_ambiguous():
 def test_within_run_precision_bounds_the_spread_from_below():
     # Identical run values cannot mean zero noise: each run's own precision (0.5 % half-width) counts.
     identical = window(0.7, 0.7, 0.7, noise=0.05)
-    got = judge.judge(at_sol(0.63), judge.Budget(), identical, SETTINGS)
+    got = verdict.judge(at_sol(0.63), verdict.Budget(), identical, SETTINGS)
     assert got.verdict == results.AMBIGUOUS and got.judgement.baseline.spread >= 0.05 / stats.Z_95
 
 
@@ -184,25 +186,25 @@ def test_changed_ceilings_compare_times_not_sol():
     old = window(*[0.35] * 3, ceilings_id="old-ceilings")
     runs = tuple(r.__class__(**{**r.__dict__, "seconds": 1e-3}) for r in old.runs)
     m = changed(at_sol(0.70), seconds=1e-3, ceilings_id="new-ceilings")
-    got = judge.judge(m, judge.Budget(), judge.BaselineWindow(runs=runs), SETTINGS)
+    got = verdict.judge(m, verdict.Budget(), verdict.BaselineWindow(runs=runs), SETTINGS)
     assert got.verdict == results.PASS and got.judgement.baseline.compared_on == "time"
     assert abs(got.judgement.baseline.change) < 1e-9 and "compared on time" in got.judgement.reason
 
 
 def test_environment_that_differs_turns_a_regression_ambiguous():
-    differs = judge.BaselineWindow(runs=window(*STEADY).runs, environment_differs=("torch 2.12.0 -> 2.13.0",))
-    got = judge.judge(at_sol(0.56), judge.Budget(), differs, SETTINGS)
+    differs = verdict.BaselineWindow(runs=window(*STEADY).runs, environment_differs=("torch 2.12.0 -> 2.13.0",))
+    got = verdict.judge(at_sol(0.56), verdict.Budget(), differs, SETTINGS)
     assert got.verdict == results.AMBIGUOUS and "another environment (torch 2.12.0 -> 2.13.0)" in got.judgement.reason
 
 
 def test_confirmation_keeps_or_drops_a_suspected_regression():
-    first = judge.judge(at_sol(0.56), judge.Budget(), window(*STEADY), SETTINGS)
-    slow_again = judge.judge(at_sol(0.55), judge.Budget(), window(*STEADY), SETTINGS)
-    kept = judge.confirm(first, slow_again)
+    first = verdict.judge(at_sol(0.56), verdict.Budget(), window(*STEADY), SETTINGS)
+    slow_again = verdict.judge(at_sol(0.55), verdict.Budget(), window(*STEADY), SETTINGS)
+    kept = verdict.confirm(first, slow_again)
     assert kept.verdict == results.REGRESSED and kept.judgement.baseline.confirmed is True
     assert "confirmed by a re-measurement (SOL 0.560, then 0.550)" in kept.judgement.reason
-    fine_now = judge.judge(at_sol(0.70), judge.Budget(), window(*STEADY), SETTINGS)
-    cleared = judge.confirm(first, fine_now)
+    fine_now = verdict.judge(at_sol(0.70), verdict.Budget(), window(*STEADY), SETTINGS)
+    cleared = verdict.confirm(first, fine_now)
     assert cleared.verdict == results.PASS and "did not confirm it" in cleared.judgement.reason
     assert cleared.sol == 0.70 and any("did not confirm" in note for note in cleared.notes)
 
@@ -232,12 +234,12 @@ def test_t_quantiles_and_spread():
 )
 def test_marker_errors_name_test_and_argument(args, kwargs, fragment):
     with pytest.raises(MarkerError, match=fragment) as info:
-        judge.parse_marker("t.py::test_k", args, kwargs)
+        verdict.parse_marker("t.py::test_k", args, kwargs)
     assert str(info.value).startswith("t.py::test_k: ")
 
 
 def test_sol_at_the_measured_clock_scales_compute_roofs_only():
-    from pytest_solgate.profiles import DeviceFacts
+    from pytest_solgate.declare.profiles import DeviceFacts
 
     gpu = HardwareProfile(id="g", name="g", kind="gpu", memory_bandwidth_gbps=1000, peak_tflops={"bf16_tensor": 1000},
                           device=DeviceFacts(boost_clock_mhz=2000))
@@ -252,6 +254,6 @@ def test_sol_at_the_measured_clock_scales_compute_roofs_only():
 
 
 def test_sol_is_printed_with_enough_digits():
-    from pytest_solgate import units
+    from pytest_solgate.support import units
 
     assert [units.sol(v) for v in (0.8234, 0.1, 0.0049, 0.005, 0.0, 1.33)] == ["0.82", "0.10", "0.0049", "0.005", "0.00", "1.33"]

@@ -2,8 +2,8 @@ import math
 
 import pytest
 
-from pytest_solgate.errors import WorkError
-from pytest_solgate.work import PRECISIONS, count_flops, make_work, nbytes
+from pytest_solgate.declare.work import PRECISIONS, count_flops, make_work, nbytes
+from pytest_solgate.support.errors import WorkError
 
 
 def test_number_is_counted_in_the_given_precision():
@@ -97,7 +97,7 @@ def test_count_flops_pointwise_counts_nothing():
 
 
 def test_float64_matmuls_go_to_fp64_tensor_cores_where_the_profile_has_them():
-    from pytest_solgate.work import float64_on_tensor_cores
+    from pytest_solgate.declare.work import float64_on_tensor_cores
 
     counted = {"fp64": 1000, "fp32": 5}
     assert float64_on_tensor_cores(counted, {"fp64": 34, "fp64_tensor": 67, "fp32": 67}) == {"fp32": 5, "fp64_tensor": 1000}

@@ -2,7 +2,7 @@
 
 import json
 
-from pytest_solgate.history import open_store
+from pytest_solgate.record.history import open_store
 
 BODY = """
 import pytest
@@ -41,7 +41,8 @@ def test_worker_n_takes_device_n_mod_count(monkeypatch):
     on the first GPU."""
     import types
 
-    from pytest_solgate import backends, engine
+    from pytest_solgate import engine
+    from pytest_solgate.measure import backends
 
     cuda = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 4, current_device=lambda: 2)
     monkeypatch.setattr(backends, "torch_or_none", lambda: types.SimpleNamespace(cuda=cuda))
@@ -59,7 +60,7 @@ def test_lock_excludes_a_second_process(tmp_path, monkeypatch):
     import multiprocessing
     import time
 
-    from pytest_solgate.locking import device_lock
+    from pytest_solgate.measure.locking import device_lock
 
     monkeypatch.setenv("SOLGATE_LOCK_DIR", str(tmp_path))
     log = tmp_path / "log"

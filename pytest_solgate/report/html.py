@@ -6,10 +6,11 @@ import datetime
 import re
 from typing import Any, Mapping, Sequence
 
-from pytest_solgate import judge, units
-from pytest_solgate.profiles import HardwareProfile
+from pytest_solgate.declare.profiles import HardwareProfile
+from pytest_solgate.judge import verdict
 from pytest_solgate.report import roofline, table
 from pytest_solgate.results import Measurement, RunInfo
+from pytest_solgate.support import units
 
 VERDICT_COLOURS = {
     "pass": "#2e9e5b",
@@ -67,7 +68,7 @@ def _detail(m: Measurement, index: int, peers: Sequence[Measurement]) -> dict[st
         "panel": panel_id(m.test, m.name, m.profile),
         "m": m,
         "row": table.row(m, peers),
-        "describe": judge.describe(m) if m.score.t_sol > 0 else "",
+        "describe": verdict.describe(m) if m.score.t_sol > 0 else "",
         "strip": roofline.strip(m.timing.samples),
         "spark": roofline.sparkline([t["sol"] for t in m.trend]),
         "trend": m.trend,

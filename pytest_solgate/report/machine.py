@@ -7,8 +7,8 @@ import json
 import math
 from typing import Sequence
 
-from pytest_solgate import units
 from pytest_solgate.results import Measurement
+from pytest_solgate.support import units
 
 
 def benchmark_action(measurements: Sequence[Measurement]) -> str:

@@ -11,16 +11,16 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from pytest_solgate.errors import SolgateError
-from pytest_solgate.profiles import HardwareProfile, ProfileOption
+from pytest_solgate.declare.profiles import HardwareProfile, ProfileOption
 from pytest_solgate.results import Measurement, RunInfo
-from pytest_solgate.settings import Settings, absolute_path
+from pytest_solgate.support.errors import SolgateError
+from pytest_solgate.support.settings import Settings, absolute_path
 
 
 def _profiles(
     option: ProfileOption | None, state_dir: Path, wanted: set[str], scored: Sequence[HardwareProfile] = ()
 ) -> dict[str, HardwareProfile]:
-    from pytest_solgate.profiles import known_profiles
+    from pytest_solgate.declare.profiles import known_profiles
 
     # The profiles this session scored against come first: they are what the SOL figures mean (a
     # CPU profile's ceilings may have been raised since, or its cache file may be gone).
@@ -46,8 +46,9 @@ def publish(
     scored_profiles: Sequence[HardwareProfile] = (),
 ) -> list[str]:
     """Writes the reports; returns the messages to print."""
-    from pytest_solgate import atomic, schema
+    from pytest_solgate.record import schema
     from pytest_solgate.report import machine
+    from pytest_solgate.support import atomic
 
     messages: list[str] = []
     measurements = list(measurements)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from pytest_solgate import results
-from pytest_solgate.profiles import HardwareProfile
+from pytest_solgate.declare.profiles import HardwareProfile
 from pytest_solgate.report import table
 from pytest_solgate.results import Measurement
 
@@ -168,7 +168,7 @@ def bandwidth_chart(profile: HardwareProfile, measurements: Sequence[Measurement
     rows = [(i, m) for i, m in enumerate(measurements) if data_movement(m)]
     if not rows:
         return None
-    from pytest_solgate import units
+    from pytest_solgate.support import units
 
     return BandwidthChart(
         ceiling=units.bandwidth(profile.memory_bandwidth_gbps),
@@ -268,7 +268,7 @@ MAX_SHIFT = 8  # lines a label may move up or down to find room beside a crowded
 
 def _memory_label(profile: HardwareProfile, start: tuple[float, float], ridge: tuple[float, float]) -> SlopeLabel:
     """The memory roof's name along its slope, 30 % of the way from its start, just above it."""
-    from pytest_solgate import units
+    from pytest_solgate.support import units
 
     (x1, y1), (x2, y2) = start, ridge
     angle = math.degrees(math.atan2(y2 - y1, x2 - x1))
@@ -325,7 +325,7 @@ def strip(samples: Sequence[float], width: float = 300, height: float = 36) -> d
     """A strip plot of per-call times: x positions of samples, of the median and the quartiles."""
     if not samples:
         return {"dots": [], "median": None, "width": width, "height": height, "low": 0, "high": 0}
-    from pytest_solgate import stats
+    from pytest_solgate.support import stats
 
     low, high = min(samples), max(samples)
     span = high - low or max(high, 1e-12) * 1e-3

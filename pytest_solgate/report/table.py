@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from pytest_solgate import results, units
+from pytest_solgate import results
 from pytest_solgate.results import Measurement, Verdict
+from pytest_solgate.support import units
 
 ORDER = {verdict: rank for rank, verdict in enumerate(results.VERDICTS)}
 HEADERS = ("test", "name", "bound", "time", "achieved", "SOL", "budget", "vs reference", "vs baseline", "verdict")

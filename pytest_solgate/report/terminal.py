@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from pytest_solgate.backends import is_gated
+from pytest_solgate.measure.backends import is_gated
 from pytest_solgate.report.table import HEADERS, Row, counts, ordered, row
 from pytest_solgate.results import Measurement
 

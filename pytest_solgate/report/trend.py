@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from pytest_solgate import stats, units
+from pytest_solgate.support import stats, units
 
 WIDTH, HEIGHT = 440, 190
 # LEFT holds the y-axis title and tick labels as long as "0.00015"; BOTTOM the commit labels and

@@ -8,9 +8,10 @@ import socket
 from pathlib import Path
 from typing import Sequence
 
-from pytest_solgate import __version__, gitinfo
-from pytest_solgate.environment import cuda_version, driver_version, package_version
-from pytest_solgate.history import redact
+from pytest_solgate import __version__
+from pytest_solgate.measure.environment import cuda_version, driver_version, package_version
+from pytest_solgate.record import gitinfo
+from pytest_solgate.record.history import redact
 from pytest_solgate.results import Measurement, RunInfo
 
 

@@ -23,9 +23,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from pytest_solgate import stats
-from pytest_solgate.errors import MeasureError
-from pytest_solgate.settings import SamplingSettings
+from pytest_solgate.support import stats
+from pytest_solgate.support.errors import MeasureError
+from pytest_solgate.support.settings import SamplingSettings
 
 MAX_BATCH = 100_000
 ROUND_SECONDS = 0.01  # how much work to queue between two synchronizations

@@ -6,7 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from pytest_solgate.errors import SolgateError
+from pytest_solgate.support.errors import SolgateError
 
 
 class ReportWriteError(SolgateError):

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from urllib.parse import unquote
 
-from pytest_solgate.errors import OptionError
+from pytest_solgate.support.errors import OptionError
 
 HISTORY_URL_SCHEMES = ("postgresql://", "postgres://")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from pytest_solgate import history, spool
-from pytest_solgate.errors import HistoryError
+from pytest_solgate.record import history, spool
 from pytest_solgate.results import Measurement, RunInfo
+from pytest_solgate.support.errors import HistoryError
 
 
 def _spool(state_dir: Path, run: RunInfo, measurements: Sequence[Measurement], why: HistoryError) -> str:

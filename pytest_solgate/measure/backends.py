@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from pytest_solgate import telemetry
-from pytest_solgate.errors import OptionError
-from pytest_solgate.settings import parse_device
+from pytest_solgate.measure import telemetry
+from pytest_solgate.support.errors import OptionError
+from pytest_solgate.support.settings import parse_device
 
 DEFAULT_FLUSH_BYTES = 256 * 1024 * 1024  # when neither the device nor the profile gives an L2 size
 BASE_HOLD_SECONDS = 100e-6
@@ -273,7 +273,7 @@ def make_backend(choice: DeviceChoice, l2_bytes: int | None, clock_mhz: float | 
 
 def cpu_backend() -> CpuBackend:
     """The CPU timer, evicting twice the last-level cache before each sample."""
-    from pytest_solgate.calibrate import last_level_cache_bytes
+    from pytest_solgate.measure.calibrate import last_level_cache_bytes
 
     return CpuBackend("cpu", flush_bytes=2 * last_level_cache_bytes())
 

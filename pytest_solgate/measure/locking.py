@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from pytest_solgate.errors import MeasureError
+from pytest_solgate.support.errors import MeasureError
 
 LOCK_DIR_VARIABLE = "SOLGATE_LOCK_DIR"
 

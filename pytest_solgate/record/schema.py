@@ -23,10 +23,10 @@ import math
 import sys
 from typing import Any, Sequence
 
-from pytest_solgate.errors import ImportFileError
-from pytest_solgate.precisions import PRECISIONS
+from pytest_solgate.declare.work import MAX_COUNT
 from pytest_solgate.results import SCHEMA, VERDICTS, Measurement, RunInfo
-from pytest_solgate.work import MAX_COUNT
+from pytest_solgate.support.errors import ImportFileError
+from pytest_solgate.support.precisions import PRECISIONS
 
 MAX_SECONDS = 86_400.0  # measured: no sample is longer than a day
 FINITE = sys.float_info.max  # derived from a declaration: any finite number (10**400 is not one)

@@ -27,12 +27,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from pytest_solgate import changepoints, environment, gitinfo, stats
-from pytest_solgate.changepoints import MIN_CHANGE
-from pytest_solgate.errors import HistoryUnavailable, OptionError
+from pytest_solgate.judge import changepoints
+from pytest_solgate.judge.changepoints import MIN_CHANGE
+from pytest_solgate.measure import environment
+from pytest_solgate.record import gitinfo
+from pytest_solgate.support import stats
+from pytest_solgate.support.errors import HistoryUnavailable, OptionError
 
 if TYPE_CHECKING:  # the plugin builds a chooser at start-up: judge and history load on first use
-    from pytest_solgate.judge import BaselineRun, BaselineWindow
+    from pytest_solgate.judge.verdict import BaselineRun, BaselineWindow
 
 MIN_SAME_ENVIRONMENT = 2  # runs of this environment needed to drop the others from a window
 MIN_QUIET = 3  # runs not flagged noisy needed to leave the noisy ones out of a window
@@ -140,7 +143,7 @@ def select(runs: Sequence[BaselineRun], head_environment: Mapping[str, str], not
     what differs between this run and the newest baseline run of another environment."""
     if not runs:
         return None
-    from pytest_solgate.judge import BaselineWindow
+    from pytest_solgate.judge.verdict import BaselineWindow
     same = [r for r in runs if not environment.differences(dict(head_environment), dict(r.environment))]
     if len(same) >= MIN_SAME_ENVIRONMENT or len(same) == len(runs):
         return BaselineWindow(runs=tuple(same), notes=tuple(notes))
@@ -151,7 +154,7 @@ def select(runs: Sequence[BaselineRun], head_environment: Mapping[str, str], not
 
 def accepted_commits(store: Any, commits: Sequence[str], test: str) -> list[str]:
     """The commits of ``commits`` where a slowdown of ``test`` was accepted (``solgate accept``)."""
-    from pytest_solgate.history import matches
+    from pytest_solgate.record.history import matches
 
     return [a["commit_sha"] for a in store.accepts(commits) if matches(a["pattern"], test)]
 

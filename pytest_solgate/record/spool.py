@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from pytest_solgate import atomic, schema
-from pytest_solgate.errors import HistoryError, HistoryUnavailable, ImportFileError
-from pytest_solgate.history import Store
+from pytest_solgate.record import schema
+from pytest_solgate.record.history import Store
 from pytest_solgate.results import Measurement, RunInfo
+from pytest_solgate.support import atomic
+from pytest_solgate.support.errors import HistoryError, HistoryUnavailable, ImportFileError
 
 FOLDER = "spool"
 

@@ -24,12 +24,12 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple, Sequence
 
-from pytest_solgate.errors import HistoryError, HistoryUnavailable, NoHistoryYet  # noqa: F401 - callers catch them here
-from pytest_solgate.judge import BaselineRun
-from pytest_solgate.locations import redact  # one redaction for every message (history_postgres uses it too)
+from pytest_solgate.judge.verdict import BaselineRun
 from pytest_solgate.results import Measurement, RunInfo
-from pytest_solgate.settings import is_history_url
-from pytest_solgate.stats import median
+from pytest_solgate.support.errors import HistoryError, HistoryUnavailable, NoHistoryYet  # noqa: F401 - callers catch them here
+from pytest_solgate.support.locations import redact  # one redaction for every message (history_postgres uses it too)
+from pytest_solgate.support.settings import is_history_url
+from pytest_solgate.support.stats import median
 
 APPLICATION_ID = 0x536F4C47  # "SoLG"
 BUSY_TIMEOUT_MS = 60_000
@@ -537,7 +537,7 @@ class SqliteStore(Store):
 def open_store(location: str | Path, create: bool = True) -> Store:
     """The store at ``location``: a ``postgresql://`` URL, or the path of a SQLite file."""
     if is_history_url(location):
-        from pytest_solgate.history_postgres import PostgresStore
+        from pytest_solgate.record.postgres import PostgresStore
 
         return PostgresStore(str(location), create=create)
     return SqliteStore(location, create=create)

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from pytest_solgate.errors import ProfileError
-from pytest_solgate.precisions import PRECISIONS
+from pytest_solgate.support.errors import ProfileError
+from pytest_solgate.support.precisions import PRECISIONS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -106,10 +106,10 @@ class HardwareProfile:
 
 def builtin_profiles_dir() -> Path:
     """Where the shipped profiles are: inside the installed package, or the checkout's top level."""
-    packaged = Path(__file__).resolve().parent / "hw_profiles"
+    packaged = Path(__file__).resolve().parents[1] / "hw_profiles"
     if packaged.is_dir():
         return packaged
-    return Path(__file__).resolve().parent.parent / "hw_profiles"
+    return Path(__file__).resolve().parents[2] / "hw_profiles"
 
 
 def _positive_number(path: str, key: str, value: Any) -> float:

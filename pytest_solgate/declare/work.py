@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from pytest_solgate.errors import MeasureError, WorkError
-from pytest_solgate.precisions import PRECISIONS, TENSOR_PRECISIONS, VECTOR_PRECISIONS  # noqa: F401
+from pytest_solgate.support.errors import MeasureError, WorkError
+from pytest_solgate.support.precisions import PRECISIONS, TENSOR_PRECISIONS, VECTOR_PRECISIONS  # noqa: F401
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,9 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from pytest_solgate import stats
-from pytest_solgate.errors import SolgateError
-from pytest_solgate.settings import DEFAULT_MIN_CHANGE
+from pytest_solgate.support import stats
+from pytest_solgate.support.errors import SolgateError
+from pytest_solgate.support.settings import DEFAULT_MIN_CHANGE
 
 MIN_POINTS = 3  # fewer commits than this cannot show a step with a commit on each side
 MIN_SIGMA = 1e-3  # a perfectly flat series still gets a finite penalty

@@ -8,8 +8,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from pytest_solgate import backends, results, stats, units
-from pytest_solgate.errors import MarkerError
+from pytest_solgate import results
+from pytest_solgate.measure import backends
 from pytest_solgate.results import (
     AMBIGUOUS,
     IMPROVED,
@@ -21,7 +21,9 @@ from pytest_solgate.results import (
     Measurement,
     Verdict,
 )
-from pytest_solgate.settings import DEFAULT_MAX_REGRESSION
+from pytest_solgate.support import stats, units
+from pytest_solgate.support.errors import MarkerError
+from pytest_solgate.support.settings import DEFAULT_MAX_REGRESSION
 
 MARKER_KEYS = ("min", "mfu", "max_regression", "speedup", "reference")
 # A speedup short of its budget by less than this many combined 95 % half-widths is within the
@@ -72,7 +74,7 @@ class BaselineRun:
 @dataclass(frozen=True)
 class BaselineWindow:
     """The last K clean runs of a measurement along the baseline ref's first-parent ancestry,
-    newest first, chosen by ``pytest_solgate.baseline``."""
+    newest first, chosen by ``pytest_solgate.record.baseline``."""
 
     runs: tuple[BaselineRun, ...]
     # Facts in which every run of the window differs from this run, e.g. "torch 2.12.0 -> 2.13.0".

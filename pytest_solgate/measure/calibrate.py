@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from pytest_solgate import atomic, stats
-from pytest_solgate.errors import ProfileError
-from pytest_solgate.profiles import DeviceFacts, HardwareProfile, load_profile, profile_to_toml
-from pytest_solgate.settings import SamplingSettings
+from pytest_solgate.declare.profiles import DeviceFacts, HardwareProfile, load_profile, profile_to_toml
+from pytest_solgate.support import atomic, stats
+from pytest_solgate.support.errors import ProfileError
+from pytest_solgate.support.settings import SamplingSettings
 
 MIB = 1024 * 1024
 
@@ -248,7 +248,7 @@ def device_key(index: int) -> str:
     """A name for one physical GPU that survives CUDA_VISIBLE_DEVICES renumbering: its UUID."""
     import torch
 
-    from pytest_solgate.backends import cuda_uuid
+    from pytest_solgate.measure.backends import cuda_uuid
 
     return cuda_uuid(torch, index) or f"index{index}"
 
@@ -302,13 +302,13 @@ MAX_GPU_SPREAD = 0.10
 
 
 def _sampling_timer(torch: Any, device: Any, l2_bytes: int | None) -> "Timer":
-    from pytest_solgate import backends, measure, telemetry
+    from pytest_solgate.measure import backends, sampling, telemetry
 
     backend = backends.CudaBackend(torch, device, l2_bytes, None)
-    return lambda fn: measure.take_timing(fn, backend, CALIBRATION_SAMPLING, telemetry.is_throttled)
+    return lambda fn: sampling.take_timing(fn, backend, CALIBRATION_SAMPLING, telemetry.is_throttled)
 
 
-Timer = Callable[[Callable[[], Any]], Any]  # fn -> measure.Timing of its calls
+Timer = Callable[[Callable[[], Any]], Any]  # fn -> sampling.Timing of its calls
 
 
 @dataclass(frozen=True)
