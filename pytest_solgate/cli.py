@@ -208,15 +208,15 @@ def _cmd_detect(args: argparse.Namespace) -> int:
         if match.warning:
             print(f"  warning: {match.warning}", file=sys.stderr)
         return 0
-    from pytest_solgate.measure import backends
+    from pytest_solgate.measure import devices
 
-    choice = backends.choose_device(args.device, None)
+    choice = devices.choose_device(args.device, None)
     if choice.kind == "cpu":
         print("cpu (measured)")
         print("  no GPU: the profile is measured on this CPU (`solgate calibrate`), cached under .solgate/", file=sys.stderr)
         return 0
-    name = backends.device_name(choice)
-    facts = backends.device_facts(choice)
+    name = devices.device_name(choice)
+    facts = devices.device_facts(choice)
     match = detect(name, facts, known_profiles(cache, tuple(args.dir)))
     print(match.profile.id)
     print(f"  device {choice} is '{name}' ({facts.get('sm_count')} SMs); matched glob '{match.pattern}'", file=sys.stderr)
@@ -227,18 +227,18 @@ def _cmd_detect(args: argparse.Namespace) -> int:
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from pytest_solgate.declare.profiles import detect, known_profiles, profile_to_toml
-    from pytest_solgate.measure import backends, calibrate
+    from pytest_solgate.measure import calibrate, devices
 
     cache = _state_dir()
-    choice = backends.choose_device(args.device, None)
+    choice = devices.choose_device(args.device, None)
     if choice.kind == "cpu":
 
         # calibrate means measure now; a cached profile's ceilings are kept where they were higher
         # (they only rise: delete .solgate/profiles/cpu-*.toml to start again, e.g. after moving the VM)
         profile = calibrate.cpu_profile(cache, lambda text: print(text, file=sys.stderr), full=True)
     else:
-        name = backends.device_name(choice)
-        facts = backends.device_facts(choice)
+        name = devices.device_name(choice)
+        facts = devices.device_facts(choice)
         datasheet = detect(name, facts, known_profiles(cache)).profile
         print(f"solgate: calibrating {name} against {datasheet.id} ...", file=sys.stderr)
         say = lambda text: print(text, file=sys.stderr)  # noqa: E731

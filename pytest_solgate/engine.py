@@ -26,7 +26,7 @@ from pytest_solgate.declare.profiles import (
 )
 from pytest_solgate.declare.work import make_work
 from pytest_solgate.judge import verdict
-from pytest_solgate.measure import backends, calibrate, environment, locking, sampling, telemetry
+from pytest_solgate.measure import backends, calibrate, devices, environment, locking, sampling, telemetry
 from pytest_solgate.results import Measurement
 from pytest_solgate.support.errors import MeasureError, OptionError, ProfileError, SolgateError
 from pytest_solgate.support.settings import Settings
@@ -59,7 +59,7 @@ BaselineFinder = Callable[[str, str, str, str, Mapping[str, str]], "verdict.Base
 class Context:
     """Where measurements run and against which ceilings."""
 
-    device: backends.DeviceChoice
+    device: devices.DeviceChoice
     device_name: str
     profile: HardwareProfile
     ceilings: str  # "datasheet" or "measured"
@@ -135,9 +135,9 @@ class Engine:
         return self._context.profile if self._context is not None else None
 
     def _resolve_context(self) -> Context:
-        choice = backends.choose_device(self.settings.device, worker_index(), worker_count())
-        facts = backends.device_facts(choice)
-        name = backends.device_name(choice)
+        choice = devices.choose_device(self.settings.device, worker_index(), worker_count())
+        facts = devices.device_facts(choice)
+        name = devices.device_name(choice)
         warnings: list[str] = []
         ceilings = self.settings.ceilings
         if choice.kind == "cpu":

@@ -1,34 +1,44 @@
-"""The package's shape, as the README's "How it works" states it: every module names its stage in
-the first word of its docstring, and imports run only down the stages (a stage may use the ones
-above it, never the ones below). A module added without a stage, or an import that runs back up,
-fails here with the module and the import named."""
+"""The package's shape, as the README's "How it works" states it: the tree shows the stages (one
+folder per stage that has more than one module; a one-module stage and the pieces that drive them
+sit at the top level, named in TOP_LEVEL), imports run only down the stages, no two modules import
+each other (directly or round a longer circle), and the pytest layer only translates hooks. A module
+added outside the stages, an import that runs back up, or a circle fails here, named."""
 
 import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_solgate"
 
-# In the order of the README. Support modules (errors, options, units, statistics, atomic writes)
-# serve every stage; Results are the records the stages pass on, composed of the declare, measure
-# and score stages' own records; the engine drives the stages and the wiring hooks them to pytest
-# and the command line.
-STAGES = {"Support": 0, "Declare": 1, "Measure": 2, "Score": 3, "Results": 4, "Judge": 5, "Record": 6,
-          "Report": 7, "Engine": 8, "Wiring": 9}
+# In the order of the README: a stage may import the stages before it, never the ones after.
+ORDER = ["support", "declare", "measure", "score", "results", "judge", "record", "report", "engine", "run", "wiring"]
+# The stages that are one module, and the pieces that drive the stages, at the top of the package.
+TOP_LEVEL = {"score": "score", "results": "results", "engine": "engine", "run": "run",
+             "plugin": "wiring", "cli": "wiring", "__init__": "wiring", "__main__": "wiring"}
+# What the pytest layer may not import: it translates hooks to the run object, which decides.
+PLUGIN_MAY_NOT_IMPORT = ("record", "judge")
+PLUGIN_MAX_LINES = 250
 
 
 def modules():
-    """Module name -> its source file, e.g. 'report.html' -> .../report/html.py."""
-    return {".".join(path.relative_to(PACKAGE).with_suffix("").parts): path for path in sorted(PACKAGE.rglob("*.py"))}
+    """Module name -> its source file, e.g. 'report.html' -> .../report/html.py; a folder's
+    ``__init__`` is the folder's own name."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        if len(parts) > 1 and parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
 
 
-def stage(path):
-    docstring = ast.get_docstring(ast.parse(path.read_text())) or ""
-    return docstring.split(" ", 1)[0].rstrip(":")
+def stage(name):
+    """The stage a module belongs to: its folder, or its entry in TOP_LEVEL."""
+    return TOP_LEVEL.get(name, name.split(".")[0])
 
 
 def imported(path, known):
-    """The package modules that ``path`` imports, at the top or inside a function. Importing the
-    package itself is left out: Python runs ``__init__`` before any of its modules anyway."""
+    """The package modules ``path`` imports, at the top or inside a function (a lazy import is
+    still a dependency). Importing the package itself is left out."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -38,40 +48,78 @@ def imported(path, known):
         else:
             continue
         for name in names:
-            if name.startswith("pytest_solgate."):
-                module = name.removeprefix("pytest_solgate.")
-                if module in known:
-                    found.add(module)
+            module = name.removeprefix("pytest_solgate.")
+            if name.startswith("pytest_solgate.") and module in known:
+                found.add(module)
     return found
 
 
-def test_every_module_names_its_stage():
-    unnamed = {name: stage(path) for name, path in modules().items() if stage(path) not in STAGES}
-    assert not unnamed, f"start each module's docstring with one of {', '.join(STAGES)}: {unnamed}"
+def graph():
+    known = modules()
+    return {name: imported(path, known) - {name} for name, path in known.items()}
+
+
+def circles(edges):
+    """Every strongly connected set of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(edges.get(node, ())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_every_module_sits_in_a_stage():
+    lost = [name for name in modules() if stage(name) not in ORDER]
+    assert not lost, (f"put each module in a stage folder ({', '.join(s for s in ORDER if s not in TOP_LEVEL.values())}) "
+                      f"or name it in TOP_LEVEL: {lost}")
 
 
 def test_imports_run_only_down_the_stages():
-    known = modules()
-    upward = []
-    for name, path in known.items():
-        mine = STAGES[stage(path)]
-        for other in sorted(imported(path, known)):
-            theirs = STAGES[stage(known[other])]
-            if theirs > mine:
-                upward.append(f"{name} ({stage(path)}) imports {other} ({stage(known[other])})")
+    upward = [f"{name} ({stage(name)}) imports {other} ({stage(other)})"
+              for name, others in graph().items() for other in sorted(others)
+              if ORDER.index(stage(other)) > ORDER.index(stage(name))]
     assert not upward, "imports that run back up the stages: " + "; ".join(upward)
 
 
-def test_support_modules_depend_on_support_alone():
-    known = modules()
-    leaks = [f"{name} imports {other} ({stage(known[other])})"
-             for name, path in known.items() if stage(path) == "Support"
-             for other in imported(path, known) if stage(known[other]) != "Support"]
-    assert not leaks, "; ".join(leaks)
+def test_no_import_circles():
+    found = circles(graph())
+    assert not found, "modules that import each other: " + "; ".join(" <-> ".join(c) for c in found)
 
 
-def test_the_check_sees_an_import_that_runs_back_up(tmp_path):
-    # The checker itself: a judge-stage module importing the report stage is caught.
+def test_the_pytest_layer_only_translates_hooks():
+    source = modules()["plugin"]
+    lines = len(source.read_text().splitlines())
+    assert lines < PLUGIN_MAX_LINES, f"plugin.py has {lines} lines: move decisions to run.py"
+    reached = [other for other in imported(source, modules()) if stage(other) in PLUGIN_MAY_NOT_IMPORT]
+    assert not reached, f"plugin.py imports {reached}: the run object (run.py) talks to the store, git and judge"
+
+
+def test_the_checks_see_what_they_guard(tmp_path):
+    # An upward import and a circle in a made-up graph are both caught.
+    assert stage("judge.verdict") == "judge" and stage("plugin") == "wiring" and stage("score") == "score"
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     module = tmp_path / "judge_like.py"
-    module.write_text('"""Judge: a module that reaches down."""\nfrom pytest_solgate.report import table\n')
-    assert stage(module) == "Judge" and imported(module, modules()) == {"report.table"}
+    module.write_text('"""A module that reaches down."""\nfrom pytest_solgate.report import table\n')
+    assert imported(module, modules()) == {"report", "report.table"}

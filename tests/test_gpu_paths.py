@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from pytest_solgate.measure import backends, telemetry
+from pytest_solgate.measure import backends, devices, telemetry
 from pytest_solgate.measure.sampling import take_timing
 from pytest_solgate.support.settings import SamplingSettings
 
@@ -384,16 +384,16 @@ def test_without_nvml_telemetry_is_absent_and_says_why(monkeypatch):
 
 
 def test_device_choice_on_a_machine_without_cuda():
-    torch = backends.torch_or_none()
+    torch = devices.torch_or_none()
     if torch is not None and torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    assert str(backends.choose_device("auto", worker_index=3)) == "cpu"
+    assert str(devices.choose_device("auto", worker_index=3)) == "cpu"
     from pytest_solgate.support.errors import OptionError
 
-    torch = backends.torch_or_none()
+    torch = devices.torch_or_none()
     if torch is not None and not torch.cuda.is_available():
         with pytest.raises(OptionError, match="no CUDA device is available"):
-            backends.choose_device("cuda:1", None)
+            devices.choose_device("cuda:1", None)
 
 
 def test_gpu_calibration_logic_runs_on_cpu_tensors(tmp_path):
@@ -536,7 +536,7 @@ def test_a_worker_that_waited_for_the_lock_finds_the_calibration_and_does_not_re
     monkeypatch.setattr(locking, "device_lock", lock_taken_while_another_worker_calibrated)
     monkeypatch.setattr(calibrate, "calibrate_gpu", must_not_run)
     eng = engine.Engine(Settings(), cache_dir=tmp_path, announce=lambda text: None)
-    got = eng._measured_gpu_profile(datasheet, backends.DeviceChoice("cuda", 0), "GPU-feedbeef", "NVIDIA H100 80GB HBM3", {})
+    got = eng._measured_gpu_profile(datasheet, devices.DeviceChoice("cuda", 0), "GPU-feedbeef", "NVIDIA H100 80GB HBM3", {})
     assert got.id == "h100-sxm-measured-feedbeef"
 
 
@@ -573,13 +573,13 @@ def test_more_xdist_workers_than_gpus_is_refused_with_what_to_do(monkeypatch):
     from pytest_solgate.support.errors import OptionError
 
     cuda = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 2, current_device=lambda: 0)
-    monkeypatch.setattr(backends, "torch_or_none", lambda: types.SimpleNamespace(cuda=cuda))
-    assert str(backends.choose_device("auto", worker_index=3, worker_count=2)) == "cuda:1"  # one worker per GPU
+    monkeypatch.setattr(devices, "torch_or_none", lambda: types.SimpleNamespace(cuda=cuda))
+    assert str(devices.choose_device("auto", worker_index=3, worker_count=2)) == "cuda:1"  # one worker per GPU
     with pytest.raises(OptionError, match=r"pytest -n 4 with 2 GPU\(s\) for --sol-device=auto: .* use -n 2"):
-        backends.choose_device("auto", worker_index=3, worker_count=4)
+        devices.choose_device("auto", worker_index=3, worker_count=4)
     with pytest.raises(OptionError, match=r"pytest -n 2 with 1 GPU\(s\) for --sol-device=cuda:1"):
-        backends.choose_device("cuda:1", worker_index=0, worker_count=2)
-    assert str(backends.choose_device("cuda:1", worker_index=None)) == "cuda:1"  # no xdist
+        devices.choose_device("cuda:1", worker_index=0, worker_count=2)
+    assert str(devices.choose_device("cuda:1", worker_index=None)) == "cuda:1"  # no xdist
 
 
 def test_short_kernels_are_timed_as_cuda_graph_replays_with_the_flush_outside(monkeypatch):
@@ -710,9 +710,9 @@ def test_a_failed_capture_leaves_the_process_on_the_stream_it_was_on(monkeypatch
 def test_sol_device_cuda_under_xdist_spreads_workers_like_auto(monkeypatch):
     """--sol-device=cuda under xdist put every worker on cuda:0 without a word."""
     cuda = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 2, current_device=lambda: 0)
-    monkeypatch.setattr(backends, "torch_or_none", lambda: types.SimpleNamespace(cuda=cuda))
-    assert [str(backends.choose_device("cuda", worker_index=w, worker_count=2)) for w in (0, 1)] == ["cuda:0", "cuda:1"]
-    assert str(backends.choose_device("cuda", worker_index=None)) == "cuda:0"  # no xdist: the current device
+    monkeypatch.setattr(devices, "torch_or_none", lambda: types.SimpleNamespace(cuda=cuda))
+    assert [str(devices.choose_device("cuda", worker_index=w, worker_count=2)) for w in (0, 1)] == ["cuda:0", "cuda:1"]
+    assert str(devices.choose_device("cuda", worker_index=None)) == "cuda:0"  # no xdist: the current device
 
 
 def test_sol_at_clock_scales_each_roof_from_the_clock_it_was_quoted_or_measured_at():

@@ -42,18 +42,18 @@ def test_worker_n_takes_device_n_mod_count(monkeypatch):
     import types
 
     from pytest_solgate import engine
-    from pytest_solgate.measure import backends
+    from pytest_solgate.measure import devices
 
     cuda = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 4, current_device=lambda: 2)
-    monkeypatch.setattr(backends, "torch_or_none", lambda: types.SimpleNamespace(cuda=cuda))
+    monkeypatch.setattr(devices, "torch_or_none", lambda: types.SimpleNamespace(cuda=cuda))
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
     for worker in range(4):
         monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{worker}")
-        chosen = backends.choose_device("auto", engine.worker_index(), engine.worker_count())
+        chosen = devices.choose_device("auto", engine.worker_index(), engine.worker_count())
         assert str(chosen) == f"cuda:{worker}"
     monkeypatch.delenv("PYTEST_XDIST_WORKER")
     monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT")
-    assert str(backends.choose_device("auto", engine.worker_index(), engine.worker_count())) == "cuda:0"
+    assert str(devices.choose_device("auto", engine.worker_index(), engine.worker_count())) == "cuda:0"
 
 
 def test_lock_excludes_a_second_process(tmp_path, monkeypatch):

@@ -415,5 +415,5 @@ def known_profiles(cache_dir: Path, folders: tuple[str, ...] = ()) -> list[Hardw
 
 def detect(name: str, facts: Mapping[str, Any], profiles: Iterable[HardwareProfile]) -> Match:
     """The profile of a device, from its name and what the driver says of it (``facts`` as
-    ``backends.device_facts`` gives them: SM count and architecture cross-check the name)."""
+    ``devices.device_facts`` gives them: SM count and architecture cross-check the name)."""
     return match_device(name, profiles, facts.get("sm_count"), facts.get("arch"))

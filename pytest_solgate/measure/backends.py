@@ -1,4 +1,4 @@
-"""Measure: the timing backends (CPU and CUDA) and the choice of device.
+"""Measure: the timing backends (CPU and CUDA), on the device devices.py chose.
 
 torch is imported here, lazily, and only when a measurement needs it.
 """
@@ -8,12 +8,10 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from pytest_solgate.measure import telemetry
-from pytest_solgate.support.errors import OptionError
-from pytest_solgate.support.settings import parse_device
+from pytest_solgate.measure.devices import DeviceChoice, cuda_uuid, last_level_cache_bytes
 
 DEFAULT_FLUSH_BYTES = 256 * 1024 * 1024  # when neither the device nor the profile gives an L2 size
 BASE_HOLD_SECONDS = 100e-6
@@ -22,19 +20,6 @@ MAX_HOLD_SECONDS = 0.01
 
 def triton_interpreter_active() -> bool:
     return os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
-
-
-def torch_or_none() -> Any:
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch
-
-
-def cuda_uuid(torch: Any, device: Any) -> str | None:
-    """The UUID torch reports for a CUDA device (an index or torch.device), or None."""
-    return str(getattr(torch.cuda.get_device_properties(device), "uuid", "") or "") or None
 
 
 INTERPRETER = "triton-interpreter"  # a backend whose timings mean nothing (TRITON_INTERPRET=1)
@@ -195,72 +180,6 @@ class CudaBackend:
         return self.reader.read() if self.reader else None
 
 
-@dataclass(frozen=True)
-class DeviceChoice:
-    kind: str  # "cpu" or "cuda"
-    index: int | None = None
-
-    def __str__(self) -> str:
-        return self.kind if self.index is None else f"{self.kind}:{self.index}"
-
-
-def choose_device(spec: str, worker_index: int | None, worker_count: int | None = None) -> DeviceChoice:
-    """Resolve ``--sol-device``; under xdist, worker N takes GPU N mod count with ``auto`` or ``cuda``.
-
-    More xdist workers than GPUs is refused: the device lock keeps two timings apart, but not one
-    worker's timing from another's multi-GB setup, reference GEMM or autotuning on the same GPU.
-    """
-    kind, index = parse_device(spec)
-    if kind == "cpu":
-        return DeviceChoice("cpu")
-    torch = torch_or_none()
-    has_cuda = torch is not None and torch.cuda.is_available()
-    if kind == "auto" and not has_cuda:
-        return DeviceChoice("cpu")
-    if not has_cuda:
-        raise OptionError(f"--sol-device={spec} but no CUDA device is available; use --sol-device=auto or cpu")
-    count = torch.cuda.device_count()
-    if worker_count is not None and (worker_count > count or (index is not None and worker_count > 1)):
-        gpus = 1 if index is not None else count
-        raise OptionError(
-            f"pytest -n {worker_count} with {gpus} GPU(s) for --sol-device={spec}: workers sharing a GPU would time "
-            f"kernels while another worker's setup runs on it; use -n {gpus} (one worker per GPU) or no -n"
-        )
-    if index is None:
-        # Under xdist, plain `cuda` spreads the workers as `auto` does (all of them on the current
-        # device, cuda:0, was the alternative, and a silent one).
-        spread = kind == "auto" or worker_index is not None
-        index = (worker_index or 0) % count if spread else torch.cuda.current_device()
-    if index >= count:
-        raise OptionError(f"--sol-device={spec} but this machine has {count} CUDA device(s)")
-    return DeviceChoice("cuda", index)
-
-
-def device_name(choice: DeviceChoice) -> str:
-    """NVML's name when NVML is there, else torch's."""
-    if choice.kind != "cuda":
-        return "cpu"
-    import torch
-
-    uuid = cuda_uuid(torch, choice.index)
-    return telemetry.nvml_device_name(choice.index or 0, uuid) or torch.cuda.get_device_name(choice.index)
-
-
-def device_facts(choice: DeviceChoice) -> dict[str, Any]:
-    """SM count, L2 size and arch as torch reads them off the device."""
-    if choice.kind != "cuda":
-        return {}
-    import torch
-
-    props = torch.cuda.get_device_properties(choice.index)
-    return {
-        "sm_count": getattr(props, "multi_processor_count", None),
-        "l2_bytes": getattr(props, "L2_cache_size", None) or None,
-        "arch": getattr(props, "gcnArchName", None),
-        "total_memory": getattr(props, "total_memory", None),
-    }
-
-
 def make_backend(choice: DeviceChoice, l2_bytes: int | None, clock_mhz: float | None) -> Any:
     if choice.kind == "cuda":
         import torch
@@ -273,8 +192,6 @@ def make_backend(choice: DeviceChoice, l2_bytes: int | None, clock_mhz: float | 
 
 def cpu_backend() -> CpuBackend:
     """The CPU timer, evicting twice the last-level cache before each sample."""
-    from pytest_solgate.measure.calibrate import last_level_cache_bytes
-
     return CpuBackend("cpu", flush_bytes=2 * last_level_cache_bytes())
 
 

@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pytest_solgate.declare.profiles import DeviceFacts, HardwareProfile, load_profile, profile_to_toml
+from pytest_solgate.measure.devices import MIB, last_level_cache_bytes
 from pytest_solgate.support import atomic, stats
 from pytest_solgate.support.errors import ProfileError
 from pytest_solgate.support.settings import SamplingSettings
-
-MIB = 1024 * 1024
 
 
 def _cpu_model() -> str:
@@ -35,21 +34,6 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def last_level_cache_bytes() -> int:
-    """The largest cache the kernel reports for cpu0 (32 MiB when it reports none)."""
-    sizes = []
-    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        try:
-            text = (index / "size").read_text().strip()
-        except OSError:
-            continue
-        scale = {"K": 1024, "M": MIB, "G": 1024 * MIB}.get(text[-1:], 1)
-        digits = text.rstrip("KMG")
-        if digits.isdigit():
-            sizes.append(int(digits) * scale)
-    return max(sizes) if sizes else 32 * MIB
 
 
 def cpu_fingerprint(torch: Any) -> dict[str, Any]:
@@ -248,7 +232,7 @@ def device_key(index: int) -> str:
     """A name for one physical GPU that survives CUDA_VISIBLE_DEVICES renumbering: its UUID."""
     import torch
 
-    from pytest_solgate.measure.backends import cuda_uuid
+    from pytest_solgate.measure.devices import cuda_uuid
 
     return cuda_uuid(torch, index) or f"index{index}"
 
