@@ -263,8 +263,7 @@ def report_power(series: dict[str, list[Measurement]]) -> None:
 
 def replay_history(path: Path) -> None:
     """The power replay alone, over the A/A runs that an earlier benchmark left in its history."""
-    from pytest_solgate.record.history import SqliteStore
-
+    from pytest_solgate.record.sqlite import SqliteStore
     series: dict[str, list[Measurement]] = {k: [] for k in KERNELS}
     with SqliteStore(path, create=False) as store:
         recorded = store.results()

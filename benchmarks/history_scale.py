@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from _common import machine  # noqa: E402
 from pytest_solgate import cli  # noqa: E402
-from pytest_solgate.record import history
+from pytest_solgate.record import history, sqlite, store
 from pytest_solgate.results import Measurement, RunInfo  # noqa: E402
 from pytest_solgate.support.settings import is_history_url  # noqa: E402
 
@@ -59,24 +59,24 @@ def a_run(i: int) -> RunInfo:
 
 def rows_for(i: int, samples: int, rng: random.Random) -> tuple[dict, str, list[tuple]]:
     run = a_run(i)
-    row = history.run_row(run)
+    row = store.run_row(run)
     measurements = [a_measurement(t, name, samples, rng) for t in range(TESTS) for name in ("kernel", "torch")]
-    return row, json.dumps(run.to_dict()), [history.measurement_row(m) for m in measurements]
+    return row, json.dumps(run.to_dict()), [store.measurement_row(m) for m in measurements]
 
 
 def seed_sqlite(path: Path, commits: int, samples: int) -> None:
     rng = random.Random(1)
-    with history.SqliteStore(path) as store:
+    with sqlite.SqliteStore(path) as store:
         db = store.db
         db.execute("BEGIN")
-        columns = ", ".join(history.RUN_COLUMNS)
-        marks = ", ".join("?" for _ in history.RUN_COLUMNS)
+        columns = ", ".join(store.RUN_COLUMNS)
+        marks = ", ".join("?" for _ in store.RUN_COLUMNS)
         for i in range(commits):
             row, info, measurements = rows_for(i, samples, rng)
             db.execute(f"INSERT INTO runs (id, {columns}, info_json) VALUES (?, {marks}, ?)",
-                       [i + 1, *(row[c] for c in history.RUN_COLUMNS), info])
-            db.executemany(f"INSERT INTO measurements ({', '.join(history.MEASUREMENT_COLUMNS)}) "
-                           f"VALUES ({', '.join('?' for _ in history.MEASUREMENT_COLUMNS)})",
+                       [i + 1, *(row[c] for c in store.RUN_COLUMNS), info])
+            db.executemany(f"INSERT INTO measurements ({', '.join(store.MEASUREMENT_COLUMNS)}) "
+                           f"VALUES ({', '.join('?' for _ in store.MEASUREMENT_COLUMNS)})",
                            [(i + 1, *m) for m in measurements])
         db.execute("COMMIT")
         db.execute("ANALYZE")
@@ -87,14 +87,14 @@ def seed_postgres(url: str, commits: int, samples: int) -> None:
     with history.open_store(url) as store:
         conn = store.conn
         with conn.transaction(), conn.cursor() as cursor:
-            with cursor.copy(f"COPY runs ({', '.join(history.RUN_COLUMNS)}, info_json) FROM STDIN") as copy:
+            with cursor.copy(f"COPY runs ({', '.join(store.RUN_COLUMNS)}, info_json) FROM STDIN") as copy:
                 generated = []
                 for i in range(commits):
                     row, info, measurements = rows_for(i, samples, rng)
-                    copy.write_row([*(row[c] for c in history.RUN_COLUMNS), info])
+                    copy.write_row([*(row[c] for c in store.RUN_COLUMNS), info])
                     generated.append((row["run_uid"], measurements))
             ids = dict(conn.execute("SELECT run_uid, id FROM runs").fetchall())
-            with cursor.copy(f"COPY measurements ({', '.join(history.MEASUREMENT_COLUMNS)}) FROM STDIN") as copy:
+            with cursor.copy(f"COPY measurements ({', '.join(store.MEASUREMENT_COLUMNS)}) FROM STDIN") as copy:
                 for uid, measurements in generated:
                     for m in measurements:
                         copy.write_row((ids[uid], *m))

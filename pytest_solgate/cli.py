@@ -285,10 +285,10 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
 
 def _series(results: list) -> dict[tuple[str, str, str, str], list[dict[str, Any]]]:
-    from pytest_solgate.record import gitinfo, history
+    from pytest_solgate.record import gitinfo, store
 
     commits = sorted({run["commit_sha"] for run, _ in results if run["commit_sha"] and not run["dirty"]})
-    return history.commit_series(results, gitinfo.commit_times(".", commits))
+    return store.commit_series(results, gitinfo.commit_times(".", commits))
 
 
 def _changes_json(test: str, name: str, profile: str, points: list, changes: Any) -> dict[str, Any]:

@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from pytest_solgate.record.history import SqliteStore, open_store
+from pytest_solgate.record.history import open_store
+from pytest_solgate.record.sqlite import SqliteStore
 from pytest_solgate.results import RunInfo
 from solgate_testing import FAKE_CLOCK_KERNELS, FAST_TIMING, KERNELS, SYNTHETIC_PROFILE, git, init_repo, recorded
 

@@ -6,7 +6,7 @@ import sqlite3
 import pytest
 
 from pytest_solgate.engine import contention as real_contention  # conftest patches the module's in every test
-from pytest_solgate.record import history
+from pytest_solgate.record import history, sqlite
 from pytest_solgate.results import RunInfo
 from solgate_testing import (  # noqa: F401
     FAKE_CLOCK_KERNELS,
@@ -364,16 +364,16 @@ def a_measurement(sol=0.5):
 def test_older_schema_is_migrated_not_thrown_away(tmp_path):
     path = tmp_path / "old.db"
     db = sqlite3.connect(path)
-    db.executescript(history.MIGRATIONS[0])
+    db.executescript(sqlite.MIGRATIONS[0])
     db.execute("PRAGMA user_version = 1")
-    db.execute(f"PRAGMA application_id = {history.APPLICATION_ID}")
+    db.execute(f"PRAGMA application_id = {sqlite.APPLICATION_ID}")
     db.execute("INSERT INTO runs (started_at, commit_sha, dirty, profile, ceilings) VALUES ('2026-01-01', ?, 0, 'synthetic', 'measured')", ("a" * 40,))
     db.execute("INSERT INTO measurements (run_id, test, name, profile, ceilings, sol, seconds, verdict, record_json) VALUES (1, 't.py::test_k', 'default', 'synthetic', 'measured', 0.5, 0.001, 'pass', ?)",
                (json.dumps(a_measurement().to_dict()),))
     db.commit()
     db.close()
-    with history.SqliteStore(path) as store:
-        assert store.db.execute("PRAGMA user_version").fetchone()[0] == history.SCHEMA_VERSION
+    with sqlite.SqliteStore(path) as store:
+        assert store.db.execute("PRAGMA user_version").fetchone()[0] == sqlite.SCHEMA_VERSION
         (run,) = store.runs()
         assert run["run_uid"] == "legacy-1" and run["commit_sha"] == "a" * 40
         (base,) = store.baseline_runs("t.py::test_k", "default", "synthetic", "measured", ["a" * 40], 10)
@@ -391,7 +391,7 @@ def test_a_run_is_written_once(history_location):
 
 
 def test_sqlite_runs_in_wal_mode(tmp_path):
-    with history.SqliteStore(tmp_path / "h.db") as store:
+    with sqlite.SqliteStore(tmp_path / "h.db") as store:
         assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
@@ -399,7 +399,7 @@ def test_foreign_and_corrupt_files_are_refused_and_left_alone(tmp_path):
     text = tmp_path / "notes.db"
     text.write_text("these are my notes\n" * 100)
     with pytest.raises(history.HistoryError, match="not a solgate history database"):
-        history.SqliteStore(text)
+        sqlite.SqliteStore(text)
     assert text.read_text() == "these are my notes\n" * 100
     foreign = tmp_path / "other.db"
     db = sqlite3.connect(foreign)
@@ -408,7 +408,7 @@ def test_foreign_and_corrupt_files_are_refused_and_left_alone(tmp_path):
     db.close()
     before = foreign.read_bytes()
     with pytest.raises(history.HistoryError, match="not a solgate history .tables: customers."):
-        history.SqliteStore(foreign)
+        sqlite.SqliteStore(foreign)
     assert foreign.read_bytes() == before
 
 
@@ -633,17 +633,17 @@ def test_2(sol):
 def test_a_version_3_history_opens_reads_and_gains_status_and_accepts(tmp_path):
     path = tmp_path / "v3.db"
     db = sqlite3.connect(path)
-    for step in history.MIGRATIONS[:3]:
+    for step in sqlite.MIGRATIONS[:3]:
         db.executescript(step)
     db.execute("PRAGMA user_version = 3")
-    db.execute(f"PRAGMA application_id = {history.APPLICATION_ID}")
+    db.execute(f"PRAGMA application_id = {sqlite.APPLICATION_ID}")
     db.execute("INSERT INTO runs (run_uid, started_at, commit_sha, dirty, profile, ceilings) VALUES ('old', '2026-11-01', ?, 0, 'synthetic', 'measured')", ("a" * 40,))
     db.execute("INSERT INTO measurements (run_id, test, name, profile, ceilings, sol, seconds, verdict, record_json) VALUES (1, 't.py::test_k', 'default', 'synthetic', 'measured', 0.5, 0.001, 'pass', ?)",
                (json.dumps(a_measurement().to_dict()),))
     db.commit()
     db.close()
-    with history.SqliteStore(path) as store:
-        assert store.db.execute("PRAGMA user_version").fetchone()[0] == history.SCHEMA_VERSION == 4
+    with sqlite.SqliteStore(path) as store:
+        assert store.db.execute("PRAGMA user_version").fetchone()[0] == sqlite.SCHEMA_VERSION == 4
         (run,) = store.runs()
         assert run["status"] == "complete" and run["run_uid"] == "old"
         (base,) = store.baseline_runs("t.py::test_k", "default", "synthetic", "measured", ["a" * 40], 10)

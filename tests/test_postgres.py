@@ -19,6 +19,7 @@ import pytest
 
 from pytest_solgate.record import history, save, spool
 from pytest_solgate.results import RunInfo
+from pytest_solgate.support.locations import redact
 from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE, changed, recorded
 from test_cli import solgate
 from throwaway_postgres import ADMIN_PASSWORD, Cluster
@@ -74,12 +75,12 @@ def test_a_run_on_the_server_never_shows_the_password(pytester, postgres_url):
 
 
 def test_redact_masks_every_form_of_password():
-    assert history.redact("pytest --sol-history=postgresql://ci:p%40ss@db:5432/h?sslmode=require -q") == \
+    assert redact("pytest --sol-history=postgresql://ci:p%40ss@db:5432/h?sslmode=require -q") == \
         "pytest --sol-history=postgresql://ci:***@db:5432/h?sslmode=require -q"
-    assert history.redact("postgres://u:x@h/d postgresql://v@h/d") == "postgres://u:***@h/d postgresql://v@h/d"
-    assert history.redact("postgresql://u@h/d?password=hunter2&sslmode=verify-full") == \
+    assert redact("postgres://u:x@h/d postgresql://v@h/d") == "postgres://u:***@h/d postgresql://v@h/d"
+    assert redact("postgresql://u@h/d?password=hunter2&sslmode=verify-full") == \
         "postgresql://u@h/d?password=***&sslmode=verify-full"
-    assert history.redact("--sol-history=.solgate/history.db") == "--sol-history=.solgate/history.db"
+    assert redact("--sol-history=.solgate/history.db") == "--sol-history=.solgate/history.db"
 
 
 def test_sql_is_parameterised(postgres_url):

@@ -15,7 +15,7 @@ from pytest_solgate import cli
 from pytest_solgate.declare.work import Work
 from pytest_solgate.measure.sampling import Timing
 from pytest_solgate.record import schema
-from pytest_solgate.record.history import SqliteStore
+from pytest_solgate.record.sqlite import SqliteStore
 from pytest_solgate.results import AppliedBudget, BaselineComparison, Judgement, Measurement, Verdict
 from pytest_solgate.score import Score
 from solgate_testing import git, init_repo

@@ -154,8 +154,7 @@ def select(runs: Sequence[BaselineRun], head_environment: Mapping[str, str], not
 
 def accepted_commits(store: Any, commits: Sequence[str], test: str) -> list[str]:
     """The commits of ``commits`` where a slowdown of ``test`` was accepted (``solgate accept``)."""
-    from pytest_solgate.record.history import matches
-
+    from pytest_solgate.record.store import matches
     return [a["commit_sha"] for a in store.accepts(commits) if matches(a["pattern"], test)]
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from pytest_solgate.record.history import ACCEPT_COLUMNS, MEASUREMENT_COLUMNS, RUN_COLUMNS, Store, redact
+from pytest_solgate.record.store import ACCEPT_COLUMNS, MEASUREMENT_COLUMNS, RUN_COLUMNS, Store, redact
 from pytest_solgate.support.errors import HistoryError, HistoryUnavailable, NoHistoryYet
 
 SCHEMA = "solgate"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from pytest_solgate.record import history, spool
+from pytest_solgate.record import history, spool, store
 from pytest_solgate.results import Measurement, RunInfo
 from pytest_solgate.support.errors import HistoryError
 
@@ -66,7 +66,7 @@ def read_trends(location: str, measurements: Sequence[Measurement]) -> tuple[lis
         return _with_trends(store, measurements, [])
 
 
-def _with_trends(store: history.Store, measurements: Sequence[Measurement], messages: list[str]) -> tuple[list[Measurement], list[str]]:
+def _with_trends(store: store.Store, measurements: Sequence[Measurement], messages: list[str]) -> tuple[list[Measurement], list[str]]:
     try:
         return [m.replace(trend=tuple(store.trend(m.test, m.name, m.profile, m.ceilings))) for m in measurements], messages
     except HistoryError as exc:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from pytest_solgate.record import schema
-from pytest_solgate.record.history import Store
+from pytest_solgate.record.store import Store
 from pytest_solgate.results import Measurement, RunInfo
 from pytest_solgate.support import atomic
 from pytest_solgate.support.errors import HistoryError, HistoryUnavailable, ImportFileError

@@ -85,7 +85,7 @@ class Panel:
 
 def panel(test: str, name: str, profile: str, points: Sequence[dict[str, Any]], changes: Sequence[str],
           budget: float | None, last: int = 0, provisional: Sequence[str] = (), outliers: Sequence[str] = ()) -> Panel:
-    """``points`` from history.commit_series (oldest first); ``changes`` the commits where the
+    """``points`` from store.commit_series (oldest first); ``changes`` the commits where the
     series stepped (``provisional`` those of them at the newest commit, not confirmed yet);
     ``outliers`` the commits one off their level; ``last`` > 0 shows only the newest commits."""
     total = len(points)

@@ -1,0 +1,326 @@
+"""Record: the history's interface (``Store``), the columns both databases share, and what is
+computed from their rows (baseline runs, listings, one point per commit).
+
+Two databases implement it: ``SqliteStore`` (sqlite.py), the embedded default, and
+``PostgresStore`` (postgres.py), one server for a fleet of runners. Both keep the same semantics: a
+versioned schema migrated forward in place, a foreign or newer one refused and left untouched, one
+transaction per run (a run is all there or not at all), and run ids unique so that importing or
+re-sending a run adds nothing. Reads share one set of SQL statements (below), all answered from
+indexes: a baseline window or one test's trend never loads the whole history. ``history.py`` opens
+the right one for a location.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from typing import Any, Iterator, NamedTuple, Sequence
+
+from pytest_solgate.judge.verdict import BaselineRun
+from pytest_solgate.results import Measurement, RunInfo
+from pytest_solgate.support.errors import HistoryError
+from pytest_solgate.support.locations import redact  # one redaction for every message (history_postgres uses it too)
+from pytest_solgate.support.stats import median
+
+RUN_COLUMNS = (
+    "run_uid", "started_at", "commit_sha", "commit_time", "branch", "dirty", "host", "device",
+    "driver", "cuda", "torch", "triton", "python", "plugin", "profile", "ceilings", "command", "status",
+)
+ACCEPT_COLUMNS = ("commit_sha", "pattern", "reason", "accepted_at", "accepted_by")
+MEASUREMENT_COLUMNS = ("run_id", "test", "name", "profile", "ceilings", "sol", "seconds", "verdict", "record_json")
+
+
+# Run facts that make two runs comparable, as the runs table names them (see environment.py).
+ENVIRONMENT_COLUMNS = ("host", "driver", "cuda", "torch", "triton", "python")
+IN_LIST = 50  # values per IN (...) list (commits, test ids): well under SQLite's limit on bound parameters
+
+
+class Summary(NamedTuple):
+    """A recorded measurement as the history's columns hold it: enough for listings and trends,
+    without reading (and parsing) its whole record and samples."""
+
+    test: str
+    name: str
+    profile: str
+    ceilings: str
+    sol: float
+    seconds: float
+    verdict: str | None
+
+
+def _baseline_run(
+    run_uid: str, commit: str, started_at: str, status: str, record: dict[str, Any], columns: Sequence[Any]
+) -> BaselineRun:
+    environment = dict(record.get("environment") or {})
+    if not environment:  # recorded before measurements carried their environment
+        environment = {k: str(v) for k, v in zip(ENVIRONMENT_COLUMNS, columns) if v}
+    noise = record.get("noise")
+    return BaselineRun(
+        commit=commit,
+        run_id=run_uid,
+        started_at=started_at,
+        sol=float(record["sol"]),
+        seconds=float(record["seconds"]),
+        noise=float(noise) if isinstance(noise, (int, float)) else float("inf"),
+        ceilings_id=str(record.get("ceilings_id") or ""),
+        environment=environment,
+        verdict=str(record.get("verdict") or ""),
+        judged_against=str((record.get("baseline") or {}).get("commit") or ""),
+        disturbed=_disturbance(status, record),
+    )
+
+
+def _disturbance(status: str, record: dict[str, Any]) -> str:
+    """Why a recorded run cannot be a baseline although it is clean, or '' (see baseline.py)."""
+    if status == "interrupted":
+        return "interrupted"
+    if record.get("verdict") == "not-gated":  # interpreter timings, --sol-gate=off: never judged, never a baseline
+        return "not-gated"
+    if record.get("contended"):
+        return "contended"
+    if record.get("noisy"):
+        return "noisy"
+    return ""
+
+
+def matches(pattern: str | None, test: str, name: str = "") -> bool:
+    """``solgate history PATTERN``: a glob on the test id, on the test's name, or on the line the
+    listing shows (``test [name]``, so ``*fused*`` finds a measurement named ``triton-fused``),
+    or a substring of any of them."""
+    if not pattern:
+        return True
+    function = test.split("::")[-1]  # ids start with the path: 'test_matmul*' matches the test name
+    shown = f"{test} [{name}]" if name else test
+    return any(fnmatch.fnmatchcase(text, pattern) or pattern in text for text in (test, function, shown))
+
+
+def run_row(run: RunInfo) -> dict[str, Any]:
+    """The runs table's columns for one run."""
+    return {
+        "run_uid": run.id,
+        "started_at": run.started_at,
+        "commit_sha": run.commit,
+        "commit_time": run.commit_time,
+        "branch": run.branch,
+        "dirty": int(bool(run.dirty)),
+        "host": run.host,
+        "device": run.device,
+        "driver": run.driver,
+        "cuda": run.cuda,
+        "torch": run.torch,
+        "triton": run.triton,
+        "python": run.python,
+        "plugin": run.plugin,
+        "profile": run.profile,
+        "ceilings": run.ceilings,
+        "command": redact(run.command),
+        "status": run.status,
+    }
+
+
+def measurement_row(m: Measurement) -> tuple[Any, ...]:
+    """The measurements table's columns for one measurement, less its run's id."""
+    verdict = m.verdict.value if m.verdict is not None else None
+    return (m.test, m.name, m.profile, m.ceilings, m.score.sol, m.timing.seconds, verdict,
+            json.dumps(m.to_dict(), allow_nan=True))
+
+
+class Store:
+    """What the plugin, the CLI and the reports need of a history, whichever database holds it.
+
+    A store implements ``_rows`` (one parameterised query, ``?`` placeholders), ``_write_run``
+    (one run in one transaction) and ``close``; everything else is shared.
+    """
+
+    location: str  # for messages: a path, or a URL with its password masked
+    read_only: bool = False
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _write_run(self, row: dict[str, Any], info_json: str, measurements: list[tuple[Any, ...]]) -> bool:
+        raise NotImplementedError
+
+    # --- writing --------------------------------------------------------------------------------
+
+    def record_run(self, run: RunInfo, measurements: Sequence[Measurement]) -> bool:
+        """Write one run and all its measurements in one transaction. False if the run id exists."""
+        if self.read_only:
+            raise HistoryError(f"{self.location}: the history is read-only here; this run is not saved in it")
+        row = run_row(run)
+        info = json.dumps({**run.to_dict(), "command": row["command"]})
+        return self._write_run(row, info, [measurement_row(m) for m in measurements])
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def baseline_runs(
+        self, test: str, name: str, profile: str, ceilings: str, commits: Sequence[str], limit: int
+    ) -> list[BaselineRun]:
+        """Up to ``limit`` clean runs with this result, nearest commit first (in ``commits`` order),
+        newest run first within a commit. Commits are looked up in slices through the index, so
+        a long ancestry costs only as many queries as it takes to fill the window. Runs that were
+        interrupted, contended or noisy come back too, marked (``disturbed``): baseline.py keeps
+        them out of the window but shows them to the change-point search."""
+        found: list[BaselineRun] = []
+        position = {commit: i for i, commit in enumerate(commits)}
+        for start in range(0, len(commits), IN_LIST):
+            chunk = list(commits[start:start + IN_LIST])
+            rows = self._rows(
+                "SELECT r.run_uid, r.commit_sha, r.started_at, r.id, r.status, m.record_json, "
+                f"{', '.join('r.' + c for c in ENVIRONMENT_COLUMNS)} FROM runs r "
+                "JOIN measurements m ON m.run_id = r.id "
+                f"WHERE r.commit_sha IN ({', '.join('?' for _ in chunk)}) AND r.dirty = 0 AND m.test = ? "
+                "AND m.name = ? AND m.profile = ? AND m.ceilings = ?",
+                (*chunk, test, name, profile, ceilings),
+            )
+            rows.sort(key=lambda row: (row[2], row[3]), reverse=True)  # newest run first...
+            rows.sort(key=lambda row: position[row[1]])  # ...within the nearest commit first (stable)
+            for run_uid, commit, started_at, _, status, record_json, *columns in rows:
+                found.append(_baseline_run(run_uid, commit, started_at, status, json.loads(record_json), columns))
+                if len(found) >= limit:
+                    return found
+        return found
+
+    def accepts(self, commits: Sequence[str]) -> list[dict[str, Any]]:
+        """The accepted slowdowns recorded at any of ``commits`` (``solgate accept``), oldest first."""
+        found: list[dict[str, Any]] = []
+        for start in range(0, len(commits), IN_LIST):
+            chunk = list(commits[start:start + IN_LIST])
+            rows = self._rows(f"SELECT {', '.join(ACCEPT_COLUMNS)} FROM accepts "
+                              f"WHERE commit_sha IN ({', '.join('?' for _ in chunk)}) ORDER BY id", chunk)
+            found += [dict(zip(ACCEPT_COLUMNS, row)) for row in rows]
+        return sorted(found, key=lambda a: a["accepted_at"])
+
+    def all_accepts(self) -> list[dict[str, Any]]:
+        """Every accepted slowdown, oldest first: what ``solgate migrate`` copies."""
+        return [dict(zip(ACCEPT_COLUMNS, row)) for row in self._rows(f"SELECT {', '.join(ACCEPT_COLUMNS)} FROM accepts ORDER BY id")]
+
+    def record_accept(self, accept: dict[str, Any]) -> bool:
+        """Record an accepted slowdown; False when the same one (commit, pattern, time) is there."""
+        if self.read_only:
+            raise HistoryError(f"{self.location}: the history is read-only here; the accept is not saved in it")
+        return self._write_accept(tuple(accept.get(c) or "" for c in ACCEPT_COLUMNS))
+
+    def _write_accept(self, row: tuple[Any, ...]) -> bool:
+        raise NotImplementedError
+
+    def runs(self) -> list[dict[str, Any]]:
+        """Every run's facts (the runs table's columns), oldest first."""
+        rows = self._rows(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY started_at, id")
+        return [dict(zip(RUN_COLUMNS, row)) for row in rows]
+
+    def tests(self) -> list[str]:
+        """Every test id with a recorded measurement (an index-only scan)."""
+        return [row[0] for row in self._rows("SELECT DISTINCT test FROM measurements ORDER BY test")]
+
+    def results(self, pattern: str | None = None) -> list[tuple[dict[str, Any], Measurement]]:
+        """(run facts, measurement) pairs, oldest first, optionally filtered by a glob on test ids.
+        Only the matching tests' measurements are read (through the index on test)."""
+        return self._matching(pattern, self._results)
+
+    def summaries(self, pattern: str | None = None) -> list[tuple[dict[str, Any], Summary]]:
+        """As ``results``, from the columns alone: what ``solgate history`` and ``trend`` show."""
+        return self._matching(pattern, self._summaries)
+
+    def _matching(self, pattern: str | None, read: Any) -> list[Any]:
+        if not pattern:
+            return read("", ())
+        keys = {(test, name) for test, name in self._rows("SELECT DISTINCT test, name FROM measurements")
+                if matches(pattern, test, name)}
+        tests = sorted({test for test, _ in keys})
+        found = []
+        for start in range(0, len(tests), IN_LIST):
+            chunk = tests[start:start + IN_LIST]
+            found += [pair for pair in read(f"WHERE m.test IN ({', '.join('?' for _ in chunk)})", chunk)
+                      if (pair[1].test, pair[1].name) in keys]
+        return sorted(found, key=lambda pair: pair[0]["started_at"])
+
+    def newest(self, test: str, name: str, profile: str, ceilings: str) -> Measurement | None:
+        """The most recently recorded measurement with this key (one indexed row)."""
+        rows = self._rows(
+            "SELECT record_json FROM measurements WHERE test = ? AND name = ? AND profile = ? AND ceilings = ? "
+            "ORDER BY id DESC LIMIT 1",
+            (test, name, profile, ceilings),
+        )
+        return Measurement.from_dict(json.loads(rows[0][0])) if rows else None
+
+    def results_at(self, commit: str) -> list[tuple[dict[str, Any], Measurement]]:
+        """The results of every run at one commit, oldest first (through the index on commit)."""
+        return self._results("WHERE r.commit_sha = ?", (commit,))
+
+    def commits(self) -> set[str]:
+        """Every commit with a recorded run."""
+        return {row[0] for row in self._rows("SELECT DISTINCT commit_sha FROM runs WHERE commit_sha IS NOT NULL")}
+
+    def _joined(self, columns: str, where: str, params: Sequence[Any]) -> list[tuple[dict[str, Any], tuple[Any, ...]]]:
+        """(run facts, the measurement's ``columns``) for the measurements ``where`` selects, oldest first."""
+        rows = self._rows(
+            f"SELECT {', '.join('r.' + c for c in RUN_COLUMNS)}, {columns} FROM measurements m "
+            f"JOIN runs r ON r.id = m.run_id {where} ORDER BY r.started_at, r.id, m.id",
+            params,
+        )
+        width = len(RUN_COLUMNS)
+        return [(dict(zip(RUN_COLUMNS, row[:width])), row[width:]) for row in rows]
+
+    def _summaries(self, where: str, params: Sequence[Any]) -> list[tuple[dict[str, Any], Summary]]:
+        columns = ", ".join("m." + f for f in Summary._fields)
+        return [(run, Summary(*rest)) for run, rest in self._joined(columns, where, params)]
+
+    def _results(self, where: str, params: Sequence[Any]) -> list[tuple[dict[str, Any], Measurement]]:
+        return [(run, Measurement.from_dict(json.loads(record))) for run, (record,) in self._joined("m.record_json", where, params)]
+
+    def trend(self, test: str, name: str, profile: str, ceilings: str, limit: int = 50) -> list[dict[str, Any]]:
+        """SOL of this result over clean runs, oldest first (by commit date, then run start)."""
+        rows = self._rows(
+            "SELECT r.commit_sha, r.commit_time, r.started_at, m.sol FROM measurements m "
+            "JOIN runs r ON r.id = m.run_id WHERE m.test = ? AND m.name = ? AND m.profile = ? "
+            "AND m.ceilings = ? AND r.dirty = 0 ORDER BY COALESCE(r.commit_time, r.started_at) DESC, "
+            "r.started_at DESC LIMIT ?",
+            (test, name, profile, ceilings, limit),
+        )
+        return [
+            {"commit": commit, "commit_time": commit_time, "started_at": started, "sol": sol}
+            for commit, commit_time, started, sol in reversed(rows)
+        ]
+
+    def whole_runs(self) -> Iterator[tuple[RunInfo, list[Measurement]]]:
+        """Every run with its measurements, oldest first: what ``solgate migrate`` copies."""
+        for rowid, run_uid, info_json in self._rows("SELECT id, run_uid, info_json FROM runs ORDER BY started_at, id"):
+            run = RunInfo.from_dict({**json.loads(info_json or "{}"), "id": run_uid})
+            records = self._rows("SELECT record_json FROM measurements WHERE run_id = ? ORDER BY id", (rowid,))
+            yield run, [Measurement.from_dict(json.loads(record)) for (record,) in records]
+
+
+def commit_series(
+    results: Sequence[tuple[dict[str, Any], Summary]], commit_times: dict[str, str]
+) -> dict[tuple[str, str, str, str], list[dict[str, Any]]]:
+    """One point per commit for each (test, name, profile, ceilings): the median SOL and median
+    time of the commit's clean runs and the newest run's verdict, ordered by commit date. Dirty
+    runs and unknown commits are left out."""
+    grouped: dict[tuple[str, str, str, str], dict[str, dict[str, Any]]] = {}
+    for run, m in results:  # oldest run first
+        if run["dirty"] or not run["commit_sha"]:
+            continue
+        commit = run["commit_sha"]
+        when = commit_times.get(commit) or run["commit_time"] or run["started_at"]
+        point = grouped.setdefault((m.test, m.name, m.profile, m.ceilings), {}).setdefault(
+            commit, {"commit": commit, "commit_time": when, "started_at": run["started_at"], "runs": [], "times": []}
+        )
+        point["runs"].append(m.sol)
+        point["times"].append(m.seconds)
+        point["verdict"] = m.verdict or "-"
+        point["started_at"] = max(point["started_at"], run["started_at"])
+    series = {}
+    for key, points in grouped.items():
+        ordered = sorted(points.values(), key=lambda p: (p["commit_time"], p["started_at"]))
+        series[key] = [{**p, "sol": median(p["runs"]), "seconds": median(p["times"])} for p in ordered]
+    return series
