@@ -1,0 +1,389 @@
+"""Run: one session's lifecycle, with no pytest in it.
+
+A ``Run`` opens the history at the start (a foreign or misconfigured one is refused before any test
+runs; a server that cannot be reached is remembered, not fatal), knows the commit being measured,
+chooses baselines, owns the engine, hands each test its ``sol`` object, judges the test's
+measurements right after its body, and at the end records the run (or spools it) and writes the
+outputs. The pytest plugin translates hooks into these calls and decides nothing; a driver other
+than pytest (a benchmark, the command line) can use the same object.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from pytest_solgate.declare.work import measurement_name
+from pytest_solgate.record import gitinfo
+from pytest_solgate.support.errors import HistoryError, HistoryUnavailable, MeasureError, SolgateError
+from pytest_solgate.support.locations import one_line, resolve_history
+from pytest_solgate.support.settings import Settings, absolute_path, is_history_url, refuse_colliding_outputs
+
+# Only what every session needs is imported above: a suite that never measures must not pay for the
+# engine, the judge, the history or the reports (benchmarks/overhead.py keeps us honest).
+if TYPE_CHECKING:
+    from pytest_solgate.judge.verdict import Budget
+    from pytest_solgate.results import Measurement
+
+UNAVAILABLE = "baselines unavailable, so only budgets were judged"
+
+
+@dataclass(frozen=True)
+class TestVerdicts:
+    """What judging one test's measurements leaves its runner to do."""
+
+    __test__ = False  # not a test class, whatever its name says
+
+    records: list[Measurement]
+    failures: list[str] = field(default_factory=list)  # why the test fails (notes on its own error, if any)
+    warnings: list[str] = field(default_factory=list)  # what to warn about at the test
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Run:
+    """One session. ``rootdir`` is where the tests' ids start, ``invocation_dir`` where relative
+    output paths start, ``history_source`` which setting named the history (for its messages),
+    ``outputs`` the other files the session writes ((flag, path) pairs, --junitxml say), so that none
+    of them can overwrite the history. ``announce`` prints a line now, ``warn`` warns at the code
+    being run, ``warn_at_start`` warns before any test runs."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        rootdir: Path,
+        invocation_dir: Path,
+        command: str,
+        history_source: str,
+        run_id: str | None = None,
+        is_worker: bool = False,
+        outputs: Sequence[tuple[str, Any]] = (),
+        announce: Callable[[str], None],
+        warn: Callable[[str], None],
+        warn_at_start: Callable[[str], None],
+    ) -> None:
+        self.settings = settings
+        self.rootdir = rootdir
+        self.invocation_dir = invocation_dir
+        self.command = command
+        self.is_worker = is_worker
+        self.announce = announce
+        self.warn = warn
+        # The history and the calibration cache live at the git top level (else the rootdir),
+        # whichever directory the session starts in; a relative --sol-history is taken from there too.
+        self.project_root = gitinfo.project_root(rootdir)
+        self.state_dir = gitinfo.state_dir(rootdir)
+        self.history_location = resolve_history(settings.history, self.project_root, history_source)
+        self._refuse_colliding_outputs(outputs)
+        self.started_at = datetime.datetime.now(datetime.timezone.utc)
+        self.run_id = run_id or new_run_id()
+        self.records: list[Measurement] = []
+        self.messages: list[str] = []
+        self._git: Any = None
+        self._store: Any = None
+        self._engine: Any = None
+        unavailable = self._open_store_at_start(warn_at_start) if settings.baseline != "none" or not settings.no_save else None
+        from pytest_solgate.record.baseline import BaselineChooser, start_commit
+
+        if settings.baseline not in ("auto", "none") and not is_worker:
+            start_commit(self.project_root, settings.baseline, gitinfo.facts(self.project_root))  # a bad ref fails now
+        self.baselines = BaselineChooser(
+            self.project_root, settings.baseline, settings.baseline_window, lambda: self.git, self._store_or_none,
+            unavailable, settings.min_change,
+        )
+        # Where pytest's ids start, relative to the git top level: "" when the rootdir is the top.
+        self.key_prefix = _relative_prefix(rootdir, self.project_root)
+        self.profile_option: Any = None  # resolved once, here: a bad --sol-profile fails before any test runs
+        if settings.profile:
+            from pytest_solgate.declare.profiles import resolve_profile_option
+
+            self.profile_option = resolve_profile_option(settings.profile)
+
+    # --- what the session measures with ---------------------------------------------------------
+
+    @property
+    def engine(self) -> Any:
+        """The measuring engine, built on first use (by the first test that measures)."""
+        if self._engine is None:
+            from pytest_solgate.engine import Engine
+
+            self._engine = Engine(
+                self.settings,
+                cache_dir=self.state_dir,
+                profile_option=self.profile_option,
+                baseline_finder=self._baseline_window,
+                head=lambda: (self.git.commit, self.git.dirty),
+                run_id=self.run_id,
+                announce=self.announce,
+                warn=self.warn,
+            )
+        return self._engine
+
+    @property
+    def git(self) -> Any:
+        """The commit being measured (and whether the tree is dirty), read once, when first needed."""
+        if self._git is None:
+            self._git = gitinfo.facts(self.rootdir)
+        return self._git
+
+    def test_key(self, nodeid: str) -> str:
+        """The id a test's measurements are recorded under: pytest's node id made relative to the
+        git top level, so that running from a subdirectory without an ini file (another rootdir)
+        keeps the same key, and with it the baseline."""
+        return self.key_prefix + nodeid
+
+    def _baseline_window(self, test: str, *rest: Any) -> Any:
+        """The baseline window under the git-top key; histories recorded before keys were made
+        relative to the git top hold the rootdir-relative id: read those too."""
+        window = self.baselines.window(test, *rest)
+        if window is None and self.key_prefix and test.startswith(self.key_prefix):
+            window = self.baselines.window(test[len(self.key_prefix):], *rest)
+        return window
+
+    # --- the history at the start ---------------------------------------------------------------
+
+    def _refuse_colliding_outputs(self, outputs: Sequence[tuple[str, Any]]) -> None:
+        settings = self.settings
+        targets = [] if is_history_url(self.history_location) else [("--sol-history", Path(self.history_location))]
+        for flag, value in (("--sol-report", settings.report), ("--sol-json", settings.json),
+                            ("--sol-markdown", settings.markdown), ("--sol-benchmark-action", settings.benchmark_action),
+                            *outputs):
+            if value:
+                targets.append((flag, absolute_path(str(value), self.invocation_dir)))
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if settings.github_summary and summary:
+            targets.append(("--sol-github-summary ($GITHUB_STEP_SUMMARY)", Path(summary)))
+        refuse_colliding_outputs(targets)
+
+    def _open_store(self) -> Any:
+        from pytest_solgate.record import history
+
+        if self._store is None:
+            self._store = history.open_for_reading(self.history_location)
+        return self._store
+
+    def _open_store_at_start(self, warn_at_start: Callable[[str], None]) -> str | None:
+        """A foreign, corrupt or misconfigured history is refused now, before any test runs; an
+        unreachable server is not: budgets are still judged and the run is spooled at the end.
+        Returns why the history is unavailable, or None."""
+        if not is_history_url(self.history_location) and not Path(self.history_location).exists():
+            return None  # nothing to refuse, and the history module stays unimported
+        try:
+            self._open_store()
+        except HistoryUnavailable as exc:
+            if not self.is_worker:
+                warn_at_start(one_line(f"{UNAVAILABLE}: {exc}"))
+            return str(exc)
+        return None
+
+    def _store_or_none(self) -> Any:
+        try:
+            return self._open_store()
+        except HistoryUnavailable:
+            raise  # the chooser remembers it and stops asking
+        except HistoryError:
+            return None
+
+    # --- each test ------------------------------------------------------------------------------
+
+    def fixture(self, nodeid: str) -> SolFixture:
+        """What the test ``nodeid`` receives as ``sol``."""
+        return SolFixture(self.engine, self.test_key(nodeid), self.warn)
+
+    def budget(self, nodeid: str, args: Sequence[Any], kwargs: dict[str, Any]) -> Budget:
+        """The ``sol`` marker's arguments, checked: a bad one, or a profile glob that matches no
+        known profile (a typo would remove the gate), raises MarkerError naming the test."""
+        from pytest_solgate.judge import verdict
+
+        budget = verdict.parse_marker(nodeid, args, kwargs)
+        if verdict.budget_globs(budget):
+            verdict.check_budget_globs(nodeid, budget, self._profile_ids())
+        return budget
+
+    def _profile_ids(self) -> list[str]:
+        """Every profile id a budget glob may name: the shipped and the user's profiles, the ones
+        measured here, and the shapes of ids measured elsewhere (cpu-<key>, <id>-measured-<gpu>).
+        Read once."""
+        if getattr(self, "_known_ids", None) is None:
+            from pytest_solgate.declare.profiles import builtin_profiles, known_profiles
+
+            option = self.profile_option
+            try:
+                ids = {p.id for p in known_profiles(self.state_dir, option.folders if option else ())}
+            except SolgateError:  # a damaged file in the calibration cache is re-measured later, not a marker error
+                ids = {p.id for p in builtin_profiles()}
+            if option is not None and option.profile is not None:
+                ids.add(option.profile.id)
+            self._known_ids = sorted(ids | {"cpu-0123456789"} | {f"{i}-measured-01234567" for i in ids if not i.startswith("cpu-")})
+        return self._known_ids
+
+    def judge_test(self, nodeid: str, budget: Budget | None, measured: list[Measurement], body_failed: bool) -> TestVerdicts:
+        """Judge a test's measurements right after its body. ``failures`` says why they fail the
+        test (nothing when they do not); when the body itself failed they are notes on its error,
+        each naming its verdict, and nothing warns."""
+        from pytest_solgate.judge.verdict import Budget
+
+        try:
+            judged = self.engine.judge_test(self.test_key(nodeid), budget or Budget(), measured) if measured else []
+        except SolgateError as exc:  # a budget the measurements cannot meet as declared (no reference)
+            return TestVerdicts([], [str(exc)])
+        if budget is not None and not measured and not body_failed:
+            return TestVerdicts(judged, [f"{nodeid}: marked sol but measured nothing; call sol.measure(...) in the test"])
+        failures, warnings = [], []
+        for m in judged:
+            effect = self.engine.effect(m)
+            if effect == "fail":  # as a note beside the test's own error, it says which verdict it is
+                failures.append(f"{m.verdict}: {m.judgement.reason}" if body_failed else m.judgement.reason)
+            elif effect == "warn" and not body_failed:
+                warnings.append(f"{m.verdict}: {m.judgement.reason}")
+        return TestVerdicts(judged, failures, warnings)
+
+    # --- the end --------------------------------------------------------------------------------
+
+    def finish(self, interrupted: bool) -> None:
+        """Record the run (or spool it), then write every output asked for; what there is to say
+        goes to ``messages``."""
+        wanted = (self.settings.report, self.settings.json, self.settings.markdown, self.settings.benchmark_action)
+        if self.is_worker or not (self.records or any(wanted)):
+            return
+        from pytest_solgate.record.runinfo import build_run_info
+        from pytest_solgate.report import outputs
+
+        git = self.git if self.records else gitinfo.GitFacts()
+        run = build_run_info(self.run_id, self.started_at, self.rootdir, git, self.records, self.command,
+                             self.settings.baseline, interrupted=interrupted)
+        contended = [m for m in self.records if m.contended]
+        if contended:
+            self.messages.append(
+                f"solgate: {len(contended)} measurement(s) taken while the machine was busy (contended: "
+                f"{contended[0].contended}); they are recorded, never baselines, and cannot fail as regressed"
+            )
+        if run.status == "interrupted":
+            # Recorded (what was measured is evidence) but never a baseline, and every output says so.
+            self.messages.append(f"solgate: the session was interrupted: this run ({len(self.records)} measurement(s)) "
+                                 "is recorded as interrupted, never used as a baseline, and its reports are partial")
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+        if self.baselines.unavailable:
+            self.messages.append(f"solgate: {UNAVAILABLE}: {self.baselines.unavailable}")
+        if self.records:
+            from pytest_solgate.record import save
+
+            if self.settings.no_save:
+                self.records, said = save.read_trends(self.history_location, self.records)
+            else:
+                self.records, said = save.save(self.history_location, self.state_dir, run, self.records)
+            self.messages += said
+        scored = self._engine.resolved_profile() if self._engine is not None else None
+        self.messages += outputs.publish(
+            self.settings, run, self.records, self.invocation_dir, self.state_dir,
+            self.profile_option, [scored] if scored is not None else [],
+        )
+
+
+class SolFixture:
+    """What a test receives as ``sol``: ``measure``, ``speed_of_light``, ``nbytes``, ``count_flops``,
+    ``device``, ``profile``."""
+
+    def __init__(self, engine: Any, test: str, warn: Callable[[str], None]) -> None:
+        self._engine = engine
+        self._test = test
+        self._warn = warn
+        self._closed = False
+        self.measurements: list[Measurement] = []
+
+    @staticmethod
+    def nbytes(*arrays: Any) -> int:
+        """Sum of ``nbytes`` of tensors or arrays: the usual way to write total fused bytes."""
+        from pytest_solgate.declare.work import nbytes
+
+        return nbytes(*arrays)
+
+    def count_flops(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, int]:
+        """FLOPs of ``fn(*args, **kwargs)`` by precision, through FlopCounterMode (meta tensors work);
+        float64 matmuls count as ``fp64_tensor`` on profiles that have FP64 tensor cores."""
+        from pytest_solgate.declare.work import count_flops, float64_on_tensor_cores
+
+        counted = count_flops(fn, *args, **kwargs)
+        if not counted:
+            self._warn(
+                f"{self._test}: sol.count_flops counted 0 FLOPs: FlopCounterMode counts only matmuls, convolutions "
+                "and attention, not pointwise ops, reductions, softmax or norms; declare flops= yourself "
+                "(e.g. about 5 per element for a softmax)")
+        if "fp64" not in counted:
+            return counted
+        return float64_on_tensor_cores(counted, self.profile.peak_tflops)
+
+    @property
+    def device(self) -> Any:
+        place = str(self._engine.context().device)
+        try:
+            import torch
+        except ImportError:
+            return place
+        return torch.device(place)
+
+    @property
+    def profile(self) -> Any:
+        return self._engine.context().profile
+
+    def measure(
+        self,
+        fn: Callable[[], Any],
+        *positional: Any,
+        flops: Any = None,
+        bytes: Any = None,
+        precision: str | None = None,
+        name: str | None = None,
+        gate: bool = True,
+    ) -> Measurement:
+        __tracebackhide__ = True
+        if positional:
+            raise MeasureError(
+                f"{self._test}: sol.measure(fn, {', '.join(repr(p) for p in positional)}): after the kernel it takes "
+                "keywords only: flops=, bytes=, precision=, name=, gate= (e.g. sol.measure(fn, bytes=1e6))"
+            )
+        if self._closed:
+            raise MeasureError(
+                f"sol.measure called after the body of {self._test} returned (in a fixture's teardown?); it would "
+                "never be judged: call it inside the test body"
+            )
+        try:
+            name = measurement_name(self._test, name, {m.name for m in self.measurements})
+            measurement = self._engine.measure(
+                self._test, fn, flops=flops, bytes=bytes, precision=precision, name=name, gate=bool(gate)
+            )
+        except SolgateError as exc:
+            raise exc.with_traceback(None) from None
+        self.measurements.append(measurement)
+        return measurement
+
+    def speed_of_light(self, *, flops: Any = None, bytes: Any = None, precision: str | None = None) -> Any:
+        """The floor of declared work on this session's profile, without running anything:
+        ``.t_sol`` (seconds), ``.bound``, ``.intensity`` (FLOP/byte) and ``.ridge``."""
+        __tracebackhide__ = True
+        try:
+            return self._engine.speed_of_light(flops=flops, bytes=bytes, precision=precision)
+        except SolgateError as exc:
+            raise exc.with_traceback(None) from None
+
+    def close(self) -> None:
+        self._closed = True
+
+
+def _relative_prefix(rootdir: Path, top: Path) -> str:
+    """'sub/dir/' when pytest's rootdir is sub/dir under the git top level; '' when it is the top
+    (or outside it: a rootdir above the repository keeps pytest's own ids)."""
+    try:
+        relative = Path(rootdir).resolve().relative_to(Path(top).resolve())
+    except ValueError:
+        return ""
+    return "" if str(relative) == "." else relative.as_posix() + "/"
