@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from pytest_solgate.record.store import ACCEPT_COLUMNS, MEASUREMENT_COLUMNS, RUN_COLUMNS, Store, redact
+from pytest_solgate.record.store import ACCEPT_COLUMNS, MEASUREMENT_COLUMNS, RUN_COLUMNS, Store
 from pytest_solgate.support.errors import HistoryError, HistoryUnavailable, NoHistoryYet
+from pytest_solgate.support.locations import redact
 
 SCHEMA = "solgate"
 APPLICATION = "pytest-solgate"

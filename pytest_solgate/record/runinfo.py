@@ -11,8 +11,8 @@ from typing import Sequence
 from pytest_solgate import __version__
 from pytest_solgate.measure.environment import cuda_version, driver_version, package_version
 from pytest_solgate.record import gitinfo
-from pytest_solgate.record.history import redact
 from pytest_solgate.results import Measurement, RunInfo
+from pytest_solgate.support.locations import redact
 
 
 def build_run_info(

@@ -7,10 +7,11 @@ transaction, so a process killed mid-write leaves no partial run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from pytest_solgate.record.store import ACCEPT_COLUMNS, MEASUREMENT_COLUMNS, RUN_COLUMNS, Store
 from pytest_solgate.support.errors import HistoryError, NoHistoryYet
@@ -186,24 +187,15 @@ class SqliteStore(Store):
         db.execute("PRAGMA synchronous = NORMAL")
         db.execute("PRAGMA foreign_keys = ON")
 
-    def _write_run(self, row: dict[str, Any], info_json: str, measurements: list[tuple[Any, ...]]) -> bool:
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One ``BEGIN IMMEDIATE`` transaction: committed when the block ends, rolled back when it
+        raises (a killed writer leaves nothing half-written); a database that cannot be written
+        is one HistoryError."""
         try:
             self.db.execute("BEGIN IMMEDIATE")
             try:
-                if self.db.execute("SELECT 1 FROM runs WHERE run_uid = ?", (row["run_uid"],)).fetchone():
-                    self.db.execute("ROLLBACK")
-                    return False
-                cursor = self.db.execute(
-                    f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}, info_json) VALUES "
-                    f"({', '.join('?' for _ in RUN_COLUMNS)}, ?)",
-                    [row[c] for c in RUN_COLUMNS] + [info_json],
-                )
-                run_rowid = cursor.lastrowid
-                self.db.executemany(
-                    f"INSERT INTO measurements ({', '.join(MEASUREMENT_COLUMNS)}) "
-                    f"VALUES ({', '.join('?' for _ in MEASUREMENT_COLUMNS)})",
-                    [(run_rowid, *m) for m in measurements],
-                )
+                yield
                 self.db.execute("COMMIT")
             except BaseException:
                 if self.db.in_transaction:
@@ -211,24 +203,30 @@ class SqliteStore(Store):
                 raise
         except sqlite3.OperationalError as exc:
             raise HistoryError(f"{self.path}: cannot write the history ({exc}); pass --sol-history=PATH") from None
+
+    def _write_run(self, row: dict[str, Any], info_json: str, measurements: list[tuple[Any, ...]]) -> bool:
+        with self._writing():
+            if self.db.execute("SELECT 1 FROM runs WHERE run_uid = ?", (row["run_uid"],)).fetchone():
+                return False  # sent before: nothing to add (the transaction commits nothing)
+            cursor = self.db.execute(
+                f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}, info_json) VALUES "
+                f"({', '.join('?' for _ in RUN_COLUMNS)}, ?)",
+                [row[c] for c in RUN_COLUMNS] + [info_json],
+            )
+            self.db.executemany(
+                f"INSERT INTO measurements ({', '.join(MEASUREMENT_COLUMNS)}) "
+                f"VALUES ({', '.join('?' for _ in MEASUREMENT_COLUMNS)})",
+                [(cursor.lastrowid, *m) for m in measurements],
+            )
         return True
 
     def _write_accept(self, row: tuple[Any, ...]) -> bool:
-        try:
-            self.db.execute("BEGIN IMMEDIATE")
-            try:
-                exists = self.db.execute("SELECT 1 FROM accepts WHERE commit_sha = ? AND pattern = ? AND accepted_at = ?",
-                                         (row[0], row[1], row[3])).fetchone()
-                if not exists:
-                    self.db.execute(f"INSERT INTO accepts ({', '.join(ACCEPT_COLUMNS)}) VALUES "
-                                    f"({', '.join('?' for _ in ACCEPT_COLUMNS)})", row)
-                self.db.execute("COMMIT")
-            except BaseException:
-                if self.db.in_transaction:
-                    self.db.execute("ROLLBACK")
-                raise
-        except sqlite3.OperationalError as exc:
-            raise HistoryError(f"{self.path}: cannot write the history ({exc}); pass --sol-history=PATH") from None
+        with self._writing():
+            exists = self.db.execute("SELECT 1 FROM accepts WHERE commit_sha = ? AND pattern = ? AND accepted_at = ?",
+                                     (row[0], row[1], row[3])).fetchone()
+            if not exists:
+                self.db.execute(f"INSERT INTO accepts ({', '.join(ACCEPT_COLUMNS)}) VALUES "
+                                f"({', '.join('?' for _ in ACCEPT_COLUMNS)})", row)
         return not exists
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:

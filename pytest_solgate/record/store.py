@@ -19,7 +19,7 @@ from typing import Any, Iterator, NamedTuple, Sequence
 from pytest_solgate.judge.verdict import BaselineRun
 from pytest_solgate.results import Measurement, RunInfo
 from pytest_solgate.support.errors import HistoryError
-from pytest_solgate.support.locations import redact  # one redaction for every message (history_postgres uses it too)
+from pytest_solgate.support.locations import redact
 from pytest_solgate.support.stats import median
 
 RUN_COLUMNS = (
@@ -121,7 +121,9 @@ def run_row(run: RunInfo) -> dict[str, Any]:
 def measurement_row(m: Measurement) -> tuple[Any, ...]:
     """The measurements table's columns for one measurement, less its run's id."""
     verdict = m.verdict.value if m.verdict is not None else None
-    return (m.test, m.name, m.profile, m.ceilings, m.score.sol, m.timing.seconds, verdict,
+    # REAL columns take floats: an imported whole number beyond 2**63 (a legal, if absurd, SOL of an
+    # instant kernel) would not fit SQLite's INTEGER.
+    return (m.test, m.name, m.profile, m.ceilings, float(m.score.sol), float(m.timing.seconds), verdict,
             json.dumps(m.to_dict(), allow_nan=True))
 
 
