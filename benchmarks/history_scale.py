@@ -31,7 +31,7 @@ from _common import machine  # noqa: E402
 from pytest_solgate import cli  # noqa: E402
 from pytest_solgate.record import history, sqlite, store
 from pytest_solgate.results import Measurement, RunInfo  # noqa: E402
-from pytest_solgate.support.settings import is_history_url  # noqa: E402
+from pytest_solgate.support.locations import is_history_url  # noqa: E402
 
 PER_RUN = 100
 TESTS = 50  # 50 tests x 2 measurement names = 100 measurements per run

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pytest_solgate.support.errors import SolgateError
-from pytest_solgate.support.settings import Settings, is_history_url
+from pytest_solgate.support.locations import is_history_url
+from pytest_solgate.support.settings import Settings
 
 
 class UsageFailure(SolgateError):

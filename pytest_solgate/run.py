@@ -20,8 +20,14 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from pytest_solgate.declare.work import measurement_name
 from pytest_solgate.record import gitinfo
 from pytest_solgate.support.errors import HistoryError, HistoryUnavailable, MeasureError, SolgateError
-from pytest_solgate.support.locations import one_line, resolve_history
-from pytest_solgate.support.settings import Settings, absolute_path, is_history_url, refuse_colliding_outputs
+from pytest_solgate.support.locations import (
+    absolute_path,
+    is_history_url,
+    one_line,
+    refuse_colliding_outputs,
+    resolve_history,
+)
+from pytest_solgate.support.settings import Settings
 
 # Only what every session needs is imported above: a suite that never measures must not pay for the
 # engine, the judge, the history or the reports (benchmarks/overhead.py keeps us honest).

@@ -10,7 +10,7 @@ from pathlib import Path
 from pytest_solgate.record.sqlite import SqliteStore
 from pytest_solgate.record.store import Store
 from pytest_solgate.support.errors import HistoryError, HistoryUnavailable, NoHistoryYet  # noqa: F401 - callers catch them here
-from pytest_solgate.support.settings import is_history_url
+from pytest_solgate.support.locations import is_history_url
 
 
 def open_store(location: str | Path, create: bool = True) -> Store:

@@ -14,7 +14,8 @@ from typing import Sequence
 from pytest_solgate.declare.profiles import HardwareProfile, ProfileOption
 from pytest_solgate.results import Measurement, RunInfo
 from pytest_solgate.support.errors import SolgateError
-from pytest_solgate.support.settings import Settings, absolute_path
+from pytest_solgate.support.locations import absolute_path
+from pytest_solgate.support.settings import Settings
 
 
 def _profiles(

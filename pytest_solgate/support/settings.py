@@ -11,10 +11,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from pytest_solgate.support.errors import OptionError
-
-# Where the history lives is parsed in locations.py (one parser for the plugin and the CLI); these
-# names are re-exported for the modules that import them from the options.
-from pytest_solgate.support.locations import absolute_path, is_history_url, refuse_colliding_outputs  # noqa: F401
 from pytest_solgate.support.precisions import PRECISIONS
 
 
