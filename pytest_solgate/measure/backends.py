@@ -6,12 +6,14 @@ torch is imported here, lazily, and only when a measurement needs it.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from typing import Any, Callable, Iterator
 
 from pytest_solgate.measure import telemetry
 from pytest_solgate.measure.devices import DeviceChoice, cuda_uuid, last_level_cache_bytes
+from pytest_solgate.support import units
 
 DEFAULT_FLUSH_BYTES = 256 * 1024 * 1024  # when neither the device nor the profile gives an L2 size
 BASE_HOLD_SECONDS = 100e-6
@@ -30,11 +32,51 @@ def is_gated(backend_name: str) -> bool:
     return backend_name != INTERPRETER
 
 
+# The CPU timers a measurement's record names (timing_mode).
+THREAD_CPU_TIME = "thread-cpu-time"  # the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID)
+WALL_TIME = "perf-counter"  # time.perf_counter: wall time
+# Other threads of this process that used more than this share of the calling thread's CPU time
+# while the kernel ran did part of its work (torch with several threads, a thread pool): the
+# calling thread's CPU time is then not the kernel's duration.
+OTHER_THREADS_SHARE = 0.10
+# A kernel whose thread was on a core for under this share of even its best warm-up call waits
+# (a sleep, I/O, a lock, another process): the wait is part of its time.
+ON_CORE_SHARE = 0.75
+
+
+def choose_cpu_timer(calls: list[tuple[int, int, int]]) -> tuple[str, str]:
+    """The timer for a CPU kernel, from its warm-up calls' (wall, thread CPU, process CPU)
+    nanoseconds, and a note when it is wall time.
+
+    The calling thread's CPU time is the kernel's duration when the kernel runs on that thread
+    alone and never waits; it leaves out the time the thread spent off its core while another
+    process ran, which on a shared runner is most of the run-to-run noise of a CPU kernel (a
+    neighbour's cache and memory traffic still shows, and the session still reports contention).
+    A kernel that other threads help, or that waits, is timed by wall time."""
+    if not calls:
+        return WALL_TIME, ""
+    thread = sum(t for _, t, _ in calls)
+    others = sum(p for _, _, p in calls) - thread
+    if thread <= 0 or others > OTHER_THREADS_SHARE * thread:
+        share = others / thread if thread > 0 else math.inf
+        return WALL_TIME, (
+            f"timed by wall time: other threads of the process used {units.percent(share)} of the calling thread's "
+            "CPU time while the kernel ran (a multi-threaded kernel), which that thread's CPU time would not count"
+        )
+    on_core = max((t / w for w, t, _ in calls if w > 0), default=1.0)
+    if on_core < ON_CORE_SHARE:
+        return WALL_TIME, (
+            f"timed by wall time: even the kernel's best warm-up call kept its thread on a core only "
+            f"{units.percent(on_core)} of the time (it waits on a sleep, I/O, a lock, or the machine was busy)"
+        )
+    return THREAD_CPU_TIME, ""
+
+
 class CpuBackend:
-    """``time.perf_counter_ns`` around the call(s), after writing a buffer of twice the last-level
-    cache outside the timed region (as the CUDA backend flushes L2), so that a working set that
-    fits in cache cannot beat DRAM bandwidth. The Triton interpreter's timings are not gated, so
-    it is not flushed (``flush_bytes=0``)."""
+    """The calling thread's CPU time (or wall time, see ``choose_cpu_timer``) around the call(s),
+    after writing a buffer of twice the last-level cache outside the timed region (as the CUDA
+    backend flushes L2), so that a working set that fits in cache cannot beat DRAM bandwidth.
+    The Triton interpreter's timings are not gated, so it is not flushed (``flush_bytes=0``)."""
 
     min_sample_seconds = 100e-6
     telemetry_note = "no telemetry on the CPU backend"
@@ -42,7 +84,6 @@ class CpuBackend:
     # here, so one call per sample would leave a 2 s budget a few hundred samples.
     cold_each_call = False
     cache_bytes = 0
-    timer = "perf-counter"  # what the record's timing_mode says: not CUDA events
 
     def __init__(self, name: str = "cpu", flush_bytes: int = 0) -> None:
         self.name = name
@@ -50,6 +91,25 @@ class CpuBackend:
         self.flush_bytes = flush_bytes
         self._flush_buffer: Any = None
         self._flush_value = 0
+        self.timer = WALL_TIME  # what the record's timing_mode says; chosen for each measurement by steady()
+        self.timer_note = ""
+        self._warmup_calls: list[tuple[int, int, int]] | None = None  # while the warm-up runs
+
+    @staticmethod
+    def now() -> tuple[int, int, int]:
+        """Wall, thread CPU and process CPU nanoseconds (the fake clock of the tests replaces this)."""
+        return time.perf_counter_ns(), time.thread_time_ns(), time.process_time_ns()
+
+    def begin(self) -> None:
+        """A new measurement: its warm-up calls are timed by wall time and choose its timer."""
+        self.timer, self.timer_note = WALL_TIME, ""
+        self._warmup_calls = []
+
+    def steady(self) -> None:
+        """The warm-up is over: choose the timer from the calls after the first (which may compile)."""
+        calls = self._warmup_calls or []
+        self.timer, self.timer_note = choose_cpu_timer(calls[1:] or calls)
+        self._warmup_calls = None
 
     def flush(self) -> None:
         if not self.flush_bytes:
@@ -64,17 +124,22 @@ class CpuBackend:
     def hold(self, batch: int) -> None:
         pass  # Python calls the kernel itself: there is no queue to hold
 
-    def start(self) -> int:
-        return time.perf_counter_ns()
+    def start(self) -> tuple[int, int, int]:
+        return self.now()
 
-    def stop(self, token: int) -> tuple[int, int]:
-        return token, time.perf_counter_ns()
+    def stop(self, token: tuple[int, int, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        return token, self.now()
 
     def synchronize(self) -> None:
         pass
 
-    def elapsed(self, handle: tuple[int, int]) -> float:
-        return (handle[1] - handle[0]) / 1e9
+    def elapsed(self, handle: tuple[tuple[int, int, int], tuple[int, int, int]]) -> float:
+        (wall0, thread0, process0), (wall1, thread1, process1) = handle
+        if self._warmup_calls is not None:
+            self._warmup_calls.append((wall1 - wall0, thread1 - thread0, process1 - process0))
+        if self.timer == THREAD_CPU_TIME:
+            return (thread1 - thread0) / 1e9
+        return (wall1 - wall0) / 1e9
 
     def read_telemetry(self) -> None:
         return None

@@ -53,7 +53,9 @@ class Timing:
     throttled: bool = False
     dropped_samples: int = 0
     sm_clock_mhz: float | None = None  # mean SM clock over the readings taken while rounds ran
-    mode: str = "events"  # "events" (each sample's calls launched from Python), "cuda-graph", or "perf-counter" (CPU)
+    # "events" (each sample's calls launched from Python) or "cuda-graph" on a GPU; on a CPU
+    # "thread-cpu-time" (the calling thread's CPU time) or "perf-counter" (wall time)
+    mode: str = "events"
     telemetry: dict[str, Any] | None = None
     telemetry_note: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -70,7 +72,8 @@ class Backend(Protocol):
 
     def flush(self) -> None: ...  # evict the cache the kernel's data could sit in
     def hold(self, batch: int) -> None: ...  # keep launch latency out of the timed region
-    # Optional: ``steady()``, called once the warm-up is over (the hold forgets the compiling call).
+    # Optional: ``begin()``, called before a measurement's first call, and ``steady()``, once its
+    # warm-up is over (the CUDA hold forgets the compiling call; the CPU timer is chosen).
     def start(self) -> Any: ...
     def stop(self, token: Any) -> Any: ...
     def synchronize(self) -> None: ...
@@ -214,6 +217,9 @@ def take_timing(
     __tracebackhide__ = True  # a kernel that raises shows its own traceback, not ours
     if not callable(fn):
         raise MeasureError(f"sol.measure needs a zero-argument callable, got {type(fn).__name__}")
+    begin = getattr(backend, "begin", None)
+    if begin is not None:
+        begin()
     wall_start = clock()
     warmup: list[float] = []
     warmup_wall: list[float] = []  # per call, the flush and the timer included
@@ -249,7 +255,7 @@ def take_timing(
 
     # Under ~20 us a call, launch overhead and host jitter dominate a batch of Python launches:
     # capture the batch once as a CUDA graph and time its replays (triton's do_bench_cudagraph).
-    mode = getattr(backend, "timer", "events")  # "perf-counter" on the CPU
+    mode = getattr(backend, "timer", "events")  # the CPU backend's, chosen by steady()
     timed = fn
     graph_notes: list[str] = []
     capture = getattr(backend, "capture_graph", None)
@@ -304,6 +310,8 @@ def take_timing(
     finished_at = time.time()
 
     notes = list(graph_notes)
+    if getattr(backend, "timer_note", ""):
+        notes.append(backend.timer_note)
     if mode == "cuda-graph":
         notes.append(f"timed as replays of a CUDA graph of {batch} call(s), the L2 flushed outside each replay")
     if recoveries:

@@ -102,7 +102,7 @@ MEASUREMENT = {
         "ceilings_id": _text(100),
         "sm_clock_mhz": _nullable(_number(1e5)),
         "sol_at_clock": _nullable(_number(FINITE)),
-        "timing_mode": {"enum": ["events", "cuda-graph", "perf-counter"]},  # perf-counter: the CPU timer
+        "timing_mode": {"enum": ["events", "cuda-graph", "thread-cpu-time", "perf-counter"]},  # the last two: CPU timers
         "contended": _text(1_000),
         "trend": {"type": "array", "maxItems": 100_000, "items": {"type": "object"}},
     },

@@ -1,0 +1,96 @@
+"""The CPU backend's timer: the calling thread's CPU time when the kernel runs on that thread
+alone, wall time when other threads help it or it waits (backends.choose_cpu_timer)."""
+
+import threading
+import time
+
+from pytest_solgate.measure import backends
+from pytest_solgate.measure.sampling import SamplingSettings, take_timing
+
+QUICK = SamplingSettings(min_time=0.01, max_time=0.2, noise=1.0, min_samples=3, warmup_time=0.0)
+MS = 1_000_000
+
+
+def test_a_kernel_on_its_thread_alone_is_timed_by_that_threads_cpu_time():
+    # 1 ms of work; in one call the thread was off its core for 9 ms (another process ran)
+    calls = [(1 * MS, 1 * MS, 1 * MS), (10 * MS, 1 * MS, 1 * MS), (1 * MS, 1 * MS, 1 * MS)]
+    assert backends.choose_cpu_timer(calls) == (backends.THREAD_CPU_TIME, "")
+
+
+def test_a_kernel_that_other_threads_help_is_timed_by_wall_time():
+    # four threads of 1 ms each: the process used 4 ms of CPU while the calling thread used 1
+    timer, note = backends.choose_cpu_timer([(1 * MS, 1 * MS, 4 * MS)] * 3)
+    assert timer == backends.WALL_TIME
+    assert "other threads of the process used 300.0% of the calling thread's CPU time" in note
+
+
+def test_a_kernel_that_waits_in_every_call_is_timed_by_wall_time():
+    timer, note = backends.choose_cpu_timer([(2 * MS, MS // 10, MS // 10)] * 4)
+    assert timer == backends.WALL_TIME
+    assert "only 5.0% of the time" in note
+
+
+def test_no_warm_up_calls_mean_wall_time():
+    assert backends.choose_cpu_timer([]) == (backends.WALL_TIME, "")
+
+
+class ScriptedClock(backends.CpuBackend):
+    """A CPU backend whose three clocks advance by a script: (wall, thread, process) ns per call."""
+
+    def __init__(self, per_call):
+        super().__init__("cpu")
+        self.per_call, self.clock, self.calls = per_call, [0, 0, 0], 0
+
+    def now(self):
+        return tuple(self.clock)
+
+    def kernel(self):
+        wall, thread, process = self.per_call(self.calls)
+        self.calls += 1
+        self.clock = [self.clock[0] + wall, self.clock[1] + thread, self.clock[2] + process]
+
+
+def test_samples_read_the_threads_cpu_time_and_the_record_says_so():
+    # every third call is preempted: 5 ms of wall time for 1 ms of work
+    backend = ScriptedClock(lambda i: (5 * MS if i % 3 == 2 else MS, MS, MS))
+    timing = take_timing(backend.kernel, backend, QUICK, clock=lambda: backend.clock[0] / 1e9)
+    assert timing.mode == backends.THREAD_CPU_TIME
+    assert set(timing.samples) == {1e-3}  # the preempted calls read 1 ms too
+    assert not any("wall time" in n for n in timing.notes)
+
+
+def test_the_timer_is_chosen_again_for_each_measurement():
+    helped = ScriptedClock(lambda i: (MS, MS, 3 * MS))  # two helper threads
+    timing = take_timing(helped.kernel, helped, QUICK, clock=lambda: helped.clock[0] / 1e9)
+    assert timing.mode == backends.WALL_TIME and any("multi-threaded kernel" in n for n in timing.notes)
+    helped.per_call = lambda i: (2 * MS, MS, MS)  # now alone, and preempted half the time... in every call
+    again = take_timing(helped.kernel, helped, QUICK, clock=lambda: helped.clock[0] / 1e9)
+    assert again.mode == backends.WALL_TIME and any("on a core only 50.0%" in n for n in again.notes)
+    helped.per_call = lambda i: (MS, MS, MS)
+    alone = take_timing(helped.kernel, helped, QUICK, clock=lambda: helped.clock[0] / 1e9)
+    assert alone.mode == backends.THREAD_CPU_TIME and alone.notes == ()
+
+
+def test_a_real_kernel_that_sleeps_is_timed_by_wall_time():
+    # sleeping uses no CPU time on any machine, however busy: its CPU time would read about zero
+    backend = backends.CpuBackend("cpu")
+    timing = take_timing(lambda: time.sleep(0.002), backend, QUICK)
+    assert timing.mode == backends.WALL_TIME
+    assert timing.seconds >= 0.002
+
+
+def test_a_real_kernel_whose_work_runs_on_another_thread_is_timed_by_wall_time():
+    def work():
+        end = time.thread_time() + 0.002  # 2 ms of CPU on the helper thread, however busy the machine
+        while time.thread_time() < end:
+            pass
+
+    def kernel():
+        helper = threading.Thread(target=work)
+        helper.start()
+        helper.join()
+
+    timing = take_timing(kernel, backends.CpuBackend("cpu"), QUICK)
+    assert timing.mode == backends.WALL_TIME
+    assert any("multi-threaded kernel" in n for n in timing.notes)
+    assert timing.seconds >= 0.002
