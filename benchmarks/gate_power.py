@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -165,7 +167,8 @@ class Repo:
 def baseline_run(m: Measurement, j: int) -> verdict.BaselineRun:
     disturbed = "contended" if m.contended else "noisy" if m.timing.noisy else ""
     return verdict.BaselineRun(commit=f"{j:040x}", run_id=f"r{j}", sol=m.score.sol, seconds=m.timing.seconds,
-                             noise=m.timing.noise, verdict=m.verdict or "", disturbed=disturbed)
+                             noise=m.timing.noise, verdict=m.verdict or "", disturbed=disturbed,
+                             probe_seconds=m.timing.probe_seconds)
 
 
 def replay_power(values: dict[str, list[Measurement]], slowdown: float, window: int, first: int) -> tuple[int, int]:
@@ -221,7 +224,7 @@ def main() -> None:
             series[kernel].append(Measurement.from_dict({**m, "noise": m["noise"] if m["noise"] is not None else float("inf")}))
             verdicts.append(m["verdict"])
             contended += bool(m.get("contended"))
-        row = "  ".join(f"{k} {measured[k]['sol']:.4f} {measured[k]['verdict']:<9}{'*' if measured[k].get('contended') else ' '}"
+        row = "  ".join(f"{k} {measured[k]['sol']:.3g} {measured[k]['verdict']:<9}{'*' if measured[k].get('contended') else ' '}"
                         for k in KERNELS)
         print(f"run {i + 1:>2} ({seconds:4.1f} s)  {row}", flush=True)
     counts = {v: verdicts.count(v) for v in sorted(set(verdicts))}
@@ -231,22 +234,40 @@ def main() -> None:
     for kernel in KERNELS:
         sols = [m.score.sol for m in series[kernel]]
         spread = (max(sols) - min(sols)) / (sum(sols) / len(sols))
-        print(f"  {kernel:<8} run-to-run range {spread:6.1%} of the mean over {len(sols)} runs")
+        logs = [math.log(m.timing.seconds) for m in series[kernel]]
+        probed = [math.log(m.timing.seconds / m.timing.probe_seconds) for m in series[kernel] if m.timing.probe_seconds]
+        relative = f", {statistics.stdev(probed):.3f} relative to the memory probe" if len(probed) == len(logs) else ""
+        print(f"  {kernel:<8} run-to-run range {spread:6.1%} of the mean over {len(sols)} runs; standard deviation of "
+              f"log time {statistics.stdev(logs):.3f}{relative} ({series[kernel][-1].score.bound}-bound)")
 
     print("power from new runs (each slow commit run on its own, judged by the plugin against the A/A history):")
     for factor in factors:
         repo.commit(f"every kernel x{factor}", slow={k: factor for k in KERNELS})
         got: list[str] = []
         busy = 0
+        by_kernel: dict[str, list[dict]] = {k: [] for k in KERNELS}
         for _ in range(args.power_runs):
             measured, _ = repo.run("--sol-no-save")
             got += [measured[k]["verdict"] for k in KERNELS]
             busy += sum(bool(measured[k].get("contended")) for k in KERNELS)
+            for k in KERNELS:
+                by_kernel[k].append(measured[k])
         caught = got.count(results.REGRESSED)
         print(f"  time x{factor:<5} regressed in {caught}/{len(got)} ({caught / len(got):.0%}); "
               f"verdicts { {v: got.count(v) for v in sorted(set(got))} }; {busy} contended", flush=True)
+        for k in KERNELS:
+            print(f"      {k:<8} " + "  ".join(_judged(m) for m in by_kernel[k]), flush=True)
         repo.git("revert", "--no-edit", "HEAD")  # the next factor starts from the A/A level again
     report_power(series)
+
+
+def _judged(m: dict) -> str:
+    """One slow run of a kernel: its verdict, change and noise floor (and whether by the probe)."""
+    base = m.get("baseline") or {}
+    floor = base.get("noise_floor")
+    how = f", raw {base['raw_change']:+.1%} (by probe)" if base.get("by_probe") else ""
+    return (f"{m['verdict']} {base.get('change', 0.0):+.1%} floor {floor:.1%}{how}" if floor is not None
+            else f"{m['verdict']}")
 
 
 def report_power(series: dict[str, list[Measurement]]) -> None:

@@ -105,12 +105,18 @@ class BaselineComparison:
     environment_differs: tuple[str, ...] = ()
     statistic: str = ""
     confirmed: bool = False  # a regression a second block of samples showed again
+    # The change was judged relative to the memory probe (a memory-bound kernel on the CPU);
+    # raw_change is then the SOL's own change against the window's plain centre.
+    by_probe: bool = False
+    raw_change: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["environment_differs"] = list(self.environment_differs)
         statistic, confirmed = data.pop("statistic"), data.pop("confirmed")
-        return {**data, "test": statistic, "confirmed": confirmed}  # solgate/1 calls the statistic "test"
+        by_probe, raw_change = data.pop("by_probe"), data.pop("raw_change")
+        probe = {"by_probe": True, "raw_change": raw_change} if by_probe else {}  # only when set, as before
+        return {**data, "test": statistic, "confirmed": confirmed, **probe}  # solgate/1 calls the statistic "test"
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "BaselineComparison":
@@ -129,6 +135,8 @@ class BaselineComparison:
             environment_differs=tuple(data.get("environment_differs") or ()),
             statistic=data.get("test") or "",
             confirmed=bool(data.get("confirmed")),
+            by_probe=bool(data.get("by_probe")),
+            raw_change=data.get("raw_change"),
         )
 
 
@@ -261,6 +269,7 @@ class Measurement:
             "trend": [dict(point) for point in self.trend],
             # Last, and only when set: the records of earlier versions write back identical.
             **({"contended": self.contended} if self.contended else {}),
+            **({"probe_seconds": timing.probe_seconds} if timing.probe_seconds is not None else {}),
         }
 
     @classmethod
@@ -285,6 +294,7 @@ class Measurement:
             mode=data.get("timing_mode") or "events",
             telemetry=data.get("telemetry"),
             telemetry_note=data.get("telemetry_note") or "",
+            probe_seconds=data.get("probe_seconds"),
         )
         # The score's fields keep their names in the JSON (the dominant precision is not kept).
         scored = Score(**{f.name: data.get(f.name) for f in dataclasses.fields(Score)})

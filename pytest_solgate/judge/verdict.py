@@ -69,6 +69,7 @@ class BaselineRun:
     verdict: str = ""  # the run's own verdict
     judged_against: str = ""  # the newest commit of the window that run was judged against
     disturbed: str = ""  # "interrupted", "contended" or "noisy": recorded, never a baseline
+    probe_seconds: float | None = None  # the run's memory probe (measure/backends.py), when it had one
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ class Comparison:
     window: BaselineWindow
     compared_on: str  # "sol", or "time" when the ceilings changed since the baseline
     text: str
+    raw_change: float | None = None  # the SOL's own change, when ``change`` is relative to the memory probe
 
     def record(self) -> BaselineComparison:
         """What the measurement keeps of it (the window's runs themselves stay in the history)."""
@@ -111,6 +113,8 @@ class Comparison:
             compared_on=self.compared_on,
             environment_differs=self.window.environment_differs,
             statistic=STATISTIC,
+            by_probe=self.raw_change is not None,
+            raw_change=self.raw_change,
         )
 
 
@@ -257,6 +261,19 @@ def _run_value(m: Measurement, run: BaselineRun) -> tuple[float, bool]:
     return run.sol, False
 
 
+def by_probe(m: Measurement, runs: Sequence[BaselineRun]) -> bool:
+    """Whether ``m`` is compared with ``runs`` relative to the memory probe: a memory-bound kernel
+    whose run and every baseline run timed the probe beside it. A shared machine's memory speed
+    swings from one second to the next, and the probe, the plugin's own fixed copy timed after each
+    sample, reads the same swings (docs/measurement.md: on the development VM the run-to-run
+    deviation of three memory-bound kernels fell from 0.06-0.11 to 0.02-0.04 in log time). A
+    change of the user's code cannot move the probe, so a commit that slows every kernel alike
+    is still seen. A compute-bound kernel does not follow the memory's swings: it is compared raw."""
+    probe = m.timing.probe_seconds
+    return (m.score.bound == "memory" and probe is not None and probe > 0
+            and all(run.probe_seconds for run in runs))
+
+
 def _commits(window: BaselineWindow) -> str:
     newest, oldest = short(window.runs[0].commit), short(window.runs[-1].commit)
     count = len(window.runs)
@@ -325,10 +342,16 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
     tolerance alone is ``ambiguous``; so is any drop when one run cannot show a spread.
     """
     values = []
+    raw_values = []
     by_time = False
+    relative = by_probe(m, window.runs)
     for run in window.runs:
         value, timed = _run_value(m, run)
         by_time = by_time or timed
+        raw_values.append(math.log(value) if value > 0 else math.nan)
+        if relative:
+            # the SOL that run would have read at this run's memory speed
+            value *= run.probe_seconds / m.timing.probe_seconds
         values.append(math.log(value) if value > 0 else math.nan)
     usable = [i for i, v in enumerate(values) if math.isfinite(v)]
     compared_on = "time" if by_time else "sol"
@@ -337,7 +360,7 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
     within_list = [run.noise / stats.Z_95 for run in window.runs if math.isfinite(run.noise)]
     within = stats.median(within_list) if within_list else 0.0
     keep, left_out = usable, []
-    spread = floor_log = None
+    spread = floor_log = raw_change = None
     if not usable or sol <= 0:
         centre, change = (math.exp(values[usable[0]]) if usable else 0.0), 0.0
     else:
@@ -356,6 +379,8 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
         centre_log = stats.mean([values[i] for i in keep])
         centre = math.exp(centre_log)
         change = math.exp(math.log(sol) - centre_log) - 1
+        if relative:
+            raw_change = math.exp(math.log(sol) - stats.mean([raw_values[i] for i in keep])) - 1
     floor = None if floor_log is None else 1 - math.exp(-floor_log)
     floor_text = units.percent(floor) if floor is not None else "unknown (one run)"
     versus = (
@@ -371,9 +396,12 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
         versus += f" ({'; '.join(said)})"
     if by_time:
         versus += " (compared on time: the ceilings changed since the baseline, e.g. a re-calibration)"
+    if raw_change is not None:
+        versus += (f" (relative to the memory probe timed beside each sample: the window's SOL at this run's memory "
+                   f"speed; the SOL itself changed {units.percent(raw_change, signed=True)})")
 
     def result(verdict: Verdict, text: str) -> Comparison:
-        return Comparison(verdict, change, centre, spread, floor, window, compared_on, text)
+        return Comparison(verdict, change, centre, spread, floor, window, compared_on, text, raw_change)
 
     beyond_floor = floor_log is not None and abs(math.log1p(change)) > floor_log
     if change < -tolerance:

@@ -76,7 +76,13 @@ class CpuBackend:
     """The calling thread's CPU time (or wall time, see ``choose_cpu_timer``) around the call(s),
     after writing a buffer of twice the last-level cache outside the timed region (as the CUDA
     backend flushes L2), so that a working set that fits in cache cannot beat DRAM bandwidth.
-    The Triton interpreter's timings are not gated, so it is not flushed (``flush_bytes=0``)."""
+    The Triton interpreter's timings are not gated, so it is not flushed (``flush_bytes=0``).
+
+    ``probe`` is the memory probe the sampling loop times after each sample (docs/measurement.md):
+    a copy of a fixed buffer of the flush's size, the plugin's own code, so that no commit of the
+    user's can change it. A shared machine's memory runs faster or slower from one second to
+    the next; the probe, timed beside the kernel, reads the same swings, and the gate compares a
+    memory-bound kernel relative to it (judge/verdict.py)."""
 
     min_sample_seconds = 100e-6
     telemetry_note = "no telemetry on the CPU backend"
@@ -94,6 +100,9 @@ class CpuBackend:
         self.timer = WALL_TIME  # what the record's timing_mode says; chosen for each measurement by steady()
         self.timer_note = ""
         self._warmup_calls: list[tuple[int, int, int]] | None = None  # while the warm-up runs
+        self._probe_buffers: Any = None
+        if not self.flush_bytes:
+            self.probe = None  # the interpreter's timings are not gated: nothing to compare them with
 
     @staticmethod
     def now() -> tuple[int, int, int]:
@@ -104,6 +113,18 @@ class CpuBackend:
         """A new measurement: its warm-up calls are timed by wall time and choose its timer."""
         self.timer, self.timer_note = WALL_TIME, ""
         self._warmup_calls = []
+        if self.flush_bytes and self._probe_buffers is None:
+            import ctypes
+
+            self._probe_buffers = ((ctypes.c_char * self.flush_bytes)(), (ctypes.c_char * self.flush_bytes)())
+            self.probe()  # the first touch of its pages stays out of the timed probes
+
+    def probe(self) -> None:
+        """The memory probe: copy one fixed buffer of the flush's size into another."""
+        import ctypes
+
+        source, destination = self._probe_buffers
+        ctypes.memmove(destination, source, self.flush_bytes)
 
     def steady(self) -> None:
         """The warm-up is over: choose the timer from the calls after the first (which may compile)."""

@@ -9,6 +9,8 @@ optionally, telemetry; the loop decides how many calls per sample and when to st
    a sample holds: on a backend that times cold memory (CUDA) still one, unless a rotation of buffer
    sets keeps every call of a sample cold (``calls_per_sample``); elsewhere several;
 3. take samples in rounds, each sample after a cache flush, with one synchronization per round;
+   on a backend with a memory probe (the CPU), each sample is followed by a timed probe, after its
+   own flush, so that the probe reads the memory speed of the same moment;
 4. a round taken while the device was throttled is discarded and taken again after a pause, up
    to MAX_RECOVERIES times; after that throttled rounds are kept and the timing is flagged;
 5. stop once there are ``min_samples`` samples, ``min_time`` has passed and the median's relative
@@ -59,6 +61,8 @@ class Timing:
     telemetry: dict[str, Any] | None = None
     telemetry_note: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # The median time of the backend's memory probe, timed after each kept sample (None without one)
+    probe_seconds: float | None = None
 
 
 class Backend(Protocol):
@@ -73,7 +77,8 @@ class Backend(Protocol):
     def flush(self) -> None: ...  # evict the cache the kernel's data could sit in
     def hold(self, batch: int) -> None: ...  # keep launch latency out of the timed region
     # Optional: ``begin()``, called before a measurement's first call, and ``steady()``, once its
-    # warm-up is over (the CUDA hold forgets the compiling call; the CPU timer is chosen).
+    # warm-up is over (the CUDA hold forgets the compiling call; the CPU timer is chosen); and
+    # ``probe``, a fixed callable of the backend's own, timed like a sample after each sample.
     def start(self) -> Any: ...
     def stop(self, token: Any) -> Any: ...
     def synchronize(self) -> None: ...
@@ -269,6 +274,8 @@ def take_timing(
     sample_batch = 1 if mode == "cuda-graph" else batch  # calls of `timed` per sample; `batch` kernels either way
 
     samples: list[float] = []
+    probe = getattr(backend, "probe", None)
+    probe_samples: list[float] = []
     # Only readings taken while a round runs: one taken before sampling finds the device idle (its
     # clock parked, its power low) and describes no kernel.
     telemetry_seen: list[dict[str, Any]] = []
@@ -280,7 +287,11 @@ def take_timing(
     dropped = 0
     clocks: list[float] = []  # SM clock read while each kept round ran
     while True:
-        handles = [_timed_call(timed, backend, sample_batch) for _ in range(round_size)]
+        handles, probe_handles = [], []
+        for _ in range(round_size):
+            handles.append(_timed_call(timed, backend, sample_batch))
+            if probe is not None:
+                probe_handles.append(_timed_call(probe, backend, 1))
         # Read the clocks while the GPU still runs the queued round, not after it went idle.
         reading = backend.read_telemetry()
         backend.synchronize()
@@ -298,6 +309,7 @@ def take_timing(
             continue
         throttled = throttled or round_throttled
         samples += round_samples
+        probe_samples += [backend.elapsed(h) for h in probe_handles]
         if reading is not None and isinstance(reading.get("sm_clock_mhz"), (int, float)):
             clocks.append(reading["sm_clock_mhz"])
         elapsed = clock() - sampling_start
@@ -339,6 +351,7 @@ def take_timing(
         telemetry=summarize_telemetry(telemetry_seen),
         telemetry_note=getattr(backend, "telemetry_note", ""),
         notes=tuple(notes),
+        probe_seconds=stats.median(probe_samples) if probe_samples else None,
     )
 
 

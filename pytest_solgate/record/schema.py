@@ -96,6 +96,8 @@ MEASUREMENT = {
             "compared_on": {"enum": ["sol", "time"]},
             "environment_differs": {"type": "array", "maxItems": 100, "items": _text(1_000)},
             "confirmed": {"type": "boolean"},
+            "by_probe": {"type": "boolean"},
+            "raw_change": _nullable(_number(FINITE, minimum=-1.0)),
         }}),
         "telemetry": _nullable({"type": "object"}),
         "environment": {"type": "object", "additionalProperties": _text(1_000)},
@@ -104,6 +106,7 @@ MEASUREMENT = {
         "sol_at_clock": _nullable(_number(FINITE)),
         "timing_mode": {"enum": ["events", "cuda-graph", "thread-cpu-time", "perf-counter"]},  # the last two: CPU timers
         "contended": _text(1_000),
+        "probe_seconds": _nullable(_number(MAX_SECONDS, exclusive=True)),
         "trend": {"type": "array", "maxItems": 100_000, "items": {"type": "object"}},
     },
 }

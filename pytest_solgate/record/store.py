@@ -54,7 +54,7 @@ def _baseline_run(
     environment = dict(record.get("environment") or {})
     if not environment:  # recorded before measurements carried their environment
         environment = {k: str(v) for k, v in zip(ENVIRONMENT_COLUMNS, columns) if v}
-    noise = record.get("noise")
+    noise, probe = record.get("noise"), record.get("probe_seconds")
     return BaselineRun(
         commit=commit,
         run_id=run_uid,
@@ -67,6 +67,7 @@ def _baseline_run(
         verdict=str(record.get("verdict") or ""),
         judged_against=str((record.get("baseline") or {}).get("commit") or ""),
         disturbed=_disturbance(status, record),
+        probe_seconds=float(probe) if isinstance(probe, (int, float)) and probe > 0 else None,
     )
 
 
