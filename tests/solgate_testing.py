@@ -32,6 +32,7 @@ from pytest_solgate.measure import backends
 from pytest_solgate import engine
 
 FAKE_NS = [0]
+FAKE_PROBE_NS = [1_000_000]  # the memory probe reads 1 ms: the memory's usual speed, unless a test sets another
 
 def busy(seconds):
     FAKE_NS[0] += round(seconds * 1e9)
@@ -40,6 +41,7 @@ def busy(seconds):
 def _fake_clock(monkeypatch):
     # wall, thread CPU and process CPU time alike: the kernel runs on its thread alone, never waiting
     monkeypatch.setattr(backends.CpuBackend, "now", staticmethod(lambda: (FAKE_NS[0],) * 3))
+    monkeypatch.setattr(backends.CpuBackend, "copy_probe", lambda self: FAKE_NS.__setitem__(0, FAKE_NS[0] + FAKE_PROBE_NS[0]))
     # No time passes on the fake clock, so no other process can take the core: never contended.
     monkeypatch.setattr(engine, "CPU_CLOCKS", (lambda: 0.0, lambda: 0.0))
 '''

@@ -94,3 +94,31 @@ def test_a_real_kernel_whose_work_runs_on_another_thread_is_timed_by_wall_time()
     assert timing.mode == backends.WALL_TIME
     assert any("multi-threaded kernel" in n for n in timing.notes)
     assert timing.seconds >= 0.002
+
+
+class ScriptedProbe(ScriptedClock):
+    """A scripted CPU backend with a memory probe that reads ``probe_ns`` of each clock."""
+
+    def __init__(self, per_call, probe_ns):
+        super().__init__(per_call)
+        self.probe_ns, self.probes = probe_ns, 0
+
+    def probe(self):  # in place of the real backend's (a property: the copy when it flushes)
+        self.probes += 1
+        self.clock = [c + self.probe_ns for c in self.clock]
+
+
+def test_the_memory_probe_is_timed_after_every_kept_sample_on_the_same_timer():
+    backend = ScriptedProbe(lambda i: (MS, MS, MS), probe_ns=3 * MS)
+    timing = take_timing(backend.kernel, backend, QUICK, clock=lambda: backend.clock[0] / 1e9)
+    assert timing.probe_seconds == 3e-3
+    assert backend.probes == len(timing.samples)  # one probe per sample, none in the warm-up
+    assert set(timing.samples) == {1e-3}  # the probe is outside the kernel's timed region
+
+
+def test_the_real_probe_copies_a_fixed_buffer_and_the_interpreter_has_none():
+    backend = backends.CpuBackend("cpu", flush_bytes=1 << 20)
+    timing = take_timing(lambda: sum(range(1000)), backend, QUICK)
+    assert timing.probe_seconds is not None and timing.probe_seconds > 0
+    assert backends.CpuBackend(backends.INTERPRETER).probe is None
+    assert take_timing(lambda: None, backends.CpuBackend(backends.INTERPRETER), QUICK).probe_seconds is None

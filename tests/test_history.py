@@ -24,6 +24,7 @@ import json, pathlib, random
 import pytest
 
 SPEED = json.loads(pathlib.Path(__file__).with_name("speed.json").read_text())
+FAKE_PROBE_NS[0] = round(SPEED.get("probe", 1e-3) * 1e9)  # the machine's memory speed in this run
 
 @pytest.mark.sol(max_regression=SPEED.get("tolerance"))
 def test_kernel(sol):
@@ -694,3 +695,24 @@ def test_compare_skips_what_was_not_gated_and_never_puts_head_in_its_own_window(
     assert kernel.endswith("regressed") and " 0.390 " in kernel
     (triton,) = [line for line in compared.stdout.splitlines() if "test_triton" in line]
     assert triton.endswith("not gated (TRITON_INTERPRET=1)")
+
+
+def test_a_memory_bound_kernel_is_judged_relative_to_the_memory_probe_across_commits(pytester):
+    """Real git commits, real pytest runs: a run while the memory ran 15 % slow (kernel and probe
+    alike) passes, and stays in the window; a commit that slows the kernel by 25 % at the usual
+    memory speed is caught at once. Raw, the first would read -13 % against a flat window."""
+    repo = Repo(pytester)
+    for i in range(4):
+        repo.commit(f"c{i}")
+        repo.run()
+    repo.commit("same code, slower memory", seconds=1.15e-3, probe=1.15e-3)
+    result, verdicts, _ = repo.run()
+    kernel = verdicts["test_kernel"]
+    assert kernel["verdict"] == "pass", kernel["reason"]
+    assert kernel["baseline"]["by_probe"] and abs(kernel["baseline"]["change"]) < 0.005
+    assert abs(kernel["baseline"]["raw_change"] + 0.13) < 0.005
+    assert "relative to the memory probe" in kernel["reason"]
+    repo.commit("slower code", seconds=1.25e-3)
+    result, verdicts, _ = repo.run()
+    assert verdicts["test_kernel"]["verdict"] == "regressed", verdicts["test_kernel"]["reason"]
+    assert abs(verdicts["test_kernel"]["baseline"]["change"] + 0.2) < 0.005

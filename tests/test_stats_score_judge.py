@@ -257,3 +257,56 @@ def test_sol_is_printed_with_enough_digits():
     from pytest_solgate.support import units
 
     assert [units.sol(v) for v in (0.8234, 0.1, 0.0049, 0.005, 0.0, 1.33)] == ["0.82", "0.10", "0.0049", "0.005", "0.00", "1.33"]
+
+
+# --- the memory probe: a memory-bound kernel judged relative to the machine's memory speed ----------
+
+# Ten runs of one kernel while the machine's memory ran at these speeds (1.0 = usual): its SOL and
+# its probe's time both follow the speed, as on a shared VM (docs/measurement.md).
+MEMORY_SPEEDS = (1.0, 0.9, 1.1, 0.95, 1.05, 0.88, 1.12, 1.0, 0.93, 1.07)
+
+
+def probed_window(speeds=MEMORY_SPEEDS, probe_missing_at=None):
+    return verdict.BaselineWindow(runs=tuple(
+        verdict.BaselineRun(commit=f"{i:040x}", run_id=f"r{i}", sol=0.5 * s, seconds=0.7e-3 / (0.5 * s), noise=0.002,
+                            probe_seconds=None if i == probe_missing_at else 1e-3 / s)
+        for i, s in enumerate(speeds)
+    ))
+
+
+def probed(sol, probe_seconds, bound="memory"):
+    return changed(measurement(sol), t_sol=0.7e-3, seconds=0.7e-3 / sol, noise=0.002, probe_seconds=probe_seconds,
+                   bound=bound)
+
+
+def test_a_run_on_slow_memory_passes_relative_to_the_probe():
+    # the same kernel while the memory runs 15 % slow: its SOL is 15 % lower, and so is the probe's speed
+    got = verdict.judge(probed(0.5 * 0.85, 1e-3 / 0.85), verdict.Budget(), probed_window(), SETTINGS)
+    assert got.verdict == results.PASS, got.judgement.reason
+    info = got.judgement.baseline.to_dict()
+    assert info["by_probe"] is True and abs(info["change"]) < 0.01 and abs(info["raw_change"] + 0.15) < 0.01
+    assert "relative to the memory probe timed beside each sample" in got.judgement.reason
+    assert f"the SOL itself changed {info['raw_change']:+.1%}" in got.judgement.reason
+
+
+def test_a_kernel_slowed_by_a_commit_is_caught_relative_to_the_probe_and_missed_raw():
+    slower = probed(0.5 / 1.2, 1e-3)  # the code does 1.2x the work; the memory runs at its usual speed
+    got = verdict.judge(slower, verdict.Budget(), probed_window(), SETTINGS)
+    assert got.verdict == results.REGRESSED, got.judgement.reason
+    assert abs(got.judgement.baseline.change + 1 / 6) < 0.01
+    # Raw, the window's memory swings (7 % run to run) hide the same drop; a compute-bound kernel is
+    # compared raw, as is any comparison where a baseline run has no probe.
+    as_compute = probed(0.5 / 1.2, 1e-3, bound="compute")
+    raw = verdict.judge(as_compute, verdict.Budget(), probed_window(), SETTINGS)
+    assert raw.verdict == results.AMBIGUOUS and "by_probe" not in raw.judgement.baseline.to_dict()
+    older = verdict.judge(slower, verdict.Budget(), probed_window(probe_missing_at=3), SETTINGS)
+    assert older.verdict == results.AMBIGUOUS and not older.judgement.baseline.by_probe
+
+
+def test_the_probe_comparison_round_trips_and_older_records_write_back_identical():
+    got = verdict.judge(probed(0.5 * 0.85, 1e-3 / 0.85), verdict.Budget(), probed_window(), SETTINGS)
+    again = changed(got)  # through the solgate/1 JSON and back
+    assert again.timing.probe_seconds == got.timing.probe_seconds
+    assert again.judgement.baseline == got.judgement.baseline and again.judgement.baseline.by_probe
+    plain = verdict.judge(at_sol(0.70), verdict.Budget(), window(*STEADY), SETTINGS).to_dict()
+    assert "probe_seconds" not in plain and "by_probe" not in plain["baseline"]

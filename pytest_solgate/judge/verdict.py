@@ -274,6 +274,13 @@ def by_probe(m: Measurement, runs: Sequence[BaselineRun]) -> bool:
             and all(run.probe_seconds for run in runs))
 
 
+def _at_memory_speed(raw_change: float | None) -> str:
+    if raw_change is None:
+        return ""
+    return (f" at this run's memory speed (relative to the memory probe timed beside each sample; the SOL itself "
+            f"changed {units.percent(raw_change, signed=True)})")
+
+
 def _commits(window: BaselineWindow) -> str:
     newest, oldest = short(window.runs[0].commit), short(window.runs[-1].commit)
     count = len(window.runs)
@@ -385,7 +392,7 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
     floor_text = units.percent(floor) if floor is not None else "unknown (one run)"
     versus = (
         f"{label(m)} SOL {sol:.3f} at {short(settings.commit)}{' (dirty)' if settings.dirty else ''} "
-        f"vs {centre:.3f} over {_commits(window)}: {units.percent(change, signed=True)}, "
+        f"vs {centre:.3f} over {_commits(window)}{_at_memory_speed(raw_change)}: {units.percent(change, signed=True)}, "
         f"tolerance {units.percent(tolerance)}, noise floor {floor_text}"
     )
     said = list(window.notes)
@@ -396,9 +403,6 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
         versus += f" ({'; '.join(said)})"
     if by_time:
         versus += " (compared on time: the ceilings changed since the baseline, e.g. a re-calibration)"
-    if raw_change is not None:
-        versus += (f" (relative to the memory probe timed beside each sample: the window's SOL at this run's memory "
-                   f"speed; the SOL itself changed {units.percent(raw_change, signed=True)})")
 
     def result(verdict: Verdict, text: str) -> Comparison:
         return Comparison(verdict, change, centre, spread, floor, window, compared_on, text, raw_change)

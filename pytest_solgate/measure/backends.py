@@ -78,7 +78,7 @@ class CpuBackend:
     backend flushes L2), so that a working set that fits in cache cannot beat DRAM bandwidth.
     The Triton interpreter's timings are not gated, so it is not flushed (``flush_bytes=0``).
 
-    ``probe`` is the memory probe the sampling loop times after each sample (docs/measurement.md):
+    ``probe`` (``copy_probe``) is the memory probe the sampling loop times after each sample (docs/measurement.md):
     a copy of a fixed buffer of the flush's size, the plugin's own code, so that no commit of the
     user's can change it. A shared machine's memory runs faster or slower from one second to
     the next; the probe, timed beside the kernel, reads the same swings, and the gate compares a
@@ -101,8 +101,6 @@ class CpuBackend:
         self.timer_note = ""
         self._warmup_calls: list[tuple[int, int, int]] | None = None  # while the warm-up runs
         self._probe_buffers: Any = None
-        if not self.flush_bytes:
-            self.probe = None  # the interpreter's timings are not gated: nothing to compare them with
 
     @staticmethod
     def now() -> tuple[int, int, int]:
@@ -117,9 +115,15 @@ class CpuBackend:
             import ctypes
 
             self._probe_buffers = ((ctypes.c_char * self.flush_bytes)(), (ctypes.c_char * self.flush_bytes)())
-            self.probe()  # the first touch of its pages stays out of the timed probes
+            self.copy_probe()  # the first touch of its pages stays out of the timed probes
 
-    def probe(self) -> None:
+    @property
+    def probe(self) -> Callable[[], None] | None:
+        """The memory probe that the sampling loop times after each sample; none under the Triton
+        interpreter (not flushed, not gated: there is nothing to compare its timings with)."""
+        return self.copy_probe if self.flush_bytes else None
+
+    def copy_probe(self) -> None:
         """The memory probe: copy one fixed buffer of the flush's size into another."""
         import ctypes
 
