@@ -19,7 +19,11 @@ baseline is judged. Then:
 Runs marked contended (the process got under 3/4 of a core while sampling) are counted and shown
 with a ``*``: they are never baselines and cannot be ``regressed``.
 
-    python benchmarks/gate_power.py [--runs 20] [--factors 1.1,1.2,1.25,1.4,1.8] [--power-runs 3]
+With ``--neighbour``, a second process streams memory (a copy between two 256 MiB buffers, in a
+loop, on the other core) for the whole benchmark: a noisy neighbour that takes memory bandwidth
+and cache, not the benchmark's core, as another job on a shared runner would.
+
+    python benchmarks/gate_power.py [--runs 20] [--factors 1.1,1.2,1.25,1.4,1.8] [--power-runs 3] [--neighbour]
 """
 
 from __future__ import annotations
@@ -125,6 +129,15 @@ def test_copy(sol):
 '''
 
 
+NEIGHBOUR = """
+import ctypes
+size = 256 << 20
+source, destination = (ctypes.c_char * size)(), (ctypes.c_char * size)()
+while True:
+    ctypes.memmove(destination, source, size)
+"""
+
+
 class Repo:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -200,6 +213,7 @@ def main() -> None:
     parser.add_argument("--factors", default="1.1,1.2,1.25,1.4,1.8",
                         help="time factors of the slow commits, every kernel alike (default %(default)s)")
     parser.add_argument("--power-runs", type=int, default=3, help="runs of each slow commit (default 3: 12 measurements)")
+    parser.add_argument("--neighbour", action="store_true", help="stream memory from a second process throughout")
     parser.add_argument("--replay-history", type=Path, help="only replay the A/A runs of an earlier benchmark's history")
     args = parser.parse_args()
     if args.runs < 2:
@@ -210,6 +224,17 @@ def main() -> None:
         return
     repo = Repo(Path(tempfile.mkdtemp(prefix="gate-power-")))
     print(f"machine: {machine()}")
+    neighbour = subprocess.Popen([sys.executable, "-c", NEIGHBOUR]) if args.neighbour else None
+    if neighbour:
+        print(f"a neighbour process (pid {neighbour.pid}) streams memory for the whole benchmark")
+    try:
+        measure(repo, args, factors)
+    finally:
+        if neighbour:
+            neighbour.kill()
+
+
+def measure(repo: Repo, args: argparse.Namespace, factors: list[float]) -> None:
     print(f"repository: {repo.path}; {args.runs} A/A runs, then slow commits x{factors} ({args.power_runs} runs each, "
           "every kernel slowed alike, judged against the A/A history and not saved); default timing settings", flush=True)
 
