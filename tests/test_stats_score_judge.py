@@ -303,6 +303,28 @@ def test_a_kernel_slowed_by_a_commit_is_caught_relative_to_the_probe_and_missed_
     assert older.verdict == results.AMBIGUOUS and not older.judgement.baseline.by_probe
 
 
+def test_a_window_that_does_not_follow_the_probe_is_compared_raw():
+    # The kernel's SOL swings with the memory speed, but the probe swung otherwise (a kernel that
+    # is limited by something else): relative to the probe the window would be wider, not narrower.
+    probes = (1.0, 1.12, 0.9, 1.1, 0.92, 1.08, 0.95, 1.05, 0.9, 1.1)
+    runs = tuple(
+        verdict.BaselineRun(commit=f"{i:040x}", run_id=f"r{i}", sol=0.5 * s, seconds=0.7e-3 / (0.5 * s), noise=0.002,
+                            probe_seconds=1e-3 * p)
+        for i, (s, p) in enumerate(zip(MEMORY_SPEEDS, probes))
+    )
+    got = verdict.judge(probed(0.5 / 1.2, 1e-3), verdict.Budget(), verdict.BaselineWindow(runs=runs), SETTINGS)
+    assert got.verdict == results.AMBIGUOUS and not got.judgement.baseline.by_probe, got.judgement.reason
+    # and three runs cannot show which way their spread goes
+    few = verdict.judge(probed(0.5 / 1.2, 1e-3), verdict.Budget(), probed_window(MEMORY_SPEEDS[:3]), SETTINGS)
+    assert not few.judgement.baseline.by_probe
+
+
+def test_follows_probe_needs_a_clear_gain():
+    raw = [0.0, 0.1, -0.1, 0.05, -0.05]
+    assert verdict.follows_probe(raw, [v * 0.5 for v in raw], 0.0)
+    assert not verdict.follows_probe(raw, [v * 0.9 for v in raw], 0.0)  # narrower, but not clearly
+
+
 def test_the_probe_comparison_round_trips_and_older_records_write_back_identical():
     got = verdict.judge(probed(0.5 * 0.85, 1e-3 / 0.85), verdict.Budget(), probed_window(), SETTINGS)
     again = changed(got)  # through the solgate/1 JSON and back

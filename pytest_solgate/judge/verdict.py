@@ -38,6 +38,9 @@ ABOVE_SOL_LIMIT = 1.05
 # confirmation re-measure. Strict, because each false alarm costs a kernel engineer an afternoon.
 STATISTIC = "t-prediction-99"
 MIN_ROBUST = 4  # window values needed before one far off the others can be told apart and left out
+# A window is compared relative to the memory probe when its runs' spread relative to the probe is
+# at most this share of their raw spread (follows_probe): clearly better, not better by chance.
+PROBE_GAIN = 0.75
 OUTLIER_SIGMAS = 4.5  # robust standard deviations from the window's median: a disturbed run, not noise
 MIN_SCALE = 0.01  # robust spreads are taken as at least 1 %: no run within 4.5 % of the median is called disturbed
 WIDENING_SIGMAS = 3.0  # kept runs this far from the window's median are named as widening it
@@ -261,17 +264,30 @@ def _run_value(m: Measurement, run: BaselineRun) -> tuple[float, bool]:
     return run.sol, False
 
 
-def by_probe(m: Measurement, runs: Sequence[BaselineRun]) -> bool:
-    """Whether ``m`` is compared with ``runs`` relative to the memory probe: a memory-bound kernel
-    whose run and every baseline run timed the probe beside it. A shared machine's memory speed
-    swings from one second to the next, and the probe, the plugin's own fixed copy timed after each
-    sample, reads the same swings (docs/measurement.md: on the development VM the run-to-run
-    deviation of three memory-bound kernels fell from 0.06-0.11 to 0.02-0.04 in log time). A
-    change of the user's code cannot move the probe, so a commit that slows every kernel alike
-    is still seen. A compute-bound kernel does not follow the memory's swings: it is compared raw."""
+def probe_applies(m: Measurement, runs: Sequence[BaselineRun]) -> bool:
+    """Whether ``m`` could be compared with ``runs`` relative to the memory probe: a memory-bound
+    kernel whose run and every baseline run timed the probe beside it (the CPU backend)."""
     probe = m.timing.probe_seconds
     return (m.score.bound == "memory" and probe is not None and probe > 0
             and all(run.probe_seconds for run in runs))
+
+
+def follows_probe(raw: Sequence[float], relative: Sequence[float], floor_sd: float) -> bool:
+    """Whether a window's runs (log values) agree clearly better relative to the memory probe than
+    raw: their robust spread relative to it is at most PROBE_GAIN of the raw one. Decided from
+    the window alone, never from the run being judged.
+
+    A shared machine's memory speed swings from one second to the next, and a memory-bound kernel
+    with it; the probe, the plugin's own fixed copy timed after each sample, reads the same swings
+    (docs/measurement.md: on the development VM the run-to-run deviation of add and copy fell
+    from 0.06-0.25 to 0.014-0.04 in log time). A kernel declared memory-bound that is limited by
+    something else on this machine (softmax's exp under a neighbour streaming memory: 0.18 raw,
+    0.24 relative) does not follow it, and the probe would only add its swings: it is compared
+    raw. A change of the user's code cannot move the probe, so a commit that slows every kernel
+    alike is still seen."""
+    if len(raw) < MIN_ROBUST:
+        return False
+    return robust_values(relative, floor_sd)[1] <= PROBE_GAIN * robust_values(raw, floor_sd)[1]
 
 
 def _at_memory_speed(raw_change: float | None) -> str:
@@ -348,24 +364,24 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
     ``regressed`` needs a drop beyond the tolerance AND beyond the floor; a drop beyond the
     tolerance alone is ``ambiguous``; so is any drop when one run cannot show a spread.
     """
-    values = []
     raw_values = []
     by_time = False
-    relative = by_probe(m, window.runs)
     for run in window.runs:
         value, timed = _run_value(m, run)
         by_time = by_time or timed
         raw_values.append(math.log(value) if value > 0 else math.nan)
-        if relative:
-            # the SOL that run would have read at this run's memory speed
-            value *= run.probe_seconds / m.timing.probe_seconds
-        values.append(math.log(value) if value > 0 else math.nan)
-    usable = [i for i, v in enumerate(values) if math.isfinite(v)]
+    usable = [i for i, v in enumerate(raw_values) if math.isfinite(v)]
     compared_on = "time" if by_time else "sol"
     sol, noise = m.score.sol, m.timing.noise
     # Within-run precision is a 95 % half-width: divided by Z_95 it is a standard deviation.
     within_list = [run.noise / stats.Z_95 for run in window.runs if math.isfinite(run.noise)]
     within = stats.median(within_list) if within_list else 0.0
+    values, relative = raw_values, False
+    if probe_applies(m, window.runs):
+        # each run's SOL as it would have read at this run's memory speed
+        scaled = [v + math.log(run.probe_seconds / m.timing.probe_seconds) for v, run in zip(raw_values, window.runs)]
+        relative = follows_probe([raw_values[i] for i in usable], [scaled[i] for i in usable], within)
+        values = scaled if relative else raw_values
     keep, left_out = usable, []
     spread = floor_log = raw_change = None
     if not usable or sol <= 0:
