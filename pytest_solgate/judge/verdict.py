@@ -290,30 +290,31 @@ def follows_probe(raw: Sequence[float], relative: Sequence[float], floor_sd: flo
     return robust_values(relative, floor_sd)[1] <= PROBE_GAIN * robust_values(raw, floor_sd)[1]
 
 
-def memory_moved(m: Measurement, runs: Sequence[BaselineRun]) -> str:
-    """How this run's machine differed from the one its baseline runs saw, by the memory probe, or
-    '' when it did not (or no probe tells).
+def memory_moved(m: Measurement, runs: Sequence[BaselineRun]) -> tuple[float, str]:
+    """How far (log time) this run's memory probe lay from its baseline runs', and why that puts
+    the machine in a state the window never saw; (0.0, '') when it did not (or no probe tells).
 
     The probe is the plugin's own fixed copy, so only the machine moves it. When this run's probe
     time lies outside the baseline runs' 99 % prediction range (as a kernel's own window is
     judged), the machine was in a state the window never saw: on the development VM, a minute in
     which every kernel ran 30-35 % slow while nothing else of ours ran. A kernel compared raw is
     not corrected for it, and one compared relative to the probe only follows it within the range
-    its window showed (softmax, which does not: the six false `regressed` of that minute). Such a
-    run cannot fail as `regressed`, nor read as `improved`."""
+    its window showed (softmax did not: six false `regressed` in that minute). Such a run fails as
+    `regressed` only beyond the floor plus the probe's own shift: a drop that even a kernel slowed
+    as much as the machine's memory cannot explain; it never reads as `improved`."""
     probe = m.timing.probe_seconds
     logs = [math.log(run.probe_seconds) for run in runs if run.probe_seconds]
     if not probe or probe <= 0 or len(logs) < 2:
-        return ""
+        return 0.0, ""
     keep, sd = robust_values(logs, 0.0)
     kept = [logs[i] for i in keep]
     bound = stats.t_quantile_99(len(kept) - 1) * max(sd, MIN_SCALE) * math.sqrt(1 + 1 / len(kept))
     shift = math.log(probe) - stats.mean(kept)
     if abs(shift) <= bound:
-        return ""
-    return (f"the memory probe took {units.percent(abs(math.exp(shift) - 1))} {'longer' if shift > 0 else 'less'} than "
-            f"over the baseline runs, beyond their range (±{units.percent(math.exp(bound) - 1)}): the machine ran in "
-            "a state the window never saw")
+        return 0.0, ""
+    return shift, (f"the memory probe took {units.percent(abs(math.exp(shift) - 1))} "
+                   f"{'longer' if shift > 0 else 'less'} than over the baseline runs, beyond their range "
+                   f"(±{units.percent(math.exp(bound) - 1)}): the machine ran in a state the window never saw")
 
 
 def _at_memory_speed(raw_change: float | None) -> str:
@@ -450,7 +451,7 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
         return Comparison(verdict, change, centre, spread, floor, window, compared_on, text, raw_change)
 
     beyond_floor = floor_log is not None and abs(math.log1p(change)) > floor_log
-    moved = memory_moved(m, [window.runs[i] for i in keep])
+    shift, moved = memory_moved(m, [window.runs[i] for i in keep])
     if change < -tolerance:
         if floor_log is None:
             return result(AMBIGUOUS, f"{versus}: one baseline run cannot show the run-to-run noise, so the drop "
@@ -466,11 +467,13 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
         if m.contended:
             return result(AMBIGUOUS, f"{versus}: would be a regression, but the machine was busy while it measured "
                                      f"({m.contended}); a contended run cannot fail as regressed: run it alone")
-        if moved:
-            return result(AMBIGUOUS, f"{versus}: would be a regression, but {moved}; such a run cannot fail as "
-                                     "regressed: the gate decides on a run in the window's state (run it again)")
+        if moved and abs(math.log1p(change)) <= floor_log + abs(shift):
+            return result(AMBIGUOUS, f"{versus}: would be a regression, but {moved}, and the drop is within the noise "
+                                     "floor plus the probe's own shift; the gate decides on a run in the window's "
+                                     "state (run it again)")
+        beyond = " and the machine's shift by the memory probe" if moved else ""
         return result(REGRESSED, f"{versus}: regressed (beyond the tolerance and the noise: 99 % t prediction bound "
-                                 f"over {len(keep)} runs)")
+                                 f"over {len(keep)} runs{beyond})")
     if change > tolerance and beyond_floor:
         if moved:
             return result(PASS, f"{versus}: would be an improvement, but {moved}")
