@@ -63,7 +63,7 @@ def test_the_timer_is_chosen_again_for_each_measurement():
     helped = ScriptedClock(lambda i: (MS, MS, 3 * MS))  # two helper threads
     timing = take_timing(helped.kernel, helped, QUICK, clock=lambda: helped.clock[0] / 1e9)
     assert timing.mode == backends.WALL_TIME and any("multi-threaded kernel" in n for n in timing.notes)
-    helped.per_call = lambda i: (2 * MS, MS, MS)  # now alone, and preempted half the time... in every call
+    helped.per_call = lambda i: (2 * MS, MS, MS)  # now alone, but off its core half of every call (it waits)
     again = take_timing(helped.kernel, helped, QUICK, clock=lambda: helped.clock[0] / 1e9)
     assert again.mode == backends.WALL_TIME and any("on a core only 50.0%" in n for n in again.notes)
     helped.per_call = lambda i: (MS, MS, MS)

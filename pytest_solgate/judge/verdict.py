@@ -308,7 +308,7 @@ def memory_moved(m: Measurement, runs: Sequence[BaselineRun]) -> tuple[float, st
         return 0.0, ""
     keep, sd = robust_values(logs, 0.0)
     kept = [logs[i] for i in keep]
-    bound = stats.t_quantile_99(len(kept) - 1) * max(sd, MIN_SCALE) * math.sqrt(1 + 1 / len(kept))
+    bound = stats.prediction_bound_99(max(sd, MIN_SCALE), len(kept))
     shift = math.log(probe) - stats.mean(kept)
     if abs(shift) <= bound:
         return 0.0, ""
@@ -421,7 +421,7 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
             left_out = [usable[i] for i in range(len(usable)) if i not in keep_local]
             sd = max(sd_kept, within)
             spread = sd
-            window_term = stats.t_quantile_99(len(keep) - 1) * sd * math.sqrt(1 + 1 / len(keep)) if len(keep) >= 2 else None
+            window_term = stats.prediction_bound_99(sd, len(keep)) if len(keep) >= 2 else None
             # This run's own precision, when it is worse than usual (a disturbed block of samples),
             # widens the bound too: in quadrature, at the normal 99 % quantile.
             head_term = stats.Z_99 * noise / stats.Z_95 if math.isfinite(noise) else 0.0

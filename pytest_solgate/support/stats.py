@@ -76,6 +76,12 @@ def t_quantile_99(df: int) -> float:
     return _T_99[max(k for k in _T_99 if k <= df)]
 
 
+def prediction_bound_99(sd: float, count: int) -> float:
+    """How far one new draw falls below (or above) the mean of ``count`` draws of standard deviation
+    ``sd`` in only 1 % of cases: the one-sided 99 % t prediction bound (count >= 2)."""
+    return t_quantile_99(count - 1) * sd * math.sqrt(1 + 1 / count)
+
+
 def mean(values: Sequence[float]) -> float:
     if not values:
         raise ValueError("mean of no values")
