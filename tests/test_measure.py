@@ -108,7 +108,7 @@ def test_throttled_rounds_are_taken_again_after_a_pause_not_dropped():
     b = FakeBackend(lambda i: 1e-3, readings=readings)
     t = run_pausing(b, min_time=0.05, max_time=0.5, noise=0.01, warmup_time=0.001)
     assert b.pauses == 2 and t.dropped_samples > 0 and not t.throttled
-    assert len(t.samples) >= 10 and "2 throttled round(s)" in t.notes[0] and "taken again after a 50 ms pause" in t.notes[0]
+    assert len(t.samples) >= 10 and "in 2 round(s)" in t.notes[0] and "taken again after a 50 ms pause" in t.notes[0]
 
 
 def test_throttling_that_does_not_recover_is_kept_and_flagged():

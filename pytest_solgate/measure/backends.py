@@ -11,9 +11,9 @@ import os
 import time
 from typing import Any, Callable, Iterator
 
-from pytest_solgate.measure import telemetry
+from pytest_solgate.measure import sm_clock, telemetry
 from pytest_solgate.measure.devices import DeviceChoice, cuda_uuid, last_level_cache_bytes
-from pytest_solgate.support import units
+from pytest_solgate.support import stats, units
 
 DEFAULT_FLUSH_BYTES = 256 * 1024 * 1024  # when neither the device nor the profile gives an L2 size
 BASE_HOLD_SECONDS = 100e-6
@@ -200,8 +200,18 @@ class CudaBackend:
         self.flush_buffer = torch.empty(flush_bytes // 4, dtype=torch.int32, device=device)
         self.cycles_per_second = (clock_mhz or 2000) * 1e6
         self.reader, self.telemetry_note = telemetry.open_reader(device.index or 0, cuda_uuid(torch, device))
-        self.enqueue_seconds = 0.0  # the longest host time seen to queue one sample's calls (since steady())
-        self._enqueues: list[float] = []  # host time to queue each sample's calls since steady()
+        # The SM clock over each sample (nvbench's clock64/globaltimer stamps) and the peak clock it
+        # is judged against; without the stamps, NVML's reading during each round stands in.
+        self.clock_stamps, self.clock_note = sm_clock.open_stamps(torch, device)
+        nvml_max = self.reader.sm_clock_max if self.reader else None
+        self.peak_clock_mhz = sm_clock.peak_clock_mhz(torch, device, nvml_max, clock_mhz)
+        # Why CUDA-graph capture is off for the rest of the session ("" while it is on): after a
+        # failed capture, torch 2.11's caching allocator keeps the failed capture in
+        # captures_underway (before pytorch#180395) and every later capture fails an internal assert.
+        self.capture_off_reason = ""
+        self.enqueue_seconds = 0.0  # host time to queue one sample's calls in steady state (set by steady())
+        self._enqueues: list[float] = []  # host time to queue each call of the warm-up
+        self._warming_up = True
         self._queued_from = 0.0
 
     def flush(self) -> None:
@@ -214,33 +224,53 @@ class CudaBackend:
         # Hold the stream while Python queues the start event and the calls, so that launch
         # latency lands before the start event instead of inside the timed region (nvbench's
         # blocking kernel, kept apart from its L2 flush as here). The hold
-        # outlasts twice the longest enqueue seen in steady state (a slow Python launcher, an
-        # autotune wrapper), at least 100 us + 20 us per call, at most 10 ms.
+        # outlasts twice the median enqueue of the warm-up's steady-state calls (a slow Python
+        # launcher, an autotune wrapper), at least 100 us + 20 us per call, at most 10 ms.
         hold_seconds = min(MAX_HOLD_SECONDS, BASE_HOLD_SECONDS + 2 * max(self.enqueue_seconds, batch * 20e-6))
         self.torch.cuda._sleep(int(hold_seconds * self.cycles_per_second))
 
     def start(self) -> Any:
+        clock_slot = self.clock_stamps.stamp() if self.clock_stamps else None
         event = self.torch.cuda.Event(enable_timing=True)
         event.record()
         self._queued_from = self.host_clock()
-        return event
+        return event, clock_slot
 
-    def stop(self, token: Any) -> tuple[Any, Any]:
+    def stop(self, token: Any) -> tuple[Any, Any, Any, Any]:
         event = self.torch.cuda.Event(enable_timing=True)
         event.record()
-        seconds = self.host_clock() - self._queued_from
-        self._enqueues.append(seconds)
-        self.enqueue_seconds = max(self.enqueue_seconds, seconds)
-        return token, event
+        # The hold follows the warm-up's steady-state calls until steady() fixes it for the sampling;
+        # a running maximum let one slow enqueue (a GC pause) push every later hold toward 10 ms.
+        self._enqueues.append(self.host_clock() - self._queued_from)
+        if self._warming_up:
+            self.enqueue_seconds = self._steady_enqueue()
+        start_event, start_slot = token
+        stop_slot = self.clock_stamps.stamp() if self.clock_stamps else None
+        return start_event, event, start_slot, stop_slot
+
+    def begin(self) -> None:
+        """A new measurement: its warm-up sizes the hold afresh."""
+        self._enqueues, self._warming_up = [], True
+
+    def _steady_enqueue(self) -> float:
+        """The median enqueue of the calls after the first. The first call compiles (seconds of host
+        time); sized from it, every hold would be the 10 ms maximum and the device would spend most
+        of each round in the spin, which the telemetry would then describe instead of the kernel.
+        The median, so that one slow call does not size the others."""
+        after_first = self._enqueues[1:]
+        return stats.median(after_first) if after_first else 0.0
 
     def steady(self) -> None:
-        """The warm-up is over: size the hold from the calls after the first only. The first call
-        compiles (seconds of host time); sized from it, every hold would be the 10 ms maximum and
-        the device would spend most of each round in the spin, which the telemetry would then
-        describe instead of the kernel."""
-        after_first = self._enqueues[1:]
-        self.enqueue_seconds = max(after_first) if after_first else 0.0
-        self._enqueues = []
+        """The warm-up is over: the hold of every sample is sized from its steady-state calls."""
+        self.enqueue_seconds = self._steady_enqueue()
+        self._enqueues, self._warming_up = [], False
+
+    def sample_clock_mhz(self, handle: tuple[Any, Any, Any, Any]) -> float | None:
+        """The SM clock over one sample (after the round's synchronize), or None without the stamps."""
+        _, _, start_slot, stop_slot = handle
+        if self.clock_stamps is None or start_slot is None:
+            return None
+        return self.clock_stamps.mhz(start_slot, stop_slot)
 
     def capture_graph(self, fn: Any, calls: int) -> Any:
         """``calls`` calls of ``fn`` captured as one CUDA graph; returns its replay. The flush and
@@ -252,11 +282,15 @@ class CudaBackend:
         # Our own stream context around the capture: torch.cuda.graph's __exit__ raises in
         # capture_end() (a kernel that calls .item()) before its own stream context exits, which
         # left the process on the capture stream; this outer one restores the stream either way.
-        with torch.cuda.stream(side):
-            fn()  # one call on a side stream before capture, as the CUDA-graph documentation asks
-            with torch.cuda.graph(graph, stream=side):
-                for _ in range(calls):
-                    fn()
+        try:
+            with torch.cuda.stream(side):
+                fn()  # one call on a side stream before capture, as the CUDA-graph documentation asks
+                with torch.cuda.graph(graph, stream=side):
+                    for _ in range(calls):
+                        fn()
+        except Exception as exc:
+            self.capture_off_reason = f"{type(exc).__name__}: {exc}"
+            raise
         torch.cuda.current_stream().wait_stream(side)
         return graph.replay
 

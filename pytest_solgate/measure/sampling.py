@@ -11,8 +11,10 @@ optionally, telemetry; the loop decides how many calls per sample and when to st
 3. take samples in rounds, each sample after a cache flush, with one synchronization per round;
    on a backend with a memory probe (the CPU), each sample is followed by a timed probe, after its
    own flush, so that the probe reads the memory speed of the same moment;
-4. a round taken while the device was throttled is discarded and taken again after a pause, up
-   to MAX_RECOVERIES times; after that throttled rounds are kept and the timing is flagged;
+4. a sample taken while the device was throttled (its SM clock, measured over the sample, under
+   75 % of the peak, as nvbench judges it; or NVML's reading of its round) is discarded and sampling
+   goes on after a pause, up to MAX_RECOVERIES times; after that throttled samples are kept and
+   the timing is flagged;
 5. stop once there are ``min_samples`` samples, ``min_time`` has passed and the median's relative
    95 % confidence half-width is under ``noise``; or when ``max_time`` is spent (flagged noisy).
 """
@@ -25,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from pytest_solgate.measure import sm_clock
 from pytest_solgate.support import stats
 from pytest_solgate.support.errors import MeasureError
 from pytest_solgate.support.settings import SamplingSettings
@@ -36,6 +39,9 @@ GRAPH_BELOW = 20e-6  # per-call time under which --sol-cuda-graph=auto replays a
 MAX_RECOVERIES = 5  # throttled rounds re-sampled before throttled samples are kept (and flagged)
 RECOVERY_PAUSE = 0.05  # seconds to let clocks recover, as nvbench's throttle recovery delay
 WARMUP_CALLS_AFTER_FIRST = 3  # calls after the first (which may compile) before sampling starts
+# The timing mode of a measurement that would have been captured as a CUDA graph, taken with events
+# because an earlier capture of the session failed (see _graph_or_launches).
+EVENTS_CAPTURE_OFF = "events-capture-off"
 
 
 @dataclass(frozen=True)
@@ -54,7 +60,7 @@ class Timing:
     wall_seconds: float  # warm-up included
     throttled: bool = False
     dropped_samples: int = 0
-    sm_clock_mhz: float | None = None  # mean SM clock over the readings taken while rounds ran
+    sm_clock_mhz: float | None = None  # mean SM clock over the kept samples (or NVML's readings of their rounds)
     # "events" (each sample's calls launched from Python) or "cuda-graph" on a GPU; on a CPU
     # "thread-cpu-time" (the calling thread's CPU time) or "perf-counter" (wall time)
     mode: str = "events"
@@ -258,26 +264,16 @@ def take_timing(
     overhead = max(0.0, stats.median(warmup_wall[1:] or warmup_wall) - estimate)
     round_size = max(1, min(MAX_ROUND, int(ROUND_SECONDS / (estimate * batch + overhead))))
 
-    # Under ~20 us a call, launch overhead and host jitter dominate a batch of Python launches:
-    # capture the batch once as a CUDA graph and time its replays (triton's do_bench_cudagraph).
     mode = getattr(backend, "timer", "events")  # the CPU backend's, chosen by steady()
-    timed = fn
-    graph_notes: list[str] = []
-    capture = getattr(backend, "capture_graph", None)
-    if capture is not None and (settings.cuda_graph == "on" or (settings.cuda_graph == "auto" and estimate < GRAPH_BELOW)):
-        try:
-            timed, mode = capture(fn, batch), "cuda-graph"
-        except Exception as exc:  # a kernel that cannot be captured (a host sync, an allocation)
-            if settings.cuda_graph == "on":
-                raise MeasureError(f"--sol-cuda-graph=on but the kernel cannot be captured in a CUDA graph ({exc})") from None
-            graph_notes.append(f"CUDA graph capture failed ({type(exc).__name__}); timed with events instead")
+    timed, mode, graph_notes = _graph_or_launches(fn, backend, settings, estimate, batch, mode)
     sample_batch = 1 if mode == "cuda-graph" else batch  # calls of `timed` per sample; `batch` kernels either way
 
     samples: list[float] = []
     probe = getattr(backend, "probe", None)
     probe_samples: list[float] = []
-    # Only readings taken while a round runs: one taken before sampling finds the device idle (its
-    # clock parked, its power low) and describes no kernel.
+    # Only readings taken while a kept round runs: one taken before sampling finds the device idle
+    # (its clock parked, its power low) and describes no kernel; one of a round whose samples were
+    # discarded as throttled describes samples that are not reported.
     telemetry_seen: list[dict[str, Any]] = []
     started_at = time.time()
     sampling_start = clock()
@@ -285,33 +281,46 @@ def take_timing(
     throttled = False  # samples taken while throttled were kept (the recoveries ran out)
     recoveries = 0
     dropped = 0
-    clocks: list[float] = []  # SM clock read while each kept round ran
+    clocks: list[float] = []  # the SM clock of each kept sample (or NVML's, read while its round ran)
+    sample_clock = getattr(backend, "sample_clock_mhz", None)
+    peak_mhz = getattr(backend, "peak_clock_mhz", None)
     while True:
         handles, probe_handles = [], []
         for _ in range(round_size):
             handles.append(_timed_call(timed, backend, sample_batch))
             if probe is not None:
                 probe_handles.append(_timed_call(probe, backend, 1))
-        # Read the clocks while the GPU still runs the queued round, not after it went idle.
+        # Read NVML while the GPU still runs the queued round, not after it went idle.
         reading = backend.read_telemetry()
         backend.synchronize()
         round_samples = [backend.elapsed(h) / batch for h in handles]
-        round_throttled = False
-        if reading is not None:
-            telemetry_seen.append(reading)
-            round_throttled = bool(throttle_check and throttle_check(reading))
-        if round_throttled and recoveries < MAX_RECOVERIES and clock() - sampling_start < settings.max_time:
-            # nvbench's throttle recovery: discard the round, let the clocks come back, sample again.
-            # Dropping throttled samples without re-sampling would bias the median towards the fastest.
+        round_probes = [backend.elapsed(h) for h in probe_handles]
+        round_clocks = [sample_clock(h) if sample_clock else None for h in handles]
+        flags = throttled_samples(round_clocks, peak_mhz, reading, throttle_check)
+        discard = any(flags) and recoveries < MAX_RECOVERIES and clock() - sampling_start < settings.max_time
+        if discard:
+            # nvbench's throttle recovery: discard the throttled samples, let the clocks come back,
+            # and sample on. Dropping them without sampling again would bias the median to the fastest.
             recoveries += 1
-            dropped += len(round_samples)
+            dropped += sum(flags)
             pause(RECOVERY_PAUSE)
-            continue
-        throttled = throttled or round_throttled
+            kept = [i for i, flag in enumerate(flags) if not flag]
+            round_samples = [round_samples[i] for i in kept]
+            round_probes = [round_probes[i] for i in kept] if round_probes else []
+            round_clocks = [round_clocks[i] for i in kept]
+        else:
+            throttled = throttled or any(flags)
+            if reading is not None:
+                telemetry_seen.append(reading)
         samples += round_samples
-        probe_samples += [backend.elapsed(h) for h in probe_handles]
-        if reading is not None and isinstance(reading.get("sm_clock_mhz"), (int, float)):
+        probe_samples += round_probes
+        measured_clocks = [c for c in round_clocks if c is not None]
+        if measured_clocks:
+            clocks += measured_clocks
+        elif not discard and reading is not None and isinstance(reading.get("sm_clock_mhz"), (int, float)):
             clocks.append(reading["sm_clock_mhz"])
+        if not round_samples:
+            continue
         elapsed = clock() - sampling_start
         noise = stats.relative_half_width(samples)
         if len(samples) >= settings.min_samples and elapsed >= settings.min_time and noise <= settings.noise:
@@ -328,8 +337,8 @@ def take_timing(
         notes.append(f"timed as replays of a CUDA graph of {batch} call(s), the L2 flushed outside each replay")
     if recoveries:
         notes.append(
-            f"{recoveries} throttled round(s) of samples ({dropped} samples) discarded and taken again after a "
-            f"{RECOVERY_PAUSE * 1e3:g} ms pause" + ("; later rounds stayed throttled and were kept" if throttled else "")
+            f"{dropped} throttled sample(s) in {recoveries} round(s) discarded and taken again after a "
+            f"{RECOVERY_PAUSE * 1e3:g} ms pause each" + ("; later rounds stayed throttled and were kept" if throttled else "")
         )
     if batch_note:
         notes.append(batch_note)
@@ -353,6 +362,58 @@ def take_timing(
         notes=tuple(notes),
         probe_seconds=stats.median(probe_samples) if probe_samples else None,
     )
+
+
+def throttled_samples(
+    clocks: list[float | None],
+    peak_mhz: float | None,
+    reading: dict[str, Any] | None,
+    throttle_check: Callable[[dict[str, Any]], bool] | None,
+) -> list[bool]:
+    """Which samples of a round ran throttled. A sample whose SM clock was measured over it is
+    judged by that clock (under 75 % of the peak, nvbench's rule); NVML's reading of the round
+    judges every sample by its slowdown reasons, and by its one instant of the SM clock only where
+    no sample's own clock was measured."""
+    measured = any(c is not None for c in clocks)
+    nvml_throttled = False
+    if reading is not None and throttle_check is not None:
+        judged = {k: v for k, v in reading.items() if k != "sm_clock_mhz"} if measured else reading
+        nvml_throttled = bool(throttle_check(judged))
+    return [nvml_throttled or sm_clock.is_below_threshold(c, peak_mhz) for c in clocks]
+
+
+def _graph_or_launches(
+    fn: Callable[[], Any], backend: Backend, settings: SamplingSettings, estimate: float, batch: int, mode: str
+) -> tuple[Callable[[], Any], str, list[str]]:
+    """What each sample calls (``fn``, or the replay of a CUDA graph of ``batch`` calls), the timing
+    mode and the notes. Under ~20 us a call, launch overhead and host jitter dominate a batch of
+    Python launches, so a batch is captured once and its replays timed. A sample of one call is
+    never captured: the hold already keeps its launch out of the timed region. After a failed
+    capture, capture stays off for the rest of the session (the backend keeps why): on torch 2.11
+    the failed capture stays in the caching allocator's captures_underway, and every later capture
+    fails an internal assert; measurements that would have been captured say ``events-capture-off``."""
+    capture = getattr(backend, "capture_graph", None)
+    wanted = settings.cuda_graph == "on" or (settings.cuda_graph == "auto" and estimate < GRAPH_BELOW)
+    if capture is None or not wanted:
+        return fn, mode, []
+    if batch == 1:
+        return fn, mode, (["one call per sample is not captured in a CUDA graph: the hold keeps its launch out of the "
+                           "timed region"] if settings.cuda_graph == "on" else [])
+    off = getattr(backend, "capture_off_reason", "")
+    if off:
+        if settings.cuda_graph == "on":
+            raise MeasureError(f"--sol-cuda-graph=on but CUDA-graph capture is off for this session: an earlier "
+                               f"capture failed ({off})")
+        return fn, EVENTS_CAPTURE_OFF, []
+    try:
+        return capture(fn, batch), "cuda-graph", []
+    except Exception as exc:  # a kernel that cannot be captured (a host sync, an allocation)
+        if settings.cuda_graph == "on":
+            raise MeasureError(f"--sol-cuda-graph=on but the kernel cannot be captured in a CUDA graph ({exc})") from None
+        return fn, EVENTS_CAPTURE_OFF, [
+            f"CUDA graph capture failed ({type(exc).__name__}); timed with events, and capture is off for the rest of "
+            "this session (a failed capture leaves torch's caching allocator unable to capture again)"
+        ]
 
 
 def summarize_telemetry(readings: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pytest_solgate.measure.sm_clock import MIN_CLOCK_FRACTION  # nvbench's throttle threshold
+
 # Clock-event reasons that mean the GPU slowed itself down, by NVML bit.
 THROTTLE_BITS = {
     0x0000000000000004: "sw_power_cap",
@@ -16,7 +18,6 @@ THROTTLE_BITS = {
     0x0000000000000040: "hw_thermal_slowdown",
     0x0000000000000080: "hw_power_brake_slowdown",
 }
-MIN_CLOCK_FRACTION = 0.75
 POWER_CAP = "sw_power_cap"
 
 
@@ -24,12 +25,10 @@ class NvmlReader:
     def __init__(self, pynvml: Any, handle: Any) -> None:
         self._nvml = pynvml
         self._handle = handle
+        # The peak SM clock: what nvbench judges throttling against (the CUDA clock rate, the same
+        # peak on H100/H200). nvmlDeviceGetDefaultApplicationsClock, read here before, is deprecated
+        # in nvidia-ml-py ("will be removed in CUDA 14.0") and is not called.
         self.sm_clock_max = self._safe(lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
-        # The clock the device runs at by default (its default applications clock), which nvbench
-        # judges throttling against (the CUDA "clock rate"), rather than the highest boost.
-        self.sm_clock_default = self._safe(
-            lambda: pynvml.nvmlDeviceGetDefaultApplicationsClock(handle, pynvml.NVML_CLOCK_SM)
-        )
         self.mem_clock_max = self._safe(lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM))
         self.power_limit_w = self._safe(lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000)
 
@@ -42,17 +41,16 @@ class NvmlReader:
 
     def read(self) -> dict[str, Any]:
         nvml, handle = self._nvml, self._handle
+        # Only calls nvidia-ml-py does not mark deprecated (its ...ThrottleReasons and
+        # nvmlDeviceGetTemperature "will be removed in CUDA 14.0"); tests/test_gpu_paths.py checks.
         reasons_mask = self._safe(lambda: nvml.nvmlDeviceGetCurrentClocksEventReasons(handle))
-        if reasons_mask is None:
-            reasons_mask = self._safe(lambda: nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle))
         power = self._safe(lambda: nvml.nvmlDeviceGetPowerUsage(handle))
         reading = {
             "sm_clock_mhz": self._safe(lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
             "sm_clock_max_mhz": self.sm_clock_max,
-            "sm_clock_default_mhz": self.sm_clock_default,
             "mem_clock_mhz": self._safe(lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM)),
             "mem_clock_max_mhz": self.mem_clock_max,
-            "temperature_c": self._safe(lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)),
+            "temperature_c": self._safe(lambda: nvml.nvmlDeviceGetTemperatureV(handle, nvml.NVML_TEMPERATURE_GPU)),
             "power_w": None if power is None else power / 1000,
             "power_limit_w": self.power_limit_w,
             "throttle_reasons": [name for bit, name in THROTTLE_BITS.items() if reasons_mask and reasons_mask & bit],
@@ -98,13 +96,15 @@ def nvml_device_name(index: int, uuid: str | None = None) -> str | None:
 
 
 def is_throttled(reading: dict[str, Any]) -> bool:
-    """True when the SM clock read while a round ran is under 75 % of the device's default clock
-    (nvbench's threshold and reference; the max clock when NVML gives no default) or a thermal or
-    hardware slowdown is set. The software power cap alone is not throttling: dense tensor-core
-    work on H100/H200 often runs at the power cap, and that is its ceiling, not a fault; it is
-    reported as a fact (``throttle_reasons`` keeps ``sw_power_cap``)."""
+    """True when NVML's reading taken while a round ran shows a thermal or hardware slowdown, or,
+    where it carries the SM clock, that clock under 75 % of the peak (``sm_clock_max_mhz``;
+    nvbench's threshold and reference, see measure/sm_clock.py). The sampling loop leaves the NVML
+    clock out of the reading it judges when each sample's own clock was measured: one instant of
+    NVML says less than the clock over the sample. The software power cap alone is not throttling:
+    dense tensor-core work on H100/H200 often runs at the power cap, and that is its ceiling, not a
+    fault; it is reported as a fact (``throttle_reasons`` keeps ``sw_power_cap``)."""
     clock = reading.get("sm_clock_mhz")
-    reference = reading.get("sm_clock_default_mhz") or reading.get("sm_clock_max_mhz")
+    reference = reading.get("sm_clock_max_mhz")
     if clock and reference and clock < MIN_CLOCK_FRACTION * reference:
         return True
     return any(reason != POWER_CAP for reason in reading.get("throttle_reasons", ()))

@@ -104,7 +104,8 @@ MEASUREMENT = {
         "ceilings_id": _text(100),
         "sm_clock_mhz": _nullable(_number(1e5)),
         "sol_at_clock": _nullable(_number(FINITE)),
-        "timing_mode": {"enum": ["events", "cuda-graph", "thread-cpu-time", "perf-counter"]},  # the last two: CPU timers
+        # events-capture-off: events because an earlier capture of the session failed; the last two: CPU timers
+        "timing_mode": {"enum": ["events", "cuda-graph", "events-capture-off", "thread-cpu-time", "perf-counter"]},
         "contended": _text(1_000),
         "probe_seconds": _nullable(_number(MAX_SECONDS)),  # 0 where a clock did not advance (the fake clock)
         "trend": {"type": "array", "maxItems": 100_000, "items": {"type": "object"}},
