@@ -7,37 +7,50 @@ hatchling), no network, and the project not installed:
 - every pytest step registers the plugin itself, `-p no:solgate -p pytest_solgate.plugin` with the
   checkout on PYTHONPATH (`no:solgate` keeps an installed entry point from registering it twice),
   and the profiles are found in the checkout's hw_profiles/;
-- each step is a subprocess under its own time limit, sized from the Triton compiles it makes
-  (counted under the interpreter by benchmarks/count_compiles.py, see COMPILES), inside one budget
-  (BUDGET_SECONDS) that fits one 10-minute device command, twice within 15 minutes of device time;
-  a failing or timed-out step is reported and the next one runs;
-- the steps run in a scratch folder outside the checkout (their .solgate/ cache, the calibrated
-  profile, the logs), and at most 8 files are written to --out (default: $OUT, the folder a device
-  command brings back, else a temporary folder): results.md (the section for docs/results.md,
-  ready to commit), steps.json, do_bench.json, sol-datasheet.json, sol-measured.json,
-  sol-report.html and logs.tar.gz (every step's log and the calibrated profile).
+- each step is a subprocess under its own time limit (``step_limits``), sized from the Triton
+  compiles it makes (counted under the interpreter by benchmarks/count_compiles.py, see COMPILES)
+  and the measurements it takes; the limits add up to at most BUDGET_SECONDS, which fits one
+  10-minute device command, twice within 15 minutes of device time (tests/test_gpu_check.py checks
+  the sum). The last step, the fused GEMM's correctness (133 compiles), gets what the others leave:
+  at its limit it is interrupted (SIGINT, so pytest writes its summary and --junitxml), then killed
+  after GRACE_SECONDS, and its line says exactly which tests ran (pytest -v writes each result as
+  it comes, to a log that keeps stderr). A failing or timed-out step is reported and the next runs;
+- every step runs in one scratch folder outside the checkout, and shares one state folder
+  ($SOLGATE_STATE_DIR): the calibrate step's profile is the one the sol-measured step scores
+  against (that step refuses to run when none was cached, rather than calibrate again inside its
+  first test). Nothing is written into the checkout (no bytecode, the CUDA epilogue built in the
+  scratch folder: $KERNELS_BUILD_DIR); at most 8 files go to --out (default: $OUT, the folder a
+  device command brings back, else a temporary folder): results.md (the section for
+  docs/results.md, ready to commit), steps.json, selfcheck.json, do_bench.json,
+  sol-datasheet.json, sol-measured.json, sol-report.html and logs.tar.gz (every step's log and
+  JUnit XML, and the calibrated profile).
 
 Steps:
 
-1. do_bench: the plugin's median next to `triton.testing.do_bench` on the same inputs, for the
-   Triton kernels at the suite's GPU shapes (target: within 3 %), and vector_add once more with a
-   flush that reads instead of writes (does the written flush leave dirty lines the kernel pays for?);
-2. sol-datasheet: the kernel SOL tests (`kernels/tests/test_sol.py`) against datasheet ceilings;
-3. calibrate: `solgate calibrate` (measured ceilings, cached in the scratch folder);
-4. sol-measured: the same tests against the measured ceilings;
-5. gpu-paths: the plugin's GPU-path tests (`tests/test_gpu_paths.py`) on the real device;
-6. correctness: `kernels/tests/test_correctness.py` but the fused GEMM's, once;
-7. correctness-gemm: the fused GEMM's correctness tests, last: they compile the most (133
-   autotuned specializations), and a step cut short still logs which tests passed.
+1. do_bench: the plugin's median next to `triton.testing.do_bench` on the same inputs, in one
+   process, for the Triton kernels at the suite's GPU shapes (target: within 3 %), and vector_add
+   once more with a flush that reads instead of writes (does the written flush leave dirty lines
+   the kernel pays for?);
+2. selfcheck: benchmarks/gpu_selfcheck.py, checks of the measurement path itself on the device
+   (events against wall time, cold against warm L2, a graph against the stream, NVML during a
+   kernel, capture after a failed capture), one verdict line each in results.md;
+3. sol-datasheet: the kernel SOL tests (`kernels/tests/test_sol.py`) against datasheet ceilings;
+4. calibrate: `solgate calibrate` (measured ceilings, cached in the shared state folder);
+5. sol-measured: the same tests against those measured ceilings;
+6. gpu-paths: the plugin's GPU-path tests (`tests/test_gpu_paths.py`) on the real device;
+7. correctness: `kernels/tests/test_correctness.py` but the fused GEMM's, once, on XDIST_WORKERS;
+8. correctness-gemm: the fused GEMM's correctness tests, last, on XDIST_WORKERS.
 
     python benchmarks/gpu_check.py [--out DIR] [--dry-run]
 
-`--dry-run` runs every step on a CPU machine in about a minute, with the same command lines:
-do_bench against a stand-in timer; the SOL steps for real on benchmarks/gpu_check_standin.py (the
-fp32 SOL tests' names, small torch kernels) against the H200 datasheet profile, plus a collection
-of kernels/tests/test_sol.py; the GPU-path tests for real (against their fake GPU); `calibrate
---help` and a collection of the correctness tests, the two steps a CPU cannot run. CI runs it in a
-fresh venv with only the GPU machine's packages (.ci/run), so it fails where the real run would.
+`--dry-run` runs every step on a CPU machine in about two minutes, with the same command lines:
+do_bench against a stand-in timer; the self-checks against the fake GPU of tests/test_gpu_paths.py;
+the SOL steps for real on benchmarks/gpu_check_standin.py (the fp32 SOL tests' names, small torch
+kernels), against the H200 datasheet profile and then against the CPU's ceilings that the calibrate
+step measured (`solgate calibrate` runs for real), plus a collection of kernels/tests/test_sol.py;
+the GPU-path tests for real (against their fake GPU); a collection of the correctness tests, which a
+CPU cannot run. CI runs it in a fresh venv with only the GPU machine's packages, triton pinned to
+its version (.ci/run), so it fails where the real run would.
 """
 
 from __future__ import annotations
@@ -47,6 +60,8 @@ import datetime
 import json
 import os
 import platform
+import re
+import signal
 import subprocess
 import sys
 import tarfile
@@ -69,50 +84,68 @@ BUDGET_SECONDS = 330
 # 52 (_fused_gemm_kernel 19, _softmax_kernel 12, _layernorm_kernel 9, _add_kernel 6,
 # _depthwise_kernel 6), the SOL tests 8 (one of them the GEMM). The interpreter runs the GEMM with
 # one config; on a GPU it autotunes 7, so each GEMM specialization is 7 compiles there: the GEMM's
-# correctness is 133 compiles, which is why it is a step of its own, last.
-COMPILES = {"do_bench": 3, "sol": 8 + 6, "correctness": 52 - 19, "correctness-gemm": 19 * 7}
+# correctness is 133 compiles, which is why it is a step of its own, last. The self-check compiles
+# one kernel (measure/sm_clock.py's stamps).
+COMPILES = {"do_bench": 3, "selfcheck": 1, "sol": 8 + 6, "correctness": 52 - 19, "correctness-gemm": 19 * 7}
 # Seconds per cold Triton compile on the GPU machine: an estimate (0.5-2 s is usual for triton 3.x
 # on Hopper) until the first GPU run's steps.json gives the real figure.
 SECONDS_PER_COMPILE = 1.0
-NVCC_SECONDS = 45  # the CUDA C++ epilogue's torch.utils.cpp_extension build, in the correctness step
-MEASUREMENT_SECONDS = 3.0  # one sol.measure at most: --sol-max-time (2 s) plus warm-up
+# The correctness steps run on this many pytest-xdist workers: their compiles are CPU work (16
+# cores there), and correctness does not time anything.
+XDIST_WORKERS = 4
+AUTOTUNE_SECONDS = 0.15  # one autotune benchmark of one GEMM config (do_bench's 25 ms warm-up + 100 ms)
+STARTUP_SECONDS = 10  # Python, torch and pytest starting in a step's process
+NVCC_SECONDS = 45  # the CUDA C++ epilogue's nvcc build, in the correctness step
+SOL_MAX_TIME = 1.0  # --sol-max-time of the SOL and do_bench measurements (2 s by default)
+MEASUREMENT_SECONDS = SOL_MAX_TIME + 0.5  # one sol.measure at most: its time budget plus warm-up
+DO_BENCH_SECONDS = 0.5  # one triton.testing.do_bench call
 SOL_MEASUREMENTS = 18  # two per SOL test (the kernel and the torch reference)
-CALIBRATION_SECONDS = 75  # three passes of copy + five matmuls + fp8, 0.5-3 s each
+CALIBRATION_SECONDS = 45  # three passes of copy + five matmuls + fp8, mostly at min_time 0.5 s
+SELFCHECK_SECONDS = 6  # six timings of at most 0.5 s, a 20 ms and a 50 ms kernel, two captures
+GPU_PATHS_SECONDS = 15  # the fake-GPU tests (14 s on a loaded 2-core VM)
+# A step cut short gets SIGINT first, so that pytest prints its summary and writes --junitxml,
+# then this long before it is killed; the grace is inside the step's limit.
+GRACE_SECONDS = 10
 
 # A dry run's limits: a CPU's times say nothing of the GPU's, and a shared CI machine can take
-# minutes to import torch six times; the GPU limits are checked by tests/test_gpu_check.py.
+# minutes to import torch eight times; the GPU limits are checked by tests/test_gpu_check.py.
 DRY_STEP_SECONDS = 300
-DRY_BUDGET_SECONDS = 1200
+DRY_BUDGET_SECONDS = 1500
 
 # Triton kernels also timed by do_bench, at the suite's GPU shapes (see inputs()).
 DO_BENCH_KERNELS = ("vector_add", "softmax", "layernorm")
-STEPS = ("do_bench", "sol-datasheet", "calibrate", "sol-measured", "gpu-paths", "correctness", "correctness-gemm")
+STEPS = ("do_bench", "selfcheck", "sol-datasheet", "calibrate", "sol-measured", "gpu-paths", "correctness",
+         "correctness-gemm")
+LAST_STEP = STEPS[-1]  # sized by what the others leave
 
 
 def wanted_seconds(label: str) -> float:
-    """Each step's own time limit, from its compiles and measurements (before the budget clamps it)."""
+    """Each step's own estimate, from its compiles and measurements."""
     compile_seconds = {k: v * SECONDS_PER_COMPILE for k, v in COMPILES.items()}
-    return {
-        "do_bench": 30 + compile_seconds["do_bench"] + 4 * len(DO_BENCH_KERNELS) * MEASUREMENT_SECONDS,
-        "sol-datasheet": 20 + compile_seconds["sol"] + SOL_MEASUREMENTS * MEASUREMENT_SECONDS,
-        "calibrate": 15 + CALIBRATION_SECONDS,
-        # Compiled by sol-datasheet (Triton's cache); it calibrates again when the calibrate step's
-        # figures were not fit to cache (a spread, a throttled pass).
-        "sol-measured": 20 + CALIBRATION_SECONDS + SOL_MEASUREMENTS * MEASUREMENT_SECONDS,
-        "gpu-paths": 45,
-        "correctness": 20 + compile_seconds["correctness"] + NVCC_SECONDS,
-        "correctness-gemm": 20 + compile_seconds["correctness-gemm"],
+    sol_measurements = SOL_MEASUREMENTS * MEASUREMENT_SECONDS
+    return STARTUP_SECONDS + {
+        # each kernel measured by the plugin and by do_bench, and vector_add twice more (the flush check)
+        "do_bench": compile_seconds["do_bench"] + len(DO_BENCH_KERNELS) * (MEASUREMENT_SECONDS + DO_BENCH_SECONDS)
+        + 2 * MEASUREMENT_SECONDS,
+        "selfcheck": compile_seconds["selfcheck"] + SELFCHECK_SECONDS,
+        "sol-datasheet": compile_seconds["sol"] + sol_measurements,
+        "calibrate": CALIBRATION_SECONDS,
+        "sol-measured": sol_measurements,  # compiled by sol-datasheet (Triton's cache); the profile cached by calibrate
+        "gpu-paths": GPU_PATHS_SECONDS,
+        "correctness": compile_seconds["correctness"] / XDIST_WORKERS + NVCC_SECONDS,
+        "correctness-gemm": (compile_seconds["correctness-gemm"] + 19 * 7 * AUTOTUNE_SECONDS) / XDIST_WORKERS,
     }[label]
 
 
-class Clock:
-    """The overall budget: each step gets at most its own limit and what is left."""
-
-    def __init__(self, budget: float) -> None:
-        self.deadline = time.monotonic() + budget
-
-    def limit(self, wanted: float) -> float:
-        return max(1.0, min(wanted, self.deadline - time.monotonic()))
+def step_limits(budget: float = BUDGET_SECONDS) -> dict[str, float]:
+    """Every step's time limit: its own estimate, but the last step's, which is what the others
+    leave of the budget (at most its estimate). Their sum is at most the budget."""
+    limits = {label: wanted_seconds(label) for label in STEPS if label != LAST_STEP}
+    left = budget - sum(limits.values())
+    if left < STARTUP_SECONDS + GRACE_SECONDS:
+        raise ValueError(f"the steps before {LAST_STEP} want {sum(limits.values()):.0f} s of a {budget:.0f} s budget")
+    limits[LAST_STEP] = min(wanted_seconds(LAST_STEP), left)
+    return limits
 
 
 def step(label: str, action: Callable[[], str]) -> dict[str, Any]:
@@ -123,74 +156,162 @@ def step(label: str, action: Callable[[], str]) -> dict[str, Any]:
     except Exception as exc:  # a failing step must not lose the others
         detail, ok = f"{type(exc).__name__}: {exc}", False
     seconds = time.perf_counter() - started
-    print(f"{label:<14} {'ok' if ok else 'FAILED':<7} {seconds:6.1f} s  {detail}", flush=True)
+    print(f"{label:<16} {'ok' if ok else 'FAILED':<7} {seconds:6.1f} s  {detail}", flush=True)
     return {"step": label, "ok": ok, "seconds": seconds, "detail": detail}
 
 
-def step_environment() -> dict[str, str]:
-    """The environment of every step: the checkout first on the path (nothing is installed)."""
+def step_environment(work: Path) -> dict[str, str]:
+    """The environment of every step: the checkout first on the path (nothing is installed), one
+    state folder for all steps, and nothing written into the checkout."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH", "")])])
+    env["SOLGATE_STATE_DIR"] = str(work / ".solgate")  # read by pytest_solgate.record.gitinfo.state_dir
+    env["KERNELS_BUILD_DIR"] = str(work / "kernels-build")  # the CUDA epilogue's nvcc build
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # no __pycache__ in the checkout
     return env
 
 
-def command(label: str, args: list[str], work: Path, limit: Callable[[], float]) -> Callable[[], str]:
+# pytest -v's line for each test as it ends: "path::test PASSED" or, under xdist,
+# "[gw0] [ 50%] PASSED path::test".
+RESULT_LINE = re.compile(r"^(?:\[gw\d+\] \[\s*\d+%\] (?P<xo>PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (?P<xid>\S+::\S+)"
+                         r"|(?P<id>\S+::\S+) (?P<o>PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b)")
+COLLECTED = re.compile(r"collected (\d+) items?(?: / (\d+) deselected)?|\[(\d+) items?\]")
+
+
+def tests_that_ran(log: str) -> dict[str, str]:
+    """Test id -> outcome for every test whose result the log shows (pytest -v)."""
+    ran = {}
+    for line in log.splitlines():
+        found = RESULT_LINE.match(line.strip())
+        if found:
+            ran[found["xid"] or found["id"]] = found["xo"] or found["o"]
+    return ran
+
+
+def tests_collected(log: str) -> int | None:
+    found = COLLECTED.search(log)
+    if not found:
+        return None
+    if found[3]:
+        return int(found[3])
+    return int(found[1]) - int(found[2] or 0)
+
+
+def what_ran(log: str) -> str:
+    """'12 of 19 tests ran: 12 passed', from the log of a pytest step cut short."""
+    ran = tests_that_ran(log)
+    total = tests_collected(log)
+    counts: dict[str, int] = {}
+    for outcome in ran.values():
+        counts[outcome.lower()] = counts.get(outcome.lower(), 0) + 1
+    tally = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())) or "none finished"
+    return f"{len(ran)} of {total if total is not None else '?'} tests ran: {tally}"
+
+
+def command(label: str, args: list[str], work: Path, limit: Callable[[], float], grace: float = GRACE_SECONDS) -> Callable[[], str]:
     """A subprocess step run in the scratch folder; its time limit is taken when it starts, from
-    what the budget has left; its output goes to <work>/<label>.log."""
+    what the budget has left. Its stdout and stderr go to <work>/<label>.log as they come, so a
+    step cut short keeps all it wrote; at the limit it gets SIGINT (pytest then prints its summary
+    and writes --junitxml), and is killed ``grace`` seconds later."""
 
     def run() -> str:
         timeout = limit()
         log = work / f"{label}.log"
-        try:
-            done = subprocess.run(args, cwd=work, env=step_environment(), capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired as exc:
-            partial = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            log.write_text(f"timed out after {timeout:.0f} s\n{partial}")
-            raise TimeoutError(f"timed out after {timeout:.0f} s (log {log.name})") from None
-        log.write_text(done.stdout + done.stderr)
-        last = (done.stdout.strip().splitlines() or done.stderr.strip().splitlines() or [""])[-1]
-        if done.returncode != 0:
-            raise RuntimeError(f"exit {done.returncode}: {last} (log {log.name})")
+        with log.open("w") as sink:
+            child = subprocess.Popen(args, cwd=work, env=step_environment(work), stdout=sink, stderr=subprocess.STDOUT,
+                                     text=True, start_new_session=True)
+            try:
+                child.wait(timeout=max(1.0, timeout - grace))
+            except subprocess.TimeoutExpired:
+                child.send_signal(signal.SIGINT)
+                try:
+                    child.wait(timeout=grace)
+                except subprocess.TimeoutExpired:
+                    os.killpg(child.pid, signal.SIGKILL)
+                    child.wait()
+                text = log.read_text(errors="replace")
+                ran = f": {what_ran(text)}" if "pytest" in " ".join(args) else ""
+                raise TimeoutError(f"timed out after {timeout:.0f} s{ran} (log {log.name})") from None
+        text = log.read_text(errors="replace")
+        last = (text.strip().splitlines() or [""])[-1]
+        if child.returncode != 0:
+            raise RuntimeError(f"exit {child.returncode}: {last} (log {log.name})")
         return f"{last} (log {log.name})"
 
     return run
 
 
-def pytest_command(tests: list[str], *options: str) -> list[str]:
-    return [sys.executable, "-m", "pytest", *tests, "-q", "-p", "no:cacheprovider", *PLUGIN_ARGS, *options]
+def pytest_command(tests: list[str], *options: str, verbosity: str = "-q") -> list[str]:
+    """``verbosity="-v"``: each test's result is logged as it ends (``tests_that_ran``)."""
+    return [sys.executable, "-m", "pytest", *tests, verbosity, "-p", "no:cacheprovider", *PLUGIN_ARGS, *options]
 
 
-def step_commands(out: Path, dry: bool) -> dict[str, list[list[str]]]:
+def step_commands(out: Path, work: Path, dry: bool) -> dict[str, list[list[str]]]:
     """Each step's command lines (a dry run's SOL steps run the stand-in suite, then collect the real one)."""
     sol_file = str(ROOT / "kernels/tests/test_sol.py")
     sol_tests = [str(ROOT / "benchmarks/gpu_check_standin.py")] if dry else [sol_file]
-    dry_sol = ["--sol-profile=h200", "--sol-min-time=0", "--sol-max-time=0.2"] if dry else []
-    sol = ["--sol-no-save", "--sol-baseline=none", *dry_sol]
+    quick = ["--sol-min-time=0", "--sol-max-time=0.2"] if dry else [f"--sol-max-time={SOL_MAX_TIME:g}"]
+    sol = ["--sol-no-save", "--sol-baseline=none", *quick]
     collect = [pytest_command([sol_file], "--collect-only")] if dry else []
     correctness = [str(ROOT / "kernels/tests/test_correctness.py")]
+    # -v: each test's result is in the log as it ends; --junitxml: the whole list when pytest ends
+    # (or is interrupted); -n: the compiles on several cores (xdist registered by name, as the
+    # plugin is, for a pytest that loads no entry points).
+    reported = ["-p", "no:xdist", "-p", "xdist.plugin", "-n", str(XDIST_WORKERS)]
+    dry_flag = ["--dry-run"] if dry else []
     return {
-        "do_bench": [[sys.executable, str(Path(__file__).resolve()), "--step", "do_bench", "--out", str(out),
-                      *(["--dry-run"] if dry else [])]],
-        "sol-datasheet": [pytest_command(sol_tests, *sol, f"--sol-json={out}/sol-datasheet.json",
-                                         f"--sol-report={out}/sol-report.html"), *collect],
-        "calibrate": [[sys.executable, "-m", "pytest_solgate.cli", "calibrate", *(["--help"] if dry else [])]],
+        "do_bench": [[sys.executable, str(Path(__file__).resolve()), "--step", "do_bench", "--out", str(out), *dry_flag]],
+        "selfcheck": [[sys.executable, str(ROOT / "benchmarks/gpu_selfcheck.py"), "--out", str(out / "selfcheck.json"),
+                       *dry_flag]],
+        # The datasheet: a dry run names the H200's (a CPU has none); on the GPU it is detected.
+        "sol-datasheet": [pytest_command(sol_tests, *sol, *(["--sol-profile=h200"] if dry else []),
+                                         f"--sol-json={out}/sol-datasheet.json", f"--sol-report={out}/sol-report.html"),
+                          *collect],
+        "calibrate": [[sys.executable, "-m", "pytest_solgate.cli", "calibrate"]],
+        # The calibrate step's profile, from the shared state folder: the GPU's, or in a dry run the CPU's.
         "sol-measured": [pytest_command(sol_tests, *sol, "--sol-ceilings=measured", f"--sol-json={out}/sol-measured.json")],
         "gpu-paths": [pytest_command([str(ROOT / "tests/test_gpu_paths.py")])],
-        # -rA: a step cut short by its time limit still shows which tests passed in its log.
-        "correctness": [pytest_command(correctness, "-rA", "-k", "not fused_gemm", *(["--collect-only"] if dry else []))],
-        "correctness-gemm": [pytest_command(correctness, "-rA", "-k", "fused_gemm", *(["--collect-only"] if dry else []))],
+        "correctness": [pytest_command(correctness, *reported, f"--junitxml={work}/correctness.xml", "-k", "not fused_gemm",
+                                       *(["--collect-only"] if dry else []), verbosity="-v")],
+        "correctness-gemm": [pytest_command(correctness, *reported, f"--junitxml={work}/correctness-gemm.xml", "-k",
+                                            "fused_gemm", *(["--collect-only"] if dry else []), verbosity="-v")],
     }
 
 
-def run_commands(label: str, commands: list[list[str]], work: Path, clock: Clock, dry: bool) -> Callable[[], str]:
-    wanted = DRY_STEP_SECONDS if dry else wanted_seconds(label)
+def calibrated_profiles(work: Path) -> list[Path]:
+    return sorted((work / ".solgate" / "profiles").glob("*.toml"))
 
+
+def needs_calibrated_profile(work: Path, run: Callable[[], str]) -> Callable[[], str]:
+    """The sol-measured step runs only on the profile the calibrate step cached: without one, it
+    would calibrate again inside its first test (and score against figures calibrate refused)."""
+
+    def checked() -> str:
+        if not calibrated_profiles(work):
+            raise RuntimeError(f"the calibrate step cached no profile in {work / '.solgate' / 'profiles'} "
+                               "(its figures were not fit to cache: see calibrate.log); not run")
+        return run()
+
+    return checked
+
+
+def run_commands(label: str, commands: list[list[str]], work: Path, clock: Clock, limit_seconds: float) -> Callable[[], str]:
     def run() -> str:
-        details = [command(label if i == 0 else f"{label}-{i}", args, work, lambda: clock.limit(wanted))()
+        details = [command(label if i == 0 else f"{label}-{i}", args, work, lambda: clock.limit(limit_seconds))()
                    for i, args in enumerate(commands)]
         return "; ".join(details)
 
     return run
+
+
+class Clock:
+    """The overall budget: each step gets at most its own limit and what is left."""
+
+    def __init__(self, budget: float) -> None:
+        self.deadline = time.monotonic() + budget
+
+    def limit(self, wanted: float) -> float:
+        return max(1.0, min(wanted, self.deadline - time.monotonic()))
 
 
 # --- step 1: do_bench, in its own process ----------------------------------------------------------
@@ -249,8 +370,10 @@ def do_bench_comparison(out: Path, dry: bool) -> str:
     else:
         from triton.testing import do_bench
 
-        settings = parse_settings({})
-    engine = Engine(settings, Path.cwd() / ".solgate", announce=lambda text: None)
+        settings = parse_settings({"sol_max_time": f"{SOL_MAX_TIME:g}"})
+    from pytest_solgate.record.gitinfo import state_dir
+
+    engine = Engine(settings, state_dir(Path.cwd()), announce=lambda text: None)  # the shared state folder
     device = "cpu" if dry else "cuda"
     rows = []
     for kernel in DO_BENCH_KERNELS:
@@ -299,7 +422,7 @@ def table(out: Path) -> list[str]:
             f"{test:<36}", f"{m['name']:<13}", f"{row['shape'] if row else '-':>10}", f"{m['seconds'] * 1e6:>9.1f}us",
             f"{achieved:>15}", f"{m['sol']:>6.3f}", f"{torch_sol:>9.3f}" if torch_sol is not None else f"{'-':>9}",
             f"{row['do_bench_s'] * 1e6:>9.1f}us" if row else f"{'-':>11}",
-            f"{m['seconds'] / row['do_bench_s']:>6.3f}" if row else f"{'-':>6}",
+            f"{row['ratio']:>6.3f}" if row else f"{'-':>6}",  # both medians from the do_bench process
         ]))
     return lines
 
@@ -344,7 +467,9 @@ def results_markdown(out: Path, steps: list[dict[str, Any]], dry: bool) -> str:
             f"{m['sol_at_clock']:.3f}" if m.get("sol_at_clock") is not None else "-",
             f"{reference['sol']:.3f}" if reference else "-",
             f"{row['do_bench_s'] * 1e6:.1f} us" if row else "-",
-            f"{m['seconds'] / row['do_bench_s']:.3f}" if row else "-",
+            # The plugin's median and do_bench's, taken in one process on the same inputs: the SOL
+            # step's median comes from another process, with other tensors and another warm-up.
+            f"{row['ratio']:.3f}" if row else "-",
             m.get("verdict", "-"),
         ]
         lines.append("| " + " | ".join(cells) + " |")
@@ -354,6 +479,10 @@ def results_markdown(out: Path, steps: list[dict[str, Any]], dry: bool) -> str:
     if "read_over_write" in flush:
         lines += ["", f"Flush check (vector_add): {flush['write_flush_s'] * 1e6:.1f} us after the written flush, "
                       f"{flush['read_flush_s'] * 1e6:.1f} us after a flush that reads (ratio {flush['read_over_write']:.3f})."]
+    checks = json.loads((out / "selfcheck.json").read_text()) if (out / "selfcheck.json").exists() else []
+    if checks:
+        lines += ["", "Self-checks of the measurement path (benchmarks/gpu_selfcheck.py):", ""]
+        lines += [f"- {check['line']}" for check in checks]
     lines += ["", "| step | ok | seconds | detail |", "|---|---|---|---|"]
     lines += [f"| {s['step']} | {'ok' if s['ok'] else 'FAILED'} | {s['seconds']:.1f} | {s['detail'].replace('|', '/')} |"
               for s in steps]
@@ -361,9 +490,10 @@ def results_markdown(out: Path, steps: list[dict[str, Any]], dry: bool) -> str:
 
 
 def archive_logs(work: Path, out: Path) -> None:
-    """Every step's log and the calibrated profile(s), in one file (a device command brings back 8)."""
+    """Every step's log and JUnit XML and the calibrated profile(s), in one file (a device command
+    brings back 8)."""
     with tarfile.open(out / "logs.tar.gz", "w:gz") as archive:
-        for path in sorted(work.glob("*.log")) + sorted((work / ".solgate" / "profiles").glob("*.toml")):
+        for path in sorted(work.glob("*.log")) + sorted(work.glob("*.xml")) + calibrated_profiles(work):
             archive.add(path, arcname=path.relative_to(work).as_posix())
 
 
@@ -394,9 +524,15 @@ def main() -> None:
     budget = DRY_BUDGET_SECONDS if dry else BUDGET_SECONDS
     print(f"gpu_check: {where}; torch {torch.__version__}; budget {budget} s; results in {out}", flush=True)
     clock = Clock(budget)
-    work = Path(tempfile.mkdtemp(prefix="solgate-gpu-check-"))  # the steps' cwd: their .solgate/ and logs
-    commands = step_commands(out, dry)
-    results = [step(label, run_commands(label, commands[label], work, clock, dry)) for label in STEPS]
+    work = Path(tempfile.mkdtemp(prefix="solgate-gpu-check-"))  # the steps' cwd: their state folder, logs, builds
+    commands = step_commands(out, work, dry)
+    limits = {label: DRY_STEP_SECONDS for label in STEPS} if dry else step_limits(budget)
+    results = []
+    for label in STEPS:
+        action = run_commands(label, commands[label], work, clock, limits[label])
+        if label == "sol-measured":
+            action = needs_calibrated_profile(work, action)
+        results.append(step(label, action))
     (out / "steps.json").write_text(json.dumps(results, indent=2))
     (out / "results.md").write_text(results_markdown(out, results, dry))
     archive_logs(work, out)

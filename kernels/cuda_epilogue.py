@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 
 SOURCE = Path(__file__).with_name("csrc") / "bias_gelu_residual.cu"
-BUILD_DIR = Path(__file__).with_name("_build")
+# $KERNELS_BUILD_DIR moves the build out of the checkout (benchmarks/gpu_check.py writes nothing there).
+BUILD_DIR = Path(os.environ.get("KERNELS_BUILD_DIR") or Path(__file__).with_name("_build"))
 ARCHS = ("80", "90")  # Ampere and Hopper, named explicitly
 
 

@@ -164,6 +164,11 @@ class FakeTensor:
     def sum(self):
         self.gpu.flush(self.numel_ * 4, kind="read flush")
 
+    def copy_(self, source):
+        """A copy kernel that streams both tensors (benchmarks/gpu_selfcheck.py's cold-warm check)."""
+        self.gpu.streaming_kernel(f"copy {id(source)} -> {id(self)}", (source.numel_ + self.numel_) * 4)
+        return self
+
 
 class FakeGraph:
     gpu = None
@@ -225,7 +230,7 @@ def fake_torch(gpu):
         graph=FakeCapture,
         Event=FakeEvent,
         _sleep=lambda cycles: gpu.launch(f"sleep {cycles}", lambda: cycles / (gpu.clock_mhz * 1e6)),
-        synchronize=gpu.synchronize,
+        synchronize=lambda device=None: gpu.host_sync(),  # an error inside a capture, as cudaDeviceSynchronize is
         empty_cache=lambda: gpu.empty_cache(),
         # clock_rate in kHz, as cudaDevAttrClockRate gives it
         get_device_properties=lambda device: types.SimpleNamespace(uuid="", multi_processor_count=132,

@@ -7,6 +7,7 @@ baseline.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,8 +61,17 @@ def project_root(start: str | Path) -> Path:
     return next((folder for folder in (here, *here.parents) if (folder / ".git").exists()), here)
 
 
+STATE_DIR_VARIABLE = "SOLGATE_STATE_DIR"
+
+
 def state_dir(start: str | Path) -> Path:
-    """The ``.solgate`` folder of the project that ``start`` belongs to."""
+    """The ``.solgate`` folder of the project that ``start`` belongs to, or the folder
+    ``$SOLGATE_STATE_DIR`` names: one calibration cache (and spool) for several checkouts or for a
+    run that must write nothing into its checkout (benchmarks/gpu_check.py). The history keeps its
+    own setting (--sol-history, $SOLGATE_HISTORY)."""
+    chosen = os.environ.get(STATE_DIR_VARIABLE)
+    if chosen:
+        return Path(chosen).expanduser().resolve()
     return project_root(start) / ".solgate"
 
 
