@@ -248,3 +248,21 @@ def test_the_results_are_written_as_the_markdown_docs_results_md_holds(tmp_path)
     assert "| test_softmax[bf16] | triton | 1000.0 us | 3900 GB/s | 0.8 | 0.800 | - | - | - | - | - | pass |" in lines
     assert any(line.startswith("Flush check (vector_add): 1000.0 us after the written flush, 970.0 us") for line in lines)
     assert "| correctness-gemm | FAILED | 80.0 | TimeoutError: timed out after 80 s |" in lines
+
+
+def test_the_device_like_venv_of_ci_is_pinned_to_the_gpu_machines_versions():
+    """triton 3.6.0 and nvidia-ml-py 13.615.71 as on the GPU machine (an API triton 3.6 lacks then
+    fails in CI); torch stays the CPU 2.13.0 wheel (the machine's 2.11 is a CUDA build)."""
+    script = (ROOT / ".ci/run").read_text()
+    device_venv = script[script.index('device_venv="$(mktemp -d)/venv"'):script.index("# The README's test command.")]
+    assert "triton==3.6.0" in device_venv and "nvidia-ml-py==13.615.71" in device_venv and "torch==2.13.0" in device_venv
+    assert "git status --ignored --porcelain" in device_venv  # and the checkout is left as it was
+
+
+def test_the_state_folder_can_be_named_for_every_step(tmp_path, monkeypatch):
+    from pytest_solgate.record import gitinfo
+
+    monkeypatch.delenv("SOLGATE_STATE_DIR", raising=False)
+    assert gitinfo.state_dir(ROOT / "kernels") == ROOT / ".solgate"
+    monkeypatch.setenv("SOLGATE_STATE_DIR", str(tmp_path / "state"))
+    assert gitinfo.state_dir(ROOT / "kernels") == tmp_path / "state"
