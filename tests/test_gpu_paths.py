@@ -489,6 +489,7 @@ def test_throttled_measurement_is_flagged_warned_and_reported(suite, pytester, m
     assert m["telemetry"]["throttle_reasons"] == ["hw_thermal_slowdown"]
     page = (pytester.path / "r.html").read_text()
     assert "sm_clock_mhz" in page and "1200" in page and "throttled" in page
+    assert f"cpu ({m['timing_mode']})" in page  # the timing mode, e.g. events-capture-off on a GPU
     assert any("throttled sample(s)" in note for note in m["notes"])
     assert m["sm_clock_mhz"] == 1200  # the mean over the rounds kept
     assert m["sol_at_clock"] is None  # the synthetic profile gives no boost clock to scale from
