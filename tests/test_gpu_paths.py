@@ -1013,7 +1013,9 @@ def test_the_sm_clock_arithmetic_and_its_reference():
     from pytest_solgate.measure import sm_clock
 
     assert sm_clock.clock_mhz((1_000, 0), (1_001_000, 1_980_000)) == pytest.approx(1980)  # 1.98M cycles in 1 ms
-    assert sm_clock.clock_mhz((0, 0), (0, 0)) is None  # a stamp no block on SM 0 wrote
+    assert sm_clock.clock_mhz((0, 0), (1_000_000, 1_980_000)) is None  # a stamp no block on SM 0 wrote
+    # 10 us apart: a 1 us global timer cannot give the clock of so short a sample; NVML judges it
+    assert sm_clock.clock_mhz((1_000, 0), (11_000, 19_800)) is None
     assert sm_clock.is_below_threshold(1400, 1980) and not sm_clock.is_below_threshold(1500, 1980)
     assert not sm_clock.is_below_threshold(None, 1980)
     props = types.SimpleNamespace(cuda=types.SimpleNamespace(get_device_properties=lambda d: types.SimpleNamespace()))

@@ -17,17 +17,23 @@ while each round runs stands in (measure/telemetry.py).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 MIN_CLOCK_FRACTION = 0.75  # nvbench's default throttle_threshold
 RING_SLOTS = 1024  # stamps kept on the device: two per sample, far more than one round's samples
+# %globaltimer may tick only every microsecond (finer under a profiler): over a shorter interval
+# than this the clock it gives is off by more than 2 %, enough to read a short sample as throttled.
+# Such samples are not judged by their own clock; NVML's reading of their round judges them.
+MIN_STAMPED_NANOSECONDS = 50_000
 
 
 def clock_mhz(start: tuple[int, int] | list[int], stop: tuple[int, int] | list[int]) -> float | None:
     """The SM clock between two (globaltimer ns, clock64 cycles) stamps, in MHz; None when the
-    stamps are missing or out of order (the kernel did not run on SM 0, a counter wrapped)."""
+    stamps are missing or out of order (the kernel did not run on SM 0, a counter wrapped), or
+    too close together for the global timer's resolution (MIN_STAMPED_NANOSECONDS)."""
     nanoseconds, cycles = stop[0] - start[0], stop[1] - start[1]
-    if nanoseconds <= 0 or cycles <= 0 or not start[0]:
+    if nanoseconds < MIN_STAMPED_NANOSECONDS or cycles <= 0 or not start[0]:
         return None
     return cycles / nanoseconds * 1e3
 
@@ -51,7 +57,9 @@ def peak_clock_mhz(torch: Any, device: Any, nvml_max_mhz: float | None, fallback
     return nvml_max_mhz or fallback_mhz
 
 
+@functools.lru_cache(maxsize=None)
 def _build_stamp_kernel() -> Any:
+    """The Triton kernel, defined once per process (every CUDA backend shares it)."""
     import triton
     import triton.language as tl
 
@@ -87,20 +95,23 @@ class TritonClockStamps:
         self.kernel[(self.sms,)](self.buffer[slot])
         return slot
 
-    def mhz(self, start_slot: int, stop_slot: int) -> float | None:
-        """Call after the device reached both stamps (the round's synchronize)."""
+    def read(self, slot: int) -> list[int]:
+        """One stamp; call after the device reached it (the round's synchronize)."""
         if self._host is None:
             self._host = self.buffer.tolist()  # one copy for the whole round
-        return clock_mhz(self._host[start_slot], self._host[stop_slot])
+        return self._host[slot]
+
+    def mhz(self, start_slot: int, stop_slot: int) -> float | None:
+        return clock_mhz(self.read(start_slot), self.read(stop_slot))
 
 
 def open_stamps(torch: Any, device: Any) -> tuple[Any, str]:
     """The per-sample SM clock stamps for ``device``, or None and why there are none."""
     try:
         stamps = TritonClockStamps(torch, device)
-        first, second = stamps.stamp(), stamps.stamp()
+        first = stamps.stamp()
         torch.cuda.synchronize(device)
-        if stamps.mhz(first, second) is None and stamps._host[first][0] == 0:
+        if stamps.read(first)[0] == 0:
             raise RuntimeError("no block of the stamp kernel ran on SM 0")
     except Exception as exc:  # no Triton, no NVIDIA PTX, a driver that refuses: NVML stands in
         return None, f"SM clock per sample unavailable ({type(exc).__name__}: {exc}); NVML read during each round stands in"
