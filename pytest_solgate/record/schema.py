@@ -107,6 +107,8 @@ MEASUREMENT = {
         "timing_mode": {"enum": ["events", "cuda-graph", "thread-cpu-time", "perf-counter"]},  # the last two: CPU timers
         "contended": _text(1_000),
         "probe_seconds": _nullable(_number(MAX_SECONDS)),  # 0 where a clock did not advance (the fake clock)
+        "joules": _number(FINITE),  # energy per call (NVML), only where measured
+        "measured_bytes": _number(MAX_COUNT),  # DRAM bytes of one call under Nsight Compute (--sol-ncu)
         "trend": {"type": "array", "maxItems": 100_000, "items": {"type": "object"}},
     },
 }
