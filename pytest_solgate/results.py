@@ -276,6 +276,8 @@ class Measurement:
             **({"probe_seconds": timing.probe_seconds} if timing.probe_seconds is not None else {}),
             **({"joules": self.joules} if self.joules is not None else {}),
             **({"measured_bytes": self.measured_bytes} if self.measured_bytes is not None else {}),
+            # measured over declared bytes, for readers of the JSON (derived: from_dict does not read it)
+            **({"dram_ratio": self.measured_bytes / self.work.bytes} if self.measured_bytes is not None and self.work.bytes else {}),
         }
 
     @classmethod

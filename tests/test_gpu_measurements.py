@@ -111,6 +111,9 @@ def fake_gpu_session(pytester, monkeypatch):
         monkeypatch.setattr(backends, "make_backend", lambda choice, l2, clock: backend)
         monkeypatch.setattr(engine, "_cuda_device_scope", lambda context: contextlib.nullcontext())
         monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
+        # The exit paths (atexit, SIGTERM) are tested in a subprocess of their own: registered here, they
+        # would hold this fake device until the test process exits.
+        monkeypatch.setattr(clocks, "restore_at_exit", lambda restore: None)
         side = FakeStream(gpu, "user's side stream")
 
         def side_stream_kernel(seconds):
@@ -445,7 +448,7 @@ def test_a_kernel_that_moves_more_than_it_declares_is_told_so(fake_gpu_session, 
     result, (m,), _, _ = fake_gpu_session(NCU_TEST.format(budget=0.95, moved=COPY_BYTES, declared=COPY_BYTES), "--sol-ncu",
                                           "--sol-report=r.html", "--sol-markdown=s.md")
     result.assert_outcomes(failed=1)
-    assert m["measured_bytes"] == 640e6 and m["verdict"] == "below-budget"
+    assert m["measured_bytes"] == 640e6 and m["dram_ratio"] == pytest.approx(1.6) and m["verdict"] == "below-budget"
     assert ("it moves more than it declares: Nsight Compute measured 640MB of DRAM traffic for one call, 1.60x the "
             "400MB declared") in m["reason"]
     result.stdout.fnmatch_lines(["*DRAM 1.60x declared*"])  # the terminal table
@@ -525,3 +528,21 @@ def test_the_child_calls_the_kernel_once_inside_the_profiler_range_and_records_n
     assert gpu.log[:start].count("kernel") == ncu.WARMUP_CALLS  # compilation and autotuning stay outside
     assert gpu.log.count("profiler start") == 1
     assert nvml.calls == []  # the parent holds the clocks; the child leaves them alone
+
+
+def test_joules_and_measured_bytes_survive_the_json_the_history_and_solgate_import_read():
+    from pytest_solgate.record.schema import dump, read_run
+    from pytest_solgate.results import Measurement, RunInfo
+    from solgate_testing import recorded
+
+    m = recorded(joules=0.06, measured_bytes=640e6, bytes=400e6)
+    data = m.to_dict()
+    assert data["joules"] == 0.06 and data["measured_bytes"] == 640e6 and data["dram_ratio"] == pytest.approx(1.6)
+    again = Measurement.from_dict(data)
+    assert (again.joules, again.measured_bytes) == (0.06, 640e6)
+    (read,) = read_run(dump(RunInfo(id="r", started_at="t"), [m]), "run.json")[1]  # what solgate import checks and reads
+    assert (read.joules, read.measured_bytes) == (0.06, 640e6)
+    with pytest.raises(Exception, match="joules"):
+        read_run(dump(RunInfo(id="r", started_at="t"), [m]).replace('"joules": 0.06', '"joules": -1'), "bad.json")
+    plain = recorded().to_dict()
+    assert not {"joules", "measured_bytes", "dram_ratio"} & set(plain)  # a CPU record is as before
