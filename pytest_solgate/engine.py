@@ -161,6 +161,7 @@ class Engine:
         warnings: list[str] = []
         ceilings = self.settings.ceilings
         if choice.kind == "cpu":
+            warnings += gpu_only_options(self.settings)
             if self.explicit_profile is not None:
                 profile = self.explicit_profile
                 if profile.kind == "gpu":
@@ -486,6 +487,17 @@ class Engine:
         """Drop what was kept to re-measure ``test``'s measurements (its callables and tensors)."""
         for key in [key for key in self._retake if key[0] == test]:
             del self._retake[key]
+
+
+def gpu_only_options(settings: Settings) -> list[str]:
+    """What the options that act on a GPU say when the measurements run on the CPU."""
+    said = []
+    if settings.lock_clocks != clocks.OFF:
+        said.append(f"--sol-lock-clocks={settings.lock_clocks}: measurements run on the CPU, which has no SM clock "
+                    "to lock; the option acts on GPUs only")
+    if settings.ncu:
+        said.append("--sol-ncu: measurements run on the CPU; Nsight Compute measures the DRAM bytes of GPU kernels only")
+    return said
 
 
 def timing_for_real(timing: sampling.Timing) -> bool:

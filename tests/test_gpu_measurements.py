@@ -546,3 +546,25 @@ def test_joules_and_measured_bytes_survive_the_json_the_history_and_solgate_impo
         read_run(dump(RunInfo(id="r", started_at="t"), [m]).replace('"joules": 0.06', '"joules": -1'), "bad.json")
     plain = recorded().to_dict()
     assert not {"joules", "measured_bytes", "dram_ratio"} & set(plain)  # a CPU record is as before
+
+
+def test_the_gpu_options_on_a_cpu_say_once_that_they_act_on_gpus_only(suite):
+    result = suite("""
+        def test_a(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.5e6)
+
+        def test_b(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.5e6)
+    """, "--sol-lock-clocks=max", "--sol-ncu")
+    result.assert_outcomes(passed=2)
+    assert result.stdout.str().count("no SM clock to lock") == 1  # said once, at the first measurement
+    result.stdout.fnmatch_lines(["*--sol-lock-clocks=max: measurements run on the CPU, which has no SM clock to lock*",
+                                 "*--sol-ncu: measurements run on the CPU; Nsight Compute measures the DRAM bytes of GPU "
+                                 "kernels only*"])
+    assert "J/GB" not in result.stdout.str() and "x declared" not in result.stdout.str()
+
+
+def test_a_bad_lock_mode_is_a_one_line_usage_error(suite):
+    result = suite("def test_a(sol): pass", "--sol-lock-clocks=turbo")
+    assert result.ret == 4
+    result.stderr.fnmatch_lines(["*--sol-lock-clocks='turbo' is not one of: off, base, max*"])

@@ -77,17 +77,21 @@ def synchronized_block(
     synchronizations, timed by the host clock and by events, with the energy counter read at
     both ends when ``read_energy`` is given."""
     calls = block_calls(per_call_seconds, read_energy is not None)
+    cuda = backend.torch.cuda
     backend.synchronize()
     energy_start = _next_step(read_energy, clock, pause) if read_energy is not None else None
+    # Events of the block's own, not backend.start()/stop(): those also size the backend's stream
+    # hold from the host time they see, and thousands of queued calls would size the next holds.
+    start, stop = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
     wall_start = clock()
-    token = backend.start()
+    start.record()
     for _ in range(calls):
         fn()
     queued = clock() - wall_start
-    handle = backend.stop(token)
+    stop.record()
     backend.synchronize()
     wall = clock() - wall_start
-    events = backend.elapsed(handle)
+    events = start.elapsed_time(stop) / 1e3  # milliseconds
     energy, note = None, ""
     if read_energy is not None:
         energy_end = _next_step(read_energy, clock, pause)
