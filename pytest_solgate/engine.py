@@ -81,7 +81,6 @@ class Context:
     lock_key: str
     warnings: tuple[str, ...] = ()
     environment: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    clock_state: clocks.ClockState = clocks.ClockState(clocks.OFF)  # --sol-lock-clocks, as it took
 
 
 def worker_index() -> int | None:
@@ -201,10 +200,9 @@ class Engine:
         l2_bytes = facts.get("l2_bytes") or profile.device.l2_bytes
         backend = backends.make_backend(choice, l2_bytes, profile.device.boost_clock_mhz)
         described = environment.describe(name, device_uuid, choice.kind == "cuda")
-        clock_state = clocks.ClockState(clocks.OFF)
         if choice.kind == "cuda":
             # An --sol-ncu child leaves the clocks to its parent: its restore would undo the parent's lock.
-            clock_state = self._lock_clocks(backend) if not ncu.is_child() else clock_state
+            clock_state = self._lock_clocks(backend) if not ncu.is_child() else clocks.ClockState(clocks.OFF)
             if clock_state.refused:
                 warnings.append(clocks.refused_message(clock_state))
             described[clocks.ENVIRONMENT_KEY] = clock_state.environment_value
@@ -216,8 +214,7 @@ class Engine:
             backend=backend,
             lock_key=lock_key,
             warnings=tuple(warnings),
-            environment=described,
-            clock_state=clock_state,
+            environment=described,  # with the clocks' state (sm_clocks) on a GPU: compared like with like
         )
 
     def _lock_clocks(self, backend: Any) -> clocks.ClockState:
