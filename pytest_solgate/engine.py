@@ -26,7 +26,18 @@ from pytest_solgate.declare.profiles import (
 )
 from pytest_solgate.declare.work import make_work
 from pytest_solgate.judge import verdict
-from pytest_solgate.measure import backends, calibrate, devices, environment, locking, sampling, telemetry
+from pytest_solgate.measure import (
+    backends,
+    block,
+    calibrate,
+    clocks,
+    devices,
+    environment,
+    locking,
+    ncu,
+    sampling,
+    telemetry,
+)
 from pytest_solgate.results import Measurement
 from pytest_solgate.support.errors import MeasureError, OptionError, ProfileError, SolgateError
 from pytest_solgate.support.settings import Settings
@@ -50,6 +61,9 @@ CPU_CLOCKS: tuple[Callable[[], float], Callable[[], float]] = (time.process_time
 # otherwise pass silently").
 NO_BYTES = ("declares flops= but no bytes=, so it is scored as compute-bound whatever it moves; "
             "pass bytes= (e.g. sol.nbytes(inputs..., outputs...)) so a memory-bound kernel is scored against bandwidth")
+
+# (test key, measurement name) -> the DRAM traffic of one call under Nsight Compute (measure/ncu.py)
+DramProfiler = Callable[[str, str], "ncu.DramTraffic"]
 
 # (test, name, profile, ceilings mode, environment) -> the baseline window, or None
 BaselineFinder = Callable[[str, str, str, str, Mapping[str, str]], "verdict.BaselineWindow | None"]
@@ -90,8 +104,13 @@ class Engine:
         warn: Callable[[str], None] | None = None,
         head: Callable[[], tuple[str | None, bool]] | None = None,
         run_id: str = "",
+        dram_profiler: DramProfiler | None = None,
     ) -> None:
         self.settings = settings
+        # --sol-ncu: None without it, and once ncu proved unusable here (said once, never a failure)
+        self.dram_profiler = dram_profiler if settings.ncu else None
+        self._dram: dict[tuple[str, str], float] = {}  # measured bytes, reused by a confirmation's retake
+        self._clock_lock: clocks.ClockLock | None = None
         self.run_id = run_id  # written into the device lock, so another run can tell it is not one of ours
         self.cache_dir = cache_dir
         self.baseline_finder = baseline_finder
@@ -141,6 +160,7 @@ class Engine:
         warnings: list[str] = []
         ceilings = self.settings.ceilings
         if choice.kind == "cpu":
+            warnings += gpu_only_options(self.settings)
             if self.explicit_profile is not None:
                 profile = self.explicit_profile
                 if profile.kind == "gpu":
@@ -179,6 +199,13 @@ class Engine:
             torch.cuda.set_device(choice.index)
         l2_bytes = facts.get("l2_bytes") or profile.device.l2_bytes
         backend = backends.make_backend(choice, l2_bytes, profile.device.boost_clock_mhz)
+        described = environment.describe(name, device_uuid, choice.kind == "cuda")
+        if choice.kind == "cuda":
+            # An --sol-ncu child leaves the clocks to its parent: its restore would undo the parent's lock.
+            clock_state = self._lock_clocks(backend) if not ncu.is_child() else clocks.ClockState(clocks.OFF)
+            if clock_state.refused:
+                warnings.append(clocks.refused_message(clock_state))
+            described[clocks.ENVIRONMENT_KEY] = clock_state.environment_value
         return Context(
             device=choice,
             device_name=name,
@@ -187,8 +214,25 @@ class Engine:
             backend=backend,
             lock_key=lock_key,
             warnings=tuple(warnings),
-            environment=environment.describe(name, device_uuid, choice.kind == "cuda"),
+            environment=described,  # with the clocks' state (sm_clocks) on a GPU: compared like with like
         )
+
+    def _lock_clocks(self, backend: Any) -> clocks.ClockState:
+        """--sol-lock-clocks on the backend's device, through the NVML handle its telemetry uses."""
+        reader = getattr(backend, "reader", None)
+
+        def handle() -> tuple[Any, Any]:
+            if reader is None:
+                raise MeasureError(getattr(backend, "telemetry_note", "") or "no NVML reader")
+            return reader.nvml_handle()
+
+        state, self._clock_lock = clocks.lock_for_session(self.settings.lock_clocks, handle)
+        return state
+
+    def close(self) -> None:
+        """The session is over: give the device its clocks back (also registered at exit)."""
+        if self._clock_lock is not None:
+            self._clock_lock.restore()
 
     def _measured_gpu_profile(
         self, datasheet: HardwareProfile, choice: Any, key: str, name: str, facts: dict
@@ -235,11 +279,20 @@ class Engine:
             score.check_precisions(work, context.profile)  # before timing: a declaration error fails fast
         timing_settings = self.settings.sampling
         device_scope = _cuda_device_scope(context)
+        on_gpu = context.device.kind == "cuda" and context.backend.gated
+        if ncu.is_child():  # only the one call under the profiler counts here: the timing just lets the test go on
+            timing_settings = INTERPRETER_SAMPLING
+            if on_gpu and ncu.child_target() == (test, name):
+                with device_scope:
+                    ncu.profile_one_call(fn, context.backend, *ncu.cuda_profiler())
         self._measuring = name
         try:
-            timing, contended = self._timed_alone(fn, context, timing_settings, device_scope, rotation or 1, work.bytes)
+            timing, contended, wall_block = self._timed_alone(fn, context, timing_settings, device_scope,
+                                                              rotation or 1, work.bytes)
         finally:
             self._measuring = ""
+        if wall_block is not None and block.hidden_work(wall_block):
+            raise MeasureError(block.hidden_work_message(test, name, wall_block))
         timed_for_real = backends.is_gated(timing.backend)  # not the interpreter's timing of a Triton kernel
         scorable, unscored = self._scorable(work, context.profile, gate and timed_for_real)
         notes = list(timing.notes)
@@ -262,6 +315,10 @@ class Engine:
         self._retake[(test, name)] = lambda: self.measure(
             test, fn, flops=flops, bytes=bytes, precision=precision, name=name, gate=gate
         )
+        joules = block.joules_per_call(wall_block) if wall_block is not None else None
+        if wall_block is not None and wall_block.energy_note:
+            notes.append(wall_block.energy_note)
+        measured_bytes = self._measured_bytes(test, name, notes) if on_gpu and gate and not ncu.is_child() else None
         if timing.throttled:
             reasons = ", ".join((timing.telemetry or {}).get("throttle_reasons", [])) or "SM clock under 75% of its max"
             self.warn(
@@ -284,18 +341,39 @@ class Engine:
             worker=os.environ.get("PYTEST_XDIST_WORKER", ""),
             notes=tuple(notes),
             contended=contended,
+            joules=joules,
+            measured_bytes=measured_bytes,
         )
 
+    def _measured_bytes(self, test: str, name: str, notes: list[str]) -> float | None:
+        """--sol-ncu: the DRAM bytes one call moved (once per measurement; a confirmation's retake
+        reuses them). ncu missing or refused is said once and stops the tries; never a failure."""
+        if self.dram_profiler is None:
+            return None
+        if (test, name) not in self._dram:
+            try:
+                self._dram[(test, name)] = self.dram_profiler(test, name).total_bytes
+            except ncu.NcuUnavailable as exc:
+                self.dram_profiler = None
+                self.warn(f"--sol-ncu: {exc}")
+                return None
+            except ncu.NcuFailed as exc:
+                notes.append(f"no measured bytes: {exc}")
+                return None
+        return self._dram[(test, name)]
+
     def _timed_alone(self, fn: Callable[[], Any], context: Context, timing_settings: sampling.SamplingSettings,
-                     device_scope: Any, rotation_sets: int, bytes_per_call: float) -> tuple[sampling.Timing, str]:
-        """The timing, and why the machine was busy while it was taken ('' if it was not).
+                     device_scope: Any, rotation_sets: int, bytes_per_call: float
+                     ) -> tuple[sampling.Timing, str, block.BlockReading | None]:
+        """The timing, why the machine was busy while it was taken ('' if it was not), and on a
+        GPU the synchronized block taken right after it (measure/block.py), under the same lock.
 
         Busy means, on a CPU, that this process got under CONTENDED_SHARE of a core while
         sampling; on a GPU, that another solgate run held the device's lock just before (see
         ``contention``). A contended timing is taken again (CONTENTION_RETAKES); the one with the
         largest share is kept, and it stays marked when every attempt was contended."""
         __tracebackhide__ = True  # a kernel that raises shows its own traceback, not ours
-        best: tuple[float, sampling.Timing, str] | None = None
+        best: tuple[float, sampling.Timing, str, block.BlockReading | None] | None = None
         holder = f"run {self.run_id} pid {os.getpid()}"
         for _ in range(1 + CONTENTION_RETAKES):
             cpu_clock, wall_clock = CPU_CLOCKS
@@ -308,15 +386,27 @@ class Engine:
                     )
                 else:
                     timing = self._interpreted_or_cpu(fn, context.backend, timing_settings)
+                wall_block = self._synchronized_block(fn, context, timing)
                 cpu, wall = cpu_clock() - cpu, wall_clock() - wall
             share = cpu / wall if wall > 0 else 1.0
             # The interpreter's timings mean nothing whether or not the machine was busy.
             why = contention(waited_for, self.run_id, share, context.device.kind == "cpu") if timing_for_real(timing) else ""
             if best is None or (best[2] and share > best[0]):
-                best = (share, timing, why)
+                best = (share, timing, why, wall_block)
             if not why:
                 break
-        return best[1], best[2]
+        return best[1], best[2], best[3]
+
+    def _synchronized_block(self, fn: Callable[[], Any], context: Context, timing: sampling.Timing) -> block.BlockReading | None:
+        """On a GPU: the block of back-to-back calls that reads energy and catches hidden work."""
+        backend = context.backend
+        if context.device.kind != "cuda" or not backend.gated or ncu.is_child():
+            return None
+        reader = getattr(backend, "reader", None)
+        read_energy = reader.energy_counter() if reader is not None else None
+        host_clock = getattr(backend, "host_clock", time.perf_counter)
+        return block.synchronized_block(fn, backend, timing.seconds, read_energy, clock=host_clock,
+                                        pause=getattr(backend, "host_pause", time.sleep))
 
     def _interpreted_or_cpu(self, fn: Callable[[], Any], interpreter: Any, timing_settings: sampling.SamplingSettings) -> sampling.Timing:
         """In a TRITON_INTERPRET=1 session: a callable that launches a Triton kernel is timed briefly
@@ -394,6 +484,17 @@ class Engine:
         """Drop what was kept to re-measure ``test``'s measurements (its callables and tensors)."""
         for key in [key for key in self._retake if key[0] == test]:
             del self._retake[key]
+
+
+def gpu_only_options(settings: Settings) -> list[str]:
+    """What the options that act on a GPU say when the measurements run on the CPU."""
+    said = []
+    if settings.lock_clocks != clocks.OFF:
+        said.append(f"--sol-lock-clocks={settings.lock_clocks}: measurements run on the CPU, which has no SM clock "
+                    "to lock; the option acts on GPUs only")
+    if settings.ncu:
+        said.append("--sol-ncu: measurements run on the CPU; Nsight Compute measures the DRAM bytes of GPU kernels only")
+    return said
 
 
 def timing_for_real(timing: sampling.Timing) -> bool:

@@ -234,6 +234,9 @@ class SolgateSession:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self.run.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
 
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.run.close()  # --sol-lock-clocks: restored however the session ended (a failure, Ctrl-C)
+
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker or not (self.run.records or self.run.messages):  # every report asked for leaves a message
             return

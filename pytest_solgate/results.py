@@ -194,6 +194,10 @@ class Measurement:
     # solgate run waiting for the device), or "": a contended result is never a baseline.
     contended: str = ""
     judgement: Judgement | None = None
+    # On a GPU: energy per call from NVML's counter (measure/block.py), and the DRAM bytes one call
+    # moved under Nsight Compute (--sol-ncu, measure/ncu.py); None where not measured (left out of the JSON).
+    joules: float | None = None
+    measured_bytes: float | None = None
     # The record stage's history of this measurement, oldest first: [{"commit", "sol", "started_at"}].
     trend: tuple[Mapping[str, Any], ...] = ()
 
@@ -270,6 +274,10 @@ class Measurement:
             # Last, and only when set: the records of earlier versions write back identical.
             **({"contended": self.contended} if self.contended else {}),
             **({"probe_seconds": timing.probe_seconds} if timing.probe_seconds is not None else {}),
+            **({"joules": self.joules} if self.joules is not None else {}),
+            **({"measured_bytes": self.measured_bytes} if self.measured_bytes is not None else {}),
+            # measured over declared bytes, for readers of the JSON (derived: from_dict does not read it)
+            **({"dram_ratio": self.measured_bytes / self.work.bytes} if self.measured_bytes is not None and self.work.bytes else {}),
         }
 
     @classmethod
@@ -324,6 +332,8 @@ class Measurement:
             contended=str(data.get("contended") or ""),
             judgement=judgement,
             trend=tuple(data.get("trend") or ()),
+            joules=data.get("joules"),
+            measured_bytes=data.get("measured_bytes"),
         )
 
 

@@ -129,8 +129,25 @@ class Run:
                 run_id=self.run_id,
                 announce=self.announce,
                 warn=self.warn,
+                dram_profiler=self._profile_dram,
             )
         return self._engine
+
+    def _profile_dram(self, test: str, name: str) -> Any:
+        """--sol-ncu: the test node run again under Nsight Compute for one measurement (measure/ncu.py)."""
+        from pytest_solgate.measure import ncu
+
+        nodeid = test[len(self.key_prefix):] if self.key_prefix and test.startswith(self.key_prefix) else test
+        device = str(self.engine.context().device)
+        profile = self.settings.profile
+        if profile and Path(absolute_path(profile, self.invocation_dir)).is_file():
+            profile = str(absolute_path(profile, self.invocation_dir))  # the child starts in the rootdir
+        return ncu.profile(nodeid, test, name, self.rootdir, device, profile)
+
+    def close(self) -> None:
+        """The session is over (pytest's unconfigure): the engine gives the device its clocks back."""
+        if self._engine is not None:
+            self._engine.close()
 
     @property
     def git(self) -> Any:
@@ -259,6 +276,10 @@ class Run:
         wanted = (self.settings.report, self.settings.json, self.settings.markdown, self.settings.benchmark_action)
         if self.is_worker or not (self.records or any(wanted)):
             return
+        from pytest_solgate.measure import ncu
+
+        if ncu.is_child():
+            return  # an --sol-ncu child profiles one call: it records and writes nothing
         from pytest_solgate.record.runinfo import build_run_info
         from pytest_solgate.report import outputs
 

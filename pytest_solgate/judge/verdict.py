@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from pytest_solgate import results
-from pytest_solgate.measure import backends
+from pytest_solgate.measure import backends, clocks
 from pytest_solgate.results import (
     AMBIGUOUS,
     IMPROVED,
@@ -73,6 +73,7 @@ class BaselineRun:
     judged_against: str = ""  # the newest commit of the window that run was judged against
     disturbed: str = ""  # "interrupted", "contended" or "noisy": recorded, never a baseline
     probe_seconds: float | None = None  # the run's memory probe (measure/backends.py), when it had one
+    sm_clock_mhz: float | None = None  # the mean SM clock over its timed region (GPU telemetry), when read
 
 
 @dataclass(frozen=True)
@@ -235,6 +236,38 @@ def describe(m: Measurement) -> str:
         return f"{units.bandwidth(scored.gbps)} of {units.bandwidth(ceiling)} (memory-bound)"
     ceiling = m.work.total_flops / scored.t_sol / 1e12 if scored.t_sol > 0 else 0
     return f"{units.flop_rate(scored.tflops)} of {units.flop_rate(ceiling)} (compute-bound)"
+
+
+# Nsight Compute's DRAM bytes over the declared ones beyond which a kernel is told it moves more
+# than its fused minimum (--sol-ncu): 10 %, above the counters' own slack (ECC, page-table walks).
+DRAM_EXCESS = 1.10
+
+
+def dram_ratio(m: Measurement) -> float | None:
+    """Measured DRAM bytes (--sol-ncu) over declared bytes, or None when either is missing."""
+    if m.measured_bytes is None or not m.work.bytes:
+        return None
+    return m.measured_bytes / m.work.bytes
+
+
+def dram_phrase(m: Measurement) -> str:
+    """'Nsight Compute measured 1.07 GB of DRAM traffic, 1.60x the 671 MB declared', or ''."""
+    ratio = dram_ratio(m)
+    if ratio is None:
+        return ""
+    return (f"Nsight Compute measured {units.count(m.measured_bytes)}B of DRAM traffic for one call, "
+            f"{ratio:.2f}x the {units.count(m.work.bytes)}B declared")
+
+
+def energy_per_work(m: Measurement) -> tuple[float, str] | None:
+    """Joules per GB moved (memory-bound) or per TFLOP (compute-bound), from the energy per call."""
+    if m.joules is None:
+        return None
+    if m.score.bound == "memory" and m.work.bytes:
+        return m.joules / (m.work.bytes / 1e9), "J/GB"
+    if m.work.total_flops:
+        return m.joules / (m.work.total_flops / 1e12), "J/TFLOP"
+    return None
 
 
 def label(m: Measurement) -> str:
@@ -446,6 +479,7 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
         versus += f" ({'; '.join(said)})"
     if by_time:
         versus += " (compared on time: the ceilings changed since the baseline, e.g. a re-calibration)"
+    versus += _clock_moved_text(m, [window.runs[i] for i in keep])
 
     def result(verdict: Verdict, text: str) -> Comparison:
         return Comparison(verdict, change, centre, spread, floor, window, compared_on, text, raw_change)
@@ -479,6 +513,21 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
             return result(PASS, f"{versus}: would be an improvement, but {moved}")
         return result(IMPROVED, f"{versus}: improved")
     return result(PASS, versus)
+
+
+def _clock_moved_text(m: Measurement, runs: Sequence[BaselineRun]) -> str:
+    """' (the SM clock moved ...)' when this unlocked run's SM clock over its timed region lies
+    more than clocks.CLOCK_MOVED from its window's; '' otherwise (a locked run's clock is held)."""
+    if str(m.environment.get(clocks.ENVIRONMENT_KEY, "")).startswith("locked"):
+        return ""
+    window_clocks = [run.sm_clock_mhz for run in runs]
+    moved = clocks.clock_moved(m.timing.sm_clock_mhz, window_clocks)
+    if moved is None:
+        return ""
+    centre = m.timing.sm_clock_mhz / (1 + moved)
+    return (f" (the SM clock moved {units.percent(moved, signed=True)}: {m.timing.sm_clock_mhz:.0f} MHz over this "
+            f"run's timed region vs {centre:.0f} MHz over the window's; clocks unlocked: --sol-lock-clocks=base "
+            "compares at one clock)")
 
 
 def confirm(first: Measurement, second: Measurement) -> Measurement:
@@ -524,16 +573,23 @@ def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, setting
         return done(results.NOT_GATED, "TRITON_INTERPRET=1: the Triton interpreter's timings mean nothing")
     if settings.gate == "off":
         return done(results.NOT_GATED, "--sol-gate=off")
+    ratio = dram_ratio(m)
     if sol > ABOVE_SOL_LIMIT:
-        return done(
-            results.ABOVE_SOL,
-            f"{label(m)} SOL {sol:.2f} > {ABOVE_SOL_LIMIT} {where} is impossible: {describe(m)}; "
-            "check the declared bytes/flops and the profile's ceilings, or whether the cache served the data",
-        )
+        if ratio is not None and ratio < 1:
+            why = f"{dram_phrase(m)}: the cache served the rest of the data (give each call cold inputs: rotating buffer sets)"
+        elif ratio is not None:
+            why = f"{dram_phrase(m)}, so the data did come from DRAM: check the profile's bandwidth and peak ceilings"
+        else:
+            why = "check the declared bytes/flops and the profile's ceilings, or whether the cache served the data"
+        return done(results.ABOVE_SOL, f"{label(m)} SOL {sol:.2f} > {ABOVE_SOL_LIMIT} {where} is impossible: {describe(m)}; {why}")
     if min_sol is not None and sol < min_sol:
+        moved = ""
+        if ratio is not None and ratio > DRAM_EXCESS:
+            moved = (f"; it moves more than it declares: {dram_phrase(m)}, so the traffic beyond the fused minimum "
+                     "(re-reads, spills, an unfused intermediate) costs it time")
         return done(
             results.BELOW_BUDGET,
-            f"{label(m)} SOL {sol:.2f} < budget {min_sol:.2f} {where}: {describe(m)}, {timing_phrase(m)}",
+            f"{label(m)} SOL {sol:.2f} < budget {min_sol:.2f} {where}: {describe(m)}, {timing_phrase(m)}{moved}",
         )
     if min_mfu is not None and not m.work.total_flops:
         return done(

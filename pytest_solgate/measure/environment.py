@@ -13,7 +13,8 @@ import sys
 from importlib import metadata
 
 # The facts, in the order messages list them.
-KEYS = ("host", "device", "device_uuid", "driver", "cuda", "torch", "triton", "python")
+# sm_clocks: unlocked, or locked by --sol-lock-clocks (measure/clocks.py); GPU runs only.
+KEYS = ("host", "device", "device_uuid", "driver", "cuda", "torch", "triton", "python", "sm_clocks")
 
 
 def package_version(name: str) -> str:

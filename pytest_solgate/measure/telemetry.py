@@ -39,6 +39,18 @@ class NvmlReader:
         except Exception:  # one unsupported query must not hide the others
             return None
 
+    def energy_counter(self) -> Any:
+        """A reader of the device's total-energy counter in millijoules (Volta and newer), or None
+        where NVML does not have it (measure/block.py reads it around a block of calls)."""
+        nvml, handle = self._nvml, self._handle
+        if self._safe(lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(handle)) is None:
+            return None
+        return lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+
+    def nvml_handle(self) -> tuple[Any, Any]:
+        """(pynvml, the device's handle), for the clock lock (measure/clocks.py)."""
+        return self._nvml, self._handle
+
     def read(self) -> dict[str, Any]:
         nvml, handle = self._nvml, self._handle
         # Only calls nvidia-ml-py does not mark deprecated (its ...ThrottleReasons and

@@ -108,6 +108,9 @@ MEASUREMENT = {
         "timing_mode": {"enum": ["events", "cuda-graph", "events-capture-off", "thread-cpu-time", "perf-counter"]},
         "contended": _text(1_000),
         "probe_seconds": _nullable(_number(MAX_SECONDS)),  # 0 where a clock did not advance (the fake clock)
+        "joules": _number(FINITE),  # energy per call (NVML), only where measured
+        "measured_bytes": _number(MAX_COUNT),  # DRAM bytes of one call under Nsight Compute (--sol-ncu)
+        "dram_ratio": _number(FINITE),  # measured_bytes / bytes
         "trend": {"type": "array", "maxItems": 100_000, "items": {"type": "object"}},
     },
 }

@@ -68,6 +68,7 @@ def _baseline_run(
         judged_against=str((record.get("baseline") or {}).get("commit") or ""),
         disturbed=_disturbance(status, record),
         probe_seconds=float(probe) if isinstance(probe, (int, float)) and probe > 0 else None,
+        sm_clock_mhz=_positive(record.get("sm_clock_mhz")),
     )
 
 
@@ -327,3 +328,8 @@ def commit_series(
         ordered = sorted(points.values(), key=lambda p: (p["commit_time"], p["started_at"]))
         series[key] = [{**p, "sol": median(p["runs"]), "seconds": median(p["times"])} for p in ordered]
     return series
+
+
+def _positive(value: Any) -> float | None:
+    """A recorded number when it is one and above zero, else None."""
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None

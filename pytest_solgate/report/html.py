@@ -68,6 +68,8 @@ def _detail(m: Measurement, index: int, peers: Sequence[Measurement]) -> dict[st
         "panel": panel_id(m.test, m.name, m.profile),
         "m": m,
         "row": table.row(m, peers),
+        "measured": table.measured_text(m),
+        "dram": verdict.dram_phrase(m),
         "describe": verdict.describe(m) if m.score.t_sol > 0 else "",
         "strip": roofline.strip(m.timing.samples),
         "spark": roofline.sparkline([t["sol"] for t in m.trend]),

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from pytest_solgate import results
+from pytest_solgate.judge.verdict import dram_ratio, energy_per_work
 from pytest_solgate.results import Measurement, Verdict
 from pytest_solgate.support import units
 
@@ -45,7 +46,22 @@ def ordered(measurements: Iterable[Measurement]) -> list[Measurement]:
 
 def achieved(m: Measurement) -> str:
     scored = m.score
-    return units.bandwidth(scored.gbps) if scored.bound == "memory" else units.flop_rate(scored.tflops)
+    rate = units.bandwidth(scored.gbps) if scored.bound == "memory" else units.flop_rate(scored.tflops)
+    measured = measured_text(m)
+    return f"{rate}; {measured}" if measured else rate
+
+
+def measured_text(m: Measurement) -> str:
+    """What the GPU measured beside the timing, where it did: 'DRAM 1.60x declared; 0.41 J/GB'
+    (Nsight Compute's bytes over the declared ones, --sol-ncu; energy per GB or TFLOP, NVML)."""
+    parts = []
+    ratio = dram_ratio(m)
+    if ratio is not None:
+        parts.append(f"DRAM {ratio:.2f}x declared")
+    energy = energy_per_work(m)
+    if energy is not None:
+        parts.append(f"{energy[0]:.3g} {energy[1]}")
+    return "; ".join(parts)
 
 
 def budget_text(m: Measurement) -> str:

@@ -79,6 +79,10 @@ OPTIONS = (
     Option("sol_cuda_graph", "time short GPU kernels as a replayed CUDA graph: auto (under 20 us a call), on or off",
            "auto", "string", ("auto", "on", "off")),
     Option("sol_precision", "precision class of a bare flops number", "fp32", "string", PRECISIONS),
+    Option("sol_ncu", "on a GPU, one extra call of each gated measurement under Nsight Compute (ncu on PATH): "
+           "records the DRAM bytes it moved beside the declared ones", False, "bool"),
+    Option("sol_lock_clocks", "lock the SM clock through NVML for the session: off, base or max (restored at the end)",
+           "off", "string", ("off", "base", "max")),
 )
 
 
@@ -102,6 +106,8 @@ class Settings:
     above_one: str = "fail"
     sampling: SamplingSettings = SamplingSettings()
     precision: str = "fp32"
+    ncu: bool = False  # --sol-ncu: measured DRAM bytes under Nsight Compute (measure/ncu.py)
+    lock_clocks: str = "off"  # --sol-lock-clocks: off | base | max (measure/clocks.py)
 
 
 def _number(flag: str, raw: Any, check: Callable[[float], bool], rule: str) -> float:
@@ -178,4 +184,6 @@ def parse_settings(raw: Mapping[str, Any]) -> Settings:
         above_one=values["sol_above_one"],
         sampling=SamplingSettings(min_time=min_time, max_time=max_time, noise=noise, cuda_graph=values["sol_cuda_graph"]),
         precision=values["sol_precision"],
+        ncu=values["sol_ncu"],
+        lock_clocks=values["sol_lock_clocks"],
     )

@@ -1,0 +1,570 @@
+"""Issue 29, parts 2-5, on the fake GPU of test_gpu_paths.py: energy per call, clock locking, work
+the timer cannot see, and measured DRAM bytes under a fake ``ncu`` on PATH.
+
+The pytester runs go through the real plugin, engine, sampling loop, CUDA backend, judge, history
+and reports; only torch.cuda, NVML and ncu are fakes (no GPU here). The fake NVML's energy
+counter integrates the fake device's busy time at a fixed power and steps every 10 ms, as the
+counters of some GPUs do; its clock lock refuses as NVML does without root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import types
+
+import pytest
+from test_gpu_paths import FakeGpu, FakeNvml, FakeStream, cuda_backend
+
+from pytest_solgate.measure import block, clocks, ncu
+
+BUSY_WATTS, IDLE_WATTS = 600.0, 60.0
+ENERGY_STEP_SECONDS = 0.010
+COPY_BYTES = 400_000_000  # 100 us from the fake DRAM (4 TB/s); T_SOL on h200 (4.8 TB/s) 83 us: SOL 0.83
+
+
+class NvmlError(Exception):
+    """pynvml.NVMLError: the NVML return code in ``value``."""
+
+    def __init__(self, value):
+        super().__init__(f"NVML error {value}")
+        self.value = value
+
+
+class EnergyNvml(FakeNvml):
+    """The fake NVML with an energy counter and clock-lock calls (pynvml's names and constants)."""
+
+    NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NO_PERMISSION = 3, 4
+    NVML_CLOCK_LIMIT_ID_TDP = 0xFFFFFF01
+    BASE_MHZ = 1590
+
+    def __init__(self, gpu, refuse_lock=False, energy=True, **kwargs):
+        super().__init__(gpu, **kwargs)
+        self.refuse_lock, self.energy = refuse_lock, energy
+        self.locked = None  # (min, max) as last set
+        self.calls = []
+        self._step_cache = (None, 0)
+
+    def _busy_seconds_until(self, t):
+        return sum(max(0.0, min(end, t) - start) for start, end, _ in self.gpu.ops)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+        if not self.energy:
+            raise NvmlError(self.NVML_ERROR_NOT_SUPPORTED)
+        self.gpu.host_work(20e-6)  # an NVML call takes host time
+        step = math.floor(self.gpu.now / ENERGY_STEP_SECONDS) * ENERGY_STEP_SECONDS
+        if self._step_cache[0] != step:
+            busy = min(self._busy_seconds_until(step), step)
+            joules = IDLE_WATTS * step + (BUSY_WATTS - IDLE_WATTS) * busy
+            self._step_cache = (step, int(joules * 1e3))
+        return self._step_cache[1]
+
+    def nvmlDeviceSetGpuLockedClocks(self, handle, low, high):
+        self.calls.append(("lock", low, high))
+        if self.refuse_lock:
+            raise NvmlError(self.NVML_ERROR_NO_PERMISSION)
+        self.locked = (low, high)
+        self.clock_mhz = self.BASE_MHZ if high == self.NVML_CLOCK_LIMIT_ID_TDP else high
+
+    def nvmlDeviceResetGpuLockedClocks(self, handle):
+        self.calls.append(("reset",))
+        self.locked = None
+
+
+def test_the_fake_nvml_lock_constants_and_calls_are_pynvmls():
+    pynvml = pytest.importorskip("pynvml")
+    for name in ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_NO_PERMISSION", "NVML_CLOCK_LIMIT_ID_TDP"):
+        assert getattr(EnergyNvml, name) == getattr(pynvml, name), name
+    for call in ("nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceSetGpuLockedClocks", "nvmlDeviceResetGpuLockedClocks"):
+        assert callable(getattr(pynvml, call)), call
+
+
+# --- a pytest session on the fake GPU ------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_gpu_session(pytester, monkeypatch):
+    """Make the plugin measure on the fake GPU: the device, its name and UUID, the CUDA backend
+    and NVML are the fakes; everything else is the real plugin. The inner tests reach the fakes
+    through the module ``solgate_fake``."""
+    import torch
+
+    from pytest_solgate import engine
+    from pytest_solgate.measure import backends, calibrate, devices, telemetry
+
+    def start(nvml_options=None, **gpu_options):
+        gpu = FakeGpu(**gpu_options)
+        nvml = EnergyNvml(gpu, **(nvml_options or {}))
+        backend = cuda_backend(gpu, monkeypatch, nvml=nvml)
+        backend.host_pause = gpu.host_work
+        monkeypatch.setattr(telemetry, "open_reader", lambda index, uuid=None: (telemetry.NvmlReader(nvml, object()), ""))
+        monkeypatch.setattr(devices, "choose_device", lambda spec, worker, count=None: devices.DeviceChoice("cuda", 0))
+        monkeypatch.setattr(devices, "device_name", lambda choice: "NVIDIA H200")
+        monkeypatch.setattr(devices, "device_facts", lambda choice: {})
+        monkeypatch.setattr(calibrate, "device_key", lambda index: "GPU-fake0001")
+        monkeypatch.setattr(backends, "make_backend", lambda choice, l2, clock: backend)
+        monkeypatch.setattr(engine, "_cuda_device_scope", lambda context: contextlib.nullcontext())
+        monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
+        # The exit paths (atexit, SIGTERM) are tested in a subprocess of their own: registered here, they
+        # would hold this fake device until the test process exits.
+        monkeypatch.setattr(clocks, "restore_at_exit", lambda restore: None)
+        side = FakeStream(gpu, "user's side stream")
+
+        def side_stream_kernel(seconds):
+            gpu.now += gpu.LAUNCH_SECONDS
+            gpu.enqueue(side, "side kernel", lambda: seconds)
+
+        monkeypatch.setitem(sys.modules, "solgate_fake", types.SimpleNamespace(
+            gpu=gpu, nvml=nvml, side_stream_kernel=side_stream_kernel))
+        return gpu, nvml
+
+    def run(body, *args, nvml_options=None, **gpu_options):
+        gpu, nvml = start(nvml_options, **gpu_options)
+        pytester.makepyfile(test_kernels="import solgate_fake\n" + textwrap.dedent(body))
+        # no_reraise_ctrlc: an inner Ctrl-C ends the inner session only, as it would a user's
+        result = pytester.runpytest("--sol-profile=h200", "--sol-min-time=0", "--sol-max-time=0.2",
+                                    "-p", "no:cacheprovider", "--sol-json=out.json", *args, no_reraise_ctrlc=True)
+        out = pytester.path / "out.json"
+        records = json.loads(out.read_text())["measurements"] if out.exists() else []
+        return result, records, gpu, nvml
+
+    return run
+
+
+COPY_TEST = f"""
+    import pytest
+
+    @pytest.mark.sol(min=0.5)
+    def test_copy(sol):
+        gpu = solgate_fake.gpu
+        sol.measure(lambda: gpu.streaming_kernel("x", {COPY_BYTES}), bytes={COPY_BYTES})
+"""
+
+
+def test_energy_per_call_is_the_counters_rise_over_a_block_divided_by_its_calls(fake_gpu_session, pytester):
+    result, (m,), gpu, nvml = fake_gpu_session(COPY_TEST, "--sol-markdown=summary.md", "--sol-report=r.html")
+    result.assert_outcomes(passed=1)
+    # 100 us at 600 W: 60 mJ per call; the block's aligned ends add at most one 10 ms step of idle power
+    assert m["joules"] == pytest.approx(BUSY_WATTS * 100e-6, rel=0.02)
+    assert m["seconds"] == pytest.approx(100e-6, rel=1e-3)
+    per_gb = m["joules"] / (COPY_BYTES / 1e9)
+    result.stdout.fnmatch_lines([f"*{per_gb:.3g} J/GB*"])  # the terminal table
+    assert f"{per_gb:.3g} J/GB" in (pytester.path / "summary.md").read_text()
+    assert "J per call" in (pytester.path / "r.html").read_text()
+
+
+def test_a_counter_that_does_not_step_leaves_the_figure_out_and_says_why(fake_gpu_session, monkeypatch):
+    monkeypatch.setattr(EnergyNvml, "nvmlDeviceGetTotalEnergyConsumption", lambda self, handle: 123_456)
+    result, (m,), _, _ = fake_gpu_session(COPY_TEST)
+    result.assert_outcomes(passed=1)
+    assert "joules" not in m
+    assert any("NVML's energy counter did not step" in note for note in m["notes"])
+
+
+def test_without_an_energy_counter_the_field_is_absent_not_zero(fake_gpu_session):
+    result, (m,), _, _ = fake_gpu_session(COPY_TEST, nvml_options={"energy": False})
+    result.assert_outcomes(passed=1)
+    assert "joules" not in m and not any("energy" in note for note in m["notes"])
+    assert "J/GB" not in result.stdout.str()
+
+
+def test_compute_bound_energy_is_reported_per_tflop():
+    from pytest_solgate.judge.verdict import energy_per_work
+    from pytest_solgate.report import table
+    from solgate_testing import recorded
+
+    gemm = recorded(bound="compute", flops={"bf16_tensor": 2e12}, bytes=1e6, joules=0.5)
+    assert energy_per_work(gemm) == (0.25, "J/TFLOP")
+    assert table.row(gemm).achieved.endswith("; 0.25 J/TFLOP")
+    assert table.measured_text(recorded()) == ""  # nothing measured beside the timing: the CPU table as before
+
+
+# --- work the timer cannot see --------------------------------------------------------------------
+
+
+def test_work_on_another_stream_is_an_error_naming_the_test(fake_gpu_session):
+    result, records, _, _ = fake_gpu_session("""
+        def test_sneaky(sol):
+            sol.measure(lambda: solgate_fake.side_stream_kernel(1e-3), bytes=1e6)
+    """, nvml_options={"energy": False})
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*test_kernels.py::test_sneaky 'default': a synchronized block of * call(s) kept the "
+                                 "device busy * but the CUDA events on the current stream saw *the kernel launches work "
+                                 "the timer cannot see (on another stream?)*"])
+    assert records == []  # never recorded as a fast kernel
+
+
+def test_tiny_kernels_whose_launch_outlasts_them_are_not_taken_for_hidden_work(fake_gpu_session):
+    """A 2 us kernel behind a 4 us launch: the block's wall time is the launches', not hidden work."""
+    result, (m,), _, _ = fake_gpu_session("""
+        def test_tiny(sol):
+            sol.measure(lambda: solgate_fake.gpu.kernel(2e-6), bytes=1e6)
+    """)
+    result.assert_outcomes(passed=1)
+    assert m["seconds"] == pytest.approx(2e-6, rel=1e-2)
+
+
+def test_the_hidden_work_rule():
+    def reading(wall, events, queued):
+        return block.BlockReading(calls=100, wall_seconds=wall, event_seconds=events, enqueue_seconds=queued)
+
+    assert not block.hidden_work(reading(wall=0.0205, events=0.020, queued=0.001))
+    assert not block.hidden_work(reading(wall=0.0405, events=0.0001, queued=0.040))  # launch-bound: queueing explains it
+    assert block.hidden_work(reading(wall=0.100, events=0.020, queued=0.001))
+    assert not block.hidden_work(reading(wall=0.0015, events=0.0001, queued=0.0001))  # within the sync latency slack
+
+
+def test_the_block_is_long_against_the_energy_counters_step(monkeypatch):
+    gpu = FakeGpu()
+    nvml = EnergyNvml(gpu)
+    backend = cuda_backend(gpu, monkeypatch, nvml=nvml)
+    reading = block.synchronized_block(lambda: gpu.kernel(1e-3), backend, 1e-3, backend.reader.energy_counter(),
+                                       clock=gpu.clock, pause=gpu.host_work)
+    assert reading.calls == 100 and reading.event_seconds == pytest.approx(0.1, rel=1e-3)
+    assert block.joules_per_call(reading) == pytest.approx(BUSY_WATTS * 1e-3, rel=0.02)
+    assert block.block_calls(1e-3, with_energy=False) == 20
+
+
+# --- clocks -----------------------------------------------------------------------------------------
+
+
+CLOCK_TEST = f"""
+    def test_copy(sol):
+        solgate_fake.during = solgate_fake.nvml.locked
+        gpu = solgate_fake.gpu
+        sol.measure(lambda: gpu.streaming_kernel("x", {COPY_BYTES}), bytes={COPY_BYTES})
+"""
+
+
+@pytest.mark.parametrize("mode, locked, environment", [
+    ("max", (1980, 1980), "locked max 1980 MHz"),
+    ("base", (EnergyNvml.NVML_CLOCK_LIMIT_ID_TDP,) * 2, "locked base"),
+    ("off", None, "unlocked"),
+])
+def test_clocks_are_locked_for_the_session_recorded_and_restored(fake_gpu_session, mode, locked, environment):
+    result, (m,), _, nvml = fake_gpu_session(CLOCK_TEST, f"--sol-lock-clocks={mode}")
+    result.assert_outcomes(passed=1)
+    assert sys.modules["solgate_fake"].during == locked
+    assert m["environment"]["sm_clocks"] == environment
+    assert nvml.locked is None  # restored at the end of the session
+    assert nvml.calls == ([("lock", *locked), ("reset",)] if locked else [])
+    if mode == "base":
+        assert m["sm_clock_mhz"] == EnergyNvml.BASE_MHZ
+
+
+def test_the_ini_twin_locks_too(fake_gpu_session, pytester):
+    pytester.makeini("[pytest]\nsol_lock_clocks = max\n")
+    result, (m,), _, nvml = fake_gpu_session(CLOCK_TEST)
+    result.assert_outcomes(passed=1)
+    assert m["environment"]["sm_clocks"] == "locked max 1980 MHz" and nvml.locked is None
+
+
+def test_a_refused_lock_is_one_line_and_the_run_goes_on_unlocked(fake_gpu_session):
+    result, (m,), _, nvml = fake_gpu_session(CLOCK_TEST, "--sol-lock-clocks=max", nvml_options={"refuse_lock": True})
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["*--sol-lock-clocks=max: NVML refused the lock (NVML_ERROR_NO_PERMISSION): locking clocks "
+                                 "needs root on this runner; the run goes on with unlocked clocks and is recorded as such*"])
+    assert m["environment"]["sm_clocks"] == "unlocked" and nvml.calls == [("lock", 1980, 1980)]
+
+
+@pytest.mark.parametrize("ending", ["assert False, 'a failing test'", "raise KeyboardInterrupt"])
+def test_the_clocks_are_restored_after_a_failure_or_ctrl_c(fake_gpu_session, ending):
+    body = CLOCK_TEST + f"        {ending}\n"
+    result, _, _, nvml = fake_gpu_session(body, "--sol-lock-clocks=max")
+    assert result.ret != 0
+    assert nvml.calls == [("lock", 1980, 1980), ("reset",)] and nvml.locked is None
+
+
+def test_the_restore_runs_at_exit_and_on_sigterm(tmp_path):
+    """A CI job cancelled with SIGTERM: the restore runs, then the signal ends the process as before."""
+    marker = tmp_path / "restored"
+    script = textwrap.dedent(f"""
+        import os, signal, time
+        from pytest_solgate.measure import clocks
+        clocks.restore_at_exit(lambda: open({str(marker)!r}, "a").write("restored\\n"))
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], timeout=30)
+    assert done.returncode == -signal.SIGTERM and marker.read_text().startswith("restored")
+    exiting = subprocess.run([sys.executable, "-c", script.replace("os.kill(os.getpid(), signal.SIGTERM)", "")
+                              .replace("time.sleep(5)", "")], timeout=30)
+    assert exiting.returncode == 0 and marker.read_text().count("restored") == 2  # atexit
+
+
+def test_a_lock_is_restored_once_whatever_paths_run():
+    gpu = FakeGpu()
+    nvml = EnergyNvml(gpu)
+    registered = []
+    state, lock = clocks.lock_for_session("max", lambda: (nvml, object()), on_exit=registered.append)
+    assert state.locked and state.environment_value == "locked max 1980 MHz"
+    lock.restore()
+    registered[0]()  # the atexit path after unconfigure already restored
+    assert nvml.calls == [("lock", 1980, 1980), ("reset",)]
+    refused, none = clocks.lock_for_session("base", lambda: (EnergyNvml(gpu, refuse_lock=True), object()))
+    assert none is None and not refused.locked and "NVML_ERROR_NO_PERMISSION" in refused.refused
+
+
+def test_a_locked_run_is_not_a_baseline_for_an_unlocked_one():
+    from pytest_solgate.judge.verdict import BaselineRun
+    from pytest_solgate.record.baseline import select
+
+    def run(commit, sm_clocks=None):
+        environment = {"host": "h", **({"sm_clocks": sm_clocks} if sm_clocks else {})}
+        return BaselineRun(commit=commit, run_id=commit, sol=0.8, seconds=1e-3, environment=environment)
+
+    unlocked = [run("a", "unlocked"), run("b", "unlocked"), run("c", "unlocked")]
+    locked = {"host": "h", "sm_clocks": "locked max 1980 MHz"}
+    window = select(unlocked, locked)
+    assert window.environment_differs == ("sm_clocks unlocked -> locked max 1980 MHz",)
+    mixed = select([run("d", "locked max 1980 MHz"), *unlocked, run("e", "locked max 1980 MHz")], locked)
+    assert [r.commit for r in mixed.runs] == ["d", "e"] and not mixed.environment_differs  # like with like
+    older = select([run("f"), run("g")], locked)  # recorded before the clocks were a fact: unknown never differs
+    assert not older.environment_differs and len(older.runs) == 2
+
+
+def test_an_unlocked_run_whose_clock_moved_from_the_windows_says_so():
+    from pytest_solgate.judge.verdict import BaselineRun, BaselineWindow, Budget, JudgeSettings, judge
+    from solgate_testing import recorded
+
+    runs = tuple(BaselineRun(commit=c, run_id=c, sol=s, seconds=1e-3, noise=0.005, sm_clock_mhz=1980.0)
+                 for c, s in (("a", 0.50), ("b", 0.505), ("c", 0.495)))
+    head = recorded(sm_clock_mhz=1700.0, environment={"sm_clocks": "unlocked"})
+    reason = judge(head, Budget(), BaselineWindow(runs=runs), JudgeSettings()).judgement.reason
+    assert "the SM clock moved -14.1%: 1700 MHz over this run's timed region vs 1980 MHz over the window's" in reason
+    steady = recorded(sm_clock_mhz=1960.0, environment={"sm_clocks": "unlocked"})  # 1 %: within a few percent
+    assert "SM clock moved" not in judge(steady, Budget(), BaselineWindow(runs=runs), JudgeSettings()).judgement.reason
+    held = recorded(sm_clock_mhz=1700.0, environment={"sm_clocks": "locked base"})
+    assert "SM clock moved" not in judge(held, Budget(), BaselineWindow(runs=runs), JudgeSettings()).judgement.reason
+
+
+# --- measured DRAM bytes under ncu ------------------------------------------------------------------
+
+# Nsight Compute's default ("details") CSV page with --print-units base, as 2023.x-2024.x print it
+# for --metrics without sections (one row per kernel and metric; values grouped by thousands).
+DETAILS_HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
+                  '"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
+KERNEL = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char *, 3>>(int, T2, T3)"
+
+
+def details_csv(kernels):
+    lines = ["==PROF== Connected to process 31337 (/usr/bin/python3.11)"]
+    for i, (name, *_) in enumerate(kernels):
+        lines.append(f'==PROF== Profiling "{name[:40]}" - {i}: 0%....50%....100% - 1 pass')
+    lines += ["==PROF== Disconnected from process 31337", DETAILS_HEADER]
+    for i, (name, read, write, nanoseconds) in enumerate(kernels):
+        for metric, unit, value in (("dram__bytes_read.sum", "byte", read), ("dram__bytes_write.sum", "byte", write),
+                                    ("gpu__time_duration.sum", "nsecond", nanoseconds)):
+            lines.append(f'"{i}","31337","python3.11","127.0.0.1","{name}","1","7","(128, 1, 1)","(65536, 1, 1)","0",'
+                         f'"9.0","Command line profiler metrics","{metric}","{unit}","{value:,}"')
+    return "\n".join(lines) + "\n"
+
+
+PERMISSION_OUTPUT = (
+    "==PROF== Connected to process 31337 (/usr/bin/python3.11)\n"
+    "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters on the "
+    "target device 0. For instructions on enabling permissions and to get more information see "
+    "https://developer.nvidia.com/ERR_NVGPUCTRPERM\n"
+    "==PROF== Disconnected from process 31337\n"
+    "==WARNING== No kernels were profiled.\n"
+)
+
+FAKE_NCU = '''#!{python}
+"""A fake ncu: logs how it was called, then writes what a real ncu writes to --log-file."""
+import json, os, sys
+args = sys.argv[1:]
+log = args[args.index("--log-file") + 1]
+with open(os.environ["FAKE_NCU_CALLS"], "a") as calls:
+    calls.write(json.dumps({{"args": args, "child": os.environ.get("SOLGATE_NCU_CHILD")}}) + "\\n")
+with open(log, "w") as out:
+    out.write(open(os.environ["FAKE_NCU_OUTPUT"]).read())
+sys.exit(int(os.environ.get("FAKE_NCU_STATUS", "0")))
+'''
+
+
+@pytest.fixture
+def fake_ncu(tmp_path, monkeypatch):
+    """A fake ``ncu`` first on PATH; returns (set its output, read its calls)."""
+    folder = tmp_path / "ncu-bin"
+    folder.mkdir()
+    program = folder / "ncu"
+    program.write_text(FAKE_NCU.format(python=sys.executable))
+    program.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    output, calls = tmp_path / "ncu-output.txt", tmp_path / "ncu-calls.jsonl"
+    monkeypatch.setenv("FAKE_NCU_OUTPUT", str(output))
+    monkeypatch.setenv("FAKE_NCU_CALLS", str(calls))
+
+    def said(text):
+        output.write_text(text)
+
+    def called():
+        return [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
+
+    return said, called
+
+
+def test_the_details_page_is_summed_over_the_kernels_of_one_call():
+    traffic = ncu.parse_csv(details_csv([(KERNEL, 400_000_000, 200_000_000, 120_000), ("k2", 40_000_000, 0, 8_000)]))
+    assert traffic == ncu.DramTraffic(read_bytes=440e6, write_bytes=200e6, gpu_seconds=128e-6, kernels=2)
+    scaled = details_csv([(KERNEL, 1, 2, 3)]).replace('"byte","1"', '"Mbyte","400"').replace('"nsecond","3"', '"usecond","120"')
+    converted = ncu.parse_csv(scaled)  # units other than base are converted
+    assert (converted.read_bytes, converted.write_bytes, converted.gpu_seconds) == pytest.approx((400e6, 2.0, 120e-6))
+
+
+def test_the_raw_page_with_its_units_row_is_read_too():
+    text = ('"ID","Process ID","Kernel Name","dram__bytes_read.sum","dram__bytes_write.sum","gpu__time_duration.sum"\n'
+            '"","","","Mbyte","Mbyte","usecond"\n'
+            '"0","31337","k1","400","200","120"\n'
+            '"1","31337","k2","40","0","8"\n')
+    traffic = ncu.parse_csv(text)
+    assert (traffic.read_bytes, traffic.write_bytes, traffic.gpu_seconds, traffic.kernels) == pytest.approx((440e6, 200e6, 128e-6, 2))
+
+
+def test_a_report_without_kernels_is_a_failed_profile_not_a_crash():
+    with pytest.raises(ncu.NcuFailed, match="ncu profiled no kernel"):
+        ncu.parse_csv("==PROF== Connected to process 1\n==WARNING== No kernels were profiled.\n")
+
+
+NCU_TEST = """
+    import pytest
+
+    @pytest.mark.sol(min={budget})
+    def test_copy(sol):
+        gpu = solgate_fake.gpu
+        sol.measure(lambda: gpu.streaming_kernel("x", {moved}), bytes={declared})
+"""
+
+
+def test_a_kernel_that_moves_more_than_it_declares_is_told_so(fake_gpu_session, fake_ncu, pytester):
+    said, called = fake_ncu
+    said(details_csv([(KERNEL, 480_000_000, 160_000_000, 100_000)]))  # 640 MB: 1.6x the 400 MB declared
+    result, (m,), _, _ = fake_gpu_session(NCU_TEST.format(budget=0.95, moved=COPY_BYTES, declared=COPY_BYTES), "--sol-ncu",
+                                          "--sol-report=r.html", "--sol-markdown=s.md")
+    result.assert_outcomes(failed=1)
+    assert m["measured_bytes"] == 640e6 and m["dram_ratio"] == pytest.approx(1.6) and m["verdict"] == "below-budget"
+    assert ("it moves more than it declares: Nsight Compute measured 640MB of DRAM traffic for one call, 1.60x the "
+            "400MB declared") in m["reason"]
+    result.stdout.fnmatch_lines(["*DRAM 1.60x declared*"])  # the terminal table
+    for report in ("r.html", "s.md"):
+        assert "DRAM 1.60x declared" in (pytester.path / report).read_text()
+    (call,) = called()
+    assert json.loads(call["child"]) == ["test_kernels.py::test_copy", "default"]
+    args = call["args"]
+    assert args[:args.index("--log-file")] == ["--profile-from-start", "off", "--metrics",
+                                               "dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum",
+                                               "--csv", "--print-units", "base", "--clock-control", "none"]
+    child = args[args.index("--log-file") + 2:]
+    assert child[1:4] == ["-m", "pytest", "test_kernels.py::test_copy"] and "--sol-no-save" in child
+    assert "--sol-device=cuda:0" in child and "--sol-gate=off" in child
+
+
+def test_an_above_sol_reading_that_moved_less_than_declared_says_the_cache_served_it(fake_gpu_session, fake_ncu):
+    said, _ = fake_ncu
+    said(details_csv([(KERNEL, 400_000_000, 0, 100_000)]))
+    result, (m,), _, _ = fake_gpu_session(NCU_TEST.format(budget=0.5, moved=COPY_BYTES, declared=2 * COPY_BYTES), "--sol-ncu")
+    result.assert_outcomes(failed=1)
+    assert m["verdict"] == "above-sol" and m["measured_bytes"] == 400e6
+    assert "0.50x the 800MB declared: the cache served the rest of the data" in m["reason"]
+
+
+def test_ncu_without_counter_permission_is_one_line_and_never_a_failure(fake_gpu_session, fake_ncu):
+    said, called = fake_ncu
+    said(PERMISSION_OUTPUT)
+    body = textwrap.dedent(NCU_TEST.format(budget=0.5, moved=COPY_BYTES, declared=COPY_BYTES)) + textwrap.dedent(f"""
+        def test_second(sol):
+            sol.measure(lambda: solgate_fake.gpu.streaming_kernel("y", {COPY_BYTES}), bytes={COPY_BYTES})
+    """)
+    result, records, _, _ = fake_gpu_session(body, "--sol-ncu")
+    result.assert_outcomes(passed=2, warnings=1)
+    result.stdout.fnmatch_lines(["*--sol-ncu: ncu may not read this GPU's performance counters (ERR_NVGPUCTRPERM): run as "
+                                 "root, or have the admin load the driver with NVreg_RestrictProfilingToAdminUsers=0*"])
+    assert len(called()) == 1  # said once; no later measurement tries again
+    assert all("measured_bytes" not in m for m in records)
+
+
+def test_ncu_missing_from_path_is_one_line_and_never_a_failure(fake_gpu_session, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv(ncu.NCU_VARIABLE, raising=False)
+    result, (m,), _, _ = fake_gpu_session(NCU_TEST.format(budget=0.5, moved=COPY_BYTES, declared=COPY_BYTES), "--sol-ncu")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["*--sol-ncu: ncu (Nsight Compute's CLI) is not on PATH: install Nsight Compute or put its "
+                                 "folder on PATH; measured bytes are left out*"])
+    assert "measured_bytes" not in m
+
+
+def test_without_sol_ncu_ncu_is_never_run(fake_gpu_session, fake_ncu):
+    said, called = fake_ncu
+    said(details_csv([(KERNEL, 1, 1, 1)]))
+    result, (m,), _, _ = fake_gpu_session(NCU_TEST.format(budget=0.5, moved=COPY_BYTES, declared=COPY_BYTES))
+    result.assert_outcomes(passed=1)
+    assert called() == [] and "measured_bytes" not in m
+
+
+def test_the_child_calls_the_kernel_once_inside_the_profiler_range_and_records_nothing(fake_gpu_session, monkeypatch,
+                                                                                        pytester):
+    """What the plugin does in the process ncu profiles: warm-up calls outside the range, the L2
+    flushed, one call between cudaProfilerStart and Stop, no block, no history, no report, and
+    the clocks left to the parent."""
+    monkeypatch.setenv(ncu.CHILD_VARIABLE, json.dumps(["test_kernels.py::test_copy", "default"]))
+
+    def mark(what):
+        return lambda: sys.modules["solgate_fake"].gpu.log.append(what)
+
+    monkeypatch.setattr(ncu, "cuda_profiler", lambda: (mark("profiler start"), mark("profiler stop")))
+    body = NCU_TEST.format(budget=0.99, moved=COPY_BYTES, declared=COPY_BYTES)
+    result, records, gpu, nvml = fake_gpu_session(body, "--sol-ncu", "--sol-lock-clocks=max", "--sol-gate=off")
+    result.assert_outcomes(passed=1)
+    assert records == [] and not (pytester.path / ".solgate").exists()  # --sol-json and the history: nothing written
+    start, stop = gpu.log.index("profiler start"), gpu.log.index("profiler stop")
+    assert gpu.log[start + 1:stop] == ["kernel", "sync"]  # one call, finished inside the range
+    assert gpu.log[start - 2:start] == ["flush 100000000", "sync"]  # a cold L2, the device idle
+    assert gpu.log[:start].count("kernel") == ncu.WARMUP_CALLS  # compilation and autotuning stay outside
+    assert gpu.log.count("profiler start") == 1
+    assert nvml.calls == []  # the parent holds the clocks; the child leaves them alone
+
+
+def test_joules_and_measured_bytes_survive_the_json_the_history_and_solgate_import_read():
+    from pytest_solgate.record.schema import dump, read_run
+    from pytest_solgate.results import Measurement, RunInfo
+    from solgate_testing import recorded
+
+    m = recorded(joules=0.06, measured_bytes=640e6, bytes=400e6)
+    data = m.to_dict()
+    assert data["joules"] == 0.06 and data["measured_bytes"] == 640e6 and data["dram_ratio"] == pytest.approx(1.6)
+    again = Measurement.from_dict(data)
+    assert (again.joules, again.measured_bytes) == (0.06, 640e6)
+    (read,) = read_run(dump(RunInfo(id="r", started_at="t"), [m]), "run.json")[1]  # what solgate import checks and reads
+    assert (read.joules, read.measured_bytes) == (0.06, 640e6)
+    with pytest.raises(Exception, match="joules"):
+        read_run(dump(RunInfo(id="r", started_at="t"), [m]).replace('"joules": 0.06', '"joules": -1'), "bad.json")
+    plain = recorded().to_dict()
+    assert not {"joules", "measured_bytes", "dram_ratio"} & set(plain)  # a CPU record is as before
+
+
+def test_the_gpu_options_on_a_cpu_say_once_that_they_act_on_gpus_only(suite):
+    result = suite("""
+        def test_a(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.5e6)
+
+        def test_b(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.5e6)
+    """, "--sol-lock-clocks=max", "--sol-ncu")
+    result.assert_outcomes(passed=2)
+    assert result.stdout.str().count("no SM clock to lock") == 1  # said once, at the first measurement
+    result.stdout.fnmatch_lines(["*--sol-lock-clocks=max: measurements run on the CPU, which has no SM clock to lock*",
+                                 "*--sol-ncu: measurements run on the CPU; Nsight Compute measures the DRAM bytes of GPU "
+                                 "kernels only*"])
+    assert "J/GB" not in result.stdout.str() and "x declared" not in result.stdout.str()
+
+
+def test_a_bad_lock_mode_is_a_one_line_usage_error(suite):
+    result = suite("def test_a(sol): pass", "--sol-lock-clocks=turbo")
+    assert result.ret == 4
+    result.stderr.fnmatch_lines(["*--sol-lock-clocks='turbo' is not one of: off, base, max*"])
