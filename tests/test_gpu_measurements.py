@@ -71,6 +71,8 @@ class EnergyNvml(FakeNvml):
             raise NvmlError(self.NVML_ERROR_NO_PERMISSION)
         self.locked = (low, high)
         self.clock_mhz = self.BASE_MHZ if high == self.NVML_CLOCK_LIMIT_ID_TDP else high
+        if self.gpu is not None:  # a real lock sets the clock the SMs run at, which the clock stamps read
+            self.gpu.sm_mhz = self.clock_mhz
 
     def nvmlDeviceResetGpuLockedClocks(self, handle):
         self.calls.append(("reset",))
