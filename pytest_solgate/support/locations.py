@@ -77,6 +77,19 @@ def resolve_history(given: str, top: Path, source: str) -> str:
     return str(absolute_path(text, top))
 
 
+def history_remedy(source: str) -> str:
+    """What to change when the history cannot be opened or written, worded for the setting that
+    named it (``source``: ``--sol-history``, ``SOLGATE_HISTORY``, ``ini sol_history`` or
+    ``default``): never "pass --sol-history" to a user who passed it."""
+    if source == "--sol-history":
+        return "give --sol-history a history this machine can write"
+    if source == "default":
+        return "pass --sol-history=PATH (or set $SOLGATE_HISTORY)"
+    if source.startswith("ini "):
+        return f"change {source.removeprefix('ini ')} in the ini file, or pass --sol-history=PATH"
+    return f"point ${source} at a history this machine can write"
+
+
 def redact(text: str) -> str:
     """``text`` with every password masked: in a URL of any scheme, in a ``password=`` parameter,
     and every password of a location parsed here, wherever it appears. For every message, the run

@@ -79,6 +79,9 @@ OPTIONS = (
     Option("sol_cuda_graph", "time short GPU kernels as a replayed CUDA graph: auto (under 20 us a call), on or off",
            "auto", "string", ("auto", "on", "off")),
     Option("sol_precision", "precision class of a bare flops number", "fp32", "string", PRECISIONS),
+    # In CI the history is the point: a run it could not record must not pass unnoticed.
+    Option("sol_require_history", "fail the run when its history cannot be written: auto (when $CI is set), yes or no",
+           "auto", "string", ("auto", "yes", "no")),
 )
 
 
@@ -102,6 +105,16 @@ class Settings:
     above_one: str = "fail"
     sampling: SamplingSettings = SamplingSettings()
     precision: str = "fp32"
+    require_history: str = "auto"
+
+
+def history_required(setting: str, environ: Mapping[str, str]) -> bool:
+    """Whether a history write that fails fails the run: ``yes``, ``no``, or ``auto``: when the
+    environment says it is CI (``CI`` set to anything but empty, 0, false or no, as GitHub,
+    GitLab and most CI services set it)."""
+    if setting != "auto":
+        return setting == "yes"
+    return environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
 def _number(flag: str, raw: Any, check: Callable[[float], bool], rule: str) -> float:
@@ -178,4 +191,5 @@ def parse_settings(raw: Mapping[str, Any]) -> Settings:
         above_one=values["sol_above_one"],
         sampling=SamplingSettings(min_time=min_time, max_time=max_time, noise=noise, cuda_graph=values["sol_cuda_graph"]),
         precision=values["sol_precision"],
+        require_history=values["sol_require_history"],
     )
