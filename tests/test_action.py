@@ -343,3 +343,19 @@ def test_the_required_check_fails_unless_the_gate_ran_and_passed(tmp_path, sourc
     assert (done.returncode == 0) == passes, done.stdout
     if from_fork == "true":
         assert "::error title=sol-gate::not gated" in done.stdout
+
+
+@pytest.mark.slow  # a git clone and a wheel build from it; the dependencies come from this environment
+def test_a_local_git_plugin_installs_on_the_runners_pip(tmp_path):
+    """`plugin: git+file:///path` on pip 23.2 failed ('It looks like a path') in the form
+    `pytest-solgate @ git+file:///...`; the install step spells the host out (docs/install.md)."""
+    pytest.importorskip("hatchling")
+    clone = tmp_path / "plugin-clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, capture_output=True)
+    venv = tmp_path / "runner-temp" / "solgate-venv"
+    inputs = _inputs(python=sys.executable, plugin=f"git+file://{clone}")
+    contexts = {"github.action_path": str(ROOT), "runner.temp": str(venv.parent)}
+    env = {**_step_env("install", inputs, contexts), "PIP_NO_BUILD_ISOLATION": "1"}  # hatchling from the runner's site
+    installed = _run_step("install", env, tmp_path, tmp_path / "install.out")
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    assert "Name: pytest-solgate" in installed.stdout
