@@ -121,3 +121,10 @@ def _not_in_ci(monkeypatch):
     run (--sol-require-history=auto); the tests that mean it set ``CI`` themselves, so that every
     other test reads the same here and on a CI runner."""
     monkeypatch.delenv("CI", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _a_user_cache_of_its_own(monkeypatch, tmp_path):
+    """The CPU's calibration is cached per user, shared by every clone (support.locations.
+    user_cache_dir): each test gets its own, so that none reads another's ceilings."""
+    monkeypatch.setenv("SOLGATE_CACHE_DIR", str(tmp_path / "user-cache"))
