@@ -286,3 +286,13 @@ def test_roofline_labels_never_touch_and_stay_inside_the_plot():
         assert frame.left <= box[0] and box[2] <= frame.left + frame.plot_width, p.label
         assert all(box[2] <= o[0] or o[2] <= box[0] or box[3] <= o[1] or o[3] <= box[1] for o in boxes), p.label
         boxes.append(box)
+
+
+def test_the_reference_column_writes_a_tiny_sol_as_the_sol_column_does():
+    """A CPU row read 0.0043 beside 'torch 0.00, 0.01x': one number format for both."""
+    from pytest_solgate.report.table import row
+
+    ours = record(test="t.py::test_add", name="triton", sol=0.0043, seconds=1.0)
+    torch_ref = record(test="t.py::test_add", name="torch", sol=0.0021, seconds=0.01, gate=False, verdict=results.NOT_GATED)
+    shown = row(ours, [ours, torch_ref])
+    assert shown.sol == "0.0043" and shown.reference == "torch 0.0021, 0.01x"
