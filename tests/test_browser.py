@@ -351,3 +351,56 @@ def test_the_trend_axis_stops_at_the_physical_limit_and_names_every_commit(tmp_p
         for left, right, text in geometry["labels"]:
             assert left - 1 <= xs[text] <= right + 1, (text, left, right, xs[text])
     assert not visit.errors, visit.errors
+
+
+LABELS_BY_THEIR_MARKS = """() => {
+  const svg = document.querySelector("svg.roofline");
+  const m = svg.getScreenCTM();
+  const at = (x, y) => new DOMPoint(x, y).matrixTransform(m);
+  const crosses = (b, a, c) => {  // does segment a-c pass through box b (Liang-Barsky)?
+    let low = 0, high = 1;
+    const dx = c.x - a.x, dy = c.y - a.y;
+    for (const [p, q] of [[-dx, a.x - b.left], [dx, b.right - a.x], [-dy, a.y - b.top], [dy, b.bottom - a.y]]) {
+      if (p === 0) { if (q < 0) return false; continue; }
+      const t = q / p;
+      if (p < 0) low = Math.max(low, t); else high = Math.min(high, t);
+      if (low > high) return false;
+    }
+    return true;
+  };
+  const links = [...svg.querySelectorAll("line.link")].map((l) => [
+    at(+l.getAttribute("x1"), +l.getAttribute("y1")), at(+l.getAttribute("x2"), +l.getAttribute("y2"))]);
+  return [...svg.querySelectorAll(".point")].map((mark) => {
+    const text = svg.querySelector(`text[data-index="${mark.dataset.index}"]`);
+    if (!text) return {kind: mark.classList[1], label: null};
+    const b = text.getBoundingClientRect(), p = mark.getBoundingClientRect();
+    const gap = Math.max(0, b.left - p.right, p.left - b.right) + Math.max(0, b.top - p.bottom, p.top - b.bottom);
+    const centre = at(...(mark.tagName === "circle" ? [+mark.getAttribute("cx"), +mark.getAttribute("cy")]
+                                                   : [+mark.getAttribute("x") + 6, +mark.getAttribute("y") + 6]));
+    const near = (q) => Math.hypot(q.x - centre.x, q.y - centre.y) < 1;
+    const crossed = links.filter(([a, c]) => !near(a) && !near(c) && crosses(b, a, c)).length;
+    return {kind: mark.classList[1], label: text.textContent, gap, crossed};
+  });
+}"""
+
+
+def test_roofline_labels_sit_by_their_marks_and_cross_no_other_link(tmp_path):
+    """The references' diamonds had no label, and a label could sit up to eight lines from its
+    dot (test_vector_add's, 17 px off, beside a free spot): every mark is named, a kernel within
+    three lines of its mark and a reference within five (the fused GEMM's sits under the stacked
+    roof labels), and no label crosses a link that is not its own point's."""
+    from pytest_solgate.report import html
+
+    run, measurements, profiles = _gpu_like_run()
+    (tmp_path / "report.html").write_text(html.render_report(run, measurements, profiles))
+    with Visit(tmp_path / "report.html") as visit:
+        page = visit.page
+        for width in _at_common_widths(page, "svg.roofline", ".roofline-legend"):
+            placed = page.evaluate(LABELS_BY_THEIR_MARKS)
+            assert len(placed) == 7 and all(p["label"] for p in placed), (width, placed)
+            assert sorted(p["label"] for p in placed if p["kind"] == "reference") == ["torch", "torch", "torch-unfused"]
+            assert all(p["gap"] <= (39 if p["kind"] == "kernel" else 65) for p in placed), (width, placed)  # 13 px lines
+            assert all(p["crossed"] == 0 for p in placed), (width, placed)
+        OUTPUT.mkdir(exist_ok=True)
+        page.screenshot(path=str(OUTPUT / "sol-roofline-labels.png"), full_page=True)
+    assert not visit.errors, visit.errors
