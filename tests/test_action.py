@@ -135,16 +135,7 @@ def test_the_action_installs_the_plugin_and_gates_a_throwaway_repository(tmp_pat
     assert built.returncode == 0, built.stderr
     (wheel,) = wheels.glob("pytest_solgate-*.whl")
 
-    repo = tmp_path / "their-repo"
-    repo.mkdir()
-    init_repo(repo)
-    (repo / "tests").mkdir()
-    (repo / "tests" / "test_kernels.py").write_text(USER_SUITE)
-    (repo / "ci-cpu.toml").write_text(USER_PROFILE)
-    (repo / "pyproject.toml").write_text('[tool.pytest.ini_options]\nsol_profile = "ci-cpu.toml"\nsol_device = "cpu"\n')
-    (repo / ".gitignore").write_text(".solgate/\nsol-gate/\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "a kernel and its budget")
+    repo = _their_repo(tmp_path)
     base = git(repo, "rev-parse", "HEAD")
 
     venv = tmp_path / "runner-temp" / "solgate-venv"
@@ -258,6 +249,7 @@ def test_cache_keys_artifacts_and_comments_are_per_leg_run_and_attempt():
 
 
 def _their_repo(tmp_path: Path) -> Path:
+    """A user's repository: one kernel with its budget, their CPU runner's profile, one commit."""
     repo = tmp_path / "their-repo"
     repo.mkdir()
     init_repo(repo)
@@ -265,6 +257,7 @@ def _their_repo(tmp_path: Path) -> Path:
     (repo / "tests" / "test_kernels.py").write_text(USER_SUITE)
     (repo / "ci-cpu.toml").write_text(USER_PROFILE)
     (repo / "pyproject.toml").write_text('[tool.pytest.ini_options]\nsol_profile = "ci-cpu.toml"\nsol_device = "cpu"\n')
+    (repo / ".gitignore").write_text(".solgate/\nsol-gate/\n")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "a kernel and its budget")
     return repo

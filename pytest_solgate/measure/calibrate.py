@@ -170,7 +170,8 @@ def this_cpu(cache_dir: Path) -> tuple[str, HardwareProfile | None]:
     return f"cpu-{key}", _shared_calibration(cache_dir, key)[1]
 
 
-def _cached_profile(path: Path) -> HardwareProfile | None:
+def cached_profile(path: Path) -> HardwareProfile | None:
+    """A calibrated profile from the cache, or None when there is none or it is damaged."""
     if not path.is_file():
         return None
     try:
@@ -185,9 +186,9 @@ def _shared_calibration(cache_dir: Path, key: str) -> tuple[Path, HardwareProfil
     calibration (``cache_dir``, its .solgate) merged in: its ceilings where they are higher, as a
     re-check would raise them. Same id, so the histories recorded under it keep their baselines."""
     path = cpu_profile_path(user_cache_dir(), key)
-    shared = _cached_profile(path)
+    shared = cached_profile(path)
     local_path = cpu_profile_path(cache_dir, key)
-    local = _cached_profile(local_path) if local_path.resolve() != path.resolve() else None
+    local = cached_profile(local_path) if local_path.resolve() != path.resolve() else None
     if local is None:
         return path, shared
     merged = local if shared is None else raise_ceilings(shared, local.memory_bandwidth_gbps, dict(local.peak_tflops))
