@@ -148,12 +148,30 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _cmd_profiles(args: argparse.Namespace) -> int:
-    from pytest_solgate.declare.profiles import builtin_profiles_dir, load_profiles
+    from pytest_solgate.declare.profiles import builtin_profiles_dir, known_profiles, load_profiles
 
-    for profile in load_profiles([builtin_profiles_dir(), *args.dir]):
+    listed = load_profiles([builtin_profiles_dir(), *args.dir])
+    shown = {p.id for p in listed}
+    # Then the ones measured here (this CPU's calibration, GPUs calibrated with `solgate calibrate`):
+    # their ids are what a budget glob names on this machine.
+    listed += [p for p in known_profiles(_state_dir()) if p.id not in shown]
+    for profile in listed:
         peak = max(profile.peak_tflops.items(), key=lambda kv: kv[1])
         print(f"{profile.id:<16} {profile.name:<46} {profile.memory_bandwidth_gbps:>7.0f} GB/s  {peak[1]:>7g} TFLOP/s {peak[0]}")
+    cpu_id, calibrated = _this_cpu()
+    if cpu_id is not None and calibrated is None:
+        print(f"{cpu_id:<16} this CPU, not calibrated yet (`solgate calibrate`, or the first run that measures on it)")
     return 0
+
+
+def _this_cpu() -> tuple[str | None, Any]:
+    """This CPU's profile id and its cached calibration; (None, None) without torch."""
+    from pytest_solgate.measure import calibrate
+
+    try:
+        return calibrate.this_cpu(_state_dir())
+    except ImportError:
+        return None, None
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
@@ -213,8 +231,11 @@ def _cmd_detect(args: argparse.Namespace) -> int:
 
     choice = devices.choose_device(args.device, None)
     if choice.kind == "cpu":
-        print("cpu (measured)")
-        print("  no GPU: the profile is measured on this CPU (`solgate calibrate`), cached under .solgate/", file=sys.stderr)
+        cpu_id, calibrated = _this_cpu()
+        print(cpu_id or "cpu (measured)")
+        where = (f"calibrated, cached in {calibrated.path}" if calibrated is not None
+                 else "not calibrated yet: `solgate calibrate`, or the first run that measures on it")
+        print(f"  no GPU: the profile is measured on this CPU ({where}); budget globs name it, e.g. 'cpu-*'", file=sys.stderr)
         return 0
     name = devices.device_name(choice)
     facts = devices.device_facts(choice)
@@ -235,7 +256,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     if choice.kind == "cpu":
 
         # calibrate means measure now; a cached profile's ceilings are kept where they were higher
-        # (they only rise: delete .solgate/profiles/cpu-*.toml to start again, e.g. after moving the VM)
+        # (they only rise: delete cpu-*.toml in the per-user cache, `solgate detect` names it, to start again)
         profile = calibrate.cpu_profile(cache, lambda text: print(text, file=sys.stderr), full=True)
     else:
         name = devices.device_name(choice)

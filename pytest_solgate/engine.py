@@ -21,7 +21,6 @@ from pytest_solgate.declare.profiles import (
     ProfileOption,
     detect,
     known_profiles,
-    load_profile,
     resolve_profile_option,
 )
 from pytest_solgate.declare.work import make_work
@@ -39,7 +38,7 @@ from pytest_solgate.measure import (
     telemetry,
 )
 from pytest_solgate.results import Measurement
-from pytest_solgate.support.errors import MeasureError, OptionError, ProfileError, SolgateError
+from pytest_solgate.support.errors import MeasureError, OptionError, SolgateError
 from pytest_solgate.support.settings import Settings
 
 # Interpreter timings are not gated: spend as little time on them as honesty allows.
@@ -238,11 +237,11 @@ class Engine:
         self, datasheet: HardwareProfile, choice: Any, key: str, name: str, facts: dict
     ) -> HardwareProfile:
         path = calibrate.gpu_measured_path(self.cache_dir, datasheet.id, key)
-        cached = _cached_profile(path)
+        cached = calibrate.cached_profile(path)
         if cached is not None:
             return cached
         with locking.device_lock(f"cuda-{key}"):
-            cached = _cached_profile(path)  # a worker that waited here finds what another measured
+            cached = calibrate.cached_profile(path)  # a worker that waited here finds what another measured
             if cached is not None:
                 return cached
             self.announce(f"solgate: calibrating {name} once (cached in {path}) ...")
@@ -515,15 +514,6 @@ def contention(waited_for: str, run_id: str, share: float, on_cpu: bool) -> str:
     if waited_for and not (run_id and f"run {run_id} " in f"{waited_for} "):
         return f"another solgate run ({waited_for}) was using this device"
     return ""
-
-
-def _cached_profile(path: Path) -> HardwareProfile | None:
-    if not path.is_file():
-        return None
-    try:
-        return load_profile(path)
-    except ProfileError:
-        return None  # a damaged cache entry is re-measured, never trusted
 
 
 def _cuda_device_scope(context: Context) -> Any:

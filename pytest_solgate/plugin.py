@@ -109,7 +109,8 @@ class SolgateSession:
         self.config = config
         self.is_worker = hasattr(config, "workerinput")
         history_source = ("--sol-history" if config.getoption("sol_history") is not None
-                          else HISTORY_VARIABLE if os.environ.get(HISTORY_VARIABLE) else "ini sol_history")
+                          else HISTORY_VARIABLE if os.environ.get(HISTORY_VARIABLE)
+                          else "ini sol_history" if config.getini("sol_history") else "default")
         self.run = Run(
             settings,
             rootdir=Path(config.rootpath),
@@ -233,6 +234,8 @@ class SolgateSession:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self.run.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+        if self.run.history_lost and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # pytest returns what this hook leaves here
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self.run.close()  # --sol-lock-clocks: restored however the session ended (a failure, Ctrl-C)

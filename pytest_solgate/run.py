@@ -19,15 +19,16 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from pytest_solgate.declare.work import measurement_name
 from pytest_solgate.record import gitinfo
-from pytest_solgate.support.errors import HistoryError, HistoryUnavailable, MeasureError, SolgateError
+from pytest_solgate.support.errors import HistoryElsewhere, HistoryError, HistoryUnavailable, MeasureError, SolgateError
 from pytest_solgate.support.locations import (
     absolute_path,
+    history_remedy,
     is_history_url,
     one_line,
     refuse_colliding_outputs,
     resolve_history,
 )
-from pytest_solgate.support.settings import Settings
+from pytest_solgate.support.settings import Settings, history_required
 
 # Only what every session needs is imported above: a suite that never measures must not pay for the
 # engine, the judge, the history or the reports (benchmarks/overhead.py keeps us honest).
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     from pytest_solgate.results import Measurement
 
 UNAVAILABLE = "baselines unavailable, so only budgets were judged"
+HISTORY_REQUIRED = ("solgate: this run fails: its history was not saved and the history is required here "
+                    "($CI is set, or --sol-require-history=yes); --sol-require-history=no lets it pass")
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,9 @@ class Run:
         # whichever directory the session starts in; a relative --sol-history is taken from there too.
         self.project_root = gitinfo.project_root(rootdir)
         self.state_dir = gitinfo.state_dir(rootdir)
+        self.history_source = history_source
         self.history_location = resolve_history(settings.history, self.project_root, history_source)
+        self.history_lost = False  # set when the run could not be recorded and the history is required: the session fails
         self._refuse_colliding_outputs(outputs)
         self.started_at = datetime.datetime.now(datetime.timezone.utc)
         self.run_id = run_id or new_run_id()
@@ -204,6 +209,8 @@ class Run:
             if not self.is_worker:
                 warn_at_start(one_line(f"{UNAVAILABLE}: {exc}"))
             return str(exc)
+        except HistoryElsewhere as exc:
+            raise HistoryElsewhere(f"{exc}; {history_remedy(self.history_source)}") from None
         return None
 
     def _store_or_none(self) -> Any:
@@ -244,8 +251,23 @@ class Run:
                 ids = {p.id for p in builtin_profiles()}
             if option is not None and option.profile is not None:
                 ids.add(option.profile.id)
-            self._known_ids = sorted(ids | {"cpu-0123456789"} | {f"{i}-measured-01234567" for i in ids if not i.startswith("cpu-")})
+            cpu = self._this_cpu_id()
+            # The shapes of ids measured elsewhere stand in where this machine's are not known.
+            shapes = {cpu or "cpu-0123456789"} | {f"{i}-measured-01234567" for i in ids if not i.startswith("cpu-")}
+            self._known_ids = sorted(ids | shapes)
         return self._known_ids
+
+    @staticmethod
+    def _this_cpu_id() -> str | None:
+        """This CPU's profile id, when torch is already imported (the test modules import it;
+        collection never pays for importing it here)."""
+        import sys
+
+        if "torch" not in sys.modules:
+            return None
+        from pytest_solgate.measure import calibrate
+
+        return f"cpu-{calibrate.fingerprint_key(calibrate.cpu_fingerprint(sys.modules['torch']))}"
 
     def judge_test(self, nodeid: str, budget: Budget | None, measured: list[Measurement], body_failed: bool) -> TestVerdicts:
         """Judge a test's measurements right after its body. ``failures`` says why they fail the
@@ -307,7 +329,11 @@ class Run:
             if self.settings.no_save:
                 self.records, said = save.read_trends(self.history_location, self.records)
             else:
-                self.records, said = save.save(self.history_location, self.state_dir, run, self.records)
+                saved = save.save(self.history_location, self.state_dir, run, self.records, history_remedy(self.history_source))
+                self.records, said = saved.measurements, saved.messages
+                if saved.lost and history_required(self.settings.require_history, os.environ):
+                    self.history_lost = True
+                    said.append(HISTORY_REQUIRED)
             self.messages += said
         scored = self._engine.resolved_profile() if self._engine is not None else None
         self.messages += outputs.publish(

@@ -113,3 +113,18 @@ def _contention_is_not_judged_here(monkeypatch):
 
     monkeypatch.setattr(engine, "contention", lambda *args: "")
 
+
+
+@pytest.fixture(autouse=True)
+def _not_in_ci(monkeypatch):
+    """In CI (``CI`` set, as GitHub sets it for .ci/run) a history that cannot be written fails the
+    run (--sol-require-history=auto); the tests that mean it set ``CI`` themselves, so that every
+    other test reads the same here and on a CI runner."""
+    monkeypatch.delenv("CI", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _a_user_cache_of_its_own(monkeypatch, tmp_path):
+    """The CPU's calibration is cached per user, shared by every clone (support.locations.
+    user_cache_dir): each test gets its own, so that none reads another's ceilings."""
+    monkeypatch.setenv("SOLGATE_CACHE_DIR", str(tmp_path / "user-cache"))

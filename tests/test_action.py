@@ -66,7 +66,7 @@ def test_workflows_follow_the_rules_of_docs_ci(source):
     group = workflow["concurrency"]["group"]
     assert "github.ref" in group and "github.run_id" in group  # per PR; each push a group of its own
     assert workflow["concurrency"]["cancel-in-progress"] == "${{ github.event_name == 'pull_request' }}"
-    (job,) = workflow["jobs"].values()
+    job = workflow["jobs"]["gate"]
     assert "github.event.pull_request.head.repo.full_name == github.repository" in job["if"]
     assert workflow["permissions"]["pull-requests"] == "write"
     (gate,) = [s for s in job["steps"] if "pytest-solgate" in s.get("uses", "") or s.get("uses") == "./"]
@@ -135,16 +135,7 @@ def test_the_action_installs_the_plugin_and_gates_a_throwaway_repository(tmp_pat
     assert built.returncode == 0, built.stderr
     (wheel,) = wheels.glob("pytest_solgate-*.whl")
 
-    repo = tmp_path / "their-repo"
-    repo.mkdir()
-    init_repo(repo)
-    (repo / "tests").mkdir()
-    (repo / "tests" / "test_kernels.py").write_text(USER_SUITE)
-    (repo / "ci-cpu.toml").write_text(USER_PROFILE)
-    (repo / "pyproject.toml").write_text('[tool.pytest.ini_options]\nsol_profile = "ci-cpu.toml"\nsol_device = "cpu"\n')
-    (repo / ".gitignore").write_text(".solgate/\nsol-gate/\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "a kernel and its budget")
+    repo = _their_repo(tmp_path)
     base = git(repo, "rev-parse", "HEAD")
 
     venv = tmp_path / "runner-temp" / "solgate-venv"
@@ -186,3 +177,178 @@ def test_the_action_installs_the_plugin_and_gates_a_throwaway_repository(tmp_pat
     assert m["baseline"] is not None and m["baseline"]["commit"] == base
     assert (repo / ".solgate" / "history.db").read_bytes() == recorded
     assert "--sol-no-save" in json.loads((repo / "sol-gate" / "sol-results.json").read_text())["run"]["command"]
+
+
+# --- the inputs, checked at the first step (issue 30, section 2, case 6) -------------------------
+def _validate(tmp_path: Path, **given: str) -> subprocess.CompletedProcess:
+    inputs = _inputs(**{"python": sys.executable, **given})
+    contexts = {"github.action_path": str(ROOT), "runner.temp": str(tmp_path)}
+    return _run_step("validate", _step_env("validate", inputs, contexts), tmp_path, tmp_path / "validate.out")
+
+
+def test_the_first_step_checks_the_inputs_and_the_defaults_pass(tmp_path):
+    assert ACTION["runs"]["steps"][0].get("id") == "validate"  # before anything is installed or written
+    checked = set(EXPRESSION.findall(" ".join(map(str, STEPS["validate"]["env"].values()))))
+    free = {"inputs.pytest-args", "inputs.install"}  # pytest's and pip's own arguments: they check them
+    assert checked | free == {f"inputs.{name}" for name in INPUTS}, {f"inputs.{n}" for n in INPUTS} - checked - free
+    done = _validate(tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "::error" not in done.stdout
+    assert re.search(r"^leg=[a-z0-9._-]+$", (tmp_path / "validate.out").read_text(), re.M)
+
+
+@pytest.mark.parametrize("name, value", [
+    ("output-dir", ""),  # once: mkdir '' failed, the step went on, and pytest wrote /sol-results.json
+    ("output-dir", "/"),
+    ("output-dir", "../elsewhere"),
+    ("test-path", " "),
+    ("python", "no-such-python3"),
+    ("torch", ""),
+    ("plugin", "no/such/pytest_solgate.whl"),
+    ("plugin-extras", "triton changes"),
+    ("history-url", "mysql://db/solgate"),
+    ("baseline", "--all"),
+    ("comment", "yes"),
+    ("github-token", ""),
+    ("leg", "h100 / cuda 12"),
+    ("import-runs", "many"),
+])
+def test_a_bad_input_is_one_error_line_naming_it_and_the_step_fails(tmp_path, name, value):
+    done = _validate(tmp_path, **{name.replace("-", "_"): value})
+    assert done.returncode != 0
+    errors = [line for line in done.stdout.splitlines() if line.startswith("::error")]
+    assert len(errors) == 1 and f"input '{name}'" in errors[0], done.stdout
+    assert not (tmp_path / "validate.out").exists() or "leg=" not in (tmp_path / "validate.out").read_text()
+
+
+# --- a history that survives GitHub (issue 31 item 1) --------------------------------------------
+def test_cache_keys_artifacts_and_comments_are_per_leg_run_and_attempt():
+    """A key is written once, so each run and attempt saves under its own (a re-run's save is
+    never refused), restored by the leg's prefix; artifacts and the PR comment carry the leg, so
+    matrix legs neither overwrite each other nor mix GPU models; the calibrated ceilings travel
+    in the same cache as the history."""
+    restore, save = STEPS["restore the history and the calibrated ceilings"], None
+    for step in ACTION["runs"]["steps"]:
+        if step.get("uses", "").startswith("actions/cache/save@"):
+            save = step
+    leg = "${{ steps.validate.outputs.leg }}"
+    for step in (restore, save):
+        key = step["with"]["key"]
+        assert leg in key and key.endswith("${{ github.run_id }}-${{ github.run_attempt }}"), key
+        assert step["with"]["path"].strip().splitlines() == [".solgate/history.db", ".solgate/profiles"]
+    assert save["with"]["key"] == restore["with"]["key"]
+    (prefix,) = restore["with"]["restore-keys"].strip().splitlines()
+    assert restore["with"]["key"].startswith(prefix) and prefix.endswith(f"{leg}-")
+    uploads = [s for s in ACTION["runs"]["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
+    names = [s["with"]["name"] for s in uploads]
+    assert len(names) == 2 and all(leg in n and n.endswith("${{ github.run_id }}-${{ github.run_attempt }}") for n in names)
+    fetch = STEPS["fetch the latest default-branch runs of this leg"]
+    assert fetch["env"]["SOLGATE_RUN_PREFIX"] == f"sol-run-{leg}-" and any(n.startswith("sol-run-") for n in names)
+    comment = STEPS["post or update the one PR comment"]
+    assert comment["env"]["SOLGATE_LEG"] == leg and "leg=${process.env.SOLGATE_LEG}" in comment["with"]["script"]
+
+
+def _their_repo(tmp_path: Path) -> Path:
+    """A user's repository: one kernel with its budget, their CPU runner's profile, one commit."""
+    repo = tmp_path / "their-repo"
+    repo.mkdir()
+    init_repo(repo)
+    (repo / "tests").mkdir()
+    (repo / "tests" / "test_kernels.py").write_text(USER_SUITE)
+    (repo / "ci-cpu.toml").write_text(USER_PROFILE)
+    (repo / "pyproject.toml").write_text('[tool.pytest.ini_options]\nsol_profile = "ci-cpu.toml"\nsol_device = "cpu"\n')
+    (repo / ".gitignore").write_text(".solgate/\nsol-gate/\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "a kernel and its budget")
+    return repo
+
+
+def _runs_in(history: Path) -> list[str]:
+    from pytest_solgate.record.history import open_store
+
+    with open_store(str(history)) as store:
+        return sorted(run["run_uid"] for run in store.runs())
+
+
+@pytest.mark.slow  # three pytest runs of one small kernel, on the CPU
+def test_two_pushes_that_restored_one_cache_merge_and_an_import_is_idempotent(tmp_path):
+    """Two pushes to main restore the same cache and each saves a history without the other's
+    run; the next job restores the newer one, and the merge step imports both runs' JSON (as the
+    artifacts carry them): it holds all three runs, and merging again adds nothing."""
+    repo = _their_repo(tmp_path)
+    fast = ["-p", "no:cacheprovider", "--sol-min-time=0.01", "--sol-max-time=0.2", "--sol-gate=warn"]
+
+    def job(history: Path, json_out: Path | None = None):
+        json_args = [f"--sol-json={json_out}"] if json_out else []
+        done = subprocess.run([sys.executable, "-m", "pytest", "tests", *fast, f"--sol-history={history}", *json_args],
+                              cwd=repo, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    cached = tmp_path / "cache-before.db"
+    job(cached)  # what both pushes restore
+    runs = tmp_path / "runner-temp" / "solgate-runs"
+    for push in ("a", "b"):
+        history = tmp_path / f"history-{push}.db"
+        history.write_bytes(cached.read_bytes())
+        (tmp_path / push).mkdir()
+        job(history, tmp_path / push / "sol-results.json")
+        runs.mkdir(parents=True, exist_ok=True)
+        import zipfile  # the artifact as downloadArtifact returns it: a zip of the uploaded file
+
+        with zipfile.ZipFile(runs / f"sol-run-cpu-x86_64-{push}-1.zip", "w") as archive:
+            archive.write(tmp_path / push / "sol-results.json", "sol-results.json")
+    (repo / ".solgate").mkdir(exist_ok=True)
+    (repo / ".solgate" / "history.db").write_bytes((tmp_path / "history-b.db").read_bytes())  # the newer cache
+    everything = sorted(set(_runs_in(tmp_path / "history-a.db")) | set(_runs_in(tmp_path / "history-b.db")))
+    assert len(everything) == 3 and len(_runs_in(repo / ".solgate" / "history.db")) == 2
+
+    venv = Path(sys.executable).parent.parent  # this environment has `solgate`, as the action's would
+    contexts = {"runner.temp": str(tmp_path / "runner-temp")}
+    env = {**_step_env("merge", _inputs(), contexts), "SOLGATE_VENV": str(venv)}
+    merged = _run_step("merge", env, repo, tmp_path / "merge.out")
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    assert _runs_in(repo / ".solgate" / "history.db") == everything
+    assert merged.stdout.count("imported run") == 1 and merged.stdout.count("nothing added") == 1, merged.stdout
+    again = _run_step("merge", env, repo, tmp_path / "merge.out")
+    assert again.returncode == 0 and again.stdout.count("nothing added") == 2, again.stdout
+    assert _runs_in(repo / ".solgate" / "history.db") == everything
+
+
+def _required_check(source: str) -> dict:
+    workflow = load_yaml(ROOT / ".github" / "workflows" / source) if source.endswith(".yml") else docs_workflow()
+    return workflow["jobs"]["required"]
+
+
+@pytest.mark.parametrize("source", ["sol-gate.yml", "docs/ci.md"])
+@pytest.mark.parametrize("from_fork, gate, passes", [
+    ("false", "success", True),
+    ("false", "failure", False),
+    ("false", "cancelled", False),
+    ("true", "skipped", False),  # a skipped job counts as success in branch protection: this one does not
+])
+def test_the_required_check_fails_unless_the_gate_ran_and_passed(tmp_path, source, from_fork, gate, passes):
+    job = _required_check(source)
+    assert job["needs"] == "gate" and job["if"] == "always()"  # never skipped itself
+    (step,) = job["steps"]
+    assert step["env"]["GATE_RESULT"] == "${{ needs.gate.result }}"
+    done = subprocess.run(["bash", "-e", "-c", step["run"]], env={**os.environ, "GATE_RESULT": gate, "FROM_FORK": from_fork},
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert (done.returncode == 0) == passes, done.stdout
+    if from_fork == "true":
+        assert "::error title=sol-gate::not gated" in done.stdout
+
+
+@pytest.mark.slow  # a git clone and a wheel build from it; the dependencies come from this environment
+def test_a_local_git_plugin_installs_on_the_runners_pip(tmp_path):
+    """`plugin: git+file:///path` on pip 23.2 failed ('It looks like a path') in the form
+    `pytest-solgate @ git+file:///...`; the install step spells the host out (docs/install.md)."""
+    pytest.importorskip("hatchling")
+    clone = tmp_path / "plugin-clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, capture_output=True)
+    venv = tmp_path / "runner-temp" / "solgate-venv"
+    inputs = _inputs(python=sys.executable, plugin=f"git+file://{clone}")
+    contexts = {"github.action_path": str(ROOT), "runner.temp": str(venv.parent)}
+    env = {**_step_env("install", inputs, contexts), "PIP_NO_BUILD_ISOLATION": "1"}  # hatchling from the runner's site
+    installed = _run_step("install", env, tmp_path, tmp_path / "install.out")
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    assert "Name: pytest-solgate" in installed.stdout

@@ -256,3 +256,23 @@ def test_a_damaged_calibration_cache_does_not_fail_the_budget_glob_check(suite, 
             sol.measure(lambda: busy(1e-3), bytes=1e6)
     """, fake_clock=True)
     result.assert_outcomes(passed=1)
+
+
+def test_a_cpu_glob_typo_is_offered_this_cpus_id(suite):
+    """'cpu_*' for 'cpu-*': the message offers the respelled glob and this CPU's id (difflib alone
+    found nothing close to 'cpu_' in 'cpu-c99b8b40d6' and suggested writing 'h100*')."""
+    torch = pytest.importorskip("torch")
+    from pytest_solgate.measure import calibrate
+
+    cpu_id = f"cpu-{calibrate.fingerprint_key(calibrate.cpu_fingerprint(torch))}"
+    result = suite("""
+        import pytest
+        import torch
+
+        @pytest.mark.sol(min={"cpu_*": 0.5})
+        def test_k(sol):
+            sol.measure(lambda: busy(1e-4), bytes=1)
+    """)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*the glob 'cpu_*' matches no known profile id*did you mean 'cpu-*', '{cpu_id}'?*"])
+    assert "'h100*'" not in result.stderr.str()

@@ -297,3 +297,110 @@ def test_the_trend_page_reads_at_a_glance_at_1280_and_1600_px(tmp_path):
         OUTPUT.mkdir(exist_ok=True)
         page.screenshot(path=str(OUTPUT / "sol-trend-same-day.png"), full_page=True)
     assert not visit.errors, visit.errors
+
+
+def test_the_trend_axis_stops_at_the_physical_limit_and_names_every_commit(tmp_path):
+    """SOL 1.9 at one commit once stretched the axis to 2 and the band to 1.5, and only 4 of 8
+    commits were named on the x axis: the axis stops at 1.05 with that point at the top edge and
+    marked, the band is clipped inside the plot, and every commit has a tick that names it on hover
+    under the labels (every few commits, each at its own commit)."""
+    from pytest_solgate.record import history
+    from pytest_solgate.results import RunInfo
+    from solgate_testing import recorded
+    from test_cli import solgate
+
+    sols = [0.60, 0.62, 0.61, 1.9, 0.60, 0.61, 0.62, 0.60]
+    commits = [(f"{i + 1:x}" * 3 + "abc").ljust(40, "0") for i in range(len(sols))]
+    with history.open_store(tmp_path / "h.db") as store:
+        for i, (sol, commit) in enumerate(zip(sols, commits)):
+            run = RunInfo(id=f"r{i}", started_at=f"2026-12-0{i + 1}T00:00:00+00:00", commit=commit,
+                          commit_time=f"2026-12-0{i + 1}T00:00:00+00:00")
+            store.record_run(run, [recorded(test="kernels/test_sol.py::test_add", name="triton", sol=sol, budget={"min": None})])
+    done = solgate("trend", "-o", str(tmp_path / "trend.html"), "--history", str(tmp_path / "h.db"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    with Visit(tmp_path / "trend.html") as visit:
+        page = visit.page
+        for _width in _at_common_widths(page, "svg.trend", ".legend"):
+            pass
+        ticks = [float(t) for t in page.locator("svg.trend text.y-tick").all_text_contents()]
+        assert max(ticks) <= 1.05 and 1.0 in ticks, ticks
+        geometry = page.evaluate("""() => {
+            const svg = document.querySelector("svg.trend");
+            const plot = svg.querySelector("rect").getBoundingClientRect();
+            const centre = (e) => { const b = e.getBoundingClientRect(); return [b.left + b.width / 2, b.top + b.height / 2]; };
+            return {
+                top: plot.top, bottom: plot.bottom,
+                points: [...svg.querySelectorAll("circle.point")].map((c) => [centre(c)[1], c.querySelector("title").textContent]),
+                band: svg.querySelector("polygon.band").getBoundingClientRect().top,
+                marks: [...svg.querySelectorAll("g.x-mark")].map((g) => [g.querySelector("line").getBoundingClientRect().left,
+                                                                       g.querySelector("title").textContent]),
+                labels: [...svg.querySelectorAll("text.x-tick")].map((t) => { const b = t.getBoundingClientRect();
+                                                                             return [b.left, b.right, t.textContent]; }),
+            };
+        }""")
+        assert all(geometry["top"] - 0.5 <= y <= geometry["bottom"] + 0.5 for y, _ in geometry["points"])
+        assert geometry["band"] >= geometry["top"] - 0.5  # the band is clipped at the axis too
+        above = [title for y, title in geometry["points"] if abs(y - geometry["top"]) < 1]
+        assert len(above) == 1 and "SOL 1.900" in above[0] and "above the physical limit 1.05" in above[0]
+        assert page.locator("svg.trend path.above-mark").count() == 1
+        assert "1 above SOL 1.05" in page.locator(".panel .meta").text_content()
+        # Every commit on the axis, in order, named on hover; each label at its own commit.
+        assert [title.split()[1] for _, title in geometry["marks"]] == [c[:10] for c in commits]
+        xs = {title.split()[1][:7]: x for x, title in geometry["marks"]}
+        assert len(geometry["labels"]) >= 4
+        for left, right, text in geometry["labels"]:
+            assert left - 1 <= xs[text] <= right + 1, (text, left, right, xs[text])
+    assert not visit.errors, visit.errors
+
+
+LABELS_BY_THEIR_MARKS = """() => {
+  const svg = document.querySelector("svg.roofline");
+  const m = svg.getScreenCTM();
+  const at = (x, y) => new DOMPoint(x, y).matrixTransform(m);
+  const crosses = (b, a, c) => {  // does segment a-c pass through box b (Liang-Barsky)?
+    let low = 0, high = 1;
+    const dx = c.x - a.x, dy = c.y - a.y;
+    for (const [p, q] of [[-dx, a.x - b.left], [dx, b.right - a.x], [-dy, a.y - b.top], [dy, b.bottom - a.y]]) {
+      if (p === 0) { if (q < 0) return false; continue; }
+      const t = q / p;
+      if (p < 0) low = Math.max(low, t); else high = Math.min(high, t);
+      if (low > high) return false;
+    }
+    return true;
+  };
+  const links = [...svg.querySelectorAll("line.link")].map((l) => [
+    at(+l.getAttribute("x1"), +l.getAttribute("y1")), at(+l.getAttribute("x2"), +l.getAttribute("y2"))]);
+  return [...svg.querySelectorAll(".point")].map((mark) => {
+    const text = svg.querySelector(`text[data-index="${mark.dataset.index}"]`);
+    if (!text) return {kind: mark.classList[1], label: null};
+    const b = text.getBoundingClientRect(), p = mark.getBoundingClientRect();
+    const gap = Math.max(0, b.left - p.right, p.left - b.right) + Math.max(0, b.top - p.bottom, p.top - b.bottom);
+    const centre = at(...(mark.tagName === "circle" ? [+mark.getAttribute("cx"), +mark.getAttribute("cy")]
+                                                   : [+mark.getAttribute("x") + 6, +mark.getAttribute("y") + 6]));
+    const near = (q) => Math.hypot(q.x - centre.x, q.y - centre.y) < 1;
+    const crossed = links.filter(([a, c]) => !near(a) && !near(c) && crosses(b, a, c)).length;
+    return {kind: mark.classList[1], label: text.textContent, gap, crossed};
+  });
+}"""
+
+
+def test_roofline_labels_sit_by_their_marks_and_cross_no_other_link(tmp_path):
+    """The references' diamonds had no label, and a label could sit up to eight lines from its
+    dot (test_vector_add's, 17 px off, beside a free spot): every mark is named, a kernel within
+    three lines of its mark and a reference within five (the fused GEMM's sits under the stacked
+    roof labels), and no label crosses a link that is not its own point's."""
+    from pytest_solgate.report import html
+
+    run, measurements, profiles = _gpu_like_run()
+    (tmp_path / "report.html").write_text(html.render_report(run, measurements, profiles))
+    with Visit(tmp_path / "report.html") as visit:
+        page = visit.page
+        for width in _at_common_widths(page, "svg.roofline", ".roofline-legend"):
+            placed = page.evaluate(LABELS_BY_THEIR_MARKS)
+            assert len(placed) == 7 and all(p["label"] for p in placed), (width, placed)
+            assert sorted(p["label"] for p in placed if p["kind"] == "reference") == ["torch", "torch", "torch-unfused"]
+            assert all(p["gap"] <= (39 if p["kind"] == "kernel" else 65) for p in placed), (width, placed)  # 13 px lines
+            assert all(p["crossed"] == 0 for p in placed), (width, placed)
+        OUTPUT.mkdir(exist_ok=True)
+        page.screenshot(path=str(OUTPUT / "sol-roofline-labels.png"), full_page=True)
+    assert not visit.errors, visit.errors

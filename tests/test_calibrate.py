@@ -67,3 +67,27 @@ def test_raise_ceilings_is_the_identity_when_nothing_rose():
                               ceilings="measured")
     assert calibrate.raise_ceilings(profile, 39.9, {"fp32": 0.1}) is profile
     assert calibrate.raise_ceilings(profile, 40, {"fp32": 0.12}).peak_tflops == {"fp32": 0.12}
+
+
+# --- one calibration per machine, shared by every clone (issue 31 item 4) ------------------------
+def test_two_clones_on_one_machine_share_one_calibration_and_an_old_one_is_merged(tmp_path):
+    """The same id once held 82 GB/s in one clone and 75 GB/s in another: each clone cached its
+    own. Now the per-user cache holds the machine's one calibration; a clone's own from before is
+    merged in under the same id (its baselines keep working), its ceilings where they are higher."""
+    import torch
+
+    said = []
+    clone_a, clone_b = tmp_path / "a" / ".solgate", tmp_path / "b" / ".solgate"
+    key = calibrate.fingerprint_key(calibrate.cpu_fingerprint(torch))
+    older = calibrate.HardwareProfile(id=f"cpu-{key}", name="this CPU", kind="cpu", memory_bandwidth_gbps=82,
+                                      peak_tflops={"fp32": 0.05, "fp64": 0.02}, ceilings="measured")
+    calibrate.write_profile(calibrate.cpu_profile_path(clone_a, key), older)  # clone a calibrated before
+    first = calibrate.cpu_profile(clone_b, said.append, lambda torch: (75.0, {"copy": 75.0}, {"fp32": 0.1, "fp64": 0.04}, {}))
+    assert first.memory_bandwidth_gbps == 75 and first.id == f"cpu-{key}"
+    in_a = calibrate.cpu_profile(clone_a, said.append, recheck=quick(10, 0.01))
+    in_b = calibrate.cpu_profile(clone_b, said.append, recheck=quick(10, 0.01))
+    assert in_a == in_b and in_a.id == older.id  # one id, one set of ceilings, in every clone
+    assert in_a.memory_bandwidth_gbps == 82 and in_a.peak_tflops == {"fp32": 0.1, "fp64": 0.04}
+    shared = calibrate.cpu_profile_path(calibrate.user_cache_dir(), key)
+    assert shared.is_file() and not calibrate.cpu_profile_path(clone_b, key).exists()
+    assert calibrate.this_cpu(tmp_path / "elsewhere") == (older.id, in_a)

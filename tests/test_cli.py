@@ -218,3 +218,25 @@ def test_small_things_of_the_cli(two_commits, tmp_path):
     unknown = solgate("profile", "h100-sxn", cwd=tmp_path).stderr
     assert "did you mean h100-nvl, h100-pcie, h100-sxm, h100?" in unknown or "did you mean h100" in unknown
     assert "rtx-4090" in unknown and "v100-sxm2" in unknown and "mi300x" in unknown  # every known id, not some
+
+
+def test_this_cpus_profile_id_is_in_profiles_and_detect(tmp_path):
+    """A CPU user looks for the id a budget glob names: `solgate detect` prints it and `solgate
+    profiles` lists it, calibrated or not yet (it is the fingerprint's, known before measuring)."""
+    torch = pytest.importorskip("torch")
+    from pytest_solgate.declare.profiles import HardwareProfile
+    from pytest_solgate.measure import calibrate
+
+    cpu_id = f"cpu-{calibrate.fingerprint_key(calibrate.cpu_fingerprint(torch))}"
+    detected = solgate("detect", "--device", "cpu", cwd=tmp_path)
+    assert detected.returncode == 0 and detected.stdout.strip() == cpu_id, detected.stderr
+    assert "not calibrated yet" in detected.stderr
+    listed = solgate("profiles", cwd=tmp_path).stdout
+    assert f"{cpu_id:<16} this CPU, not calibrated yet" in listed and "h100-sxm" in listed
+    calibrate.write_profile(calibrate.cpu_profile_path(calibrate.user_cache_dir(), cpu_id.removeprefix("cpu-")),
+                            HardwareProfile(id=cpu_id, name="this CPU, measured", kind="cpu", memory_bandwidth_gbps=82,
+                                            peak_tflops={"fp32": 0.1}, ceilings="measured"))
+    assert "calibrated, cached in" in solgate("detect", "--device", "cpu", cwd=tmp_path).stderr
+    listed = solgate("profiles", cwd=tmp_path).stdout
+    assert any(line.startswith(cpu_id) and "82 GB/s" in line for line in listed.splitlines()), listed
+    assert "not calibrated yet" not in listed

@@ -135,7 +135,7 @@ def test_unwritable_history_and_report_leave_verdicts_alone(suite, pytester):
     result.assert_outcomes(passed=1, failed=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
-        "solgate: history NOT saved: /proc/solgate/history.db: cannot create its folder*; pass --sol-history=PATH",
+        "solgate: history NOT saved: /proc/solgate/history.db: cannot create its folder*; give --sol-history a history this machine can write",
         "solgate: cannot write the HTML report to /proc/solgate/report.html*choose another path",
     ])
 
@@ -263,3 +263,46 @@ def test_every_verdicts_json_imports_back_and_leaves_the_spool(pytester):
     assert not list((pytester.path / ".solgate" / "spool").iterdir())  # sent, so no longer kept
     status, listing = solgate("history", "--history", "spooled.db")
     assert status == 0 and all(verdict in listing for verdict in ("above-sol", "below-budget", "not-gated")), listing
+
+
+# --- a history that cannot be written, in CI (issue 31 item 3) ----------------------------------
+PASSING = """
+    def test_ok(sol):
+        sol.measure(lambda: busy(1e-3), bytes=0.4e6)
+"""
+
+
+@pytest.mark.parametrize("ci, option, fails", [
+    ("true", None, True),  # CI: the history is the point, a run it could not record fails
+    ("true", "--sol-require-history=no", False),
+    (None, None, False),  # a developer's machine: verdicts only, the line says why
+    (None, "--sol-require-history=yes", True),
+    ("false", None, False),
+])
+def test_a_history_write_that_fails_fails_the_run_in_ci(suite, monkeypatch, ci, option, fails):
+    if ci is not None:
+        monkeypatch.setenv("CI", ci)
+    result = suite(PASSING, "--sol-history=/proc/solgate/history.db", *([option] if option else []), fake_clock=True)
+    result.assert_outcomes(passed=1)  # the verdicts stand; only the session's exit status says it
+    assert result.ret == (pytest.ExitCode.TESTS_FAILED if fails else pytest.ExitCode.OK)
+    out = result.stdout.str()
+    assert "solgate: history NOT saved: /proc/solgate/history.db" in out
+    assert ("solgate: this run fails: its history was not saved" in out) == fails
+    # The advice fits what was given: --sol-history was passed, so it is not told to pass it.
+    assert "pass --sol-history" not in out and "give --sol-history a history this machine can write" in out
+
+
+def test_the_advice_names_the_setting_that_named_the_history(suite, monkeypatch):
+    monkeypatch.setenv("SOLGATE_HISTORY", "/proc/solgate/history.db")
+    result = suite(PASSING, fake_clock=True)
+    result.stdout.fnmatch_lines(["solgate: history NOT saved: /proc/solgate/*; point $SOLGATE_HISTORY at a history this machine can write"])
+    assert result.ret == pytest.ExitCode.OK  # not CI
+
+
+def test_auto_requires_the_history_where_ci_is_set():
+    """``auto`` reads CI as GitHub, GitLab and most services set it; yes and no are what they say."""
+    from pytest_solgate.support.settings import history_required
+
+    assert history_required("auto", {"CI": "true"}) and history_required("auto", {"CI": "1"})
+    assert not history_required("auto", {}) and not history_required("auto", {"CI": "0"}) and not history_required("auto", {"CI": ""})
+    assert history_required("yes", {}) and not history_required("no", {"CI": "true"})

@@ -2,8 +2,10 @@
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -325,8 +327,9 @@ def test_cpu_profile_is_measured_once_and_cached(suite, pytester):
     # In a subprocess: torch must not be imported (and unloaded) inside an in-process pytester run.
     first = suite(body, "--sol-json=out.json", profile=False, subprocess=True)
     first.assert_outcomes(passed=1)
-    first.stdout.fnmatch_lines(["solgate: measuring this CPU's ceilings once, best of 3 repetitions (cached in *.solgate/profiles/cpu-*.toml) ..."])
-    cached = list((pytester.path / ".solgate" / "profiles").glob("cpu-*.toml"))
+    # Cached per user, shared by every clone (tests/conftest.py gives each test its own).
+    first.stdout.fnmatch_lines(["solgate: measuring this CPU's ceilings once, best of 3 repetitions (cached in *user-cache/profiles/cpu-*.toml) ..."])
+    cached = list((Path(os.environ["SOLGATE_CACHE_DIR"]) / "profiles").glob("cpu-*.toml"))
     assert len(cached) == 1
     text = cached[0].read_text()
     assert 'ceilings = "measured"' in text and "fp32 =" in text and "fp64 =" in text and "triad" in text

@@ -69,7 +69,8 @@ def test_data_movement_goes_on_the_bandwidth_chart_and_references_join_their_ker
     reference_point, kernel_point = chart.points
     (link,) = chart.links  # the kernel joined to its own test's reference
     assert (link.x1, link.y1, link.x2, link.y2) == (kernel_point.x, kernel_point.y, reference_point.x, reference_point.y)
-    assert kernel_point.label.text == "test_gemm [triton]" and reference_point.label is None
+    # Each named beside its mark: the kernel by test and name, its reference by name (issue 31).
+    assert kernel_point.label.text == "test_gemm [triton]" and reference_point.label.text == "torch"
     (bar,) = chart.bandwidth.bars
     assert bar.label == "t.py::test_copy [default]" and bar.fraction == 0.5 and bar.value.endswith("(50%)")
     assert chart.left_out == ("t.py::test_empty [default]",)  # no bytes: on neither chart
@@ -281,8 +282,18 @@ def test_roofline_labels_never_touch_and_stay_inside_the_plot():
     for p in chart.points:
         assert p.label is not None, p.title
         width = len(p.label.text) * roofline.CHAR_WIDTH
-        x1 = p.label.x if p.label.anchor == "start" else p.label.x - width
+        x1 = p.label.x - {"start": 0, "end": width, "middle": width / 2}[p.label.anchor]  # right, left, above or below
         box = (x1, p.label.y - 10, x1 + width, p.label.y + 3)
         assert frame.left <= box[0] and box[2] <= frame.left + frame.plot_width, p.label
         assert all(box[2] <= o[0] or o[2] <= box[0] or box[3] <= o[1] or o[3] <= box[1] for o in boxes), p.label
         boxes.append(box)
+
+
+def test_the_reference_column_writes_a_tiny_sol_as_the_sol_column_does():
+    """A CPU row read 0.0043 beside 'torch 0.00, 0.01x': one number format for both."""
+    from pytest_solgate.report.table import row
+
+    ours = record(test="t.py::test_add", name="triton", sol=0.0043, seconds=1.0)
+    torch_ref = record(test="t.py::test_add", name="torch", sol=0.0021, seconds=0.01, gate=False, verdict=results.NOT_GATED)
+    shown = row(ours, [ours, torch_ref])
+    assert shown.sol == "0.0043" and shown.reference == "torch 0.0021, 0.01x"

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from pytest_solgate.support.errors import ProfileError
+from pytest_solgate.support.locations import user_cache_dir
 from pytest_solgate.support.precisions import PRECISIONS
 
 if sys.version_info >= (3, 11):
@@ -403,11 +404,14 @@ def profile_to_toml(profile: HardwareProfile) -> str:
 
 
 def known_profiles(cache_dir: Path, folders: tuple[str, ...] = ()) -> list[HardwareProfile]:
-    """The user's folders (``--sol-profile=DIR``), then the shipped profiles, then measured ones
-    cached under .solgate/profiles; a user's profile replaces a shipped one with the same id."""
+    """The user's folders (``--sol-profile=DIR``), then the shipped profiles, then measured ones:
+    this machine's CPU calibration in the per-user cache (support.locations.user_cache_dir), then
+    those cached under .solgate/profiles; a user's profile replaces a shipped one with the same id."""
     by_id: dict[str, HardwareProfile] = {}
-    measured = cache_dir / "profiles"
-    for group in (load_profiles(folders), builtin_profiles(), load_profiles([measured]) if measured.is_dir() else []):
+    measured = [folder for folder in (user_cache_dir() / "profiles", cache_dir / "profiles") if folder.is_dir()]
+    # One folder at a time: the shared cache and a clone's .solgate may both hold this CPU's id
+    # (the clone's from before the shared cache); the shared one is the calibration in use.
+    for group in (load_profiles(folders), builtin_profiles(), *(load_profiles([folder]) for folder in measured)):
         for profile in group:
             by_id.setdefault(profile.id, profile)
     return [by_id[key] for key in sorted(by_id)]

@@ -21,8 +21,8 @@ A segment may be one commit long, and what such a segment means depends on where
 Steps smaller than ``min_change`` (default 2.5 %, half the gate's default 5 % tolerance) are not
 listed: on a quiet runner PELT finds a real 1 % step, but nobody should be paged for it. Zero,
 negative and missing values (a kernel that failed, an import without SOL) cannot be logged: they
-are skipped, and the result names them. ``ruptures`` is an optional extra
-(``pip install 'pytest-solgate[changes]'``), imported only here.
+are skipped, and the result names them. ``ruptures`` is a dependency of the default install,
+imported only here (so that the measure and report paths run without it, as on the device machine).
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def _ruptures():  # noqa: ANN202
         import ruptures
     except ImportError:
         raise ChangePointsUnavailable(
-            "change points need the ruptures library: pip install 'pytest-solgate[changes]'"
+            "change points need the ruptures library, a dependency of pytest-solgate missing here: pip install ruptures"
         ) from None
     return ruptures
 

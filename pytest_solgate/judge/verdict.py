@@ -211,10 +211,16 @@ def check_budget_globs(test: str, budget: Budget, profile_ids: Sequence[str]) ->
         if any(fnmatch.fnmatchcase(profile_id, pattern) for profile_id in profile_ids):
             continue
         close = difflib.get_close_matches(pattern.lower().rstrip("*"), profile_ids, n=4, cutoff=0.5)
+        # Ids are lowercase and joined by '-': 'CPU_*' is 'cpu-*' mistyped, and the ids it then
+        # matches (this CPU's 'cpu-c99b8b40d6') are the close matches a difflib ratio misses.
+        respelled = pattern.lower().replace("_", "-")
+        matched = [i for i in profile_ids if fnmatch.fnmatchcase(i, respelled)]
+        if matched:
+            close = [respelled, *matched[:3]] if respelled != pattern.lower() or "*" in pattern else matched[:4]
         hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
         raise MarkerError(
             f"{test}: @pytest.mark.sol({key}={{{pattern!r}: ...}}): the glob {pattern!r} matches no known profile id "
-            f"(globs are case-sensitive, ids lowercase); {hint}see `solgate profiles`, or write a glob such as 'h100*'"
+            f"(globs are case-sensitive, ids lowercase); {hint}see `solgate profiles` (this machine's: `solgate detect`)"
         )
 
 

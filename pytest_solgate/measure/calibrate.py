@@ -23,6 +23,7 @@ from pytest_solgate.declare.profiles import DeviceFacts, HardwareProfile, load_p
 from pytest_solgate.measure.devices import MIB, last_level_cache_bytes
 from pytest_solgate.support import atomic, stats
 from pytest_solgate.support.errors import ProfileError
+from pytest_solgate.support.locations import user_cache_dir
 from pytest_solgate.support.settings import SamplingSettings
 
 
@@ -161,6 +162,41 @@ def cpu_profile_path(cache_dir: Path, key: str) -> Path:
     return cache_dir / "profiles" / f"cpu-{key}.toml"
 
 
+def this_cpu(cache_dir: Path) -> tuple[str, HardwareProfile | None]:
+    """This CPU's profile id (from its fingerprint: no measuring) and its calibration if cached."""
+    import torch
+
+    key = fingerprint_key(cpu_fingerprint(torch))
+    return f"cpu-{key}", _shared_calibration(cache_dir, key)[1]
+
+
+def cached_profile(path: Path) -> HardwareProfile | None:
+    """A calibrated profile from the cache, or None when there is none or it is damaged."""
+    if not path.is_file():
+        return None
+    try:
+        return load_profile(path)
+    except ProfileError:
+        return None  # a damaged cache entry is re-measured, never trusted
+
+
+def _shared_calibration(cache_dir: Path, key: str) -> tuple[Path, HardwareProfile | None]:
+    """This machine's CPU calibration, in the per-user cache every clone shares (one id, one set
+    of ceilings: two clones once held 82 and 75 GB/s under one id), with a clone's own earlier
+    calibration (``cache_dir``, its .solgate) merged in: its ceilings where they are higher, as a
+    re-check would raise them. Same id, so the histories recorded under it keep their baselines."""
+    path = cpu_profile_path(user_cache_dir(), key)
+    shared = cached_profile(path)
+    local_path = cpu_profile_path(cache_dir, key)
+    local = cached_profile(local_path) if local_path.resolve() != path.resolve() else None
+    if local is None:
+        return path, shared
+    merged = local if shared is None else raise_ceilings(shared, local.memory_bandwidth_gbps, dict(local.peak_tflops))
+    if merged is not shared:
+        write_profile(path, merged)
+    return path, merged
+
+
 def cpu_profile(
     cache_dir: Path,
     announce: Callable[[str], None] = print,
@@ -178,13 +214,7 @@ def cpu_profile(
 
     fingerprint = cpu_fingerprint(torch)
     key = fingerprint_key(fingerprint)
-    path = cpu_profile_path(cache_dir, key)
-    cached = None
-    if path.is_file():
-        try:
-            cached = load_profile(path)
-        except ProfileError:
-            pass  # a damaged cache entry is re-measured, never trusted
+    path, cached = _shared_calibration(cache_dir, key)
     if cached is not None:
         if full:
             announce(f"solgate: measuring this CPU's ceilings, best of {CPU_REPETITIONS} repetitions; they only rise ({path}) ...")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from pytest_solgate.record.store import ACCEPT_COLUMNS, MEASUREMENT_COLUMNS, RUN_COLUMNS, Store
-from pytest_solgate.support.errors import HistoryError, HistoryUnavailable, NoHistoryYet
+from pytest_solgate.support.errors import HistoryElsewhere, HistoryError, HistoryUnavailable, NoHistoryYet
 from pytest_solgate.support.locations import redact
 
 SCHEMA = "solgate"
@@ -194,8 +194,8 @@ class PostgresStore(Store):
                             "GRANT USAGE ON SCHEMA solgate and SELECT on its tables (docs/ci.md)")
 
     def _foreign(self, why: str) -> HistoryError:
-        return HistoryError(f"{self.location}: not a solgate history ({why}); it was left untouched: "
-                            "use another database or schema owner, or pass --sol-history=PATH")
+        return HistoryElsewhere(f"{self.location}: not a solgate history ({why}); it was left untouched: "
+                            "use another database or schema owner")
 
     def _check_and_migrate(self, create: bool) -> None:
         psycopg = self._psycopg

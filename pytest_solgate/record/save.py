@@ -2,40 +2,55 @@
 
 Runs before any report is rendered (reports read finished records only). A history that cannot be
 written never changes a verdict: the run is spooled (server unreachable) or the reason is said in
-one line (read-only file, foreign database, missing privilege).
+one line (read-only file, foreign database, missing privilege), and the result says the run is
+lost, so that the session can fail in CI (``--sol-require-history``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from pytest_solgate.record import history, spool, store
 from pytest_solgate.results import Measurement, RunInfo
-from pytest_solgate.support.errors import HistoryError
+from pytest_solgate.support.errors import HistoryElsewhere, HistoryError
 
 
-def _spool(state_dir: Path, run: RunInfo, measurements: Sequence[Measurement], why: HistoryError) -> str:
+@dataclass(frozen=True)
+class Saved:
+    """What saving a run came to: the measurements with their history trend, the lines to print,
+    and whether the run is lost (in neither the history nor the spool)."""
+
+    measurements: list[Measurement]
+    messages: list[str]
+    lost: bool = False
+
+
+def _spool(state_dir: Path, run: RunInfo, measurements: Sequence[Measurement], why: HistoryError) -> Saved:
     try:
         path = spool.put(state_dir, run, measurements)
     except HistoryError as exc:
-        return f"solgate: history NOT saved: {why}; {exc}"
-    return f"solgate: history unavailable: {why}; run spooled to {path}, the next run sends it"
+        return Saved(list(measurements), [f"solgate: history NOT saved: {why}; {exc}"], lost=True)
+    return Saved(list(measurements), [f"solgate: history unavailable: {why}; run spooled to {path}, the next run sends it"])
 
 
-def save(
-    location: str, state_dir: Path, run: RunInfo, measurements: Sequence[Measurement]
-) -> tuple[list[Measurement], list[str]]:
-    """Record ``run`` (after any spooled runs); returns the measurements with their history trend
-    and the lines to print."""
+def _not_saved(why: HistoryError, remedy: str) -> str:
+    # The advice only where another location is the fix: a missing grant says what to grant.
+    return f"solgate: history NOT saved: {why}" + (f"; {remedy}" if isinstance(why, HistoryElsewhere) else "")
+
+
+def save(location: str, state_dir: Path, run: RunInfo, measurements: Sequence[Measurement], remedy: str) -> Saved:
+    """Record ``run`` (after any spooled runs). ``remedy`` ends the line that says the history
+    could not be written (what to change, worded for the setting that named it)."""
     measurements = list(measurements)
     messages: list[str] = []
     try:
         store = history.open_store(location)
     except history.HistoryUnavailable as exc:
-        return measurements, [_spool(state_dir, run, measurements, exc)]
+        return _spool(state_dir, run, measurements, exc)
     except HistoryError as exc:
-        return measurements, [f"solgate: history NOT saved: {exc}"]
+        return Saved(measurements, [_not_saved(exc, remedy)], lost=True)
     with store:
         if spool.folder(state_dir).is_dir():
             sent = spool.send(store, state_dir)
@@ -46,11 +61,12 @@ def save(
         try:
             store.record_run(run, measurements)
         except history.HistoryUnavailable as exc:
-            return measurements, messages + [_spool(state_dir, run, measurements, exc)]
+            spooled = _spool(state_dir, run, measurements, exc)
+            return Saved(measurements, messages + spooled.messages, spooled.lost)
         except HistoryError as exc:
-            return measurements, messages + [f"solgate: history NOT saved: {exc}"]
+            return Saved(measurements, messages + [_not_saved(exc, remedy)], lost=True)
         messages.append(f"solgate: run recorded in {store.location}")
-        return _with_trends(store, measurements, messages)
+        return Saved(*_with_trends(store, measurements, messages))
 
 
 def read_trends(location: str, measurements: Sequence[Measurement]) -> tuple[list[Measurement], list[str]]:

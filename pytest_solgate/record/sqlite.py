@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from pytest_solgate.record.store import ACCEPT_COLUMNS, MEASUREMENT_COLUMNS, RUN_COLUMNS, Store
-from pytest_solgate.support.errors import HistoryError, NoHistoryYet
+from pytest_solgate.support.errors import HistoryElsewhere, HistoryError, NoHistoryYet
 
 APPLICATION_ID = 0x536F4C47  # "SoLG"
 BUSY_TIMEOUT_MS = 60_000
@@ -102,25 +102,25 @@ class SqliteStore(Store):
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
-                raise HistoryError(f"{self.path}: cannot create its folder ({exc.strerror}); pass --sol-history=PATH") from None
+                raise HistoryElsewhere(f"{self.path}: cannot create its folder ({exc.strerror})") from None
         # A history on a read-only mount is still a history: it is read (baselines, `solgate
         # history`), and only writing it is refused.
         self.read_only = existed and not (os.access(self.path, os.W_OK) and os.access(self.path.parent, os.W_OK))
         try:
             self.db = self._connect()
         except sqlite3.Error as exc:
-            raise HistoryError(f"{self.path}: cannot open the history database ({exc}); pass --sol-history=PATH") from None
+            raise HistoryElsewhere(f"{self.path}: cannot open the history database ({exc})") from None
         try:
             self._check_and_migrate(existed)
         except sqlite3.DatabaseError as exc:
             self.db.close()
             if "not a database" in str(exc) or "malformed" in str(exc):
-                raise HistoryError(
+                raise HistoryElsewhere(
                     f"{self.path}: not a solgate history database ({exc}); it was left untouched: "
-                    "move it away or pass --sol-history=PATH"
+                    "move it away"
                 ) from None
             if "readonly" in str(exc) or "unable to open" in str(exc):
-                raise HistoryError(f"{self.path}: cannot write the history ({exc}); pass --sol-history=PATH") from None
+                raise HistoryElsewhere(f"{self.path}: cannot write the history ({exc})") from None
             raise HistoryError(f"{self.path}: history database error ({exc})") from None
 
     def _connect(self) -> sqlite3.Connection:
@@ -147,9 +147,9 @@ class SqliteStore(Store):
         version = db.execute("PRAGMA user_version").fetchone()[0]
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if existed and app_id != APPLICATION_ID and tables:
-            raise HistoryError(
+            raise HistoryElsewhere(
                 f"{self.path}: a SQLite database that is not a solgate history (tables: "
-                f"{', '.join(sorted(tables))}); it was left untouched: pass --sol-history=PATH"
+                f"{', '.join(sorted(tables))}); it was left untouched"
             )
         if version > SCHEMA_VERSION:
             raise HistoryError(
@@ -202,7 +202,7 @@ class SqliteStore(Store):
                     self.db.execute("ROLLBACK")
                 raise
         except sqlite3.OperationalError as exc:
-            raise HistoryError(f"{self.path}: cannot write the history ({exc}); pass --sol-history=PATH") from None
+            raise HistoryElsewhere(f"{self.path}: cannot write the history ({exc})") from None
 
     def _write_run(self, row: dict[str, Any], info_json: str, measurements: list[tuple[Any, ...]]) -> bool:
         with self._writing():

@@ -18,7 +18,7 @@ from typing import Any, Iterator, NamedTuple, Sequence
 
 from pytest_solgate.judge.verdict import BaselineRun
 from pytest_solgate.results import Measurement, RunInfo
-from pytest_solgate.support.errors import HistoryError
+from pytest_solgate.support.errors import HistoryElsewhere, HistoryError
 from pytest_solgate.support.locations import redact
 from pytest_solgate.support.stats import median
 
@@ -159,7 +159,7 @@ class Store:
     def record_run(self, run: RunInfo, measurements: Sequence[Measurement]) -> bool:
         """Write one run and all its measurements in one transaction. False if the run id exists."""
         if self.read_only:
-            raise HistoryError(f"{self.location}: the history is read-only here; this run is not saved in it")
+            raise HistoryElsewhere(f"{self.location}: the history is read-only here; this run is not saved in it")
         row = run_row(run)
         info = json.dumps({**run.to_dict(), "command": row["command"]})
         return self._write_run(row, info, [measurement_row(m) for m in measurements])

@@ -51,7 +51,7 @@ class Label:
     x: float
     y: float
     text: str
-    anchor: str = "start"  # SVG text-anchor: "start" (right of the point) or "end" (left of it)
+    anchor: str = "start"  # SVG text-anchor: "start" (right of the point), "end" (left) or "middle" (above, below)
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class Point:
     title: str
     index: int
     kind: str = "kernel"  # "kernel" (gated) or "reference" (gate=False): drawn differently
-    label: Label | None = None  # kernels are named on the chart; references by their shape and link
+    label: Label | None = None  # kernels by test and name, references by name, beside their mark
 
 
 @dataclass(frozen=True)
@@ -237,13 +237,13 @@ def roofline(profile: HardwareProfile, measurements: Sequence[Measurement], fram
     # References first, kernels last: SVG paints in order, so a gated point is never hidden under
     # a reference diamond that lands on the same spot.
     placed_points.sort(key=lambda p: p.kind == "kernel")
-    points = tuple(_labelled(placed_points, measurements, frame, roofs, memory_label))
-    placed = {(measurements[p.index].test, measurements[p.index].name): p for p in points}
+    placed = {(measurements[p.index].test, measurements[p.index].name): p for p in placed_points}
     links = tuple(
         Link(kernel.x, kernel.y, reference.x, reference.y)
         for (test, name), kernel in placed.items() if kernel.kind == "kernel"
         for (other_test, _), reference in placed.items() if reference.kind == "reference" and other_test == test
     )
+    points = tuple(_labelled(placed_points, measurements, frame, roofs, memory_label, links))
     left_out = tuple(f"{m.test} [{m.name}]" for m in measurements if not plottable(m) and not data_movement(m))
     return Chart(
         profile=profile.id,
@@ -264,6 +264,7 @@ ROOF_LABEL_GAP = 14  # px between roof labels: 11 px text, never touching
 CHAR_WIDTH = 6.2  # px per character of an 11 px label, a little more than the sans-serif average
 LINE = 13  # px between two stacked labels
 MAX_SHIFT = 8  # lines a label may move up or down to find room beside a crowded point
+NEAR = 3  # rounds out from the mark within which a label keeps clear of other points' links
 
 
 def _memory_label(profile: HardwareProfile, start: tuple[float, float], ridge: tuple[float, float]) -> SlopeLabel:
@@ -279,46 +280,76 @@ def _memory_label(profile: HardwareProfile, start: tuple[float, float], ridge: t
 
 
 def _short_label(m: Measurement) -> str:
-    test = m.test.split("::")[-1]
-    return test if m.name == "default" else f"{test} [{m.name}]"
+    if m.gate:
+        test = m.test.split("::")[-1]
+        return test if m.name == "default" else f"{test} [{m.name}]"
+    return m.name  # a reference: its kernel's label and the link say which test it belongs to
+
+
+def _crosses(box: tuple[float, float, float, float], link: Link) -> bool:
+    """Whether the segment ``link`` passes through ``box`` (Liang-Barsky clipping)."""
+    x1, y1, x2, y2 = box
+    dx, dy = link.x2 - link.x1, link.y2 - link.y1
+    low, high = 0.0, 1.0
+    for p, q in ((-dx, link.x1 - x1), (dx, x2 - link.x1), (-dy, link.y1 - y1), (dy, y2 - link.y1)):
+        if p == 0:
+            if q < 0:
+                return False
+            continue
+        t = q / p
+        if p < 0:
+            low = max(low, t)
+        else:
+            high = min(high, t)
+        if low > high:
+            return False
+    return True
+
+
+def _candidates(p: Point) -> list[tuple[int, str, float, float]]:
+    """Where a label may go, nearest first: (round, anchor, x, baseline y) right of the mark, left
+    of it, above and below it, then a line further out each round."""
+    spots = []
+    for step in range(MAX_SHIFT + 1):
+        rows = (0,) if step == 0 else (-step, step)
+        spots += [(step, anchor, x, p.y + 4 + row * LINE) for row in rows for anchor, x in (("start", p.x + 9), ("end", p.x - 9))]
+        spots += [(step, "middle", p.x, p.y - 10 - step * LINE), (step, "middle", p.x, p.y + 18 + step * LINE)]
+    return spots
 
 
 def _labelled(points: list[Point], measurements: Sequence[Measurement], frame: Frame, roofs: list[Roof],
-              memory_label: SlopeLabel) -> list[Point]:
-    """Kernels get their name beside them: right of the point, else left, else stepped down a line
-    at a time, never over another label, a roof's label or the plot's edge (estimated widths; the
-    browser test checks the real ones)."""
+              memory_label: SlopeLabel, links: Sequence[Link] = ()) -> list[Point]:
+    """Every point named beside its mark, kernels first (a gated point gets the nearest spot):
+    the nearest place right of it, left, above or below, a line further out each round, that
+    overlaps no other label, mark, roof label or the plot's edge and, within NEAR rounds, crosses
+    no other point's link; where a long link bars every near place, the nearest place across it
+    (a label far from its mark reads worse than one over a dashed line). Estimated widths; the
+    browser test checks the real ones."""
     taken = [(r.label_x - len(r.label) * CHAR_WIDTH, r.label_y - 11, r.label_x, r.label_y + 3) for r in roofs]
-    taken.append(memory_label.box())
+    taken.append(memory_label.box())  # its upright box: what the browser measures a slanted text by
     marks = [(p.x - 7, p.y - 7, p.x + 7, p.y + 7) for p in points]
     right_edge, bottom = frame.left + frame.plot_width, frame.top + frame.plot_height
 
-    def free(box: tuple[float, float, float, float]) -> bool:
+    def free(box: tuple[float, float, float, float], others: Sequence[Link]) -> bool:
         x1, y1, x2, y2 = box
         inside = frame.left <= x1 and x2 <= right_edge and frame.top <= y1 and y2 <= bottom
-        return inside and all(x2 <= o1 or o3 <= x1 or y2 <= o2 or o4 <= y1 for o1, o2, o3, o4 in taken + marks)
+        return (inside and all(x2 <= o1 or o3 <= x1 or y2 <= o2 or o4 <= y1 for o1, o2, o3, o4 in taken + marks)
+                and not any(_crosses(box, link) for link in others))
 
-    labelled = []
-    for p in points:
-        if p.kind != "kernel":
-            labelled.append(p)
-            continue
+    labels: dict[int, Label] = {}
+    for p in sorted(points, key=lambda p: p.kind != "kernel"):
         text = _short_label(measurements[p.index])
         width = len(text) * CHAR_WIDTH
-        label = None
-        for shift in (0, *(s * d for s in range(1, MAX_SHIFT + 1) for d in (-1, 1))):  # lines up or down from the point
-            y = p.y + 4 + shift * LINE
-            for anchor, x1 in (("start", p.x + 9), ("end", p.x - 9 - width)):
-                box = (x1, y - 10, x1 + width, y + 3)
-                if free(box):
-                    label = Label(x=round(p.x + 9 if anchor == "start" else p.x - 9, 2), y=round(y, 2), text=text,
-                                  anchor=anchor)
-                    taken.append(box)
-                    break
-            if label is not None:
+        others = [link for link in links if (p.x, p.y) not in ((link.x1, link.y1), (link.x2, link.y2))]
+        spots = _candidates(p)
+        for step, anchor, x, y in [(s, a, x, y) for s, a, x, y in spots if s <= NEAR] + spots:
+            left = {"start": x, "end": x - width, "middle": x - width / 2}[anchor]
+            box = (left, y - 10, left + width, y + 3)
+            if free(box, others if step <= NEAR else ()):
+                labels[p.index] = Label(x=round(x, 2), y=round(y, 2), text=text, anchor=anchor)
+                taken.append(box)
                 break
-        labelled.append(dataclasses.replace(p, label=label))
-    return labelled
+    return [dataclasses.replace(p, label=labels.get(p.index)) for p in points]
 
 
 def strip(samples: Sequence[float], width: float = 300, height: float = 36) -> dict:

@@ -25,6 +25,9 @@ BAND_WINDOW = 10  # commits before a point that give its noise band (the gate's 
 BAND_SIGMAS = 2.5  # band half-width in robust standard deviations of log-SOL
 MAX_COMMIT_LABELS = 5  # short shas (7 characters) that fit the x axis side by side
 SHORT_SHA = 7
+# SOL above 1.05 is impossible (a wrong declaration or ceiling, or a cache that served the data):
+# the axis stops there, whatever such a point reads, so that it cannot squash the real range.
+PHYSICAL_MAX = 1.05
 
 
 def panel_id(test: str, name: str, profile: str) -> str:
@@ -81,6 +84,9 @@ class Panel:
     total: int  # commits recorded
     provisional: tuple[str, ...] = ()  # the change points at the newest commit, not confirmed yet
     outliers: list[tuple[float, float, str]] = dataclasses.field(default_factory=list)  # x, y, commit of each glitch
+    # Every commit's place on the x axis and its hover (sha, date): the ones without a label too.
+    x_marks: list[tuple[float, str]] = dataclasses.field(default_factory=list)
+    above: int = 0  # points above PHYSICAL_MAX, drawn at the top edge
 
 
 def panel(test: str, name: str, profile: str, points: Sequence[dict[str, Any]], changes: Sequence[str],
@@ -93,8 +99,10 @@ def panel(test: str, name: str, profile: str, points: Sequence[dict[str, Any]], 
     start = max(0, total - last) if last else 0
     points, bands = list(points[start:]), bands[start:]
     top_value = max([p["sol"] for p in points] + [b[1] for b in bands if b] + [budget or 0.0])
-    ticks = nice_ticks(top_value * 1.05)
+    ticks = nice_ticks(min(top_value * 1.05, PHYSICAL_MAX))
     y_max = ticks[-1]
+    if y_max > PHYSICAL_MAX:  # 0 .. 1.25 in quarters: keep the ticks up to 1, stop the axis at 1.05
+        ticks, y_max = [t for t in ticks if t <= 1], PHYSICAL_MAX
     step = PLOT_W / max(1, len(points) - 1)
 
     def x(i: int) -> float:
@@ -106,10 +114,13 @@ def panel(test: str, name: str, profile: str, points: Sequence[dict[str, Any]], 
     drawn = []
     for i, p in enumerate(points):
         runs = len(p.get("runs", ())) or 1
+        above = p["sol"] > y_max
         hover = (f"{p['commit'][:10]} · {str(p.get('commit_time') or '')[:10]} · SOL {units.sol_fine(p['sol'])} · "
                  f"{units.seconds(p['seconds']) if p.get('seconds') else '-'} · {p.get('verdict') or '-'}"
-                 + (f" · median of {runs} runs" if runs > 1 else ""))
-        drawn.append({"x": x(i), "y": y(p["sol"]), "hover": hover, "verdict": p.get("verdict") or "not-gated"})
+                 + (f" · median of {runs} runs" if runs > 1 else "")
+                 + (f" · above the physical limit {PHYSICAL_MAX:g}, drawn at the top edge" if above else ""))
+        drawn.append({"x": x(i), "y": y(p["sol"]), "hover": hover, "verdict": p.get("verdict") or "not-gated",
+                      "above": above})
     known = [(i, b) for i, b in enumerate(bands) if b]
     band = ""
     if len(known) > 1:
@@ -140,6 +151,8 @@ def panel(test: str, name: str, profile: str, points: Sequence[dict[str, Any]], 
         total=total,
         provisional=tuple(c for c in provisional if c in index),
         outliers=[(x(index[c]), y(points[index[c]]["sol"]), c) for c in outliers if c in index],
+        x_marks=[(x(i), f"{p['commit'][:10]} · {str(p.get('commit_time') or '')[:10]}") for i, p in enumerate(points)],
+        above=sum(d["above"] for d in drawn),
     )
 
 

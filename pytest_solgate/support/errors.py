@@ -38,6 +38,12 @@ class NoHistoryYet(HistoryError):
     """Reading a history that was never written: not an error for lookups, which find nothing."""
 
 
+class HistoryElsewhere(HistoryError):
+    """This history cannot be used here (a folder that cannot be made, a read-only or foreign
+    file): the fix is another location. Its message states the fact; the caller adds the advice,
+    worded for the setting that named the history (support.locations.history_remedy)."""
+
+
 class HistoryUnavailable(HistoryError):
     """The history server cannot be reached now (down, unreachable, connection lost): the run is
     judged without baselines and spooled for the next run to send."""

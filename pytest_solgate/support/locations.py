@@ -45,6 +45,17 @@ def absolute_path(path: str, base: Path) -> Path:
     return p if p.is_absolute() else base / p
 
 
+def user_cache_dir() -> Path:
+    """Where what belongs to this machine rather than to one clone is cached (the CPU's
+    calibrated ceilings): ``$SOLGATE_CACHE_DIR``, else ``$XDG_CACHE_HOME/pytest-solgate``, else
+    ``~/.cache/pytest-solgate``. Shared by every clone, so one profile id holds one set of ceilings."""
+    given = os.environ.get("SOLGATE_CACHE_DIR")
+    if given:
+        return Path(given).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "pytest-solgate"
+
+
 def is_history_url(location: str | Path) -> bool:
     """A history server's URL (PostgreSQL), as opposed to the path of a SQLite file."""
     return str(location).startswith(HISTORY_URL_SCHEMES)
@@ -75,6 +86,19 @@ def resolve_history(given: str, top: Path, source: str) -> str:
             )
         return text
     return str(absolute_path(text, top))
+
+
+def history_remedy(source: str) -> str:
+    """What to change when the history cannot be opened or written, worded for the setting that
+    named it (``source``: ``--sol-history``, ``SOLGATE_HISTORY``, ``ini sol_history`` or
+    ``default``): never "pass --sol-history" to a user who passed it."""
+    if source == "--sol-history":
+        return "give --sol-history a history this machine can write"
+    if source == "default":
+        return "pass --sol-history=PATH (or set $SOLGATE_HISTORY)"
+    if source.startswith("ini "):
+        return f"change {source.removeprefix('ini ')} in the ini file, or pass --sol-history=PATH"
+    return f"point ${source} at a history this machine can write"
 
 
 def redact(text: str) -> str:

@@ -83,6 +83,9 @@ OPTIONS = (
            "records the DRAM bytes it moved beside the declared ones", False, "bool"),
     Option("sol_lock_clocks", "lock the SM clock through NVML for the session: off, base or max (restored at the end)",
            "off", "string", ("off", "base", "max")),
+    # In CI the history is the point: a run it could not record must not pass unnoticed.
+    Option("sol_require_history", "fail the run when its history cannot be written: auto (when $CI is set), yes or no",
+           "auto", "string", ("auto", "yes", "no")),
 )
 
 
@@ -108,6 +111,16 @@ class Settings:
     precision: str = "fp32"
     ncu: bool = False  # --sol-ncu: measured DRAM bytes under Nsight Compute (measure/ncu.py)
     lock_clocks: str = "off"  # --sol-lock-clocks: off | base | max (measure/clocks.py)
+    require_history: str = "auto"
+
+
+def history_required(setting: str, environ: Mapping[str, str]) -> bool:
+    """Whether a history write that fails fails the run: ``yes``, ``no``, or ``auto``: when the
+    environment says it is CI (``CI`` set to anything but empty, 0, false or no, as GitHub,
+    GitLab and most CI services set it)."""
+    if setting != "auto":
+        return setting == "yes"
+    return environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
 def _number(flag: str, raw: Any, check: Callable[[float], bool], rule: str) -> float:
@@ -186,4 +199,5 @@ def parse_settings(raw: Mapping[str, Any]) -> Settings:
         precision=values["sol_precision"],
         ncu=values["sol_ncu"],
         lock_clocks=values["sol_lock_clocks"],
+        require_history=values["sol_require_history"],
     )
