@@ -166,6 +166,9 @@ def step_environment(work: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH", "")])])
     env["SOLGATE_STATE_DIR"] = str(work / ".solgate")  # read by pytest_solgate.record.gitinfo.state_dir
+    # The per-user cache (a CPU's calibration, support/locations.user_cache_dir) in the same folder:
+    # the dry run's calibrate step caches there, and the machine's home is left alone.
+    env["SOLGATE_CACHE_DIR"] = str(work / ".solgate")
     env["KERNELS_BUILD_DIR"] = str(work / "kernels-build")  # the CUDA epilogue's nvcc build
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # no __pycache__ in the checkout
     return env
