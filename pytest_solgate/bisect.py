@@ -201,7 +201,8 @@ class Worktree:
     def _git(cwd: Path, *args: str) -> None:
         done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            raise BisectError(f"bisect: git {' '.join(args[:2])} failed: {done.stderr.strip().splitlines()[-1:]}")
+            said = done.stderr.strip().splitlines()
+            raise BisectError(f"bisect: git {' '.join(args[:2])} failed: {said[-1] if said else 'no message'}")
 
 
 # --- running the tests at a commit --------------------------------------------------------------
@@ -259,7 +260,7 @@ class Runner:
                               capture_output=True, text=True, check=False)
         ids = [line.strip() for line in done.stdout.splitlines() if "::" in line and not line.startswith(" ")]
         if done.returncode not in (0, PYTEST_NO_TESTS) or not ids:
-            return [], _failure(done.returncode, done.stdout + done.stderr)
+            return [], _failure(done.returncode, done.stdout + done.stderr, self.worktree.path)
         return ids, ""
 
     def run(self, commit: str, tests: Sequence[str]) -> RunResult:
@@ -271,7 +272,7 @@ class Runner:
         done = subprocess.run(self._command(tests, *options), cwd=self._where(commit), env=self._environment(),
                               capture_output=True, text=True, check=False)
         if done.returncode != 0 or not out.exists():
-            return RunResult(failed=_failure(done.returncode, done.stdout + done.stderr))
+            return RunResult(failed=_failure(done.returncode, done.stdout + done.stderr, self.worktree.path))
         run, measurements = schema.read_run(out.read_text(encoding="utf-8"), str(out))
         row = store.run_row(run)
         return RunResult(results=tuple((row, m) for m in measurements))
@@ -280,13 +281,16 @@ class Runner:
         self.worktree.remove()
 
 
-def _failure(code: int, output: str) -> str:
-    """Why a run gave no results: pytest's exit status and its last summary line."""
-    lines = [line.strip("= ") for line in output.strip().splitlines() if line.strip()]
+def _failure(code: int, output: str, folder: Path) -> str:
+    """Why a run gave no results: what pytest's exit status means and its last line (with the
+    temporary worktree's path left out: it is gone once the bisection ends)."""
+    lines = [line.strip("= ") for line in output.replace(f"{folder}{os.sep}", "").strip().splitlines() if line.strip()]
     last = lines[-1] if lines else "no output"
-    what = {1: "tests failed", 2: "interrupted or collection errors", 3: "internal error", 4: "usage error",
-            PYTEST_NO_TESTS: "no tests collected"}.get(code, f"pytest exit status {code}")
-    return f"{what} ({last})"
+    if code == 4 and "found no collectors" in output:  # a node id in a module that no longer imports
+        code = 2
+    what = {1: "tests failed", 2: "the tests do not collect (or were interrupted)", 3: "pytest internal error",
+            4: "pytest usage error", PYTEST_NO_TESTS: "no tests collected"}.get(code, f"pytest exit status {code}")
+    return f"{what}: {last}"
 
 
 # --- the search ---------------------------------------------------------------------------------
