@@ -455,12 +455,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _gated(m: Any) -> bool:
-    """Whether the plugin judged ``m`` (not a gate=False reference, the Triton interpreter, or
-    --sol-gate=off): only those are compared."""
-    from pytest_solgate import results
-    from pytest_solgate.measure import backends
+    """Whether the plugin judged ``m``: only those are compared (the rule is the judge's)."""
+    from pytest_solgate.judge import verdict
 
-    return m.gate and backends.is_gated(m.timing.backend) and m.verdict != results.NOT_GATED
+    return verdict.judged(m)
 
 
 def _cmd_accept(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ KERNEL_TEST = FAKE_CLOCK_KERNELS + '''
 import json, pathlib
 
 SPEED = json.loads(pathlib.Path(__file__).with_name("speed.json").read_text())
+__import__("time").sleep(SPEED.get("hang", 0))  # real seconds at import: time to press Ctrl-C
 
 def _seconds():
     once = SPEED.get("slow_once")
@@ -169,3 +170,42 @@ def test_outside_a_repository_is_a_usage_error(tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == 2 and "is not in a git repository" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_help_says_what_it_does():
+    done = subprocess.run([sys.executable, "-m", "pytest_solgate.cli", "bisect", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0 and "usage: solgate bisect" in done.stdout
+    text = " ".join(done.stdout.split())
+    for said in ("GOOD's level", "noise floor", "git worktree", "skipped", "reused", "0 found, 1 not found, 2 usage error",
+                 "--record", "--good-runs"):
+        assert said in text, said
+
+
+def test_ctrl_c_and_a_failing_good_leave_no_worktree(repo):
+    import signal
+    import time
+
+    broken = repo.commit("GOOD that does not collect", broken=True)
+    repo.commit("B")
+    (repo.path / "notes.txt").write_text("mine")
+    before = repo.state()
+    done = repo.solgate("bisect", broken, "HEAD")
+    assert done.returncode == 2 and "bisect: at GOOD" in done.stderr and "pytest collects nothing" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert repo.state() == before and not list(repo.scratch.glob("solgate-bisect-*"))
+
+    good = repo.commit("GOOD whose tests take a minute to import", hang=60)
+    repo.commit("C")
+    before = repo.state()
+    started = subprocess.Popen([sys.executable, "-m", "pytest_solgate.cli", "bisect", good, "HEAD"], cwd=repo.path,
+                               env={**os.environ, "TMPDIR": str(repo.scratch)}, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while git(repo.path, "worktree", "list").count("\n") < 1 and time.monotonic() < deadline:
+        time.sleep(0.1)  # until the temporary worktree is there and pytest is importing the tests in it
+    assert git(repo.path, "worktree", "list").count("\n") == 1, "the bisection never made its worktree"
+    time.sleep(1)
+    started.send_signal(signal.SIGINT)
+    _, stderr = started.communicate(timeout=60)
+    assert started.returncode == 130 and "Traceback" not in stderr, stderr
+    assert repo.state() == before and not list(repo.scratch.glob("solgate-bisect-*"))
