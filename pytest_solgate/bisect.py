@@ -329,28 +329,73 @@ def series(m: Measurement) -> Key:
     return (m.test, m.name, m.profile, m.ceilings)
 
 
-def _good_level(evidence: Evidence, good: str, good_runs: int) -> tuple[dict[Key, list[BaselineRun]], tuple[Level, ...], int]:
-    """GOOD's clean, undisturbed runs per measurement (newest first), topped up with runs made here
-    until every measurement has ``good_runs``; what each level stands on; and how many runs that took."""
-    made = 0
-    while True:
-        level: dict[Key, list[BaselineRun]] = {}
-        reused: dict[Key, int] = {}
-        for run in reversed(evidence.recorded(good)):
-            for key, (row, m, from_history) in run.items():
+class GoodLevel:
+    """GOOD's level of each measurement: GOOD's clean, undisturbed runs of it, newest first (the
+    history's first), topped up with runs at GOOD until there are ``good_runs``."""
+
+    def __init__(self, evidence: Evidence, good: str, good_runs: int) -> None:
+        self.evidence = evidence
+        self.good = good
+        self.good_runs = good_runs
+        self.made = 0  # runs made at GOOD
+        self.absent: set[Key] = set()  # measured at a probed commit, never at GOOD
+
+    def keys(self) -> list[Key]:
+        return sorted({key for run in self.evidence.recorded(self.good) for key in run})
+
+    def _runs(self, key: Key) -> list[tuple[BaselineRun, bool]]:
+        found = []
+        for run in reversed(self.evidence.recorded(self.good)):
+            if key in run:
+                row, m, from_history = run[key]
                 kept = store.baseline_run(row, m)
-                if not kept.disturbed:
-                    level.setdefault(key, []).append(kept)
-                    reused[key] = reused.get(key, 0) + from_history
-        if level and min(len(runs) for runs in level.values()) >= good_runs:
-            facts = tuple(Level(key, _geometric_mean([r.sol for r in runs]), len(runs), reused[key])
-                          for key, runs in sorted(level.items()))
-            return level, facts, made
-        failed = evidence.run(good, evidence.tests)
-        made += 1
+                if not kept.disturbed:  # interrupted, contended, noisy, not gated: never a baseline
+                    found.append((kept, from_history))
+        return found
+
+    def _run(self, tests: Sequence[str]) -> None:
+        failed = self.evidence.run(self.good, tests)
+        self.made += 1
         if failed:
-            raise BisectError(f"bisect: at GOOD {good[:10]} the selected tests give no results: {failed}; "
+            raise BisectError(f"bisect: at GOOD {self.good[:10]} the selected tests give no results: {failed}; "
                               "give a GOOD where they pass")
+
+    def start(self) -> list[str]:
+        """The level of every measurement GOOD has (one run made first when the history has none),
+        and the tests that measure them: those are the ones bisected."""
+        if not self.keys():
+            self._run(self.evidence.tests)
+        if not self.keys():
+            raise BisectError(f"bisect: at GOOD {self.good[:10]} the selected tests measure nothing the gate judges "
+                              "(sol.measure with gate=True, not under TRITON_INTERPRET=1); select tests that do")
+        for key in self.keys():
+            self.window(key)
+        return sorted({key[0] for key in self.keys()})
+
+    def window(self, key: Key) -> list[BaselineRun] | None:
+        """GOOD's runs of ``key``, topped up to ``good_runs``; None when GOOD does not measure it."""
+        if key in self.absent:
+            return None
+        for _ in range(2 * self.good_runs):
+            runs = [run for run, _ in self._runs(key)]
+            if len(runs) >= self.good_runs:
+                return runs
+            self._run([key[0]])
+            if key not in self.keys():  # e.g. a measurement added after GOOD, or another profile's
+                self.absent.add(key)
+                return None
+        raise BisectError(f"bisect: GOOD {self.good[:10]}'s runs of {key[0]} [{key[1]}] were disturbed (noisy or "
+                          f"contended) run after run: {len(runs)} of {self.good_runs} usable after {self.made} runs; "
+                          "bisect on a quieter machine, or give fewer --good-runs")
+
+    def levels(self) -> tuple[Level, ...]:
+        facts = []
+        for key in self.keys():
+            runs = self._runs(key)
+            if key not in self.absent and len(runs) >= self.good_runs:
+                sols = [run.sol for run, _ in runs]
+                facts.append(Level(key, _geometric_mean(sols), len(runs), sum(reused for _, reused in runs)))
+        return tuple(facts)
 
 
 def _geometric_mean(values: Sequence[float]) -> float:
@@ -362,8 +407,8 @@ def _geometric_mean(values: Sequence[float]) -> float:
 class Search:
     """Binary search over the range with ``git bisect skip``'s rule, confirming the answer."""
 
-    def __init__(self, evidence: Evidence, span: Span, level: Mapping[Key, Sequence[BaselineRun]],
-                 tolerance: float | None, announce: Callable[[Probe], None]) -> None:
+    def __init__(self, evidence: Evidence, span: Span, level: GoodLevel, tolerance: float | None,
+                 announce: Callable[[Probe], None]) -> None:
         self.evidence = evidence
         self.span = span
         self.level = level
@@ -377,17 +422,15 @@ class Search:
         """Each measurement of ``newest`` judged against GOOD's level by the gate's own rule."""
         settings = verdict.JudgeSettings(gate="fail", commit=commit)
         readings = []
-        for key, runs in sorted(self.level.items()):
-            if key not in newest:
+        for key, (_, m, reused) in sorted(newest.items()):
+            runs = self.level.window(key) if key[0] in self.evidence.tests else None
+            window = baseline.select(runs, m.environment) if runs else None  # like with like, as the gate chooses
+            if window is None:
                 continue
-            _, m, reused = newest[key]
-            window = baseline.select(runs, m.environment)  # like with like, as the gate chooses
             tolerance = self.tolerance
             if tolerance is None and m.judgement is not None:  # the marker's max_regression, as the gate applied it
                 tolerance = m.judgement.budget.max_regression
             tolerance = settings.max_regression if tolerance is None else tolerance
-            if window is None:
-                continue
             compared: Comparison = verdict.against_window(m, window, tolerance, settings)
             readings.append(Reading(key, m.score.sol, compared.centre, compared.change, compared.floor, tolerance,
                                     compared.verdict.value, reused))
@@ -400,7 +443,7 @@ class Search:
         commit = self.span.commits[position - 1]
         depth = 2 if confirmation else 1
         have = merged(self.evidence.recorded(commit), skip=depth - 1)
-        missing = sorted({key[0] for key in self.level if key not in have})
+        missing = [test for test in self.evidence.tests if not any(key[0] == test for key in have)]
         failed = self.evidence.run(commit, missing) if missing else ""
         readings = () if failed else self.read(merged(self.evidence.recorded(commit), skip=0), commit)
         if not failed and not readings:
@@ -521,7 +564,8 @@ def bisect(
             try:
                 tests = selected_tests(reader, runner, span.good, None if pattern in (None, "*") else pattern)
                 evidence = Evidence(reader, runner, tests)
-                level, levels, made = _good_level(evidence, span.good, good_runs)
+                level = GoodLevel(evidence, span.good, good_runs)
+                evidence.tests = tests = level.start()
                 search = Search(evidence, span, level, tolerance, announce)
                 low, high = search.run()
             finally:
@@ -533,9 +577,9 @@ def bisect(
     first_bad = span.commits[high - 1] if high else None
     return Bisection(
         good=span.good, bad=span.bad, commits=span.commits, subjects=span.subjects, tests=tuple(tests),
-        levels=levels, probes=tuple(search.probes),
+        levels=level.levels(), probes=tuple(search.probes),
         culprit=first_bad if first_bad and not between else None,
         candidates=(*between, first_bad) if first_bad and between else (),
-        skipped=tuple(span.commits[p - 1] for p in sorted(search.skipped)), good_runs_made=made,
+        skipped=tuple(span.commits[p - 1] for p in sorted(search.skipped)), good_runs_made=level.made,
         flaky=tuple(search.flaky),
     )

@@ -122,6 +122,12 @@ def test_a_step_in_thirty_commits_is_found_in_about_log2_runs_and_reused_after(r
     assert (runs, at_good) == (0, 0) and reused == 1 + 5 + 1, again.stdout
     assert "ran)" not in again.stderr and "from the history" in again.stderr
 
+    # Only what is missing is run: a level of three runs needs one more run of GOOD, nothing else.
+    more = repo.solgate("bisect", good, "HEAD", "*::test_kernel", "--good-runs", "3")
+    assert more.returncode == 0 and f"first bad commit: {culprit[:10]}" in more.stdout, more.stdout + more.stderr
+    assert run_counts(more.stdout)[:2] == (1, 1), more.stdout
+    assert "GOOD's level: SOL 0.400 over 3 run(s), 2 from the history" in more.stdout
+
     # The commit before the step is not below: bisecting up to it finds nothing (exit 1).
     nothing = repo.solgate("bisect", good, repo.commits[step - 1], "*::test_kernel", "--good-runs", "2")
     assert nothing.returncode == 1 and "not found: BAD" in nothing.stdout, nothing.stdout + nothing.stderr
