@@ -29,6 +29,7 @@ is removed afterwards, also on a failure or Ctrl-C.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -50,6 +51,24 @@ Key = tuple[str, str, str, str]  # test, name, profile, ceilings: the history's 
 MAX_RANGE = 100_000  # first-parent commits read between BAD and GOOD
 DEFAULT_GOOD_RUNS = 3  # two runs give a floor at t(0.99, 1) = 31.8 sd: three are the least useful
 PYTEST_NO_TESTS = 5  # pytest's exit status when nothing was collected
+# pytest --collect-only with a one-hook plugin that writes the collected node ids to argv[1]
+# (``python -c`` puts the working directory first on sys.path, as ``python -m pytest`` does).
+COLLECT = """\
+import json, sys
+import pytest
+
+class Collected:
+    ids = []
+
+    def pytest_collection_finish(self, session):
+        self.ids = [item.nodeid for item in session.items]
+
+plugin = Collected()
+code = pytest.main(sys.argv[2:], plugins=[plugin])
+with open(sys.argv[1], "w", encoding="utf-8") as out:
+    json.dump(plugin.ids, out)
+sys.exit(int(code))
+"""
 
 
 class BisectError(SolgateError):
@@ -234,8 +253,9 @@ class Runner:
         self.worktree = Worktree(span.root, scratch)
         self.count = 0
 
-    def _command(self, tests: Sequence[str], *options: str) -> list[str]:
-        return [sys.executable, "-m", "pytest", *tests, "-p", "no:cacheprovider", "-q", *options, *self.extra_args]
+    def _arguments(self, tests: Sequence[str], *options: str) -> list[str]:
+        """pytest's arguments: the node ids, no cache written into the worktree, and ours."""
+        return [*tests, "-p", "no:cacheprovider", "-q", *options, *self.extra_args]
 
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -255,10 +275,14 @@ class Runner:
             shutil.copytree(cached, gitinfo.state_dir(folder) / "profiles", dirs_exist_ok=True)
 
     def collect(self, commit: str) -> tuple[list[str], str]:
-        """The node ids pytest collects at ``commit``, or why it collects none."""
-        done = subprocess.run(self._command([], "--collect-only"), cwd=self._where(commit), env=self._environment(),
-                              capture_output=True, text=True, check=False)
-        ids = [line.strip() for line in done.stdout.splitlines() if "::" in line and not line.startswith(" ")]
+        """The node ids pytest collects at ``commit``, or why it collects none. They are taken from
+        the collected items themselves (``COLLECT``), not parsed from output that ``-q`` or ``-v``
+        in the project's addopts would reshape."""
+        listed = self.scratch / "collected.json"
+        done = subprocess.run([sys.executable, "-c", COLLECT, str(listed), *self._arguments([], "--collect-only")],
+                              cwd=self._where(commit), env=self._environment(), capture_output=True, text=True,
+                              check=False)
+        ids = json.loads(listed.read_text(encoding="utf-8")) if listed.exists() else []
         if done.returncode not in (0, PYTEST_NO_TESTS) or not ids:
             return [], _failure(done.returncode, done.stdout + done.stderr, self.worktree.path)
         return ids, ""
@@ -269,8 +293,9 @@ class Runner:
         options = [f"--sol-json={out}", "--sol-gate=warn"]
         if not self.record:
             options += ["--sol-no-save", "--sol-baseline=none"]
-        done = subprocess.run(self._command(tests, *options), cwd=self._where(commit), env=self._environment(),
-                              capture_output=True, text=True, check=False)
+        done = subprocess.run([sys.executable, "-m", "pytest", *self._arguments(tests, *options)],
+                              cwd=self._where(commit), env=self._environment(), capture_output=True, text=True,
+                              check=False)
         if done.returncode != 0 or not out.exists():
             return RunResult(failed=_failure(done.returncode, done.stdout + done.stderr, self.worktree.path))
         run, measurements = schema.read_run(out.read_text(encoding="utf-8"), str(out))

@@ -44,7 +44,8 @@ class Repo:
         self.path = path
         init_repo(path)
         (path / "synthetic.toml").write_text(SYNTHETIC_PROFILE)
-        (path / "pytest.ini").write_text("[pytest]\naddopts = " + " ".join([*FAST_TIMING, "--sol-profile=synthetic.toml"]) + "\n")
+        # -q in the project's addopts: with bisect's own -q, --collect-only would print no node ids at all
+        (path / "pytest.ini").write_text("[pytest]\naddopts = -q " + " ".join([*FAST_TIMING, "--sol-profile=synthetic.toml"]) + "\n")
         (path / ".gitignore").write_text(".solgate/\n")
         (path / "test_kernels.py").write_text(KERNEL_TEST)
         self.commits = []
