@@ -243,19 +243,17 @@ class Runner:
     real history, as a CI run would. Either way the results come back through ``--sol-json``, and
     ``--sol-gate=warn`` keeps a budget miss or regression from reading as a failing test."""
 
-    def __init__(self, span: Span, scratch: Path, history_location: str, record: bool,
-                 extra_args: Sequence[str] = ()) -> None:
+    def __init__(self, span: Span, scratch: Path, history_location: str, record: bool) -> None:
         self.span = span
         self.scratch = scratch
         self.history_location = history_location
         self.record = record
-        self.extra_args = tuple(extra_args)
         self.worktree = Worktree(span.root, scratch)
         self.count = 0
 
     def _arguments(self, tests: Sequence[str], *options: str) -> list[str]:
         """pytest's arguments: the node ids, no cache written into the worktree, and ours."""
-        return [*tests, "-p", "no:cacheprovider", "-q", *options, *self.extra_args]
+        return [*tests, "-p", "no:cacheprovider", "-q", *options]
 
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -575,7 +573,6 @@ def bisect(
     record: bool = False,
     good_runs: int = DEFAULT_GOOD_RUNS,
     tolerance: float | None = None,
-    pytest_args: Sequence[str] = (),
     announce: Callable[[Probe], None] = lambda probe: None,
 ) -> Bisection:
     """Find the first commit after GOOD, on BAD's first-parent line, whose selected measurements
@@ -585,7 +582,7 @@ def bisect(
     reader = history.open_store(history_location, create=True) if record else history.open_for_reading(history_location)
     try:
         with _scratch() as scratch:
-            runner = Runner(span, scratch, history_location, record, pytest_args)
+            runner = Runner(span, scratch, history_location, record)
             try:
                 tests = selected_tests(reader, runner, span.good, None if pattern in (None, "*") else pattern)
                 evidence = Evidence(reader, runner, tests)
