@@ -127,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("destination", help="the history to write: a SQLite file or a postgresql:// URL")
     p = sub.add_parser("init", help="create or upgrade the history's tables (once, as a PostgreSQL database's owner)")
     _history_arg(p)
+    _bisect_parser(sub)
     return parser
 
 
@@ -475,12 +476,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _gated(m: Any) -> bool:
-    """Whether the plugin judged ``m`` (not a gate=False reference, the Triton interpreter, or
-    --sol-gate=off): only those are compared."""
-    from pytest_solgate import results
-    from pytest_solgate.measure import backends
+    """Whether the plugin judged ``m``: only those are compared (the rule is the judge's)."""
+    from pytest_solgate.judge import verdict
 
-    return m.gate and backends.is_gated(m.timing.backend) and m.verdict != results.NOT_GATED
+    return verdict.judged(m)
 
 
 def _cmd_accept(args: argparse.Namespace) -> int:
@@ -575,6 +574,51 @@ def _cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- solgate bisect (the engine is pytest_solgate/bisect.py; the words report/bisection.py) ---------
+
+
+def _bisect_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "bisect", help="the first commit between GOOD and BAD whose measurements fall below GOOD's level",
+        description="Find the first commit after GOOD, on BAD's first-parent line, at which a selected measurement "
+                    "falls below GOOD's level by more than the tolerance AND the noise floor the gate would use "
+                    "(regressed). Each probed commit is checked out in a temporary git worktree (your tree, index "
+                    "and HEAD untouched) and its tests are run there with the plugin, about log2(N) runs; commits "
+                    "whose tests fail or do not collect are skipped and named; results already in the history are "
+                    "reused. Exit status: 0 found, 1 not found, 2 usage error.",
+    )
+    p.add_argument("good", help="a commit where the measurements were fine (a git ref or sha)")
+    p.add_argument("bad", help="a later commit, on GOOD's first-parent descendants, where they fell")
+    p.add_argument("pattern", nargs="?", default=None,
+                   help="only tests whose id matches this glob or contains this text (default: every test that measures)")
+    p.add_argument("--record", action="store_true",
+                   help="save each probe's run into the history (default: a scratch history, nothing saved)")
+    p.add_argument("--good-runs", type=int, default=None,
+                   help="runs of GOOD its level stands on, recorded ones counted (default: 3; at least 2)")
+    p.add_argument("--max-regression", type=float, default=None,
+                   help="tolerance (default: each measurement's max_regression as the gate applied it)")
+    _history_arg(p)
+
+
+def _cmd_bisect(args: argparse.Namespace) -> int:
+    from pytest_solgate import bisect
+    from pytest_solgate.report import bisection
+
+    good_runs = bisect.DEFAULT_GOOD_RUNS if args.good_runs is None else args.good_runs
+    if not 2 <= good_runs <= 50:
+        raise UsageFailure(f"bisect: --good-runs={good_runs}: give 2 to 50 (one run shows no run-to-run noise)")
+    if args.max_regression is not None and not 0 <= args.max_regression < 1:
+        raise UsageFailure(f"--max-regression={args.max_regression}: give a fraction in [0, 1)")
+    span = bisect.resolve_span(".", args.good, args.bad)  # refs checked before the history is opened
+    found = bisect.bisect(
+        ".", args.good, args.bad, args.pattern, _history_path(args), record=args.record, good_runs=good_runs,
+        tolerance=args.max_regression,
+        announce=lambda probe: print(bisection.progress(probe, len(span.commits)), file=sys.stderr, flush=True),
+    )
+    print("\n".join(bisection.lines(found)))
+    return 0 if found.found else 1
+
+
 COMMANDS = {
     "profiles": _cmd_profiles,
     "profile": _cmd_profile,
@@ -588,6 +632,7 @@ COMMANDS = {
     "import": _cmd_import,
     "migrate": _cmd_migrate,
     "init": _cmd_init,
+    "bisect": _cmd_bisect,
 }
 
 if __name__ == "__main__":

@@ -621,6 +621,12 @@ def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, setting
     return done(results.PASS, reason)
 
 
+def judged(m: Measurement) -> bool:
+    """Whether the gate judged ``m`` (not a gate=False reference, the Triton interpreter, or
+    --sol-gate=off): only those are compared with a baseline or a level."""
+    return m.gate and backends.is_gated(m.timing.backend) and m.verdict != results.NOT_GATED
+
+
 def _judgement(m: Measurement) -> Judgement:
     if m.judgement is None:
         raise ValueError(f"{m.test} '{m.name}' has not been judged yet: call judge() first")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
-from typing import Any, Iterator, NamedTuple, Sequence
+from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 from pytest_solgate.judge.verdict import BaselineRun
 from pytest_solgate.results import Measurement, RunInfo
@@ -70,6 +70,13 @@ def _baseline_run(
         probe_seconds=float(probe) if isinstance(probe, (int, float)) and probe > 0 else None,
         sm_clock_mhz=_positive(record.get("sm_clock_mhz")),
     )
+
+
+def baseline_run(run: Mapping[str, Any], m: Measurement) -> BaselineRun:
+    """One result as a baseline run, from its run's row (``run_row``, or a row the store read):
+    what ``solgate bisect`` makes of the runs it finds and the runs it makes."""
+    return _baseline_run(run["run_uid"], run["commit_sha"] or "", run["started_at"], run["status"], m.to_dict(),
+                         [run.get(c) for c in ENVIRONMENT_COLUMNS])
 
 
 def _disturbance(status: str, record: dict[str, Any]) -> str:

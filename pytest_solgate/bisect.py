@@ -1,0 +1,607 @@
+"""Drive (after the stages, before the command): ``solgate bisect``, the first commit at which the
+selected measurements fall below GOOD's level.
+
+The search returns facts (``Bisection``); ``cli.py`` words them. Nothing here knows argparse.
+
+How it decides, top to bottom:
+
+- **The range** is BAD's first-parent line back to GOOD (GOOD excluded); GOOD must lie on it.
+- **GOOD's level** is GOOD's own clean, undisturbed runs of each selected measurement: those the
+  history holds, topped up with runs made here until there are ``good_runs`` of them.
+- **A commit is bad** when one of its measurements, judged against that level by the gate's own
+  rule (``verdict.against_window``: beyond the tolerance and beyond the noise floor of the 99 %
+  t prediction bound), reads ``regressed``. ``ambiguous`` (within the floor, or another
+  environment) and everything else is not bad.
+- **Binary search** between the newest good and the oldest bad commit, one run per probe. A commit
+  whose tests fail or do not collect, or that measures none of the selected measurements, is
+  skipped and a neighbour is tried (``git bisect skip``'s rule); when only skipped commits are left
+  between good and bad, the answer is a range: "the first bad commit is one of ...".
+- **Confirmation**, as the gate confirms a regression by re-measuring: the commit the search ends
+  on must read bad twice (its two newest runs). A second reading that is not bad makes it a good
+  commit (a flaky reading), and the search goes on above it.
+- **Reuse**: a commit's clean runs already in the history (same test, name, profile and ceilings)
+  are readings like the ones made here; a commit is run only for the node ids it lacks.
+
+Each run happens in one temporary ``git worktree`` (detached, outside the user's tree), checked
+out at the probed commit; the user's work tree, index and HEAD are never touched, and the worktree
+is removed afterwards, also on a failure or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from pytest_solgate.judge import verdict
+from pytest_solgate.judge.verdict import BaselineRun, Comparison
+from pytest_solgate.record import baseline, gitinfo, history, schema, store
+from pytest_solgate.results import REGRESSED, Measurement
+from pytest_solgate.support.errors import SolgateError
+from pytest_solgate.support.settings import HISTORY_VARIABLE
+
+Key = tuple[str, str, str, str]  # test, name, profile, ceilings: the history's series key
+MAX_RANGE = 100_000  # first-parent commits read between BAD and GOOD
+DEFAULT_GOOD_RUNS = 3  # two runs give a floor at t(0.99, 1) = 31.8 sd: three are the least useful
+PYTEST_NO_TESTS = 5  # pytest's exit status when nothing was collected
+# pytest --collect-only with a one-hook plugin that writes the collected node ids to argv[1]
+# (``python -c`` puts the working directory first on sys.path, as ``python -m pytest`` does).
+COLLECT = """\
+import json, sys
+import pytest
+
+class Collected:
+    ids = []
+
+    def pytest_collection_finish(self, session):
+        self.ids = [item.nodeid for item in session.items]
+
+plugin = Collected()
+code = pytest.main(sys.argv[2:], plugins=[plugin])
+with open(sys.argv[1], "w", encoding="utf-8") as out:
+    json.dump(plugin.ids, out)
+sys.exit(int(code))
+"""
+
+
+class BisectError(SolgateError):
+    """A bisection that cannot start (a ref that does not resolve, GOOD not before BAD, ...)."""
+
+
+# --- the facts a bisection returns --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One measurement at one commit against GOOD's level."""
+
+    key: Key
+    sol: float
+    level: float  # GOOD's level of this measurement: the window's centre
+    change: float  # relative SOL change against the level
+    floor: float | None  # the smallest drop the run-to-run noise cannot explain; None if unknown
+    tolerance: float
+    verdict: str  # the gate's verdict against the level: regressed, ambiguous, pass, improved
+    reused: bool  # read from the history, not run here
+
+    @property
+    def below(self) -> bool:
+        return self.verdict == REGRESSED.value
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What one look at a commit found: its readings, or why it was skipped."""
+
+    commit: str
+    position: int  # 1 for the commit after GOOD ... len(range) for BAD
+    readings: tuple[Reading, ...] = ()
+    skipped: str = ""  # why the commit could not be judged (tests failed, nothing collected, ...)
+    ran: bool = False  # a run was made here (False: every reading came from the history)
+    confirmation: bool = False  # the second reading of the commit the search ended on
+
+    @property
+    def bad(self) -> bool:
+        return not self.skipped and any(r.below for r in self.readings)
+
+
+@dataclass(frozen=True)
+class Level:
+    """GOOD's level of one measurement: the runs it stands on."""
+
+    key: Key
+    sol: float  # the geometric mean of the runs' SOL
+    runs: int
+    reused: int  # of them read from the history
+
+
+@dataclass(frozen=True)
+class Bisection:
+    good: str
+    bad: str
+    commits: tuple[str, ...]  # the range, oldest first: GOOD's first-parent child ... BAD
+    subjects: Mapping[str, str]  # commit -> its subject line
+    tests: tuple[str, ...]  # the node ids bisected
+    levels: tuple[Level, ...]
+    probes: tuple[Probe, ...]  # in the order they were made, GOOD's level runs excluded
+    culprit: str | None = None  # the first bad commit, when it is one commit
+    candidates: tuple[str, ...] = ()  # the first bad commit is one of these (skipped commits hid it)
+    skipped: tuple[str, ...] = ()  # commits that could not be judged
+    good_runs_made: int = 0  # runs made at GOOD for its level
+    flaky: tuple[str, ...] = ()  # commits read bad once and not again on their confirmation
+
+    @property
+    def found(self) -> bool:
+        return bool(self.culprit or self.candidates)
+
+    @property
+    def runs(self) -> int:
+        """Every pytest run this bisection made, GOOD's level included."""
+        return self.good_runs_made + sum(p.ran for p in self.probes)
+
+    @property
+    def reused(self) -> int:
+        return sum(r.reused for p in self.probes for r in p.readings)
+
+
+# --- git ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Span:
+    root: Path  # the repository's top level
+    prefix: str  # where the command started, relative to the top level (pytest runs there too)
+    good: str
+    bad: str
+    commits: tuple[str, ...]
+    subjects: Mapping[str, str]
+
+
+def resolve_span(cwd: str | Path, good_ref: str, bad_ref: str) -> Span:
+    """GOOD and BAD resolved (through ``gitinfo.resolve``, as every command resolves a commit) and
+    the first-parent range between them; a one-line error for each thing that does not fit."""
+    top = gitinfo.git(cwd, "rev-parse", "--show-toplevel")
+    if top is None:
+        raise BisectError(f"bisect: {Path(cwd).resolve()} is not in a git repository; run it where the commits are")
+    resolved = []
+    for role, ref in (("GOOD", good_ref), ("BAD", bad_ref)):
+        sha = gitinfo.resolve(cwd, ref)
+        if sha is None:
+            raise BisectError(f"bisect: {role} '{ref}' is not a commit of the git repository here; give a ref or sha")
+        resolved.append(sha)
+    good, bad = resolved
+    if good == bad:
+        raise BisectError(f"bisect: GOOD and BAD are the same commit ({good[:10]}); give GOOD before BAD")
+    line = gitinfo.first_parent_chain(cwd, bad, MAX_RANGE)
+    if good not in line:
+        side = "is an ancestor of BAD but not on its first-parent line (a merged branch)" if gitinfo.git(
+            cwd, "merge-base", "--is-ancestor", good, bad) is not None else "is not an ancestor of BAD"
+        raise BisectError(f"bisect: GOOD {good_ref} ({good[:10]}) {side}; give a GOOD on BAD's first-parent "
+                          f"history (git log --first-parent {bad_ref})")
+    commits = tuple(reversed(line[:line.index(good)]))
+    out = gitinfo.git(cwd, "log", "--no-walk=unsorted", "--stdin", "--format=%H %s",
+                      stdin="\n".join(commits) + "\n") or ""
+    subjects = dict((line.split(" ", 1) + [""])[:2] for line in out.splitlines())
+    prefix = gitinfo.git(cwd, "rev-parse", "--show-prefix") or ""
+    return Span(Path(top), prefix, good, bad, commits, subjects)
+
+
+class Worktree:
+    """One detached ``git worktree`` outside the user's tree, moved from commit to commit."""
+
+    def __init__(self, root: Path, scratch: Path) -> None:
+        self.root = root
+        self.path = scratch / "worktree"
+        self.at: str | None = None
+
+    def checkout(self, commit: str) -> Path:
+        if self.at is None:
+            self._git(self.root, "worktree", "add", "--detach", "--quiet", str(self.path), commit)
+        elif self.at != commit:
+            self._git(self.path, "checkout", "--quiet", "--detach", "--force", commit)
+            self._git(self.path, "clean", "--quiet", "-d", "--force")
+        self.at = commit
+        return self.path
+
+    def remove(self) -> None:
+        if self.at is not None:
+            subprocess.run(["git", "worktree", "remove", "--force", str(self.path)], cwd=self.root,
+                           capture_output=True, check=False)
+        shutil.rmtree(self.path, ignore_errors=True)
+
+    @staticmethod
+    def _git(cwd: Path, *args: str) -> None:
+        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            said = done.stderr.strip().splitlines()
+            raise BisectError(f"bisect: git {' '.join(args[:2])} failed: {said[-1] if said else 'no message'}")
+
+
+# --- running the tests at a commit --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One pytest run of the selected node ids at a commit: its results, or why there are none."""
+
+    results: tuple[tuple[dict[str, Any], Measurement], ...] = ()
+    failed: str = ""
+
+
+class Runner:
+    """Runs pytest with the plugin in a subprocess, in the worktree at a commit.
+
+    Scratch mode (the default) saves nothing (``--sol-no-save``, and ``SOLGATE_HISTORY`` pointed
+    at a scratch file, so the user's history is not even read); ``record`` saves each run into the
+    real history, as a CI run would. Either way the results come back through ``--sol-json``, and
+    ``--sol-gate=warn`` keeps a budget miss or regression from reading as a failing test."""
+
+    def __init__(self, span: Span, scratch: Path, history_location: str, record: bool) -> None:
+        self.span = span
+        self.scratch = scratch
+        self.history_location = history_location
+        self.record = record
+        self.worktree = Worktree(span.root, scratch)
+        self.count = 0
+
+    def _arguments(self, tests: Sequence[str], *options: str) -> list[str]:
+        """pytest's arguments: the node ids, no cache written into the worktree, and ours."""
+        return [*tests, "-p", "no:cacheprovider", "-q", *options]
+
+    def _environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env[HISTORY_VARIABLE] = self.history_location if self.record else str(self.scratch / "scratch-history.db")
+        return env
+
+    def _where(self, commit: str) -> Path:
+        folder = self.worktree.checkout(commit)
+        self._share_calibration(folder)
+        return folder / self.span.prefix
+
+    def _share_calibration(self, folder: Path) -> None:
+        """A CPU's measured ceilings, cached in the project's .solgate/profiles, are copied into the
+        worktree: every probe then scores against the same ceilings, and none calibrates again."""
+        cached = gitinfo.state_dir(self.span.root) / "profiles"
+        if cached.is_dir():
+            shutil.copytree(cached, gitinfo.state_dir(folder) / "profiles", dirs_exist_ok=True)
+
+    def collect(self, commit: str) -> tuple[list[str], str]:
+        """The node ids pytest collects at ``commit``, or why it collects none. They are taken from
+        the collected items themselves (``COLLECT``), not parsed from output that ``-q`` or ``-v``
+        in the project's addopts would reshape."""
+        listed = self.scratch / "collected.json"
+        done = subprocess.run([sys.executable, "-c", COLLECT, str(listed), *self._arguments([], "--collect-only")],
+                              cwd=self._where(commit), env=self._environment(), capture_output=True, text=True,
+                              check=False)
+        ids = json.loads(listed.read_text(encoding="utf-8")) if listed.exists() else []
+        if done.returncode not in (0, PYTEST_NO_TESTS) or not ids:
+            return [], _failure(done.returncode, done.stdout + done.stderr, self.worktree.path)
+        return ids, ""
+
+    def run(self, commit: str, tests: Sequence[str]) -> RunResult:
+        self.count += 1
+        out = self.scratch / f"run-{self.count}.json"
+        options = [f"--sol-json={out}", "--sol-gate=warn"]
+        if not self.record:
+            options += ["--sol-no-save", "--sol-baseline=none"]
+        done = subprocess.run([sys.executable, "-m", "pytest", *self._arguments(tests, *options)],
+                              cwd=self._where(commit), env=self._environment(), capture_output=True, text=True,
+                              check=False)
+        if done.returncode != 0 or not out.exists():
+            return RunResult(failed=_failure(done.returncode, done.stdout + done.stderr, self.worktree.path))
+        run, measurements = schema.read_run(out.read_text(encoding="utf-8"), str(out))
+        row = store.run_row(run)
+        return RunResult(results=tuple((row, m) for m in measurements))
+
+    def close(self) -> None:
+        self.worktree.remove()
+
+
+def _failure(code: int, output: str, folder: Path) -> str:
+    """Why a run gave no results: what pytest's exit status means and its last line (with the
+    temporary worktree's path left out: it is gone once the bisection ends)."""
+    lines = [line.strip("= ") for line in output.replace(f"{folder}{os.sep}", "").strip().splitlines() if line.strip()]
+    last = lines[-1] if lines else "no output"
+    if code == 4 and "found no collectors" in output:  # a node id in a module that no longer imports
+        code = 2
+    what = {1: "tests failed", 2: "the tests do not collect (or were interrupted)", 3: "pytest internal error",
+            4: "pytest usage error", PYTEST_NO_TESTS: "no tests collected"}.get(code, f"pytest exit status {code}")
+    return f"{what}: {last}"
+
+
+# --- the search ---------------------------------------------------------------------------------
+
+
+class Evidence:
+    """Every run of every commit the bisection knows: the history's and the ones made here."""
+
+    def __init__(self, reader: Any, runner: Runner, tests: Sequence[str]) -> None:
+        self.reader = reader
+        self.runner = runner
+        self.tests = list(tests)
+        self.runs: dict[str, list[dict[Key, tuple[dict[str, Any], Measurement, bool]]]] = {}
+
+    def recorded(self, commit: str) -> list[dict[Key, tuple[dict[str, Any], Measurement, bool]]]:
+        """The history's clean runs at ``commit`` of the selected tests, oldest first (read once)."""
+        if commit not in self.runs:
+            runs: dict[str, dict[Key, tuple[dict[str, Any], Measurement, bool]]] = {}
+            for run, m in (self.reader.results_at(commit) if self.reader is not None else []):
+                if not run["dirty"] and m.test in self.tests and verdict.judged(m):
+                    runs.setdefault(run["run_uid"], {})[series(m)] = (run, m, True)
+            self.runs[commit] = list(runs.values())
+        return self.runs[commit]
+
+    def run(self, commit: str, tests: Sequence[str]) -> str:
+        """Run ``tests`` at ``commit`` and keep the run; why it gave nothing, or ''."""
+        result = self.runner.run(commit, tests)
+        if result.failed:
+            return result.failed
+        made = {series(m): (run, m, False) for run, m in result.results if verdict.judged(m)}
+        self.recorded(commit).append(made)
+        return ""
+
+
+def series(m: Measurement) -> Key:
+    return (m.test, m.name, m.profile, m.ceilings)
+
+
+class GoodLevel:
+    """GOOD's level of each measurement: GOOD's clean, undisturbed runs of it, newest first (the
+    history's first), topped up with runs at GOOD until there are ``good_runs``."""
+
+    def __init__(self, evidence: Evidence, good: str, good_runs: int) -> None:
+        self.evidence = evidence
+        self.good = good
+        self.good_runs = good_runs
+        self.made = 0  # runs made at GOOD
+        self.absent: set[Key] = set()  # measured at a probed commit, never at GOOD
+
+    def keys(self) -> list[Key]:
+        return sorted({key for run in self.evidence.recorded(self.good) for key in run})
+
+    def _runs(self, key: Key) -> list[tuple[BaselineRun, bool]]:
+        found = []
+        for run in reversed(self.evidence.recorded(self.good)):
+            if key in run:
+                row, m, from_history = run[key]
+                kept = store.baseline_run(row, m)
+                if not kept.disturbed:  # interrupted, contended, noisy, not gated: never a baseline
+                    found.append((kept, from_history))
+        return found
+
+    def _run(self, tests: Sequence[str]) -> None:
+        failed = self.evidence.run(self.good, tests)
+        self.made += 1
+        if failed:
+            raise BisectError(f"bisect: at GOOD {self.good[:10]} the selected tests give no results: {failed}; "
+                              "give a GOOD where they pass")
+
+    def start(self) -> list[str]:
+        """The level of every measurement GOOD has (one run made first when the history has none),
+        and the tests that measure them: those are the ones bisected."""
+        if not self.keys():
+            self._run(self.evidence.tests)
+        if not self.keys():
+            raise BisectError(f"bisect: at GOOD {self.good[:10]} the selected tests measure nothing the gate judges "
+                              "(sol.measure with gate=True, not under TRITON_INTERPRET=1); select tests that do")
+        for key in self.keys():
+            self.window(key)
+        return sorted({key[0] for key in self.keys()})
+
+    def window(self, key: Key) -> list[BaselineRun] | None:
+        """GOOD's runs of ``key``, topped up to ``good_runs``; None when GOOD does not measure it."""
+        if key in self.absent:
+            return None
+        for _ in range(2 * self.good_runs):
+            runs = [run for run, _ in self._runs(key)]
+            if len(runs) >= self.good_runs:
+                return runs
+            self._run([key[0]])
+            if key not in self.keys():  # e.g. a measurement added after GOOD, or another profile's
+                self.absent.add(key)
+                return None
+        raise BisectError(f"bisect: GOOD {self.good[:10]}'s runs of {key[0]} [{key[1]}] were disturbed (noisy or "
+                          f"contended) run after run: {len(runs)} of {self.good_runs} usable after {self.made} runs; "
+                          "bisect on a quieter machine, or give fewer --good-runs")
+
+    def levels(self) -> tuple[Level, ...]:
+        facts = []
+        for key in self.keys():
+            runs = self._runs(key)
+            if key not in self.absent and len(runs) >= self.good_runs:
+                sols = [run.sol for run, _ in runs]
+                facts.append(Level(key, _geometric_mean(sols), len(runs), sum(reused for _, reused in runs)))
+        return tuple(facts)
+
+
+def _geometric_mean(values: Sequence[float]) -> float:
+    import math
+
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+class Search:
+    """Binary search over the range with ``git bisect skip``'s rule, confirming the answer."""
+
+    def __init__(self, evidence: Evidence, span: Span, level: GoodLevel, tolerance: float | None,
+                 announce: Callable[[Probe], None]) -> None:
+        self.evidence = evidence
+        self.span = span
+        self.level = level
+        self.tolerance = tolerance
+        self.announce = announce
+        self.probes: list[Probe] = []
+        self.skipped: set[int] = set()
+        self.flaky: list[str] = []
+
+    def read(self, newest: Mapping[Key, tuple[dict[str, Any], Measurement, bool]], commit: str) -> tuple[Reading, ...]:
+        """Each measurement of ``newest`` judged against GOOD's level by the gate's own rule."""
+        settings = verdict.JudgeSettings(gate="fail", commit=commit)
+        readings = []
+        for key, (_, m, reused) in sorted(newest.items()):
+            runs = self.level.window(key) if key[0] in self.evidence.tests else None
+            window = baseline.select(runs, m.environment) if runs else None  # like with like, as the gate chooses
+            if window is None:
+                continue
+            tolerance = self.tolerance
+            if tolerance is None and m.judgement is not None:  # the marker's max_regression, as the gate applied it
+                tolerance = m.judgement.budget.max_regression
+            tolerance = settings.max_regression if tolerance is None else tolerance
+            compared: Comparison = verdict.against_window(m, window, tolerance, settings)
+            readings.append(Reading(key, m.score.sol, compared.centre, compared.change, compared.floor, tolerance,
+                                    compared.verdict.value, reused))
+        return tuple(readings)
+
+    def look(self, position: int, confirmation: bool = False) -> Probe:
+        """The newest reading of each measurement at ``position`` (1-based in the range). A run is
+        made for the tests whose measurements the history lacks there: one reading, or for a
+        confirmation two (the second is the confirming one)."""
+        commit = self.span.commits[position - 1]
+        depth = 2 if confirmation else 1
+        have = merged(self.evidence.recorded(commit), skip=depth - 1)
+        missing = [test for test in self.evidence.tests if not any(key[0] == test for key in have)]
+        failed = self.evidence.run(commit, missing) if missing else ""
+        readings = () if failed else self.read(merged(self.evidence.recorded(commit), skip=0), commit)
+        if not failed and not readings:
+            failed = "measured none of the selected measurements (another profile or ceilings than GOOD's runs?)"
+        probe = Probe(commit, position, readings, failed, bool(missing), confirmation)
+        self.probes.append(probe)
+        self.announce(probe)
+        return probe
+
+    def confirmed(self, position: int) -> bool:
+        """Whether the commit the search ended on reads bad twice: a measurement below the level in
+        both of its two newest readings (the gate's rule: a regression stands only when the
+        re-measurement regressed too). A commit that cannot be run again keeps its first reading."""
+        commit = self.span.commits[position - 1]
+        probe = self.look(position, confirmation=True)
+        if probe.skipped:
+            return True
+        before = self.read(merged(self.evidence.recorded(commit), skip=1), commit)
+        return any(now.below and then.below for now in probe.readings for then in before if then.key == now.key)
+
+    def pick(self, low: int, high: int) -> int | None:
+        """The commit to look at between ``low`` (good) and ``high`` (bad): the middle one, else
+        the nearest one not skipped, as ``git bisect skip`` moves to a neighbour."""
+        middle = (low + high) // 2
+        for step in range(high - low):
+            for position in (middle - step, middle + step):
+                if low < position < high and position not in self.skipped:
+                    return position
+        return None
+
+    def run(self) -> tuple[int, int]:
+        """(newest good, oldest bad) positions once no commit between them is left to judge; 0 is
+        GOOD. An oldest bad of 0: BAD does not read below GOOD's level (nothing to find)."""
+        last = len(self.span.commits)
+        probe = self.look(last)
+        if probe.skipped:
+            self.skipped.add(last)
+        if not probe.bad:
+            return 0, 0
+        low, bad = 0, {last}
+        while bad:
+            high = min(bad)
+            position = self.pick(low, high)
+            if position is not None:
+                probe = self.look(position)
+                if probe.skipped:
+                    self.skipped.add(position)
+                elif probe.bad:
+                    bad.add(position)
+                else:
+                    low = position
+                continue
+            if self.confirmed(high):
+                return low, high
+            # read bad once, not on its re-measurement: a flaky reading; a good commit after all
+            self.flaky.append(self.span.commits[high - 1])
+            bad = {b for b in bad if b > high}
+            low = high
+        return low, 0
+
+
+def merged(runs: Sequence[Mapping[Key, Any]], skip: int) -> dict[Key, Any]:
+    """Each measurement's newest reading among ``runs`` (oldest first), leaving out the newest
+    ``skip`` readings of each: skip=1 gives the reading before the newest, for a confirmation."""
+    newest: dict[Key, list[Any]] = {}
+    for run in runs:
+        for key, value in run.items():
+            newest.setdefault(key, []).append(value)
+    return {key: values[-1 - skip] for key, values in newest.items() if len(values) > skip}
+
+
+def selected_tests(reader: Any, runner: Runner, good: str, pattern: str | None) -> list[str]:
+    """The node ids to bisect: the matching tests GOOD's recorded runs measured, else the matching
+    tests collected at GOOD."""
+    recorded = sorted({m.test for run, m in (reader.results_at(good) if reader is not None else [])
+                       if not run["dirty"] and store.matches(pattern, m.test, m.name) and verdict.judged(m)})
+    if recorded:
+        return recorded
+    collected, failed = runner.collect(good)
+    if failed:
+        raise BisectError(f"bisect: at GOOD {good[:10]} pytest collects nothing: {failed}")
+    chosen = [test for test in collected if store.matches(pattern, test)]
+    if not chosen:
+        raise BisectError(f"bisect: no test at GOOD {good[:10]} matches '{pattern}' ({len(collected)} collected); "
+                          "give a glob or text of a test id, e.g. 'test_matmul*'")
+    return chosen
+
+
+@contextmanager
+def _scratch() -> Iterator[Path]:
+    folder = Path(tempfile.mkdtemp(prefix="solgate-bisect-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def bisect(
+    cwd: str | Path,
+    good_ref: str,
+    bad_ref: str,
+    pattern: str | None,
+    history_location: str,
+    record: bool = False,
+    good_runs: int = DEFAULT_GOOD_RUNS,
+    tolerance: float | None = None,
+    announce: Callable[[Probe], None] = lambda probe: None,
+) -> Bisection:
+    """Find the first commit after GOOD, on BAD's first-parent line, whose selected measurements
+    fall below GOOD's level (see the module's docstring for the rule). ``announce`` hears of each
+    probe as it is made."""
+    span = resolve_span(cwd, good_ref, bad_ref)
+    reader = history.open_store(history_location, create=True) if record else history.open_for_reading(history_location)
+    try:
+        with _scratch() as scratch:
+            runner = Runner(span, scratch, history_location, record)
+            try:
+                tests = selected_tests(reader, runner, span.good, None if pattern in (None, "*") else pattern)
+                evidence = Evidence(reader, runner, tests)
+                level = GoodLevel(evidence, span.good, good_runs)
+                evidence.tests = tests = level.start()
+                search = Search(evidence, span, level, tolerance, announce)
+                low, high = search.run()
+            finally:
+                runner.close()
+    finally:
+        if reader is not None:
+            reader.close()
+    between = tuple(span.commits[p - 1] for p in range(low + 1, high) if p in search.skipped)
+    first_bad = span.commits[high - 1] if high else None
+    return Bisection(
+        good=span.good, bad=span.bad, commits=span.commits, subjects=span.subjects, tests=tuple(tests),
+        levels=level.levels(), probes=tuple(search.probes),
+        culprit=first_bad if first_bad and not between else None,
+        candidates=(*between, first_bad) if first_bad and between else (),
+        skipped=tuple(span.commits[p - 1] for p in sorted(search.skipped)), good_runs_made=level.made,
+        flaky=tuple(search.flaky),
+    )

@@ -1,0 +1,83 @@
+"""Report: the words of ``solgate bisect``: the facts of a bisection (``pytest_solgate.bisect``),
+as lines for the terminal. Pure: a bisection in, text out."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from pytest_solgate.support import units
+
+
+def short(commit: str | None) -> str:
+    return (commit or "unknown")[:10]
+
+
+def _label(key: Sequence[str]) -> str:
+    test, name, profile, _ceilings = key
+    return f"{test} [{name}] {profile}"
+
+
+def progress(probe: Any, total: int) -> str:
+    """One line while the bisection runs: which commit was looked at and what it read."""
+    what = "confirming" if probe.confirmation else "looked at"
+    state = f"skipped: {probe.skipped}" if probe.skipped else ("below GOOD's level" if probe.bad else "at GOOD's level")
+    how = "ran" if probe.ran else "from the history"
+    return f"solgate bisect: {what} {short(probe.commit)} ({probe.position}/{total}, {how}): {state}"
+
+
+def evidence(probe: Any) -> list[str]:
+    """A probe's lines in the evidence table: one per measurement, or one saying why it was skipped."""
+    where = f"{probe.position:>4}  {short(probe.commit):<10}"
+    tag = (" (confirmation)" if probe.confirmation else "") + ("" if probe.ran else " (from the history)")
+    if probe.skipped:
+        return [f"{where}  {'skipped':<8} {probe.skipped}{tag}"]
+    lines = []
+    for reading in probe.readings:
+        state = "below" if reading.below else ("ambiguous" if reading.verdict == "ambiguous" else "level")
+        floor = units.percent(reading.floor) if reading.floor is not None else "unknown"
+        lines.append(
+            f"{where}  {state:<8} SOL {units.sol_fine(reading.sol)} vs {units.sol_fine(reading.level)} "
+            f"{units.percent(reading.change, signed=True):>7}  tolerance {units.percent(reading.tolerance)}, "
+            f"floor {floor}  {_label(reading.key)}{tag}"
+        )
+    return lines
+
+
+def _named(commit: str, subjects: Any) -> str:
+    subject = subjects.get(commit, "")
+    return f"{short(commit)} {subject!r}" if subject else short(commit)
+
+
+def lines(bisection: Any) -> list[str]:
+    """The whole answer: the range, GOOD's level, the evidence per commit, the culprit, the cost."""
+    b = bisection
+    out = [f"bisect: {len(b.commits)} commit(s) after GOOD {short(b.good)} on the first-parent line to BAD "
+           f"{short(b.bad)}; {len(b.tests)} test(s): {', '.join(b.tests)}"]
+    for level in b.levels:
+        from_history = f", {level.reused} from the history" if level.reused else ""
+        out.append(f"GOOD's level: SOL {units.sol_fine(level.sol)} over {level.runs} run(s){from_history}  "
+                   f"{_label(level.key)}")
+    out.append("evidence (position in the range, commit, against GOOD's level):")
+    for probe in b.probes:
+        out += evidence(probe)
+    if b.culprit:
+        out.append(f"first bad commit: {_named(b.culprit, b.subjects)} "
+                   f"({b.commits.index(b.culprit) + 1} of {len(b.commits)} after GOOD)")
+    elif b.candidates:
+        out.append("first bad commit is one of: " + ", ".join(_named(c, b.subjects) for c in b.candidates)
+                   + " (the ones before the last could not be tested; see skipped)")
+    elif b.probes and b.probes[0].skipped:
+        out.append(f"not found: BAD {short(b.bad)} could not be tested ({b.probes[0].skipped})")
+    else:
+        out.append(f"not found: BAD {short(b.bad)} is not below GOOD's level by more than the tolerance and the "
+                   "noise floor" + (" once re-measured" if b.flaky else ""))
+    if b.skipped:
+        out.append("skipped (tests fail, do not collect, or measure nothing selected): "
+                   + ", ".join(short(c) for c in b.skipped))
+    if b.flaky:
+        out.append("read below once, not on re-measurement (flaky; taken as good): "
+                   + ", ".join(short(c) for c in b.flaky))
+    looked = len({p.commit for p in b.probes})
+    out.append(f"{b.runs} run(s): {b.good_runs_made} at GOOD for its level, {b.runs - b.good_runs_made} at "
+               f"{looked} of {len(b.commits)} commit(s) looked at; {b.reused} reading(s) reused from the history")
+    return out

@@ -1,0 +1,222 @@
+"""``solgate bisect``, run as users run it: the real command on real git repositories whose kernels
+run on the fake clock (solgate_testing.FAKE_CLOCK_KERNELS), their time set by a committed file.
+Each probe is a real pytest subprocess in a real temporary git worktree."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from solgate_testing import FAKE_CLOCK_KERNELS, FAST_TIMING, SYNTHETIC_PROFILE, git, init_repo
+
+# The kernel's time comes from speed.json in the commit; "slow_once" names a file outside the
+# repository: the first run that finds it missing creates it and reads slow (a flaky reading).
+KERNEL_TEST = FAKE_CLOCK_KERNELS + '''
+import json, pathlib
+
+SPEED = json.loads(pathlib.Path(__file__).with_name("speed.json").read_text())
+__import__("time").sleep(SPEED.get("hang", 0))  # real seconds at import: time to press Ctrl-C
+
+def _seconds():
+    once = SPEED.get("slow_once")
+    if once and not pathlib.Path(once).exists():
+        pathlib.Path(once).write_text("read slow once")
+        return SPEED["seconds"] * 1.5
+    return SPEED["seconds"]
+
+@pytest.mark.sol(max_regression=0.05)
+def test_kernel(sol):
+    seconds = _seconds()
+    sol.measure(lambda: busy(seconds), bytes=0.4e6)
+
+def test_plain():
+    pass
+'''
+
+BROKEN = "def test_kernel(:\n"  # a commit whose tests do not even collect
+
+
+class Repo:
+    def __init__(self, path):
+        self.path = path
+        init_repo(path)
+        (path / "synthetic.toml").write_text(SYNTHETIC_PROFILE)
+        # -q in the project's addopts: with bisect's own -q, --collect-only would print no node ids at all
+        # --sol-max-time=30: on a loaded machine a 0.3 s budget can run out in wall time, the run is
+        # flagged noisy (never a level), and GOOD is rightly run once more: the counts asserted below
+        # are the algorithm's, not the machine's
+        (path / "pytest.ini").write_text("[pytest]\naddopts = -q " + " ".join(
+            [*FAST_TIMING, "--sol-max-time=30", "--sol-profile=synthetic.toml"]) + "\n")
+        (path / ".gitignore").write_text(".solgate/\n")
+        (path / "test_kernels.py").write_text(KERNEL_TEST)
+        self.commits = []
+
+    def commit(self, message, seconds=1e-3, broken=False, **extra):
+        (self.path / "speed.json").write_text(json.dumps({"seconds": seconds, **extra}))
+        (self.path / "test_kernels.py").write_text(BROKEN if broken else KERNEL_TEST)
+        git(self.path, "add", "-A")
+        git(self.path, "commit", "-q", "--allow-empty", "-m", message)
+        self.commits.append(git(self.path, "rev-parse", "HEAD"))
+        return self.commits[-1]
+
+    def solgate(self, *args, cwd=None):
+        env = {**os.environ, "TMPDIR": str(self.scratch)}
+        return subprocess.run([sys.executable, "-m", "pytest_solgate.cli", *args], cwd=cwd or self.path,
+                              capture_output=True, text=True, env=env)
+
+    @property
+    def scratch(self):
+        folder = self.path.parent / "tmp"
+        folder.mkdir(exist_ok=True)
+        return folder
+
+    def state(self):
+        """What the user sees of their repository: status (with a local edit and an untracked
+        file), HEAD, the worktree list, and the branch."""
+        return (git(self.path, "status", "--porcelain"), git(self.path, "rev-parse", "HEAD"),
+                git(self.path, "worktree", "list", "--porcelain"), git(self.path, "branch", "--show-current"),
+                (self.path / "notes.txt").read_text())
+
+
+def run_counts(stdout):
+    """(runs, at GOOD, reused) from the command's last line."""
+    last = stdout.strip().splitlines()[-1]
+    words = last.split()
+    return int(words[0]), int(words[2]), int(words[-6])
+
+
+@pytest.fixture
+def repo(tmp_path):
+    path = tmp_path / "project"
+    path.mkdir()
+    return Repo(path)
+
+
+def test_a_step_in_thirty_commits_is_found_in_about_log2_runs_and_reused_after(repo):
+    good = repo.commit("GOOD", seconds=1e-3)
+    step = 19  # the 19th commit after GOOD makes the kernel 20 % slower (SOL 0.400 -> 0.333)
+    for i in range(1, 31):
+        repo.commit(f"commit {i}", seconds=1.2e-3 if i >= step else 1e-3)
+    culprit = repo.commits[step]
+    # the user's own work in progress: an edit to a tracked file and an untracked one
+    (repo.path / "speed.json").write_text('{"seconds": 5e-3}')
+    (repo.path / "notes.txt").write_text("mine")
+    before = repo.state()
+
+    done = repo.solgate("bisect", good, "HEAD", "*::test_kernel", "--record", "--good-runs", "2")
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert f"first bad commit: {culprit[:10]} 'commit {step}' ({step} of 30 after GOOD)" in done.stdout
+    runs, at_good, reused = run_counts(done.stdout)
+    # GOOD twice for its level, BAD, ceil(log2(30)) = 5 halvings, and the culprit's confirmation
+    assert (runs, at_good, reused) == (2 + 1 + 5 + 1, 2, 0), done.stdout
+    assert runs - at_good <= math.ceil(math.log2(30)) + 2
+    evidence = [line for line in done.stdout.splitlines() if line.startswith(("  ", " 1", " 2", " 3"))]
+    bad_line = next(line for line in evidence if line.split()[1] == culprit[:10])
+    assert "below    SOL 0.333 vs 0.400  -16.7%  tolerance 5.0%, floor 0.0%" in bad_line
+    assert "test_plain" not in done.stdout.split("test(s):")[1].splitlines()[0]
+    assert repo.state() == before  # status, HEAD, worktree list, branch, untracked file: untouched
+    assert not list(repo.scratch.glob("solgate-bisect-*"))  # the temporary worktree and scratch files are gone
+
+    # Everything it needs is recorded now: the same bisection runs nothing.
+    again = repo.solgate("bisect", good, "HEAD", "*::test_kernel", "--good-runs", "2")
+    assert again.returncode == 0 and f"first bad commit: {culprit[:10]}" in again.stdout
+    runs, at_good, reused = run_counts(again.stdout)
+    assert (runs, at_good) == (0, 0) and reused == 1 + 5 + 1, again.stdout
+    assert "ran)" not in again.stderr and "from the history" in again.stderr
+
+    # Only what is missing is run: a level of three runs needs one more run of GOOD, nothing else.
+    more = repo.solgate("bisect", good, "HEAD", "*::test_kernel", "--good-runs", "3")
+    assert more.returncode == 0 and f"first bad commit: {culprit[:10]}" in more.stdout, more.stdout + more.stderr
+    assert run_counts(more.stdout)[:2] == (1, 1), more.stdout
+    assert "GOOD's level: SOL 0.400 over 3 run(s), 2 from the history" in more.stdout
+
+    # The commit before the step is not below: bisecting up to it finds nothing (exit 1).
+    nothing = repo.solgate("bisect", good, repo.commits[step - 1], "*::test_kernel", "--good-runs", "2")
+    assert nothing.returncode == 1 and "not found: BAD" in nothing.stdout, nothing.stdout + nothing.stderr
+    assert repo.state() == before
+
+
+def test_a_flaky_reading_and_a_broken_commit(repo, tmp_path):
+    """Eight commits: the 4th reads slow once (a flaky reading, the first commit the search looks
+    at after BAD), the 6th does not collect, the 7th really is slower. The flaky one is confirmed
+    away; the broken one is skipped and named, so the answer is a range: 6 or 7."""
+    good = repo.commit("GOOD")
+    flag = tmp_path / "read-slow-once"
+    for i in range(1, 9):
+        repo.commit(f"commit {i}", seconds=1.2e-3 if i >= 7 else 1e-3, broken=i == 6,
+                    **({"slow_once": str(flag)} if i == 4 else {}))
+    (repo.path / "notes.txt").write_text("mine")
+    done = repo.solgate("bisect", good, "HEAD", "--good-runs", "2")
+    assert done.returncode == 0, done.stderr + done.stdout
+    four, six, seven = repo.commits[4], repo.commits[6], repo.commits[7]
+    assert flag.exists()  # commit 4 did read slow once
+    assert f"first bad commit is one of: {six[:10]} 'commit 6', {seven[:10]} 'commit 7'" in done.stdout
+    assert f"skipped (tests fail, do not collect, or measure nothing selected): {six[:10]}" in done.stdout
+    assert f"read below once, not on re-measurement (flaky; taken as good): {four[:10]}" in done.stdout
+    skipped = next(line for line in done.stdout.splitlines() if six[:10] in line and "skipped  " in line)
+    assert "the tests do not collect" in skipped and "solgate-bisect-" not in skipped
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["nope", "HEAD"], "bisect: GOOD 'nope' is not a commit of the git repository here"),
+    (["HEAD", "HEAD~1"], "is not an ancestor of BAD"),
+    (["HEAD~1", "HEAD~1"], "GOOD and BAD are the same commit"),
+    (["HEAD~1", "HEAD", "no_such_test*"], "bisect: no test at GOOD"),
+    (["HEAD~1", "HEAD", "--good-runs", "1"], "--good-runs=1"),
+])
+def test_usage_errors_are_one_line_and_exit_2(repo, args, fragment):
+    repo.commit("A")
+    repo.commit("B")
+    done = repo.solgate("bisect", *args)
+    assert done.returncode == 2 and fragment in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and done.stdout == ""
+
+
+def test_outside_a_repository_is_a_usage_error(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "pytest_solgate.cli", "bisect", "A", "B"], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "is not in a git repository" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_help_says_what_it_does():
+    done = subprocess.run([sys.executable, "-m", "pytest_solgate.cli", "bisect", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0 and "usage: solgate bisect" in done.stdout
+    text = " ".join(done.stdout.split())
+    for said in ("GOOD's level", "noise floor", "git worktree", "skipped", "reused", "0 found, 1 not found, 2 usage error",
+                 "--record", "--good-runs"):
+        assert said in text, said
+
+
+def test_ctrl_c_and_a_failing_good_leave_no_worktree(repo):
+    import signal
+    import time
+
+    broken = repo.commit("GOOD that does not collect", broken=True)
+    repo.commit("B")
+    (repo.path / "notes.txt").write_text("mine")
+    before = repo.state()
+    done = repo.solgate("bisect", broken, "HEAD")
+    assert done.returncode == 2 and "bisect: at GOOD" in done.stderr and "pytest collects nothing" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert repo.state() == before and not list(repo.scratch.glob("solgate-bisect-*"))
+
+    good = repo.commit("GOOD whose tests take a minute to import", hang=60)
+    repo.commit("C")
+    before = repo.state()
+    started = subprocess.Popen([sys.executable, "-m", "pytest_solgate.cli", "bisect", good, "HEAD"], cwd=repo.path,
+                               env={**os.environ, "TMPDIR": str(repo.scratch)}, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while git(repo.path, "worktree", "list").count("\n") < 1 and time.monotonic() < deadline:
+        time.sleep(0.1)  # until the temporary worktree is there and pytest is importing the tests in it
+    assert git(repo.path, "worktree", "list").count("\n") == 1, "the bisection never made its worktree"
+    time.sleep(1)
+    started.send_signal(signal.SIGINT)
+    _, stderr = started.communicate(timeout=60)
+    assert started.returncode == 130 and "Traceback" not in stderr, stderr
+    assert repo.state() == before and not list(repo.scratch.glob("solgate-bisect-*"))
