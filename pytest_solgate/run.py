@@ -267,10 +267,7 @@ class Run:
                              self.settings.baseline, interrupted=interrupted)
         contended = [m for m in self.records if m.contended]
         if contended:
-            self.messages.append(
-                f"solgate: {len(contended)} measurement(s) taken while the machine was busy (contended: "
-                f"{contended[0].contended}); they are recorded, never baselines, and cannot fail as regressed"
-            )
+            self.messages.append(contended_line(len(contended), contended[0].contended))
         if run.status == "interrupted":
             # Recorded (what was measured is evidence) but never a baseline, and every output says so.
             self.messages.append(f"solgate: the session was interrupted: this run ({len(self.records)} measurement(s)) "
@@ -393,3 +390,14 @@ def _relative_prefix(rootdir: Path, top: Path) -> str:
     except ValueError:
         return ""
     return "" if str(relative) == "." else relative.as_posix() + "/"
+
+
+def contended_line(count: int, first_reason: str, width: int = 80) -> str:
+    """The end-of-session line about contended measurements, wrapped to the terminal's 80 columns
+    as the SOL table is: what happened first, then why (the first one's reading), then what it means."""
+    import textwrap
+
+    lines = [f"solgate: {count} measurement(s) taken while the machine was busy"]
+    lines += textwrap.wrap(f"({first_reason});", width, initial_indent="  ", subsequent_indent="  ")
+    lines.append("  recorded, never baselines; they cannot fail as regressed")
+    return "\n".join(lines)
