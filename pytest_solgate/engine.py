@@ -251,7 +251,9 @@ class Engine:
         if rotation:
             # Whether the rotation kept batched calls cold is the timing's own note (calls_per_sample).
             notes.append(f"rotating inputs: {rotation} buffer sets, called in turn")
-        if timed_for_real and timing.wall_seconds > timing_settings.max_time * 1.5 and len(timing.samples) < timing_settings.min_samples:
+        # Said from the call's own time: a loaded machine stretches the wall time of a 4 us kernel
+        # past the budget too, and a warning that load alone raises fails a `-W error` run.
+        if timed_for_real and timing.seconds > timing_settings.max_time and len(timing.samples) < timing_settings.min_samples:
             notes.append(
                 f"one call takes {timing.seconds:.3g} s, longer than the time budget "
                 f"--sol-max-time={timing_settings.max_time:g}; raise it for more samples"
