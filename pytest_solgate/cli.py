@@ -311,11 +311,21 @@ def _series(results: list) -> dict[tuple[str, str, str, str], list[dict[str, Any
     return store.commit_series(results, gitinfo.commit_times(".", commits))
 
 
+def _changes_of(points: list[dict[str, Any]], min_change: float) -> Any:
+    """The change points of one series, with the commits the gate failed as regressed named too
+    (changepoints.find): `--changes`, its JSON and the trend page tell the gate's story."""
+    from pytest_solgate.judge import changepoints
+
+    regressed = [i for i, p in enumerate(points) if p.get("regressed")]
+    return changepoints.find([p["sol"] for p in points], min_change, regressed)
+
+
 def _changes_json(test: str, name: str, profile: str, points: list, changes: Any) -> dict[str, Any]:
     return {
         "test": test, "name": name, "profile": profile,
         "steps": [{"commit": points[cp.index]["commit"], "after_commit": points[cp.index - 1]["commit"],
-                   "before": cp.before, "after": cp.after, "change": cp.change, "provisional": cp.provisional}
+                   "before": cp.before, "after": cp.after, "change": cp.change, "provisional": cp.provisional,
+                   "by_gate": cp.by_gate}
                   for cp in changes.points],
         "outliers": [{"commit": points[o.index]["commit"], "sol": o.value, "level": o.level, "change": o.change}
                      for o in changes.outliers],
@@ -326,14 +336,13 @@ def _changes_json(test: str, name: str, profile: str, points: list, changes: Any
 def _print_changes(results: list, min_change: float, as_json: bool = False) -> int:
     import json
 
-    from pytest_solgate.judge import changepoints
     from pytest_solgate.support import units
 
     found = 0
     notes = []
     listed = []
     for (test, name, profile, _ceilings), points in sorted(_series(results).items()):
-        changes = changepoints.find([p["sol"] for p in points], min_change)
+        changes = _changes_of(points, min_change)
         if as_json:
             listed.append(_changes_json(test, name, profile, points, changes))
             continue
@@ -344,6 +353,7 @@ def _print_changes(results: list, min_change: float, as_json: bool = False) -> i
                 f"{at['commit'][:10]} {units.percent(cp.change, signed=True):>8}  SOL {units.sol_fine(cp.before)} -> {units.sol_fine(cp.after)}  "
                 f"{test} [{name}] {profile} (after {before['commit'][:10]}, {at['commit_time'][:10]})"
                 + ("  provisional: the newest commit; the next one confirms it" if cp.provisional else "")
+                + ("; the gate failed it as regressed" if cp.by_gate else "")
             )
         for outlier in changes.outliers:
             found += 1
@@ -384,7 +394,7 @@ def _cmd_trend(args: argparse.Namespace) -> int:
         history_path = store.location  # never a password on the page
         for (test, name, profile, ceilings), points in sorted(_series(store.summaries(args.pattern)).items()):
             try:  # over the whole series: a step is found with all the evidence there is
-                changes = changepoints.find([p["sol"] for p in points], min_change)
+                changes = _changes_of(points, min_change)
             except changepoints.ChangePointsUnavailable as exc:
                 changes, note = changepoints.Changes(), str(exc)
             newest = store.newest(test, name, profile, ceilings)
