@@ -246,9 +246,9 @@ class Run:
         for m in judged:
             effect = self.engine.effect(m)
             if effect == "fail":  # as a note beside the test's own error, it says which verdict it is
-                failures.append(f"{m.verdict}: {m.judgement.reason}" if body_failed else m.judgement.reason)
+                failures.append(_led_by_verdict(m) if body_failed else m.judgement.reason)
             elif effect == "warn" and not body_failed:
-                warnings.append(f"{m.verdict}: {m.judgement.reason}")
+                warnings.append(_led_by_verdict(m))
         return TestVerdicts(judged, failures, warnings)
 
     # --- the end --------------------------------------------------------------------------------
@@ -268,6 +268,10 @@ class Run:
         contended = [m for m in self.records if m.contended]
         if contended:
             self.messages.append(contended_line(len(contended), contended[0].contended))
+        on_time = [m for m in self.records if m.judgement and m.judgement.baseline and m.judgement.baseline.compared_on == "time"]
+        if on_time:  # once per session, not in every measurement's message
+            self.messages.append(f"solgate: {len(on_time)} measurement(s) compared on time: the ceilings changed since "
+                                 "their baselines\n  (e.g. a re-calibration), so their SOLs are not comparable")
         if run.status == "interrupted":
             # Recorded (what was measured is evidence) but never a baseline, and every output says so.
             self.messages.append(f"solgate: the session was interrupted: this run ({len(self.records)} measurement(s)) "
@@ -401,3 +405,9 @@ def contended_line(count: int, first_reason: str, width: int = 80) -> str:
     lines += textwrap.wrap(f"({first_reason});", width, initial_indent="  ", subsequent_indent="  ")
     lines.append("  recorded, never baselines; they cannot fail as regressed")
     return "\n".join(lines)
+
+
+def _led_by_verdict(m: Any) -> str:
+    """A verdict's reason led by the verdict, once (a comparison's message already starts with it)."""
+    reason = m.judgement.reason
+    return reason if reason.startswith(f"{m.verdict}:") else f"{m.verdict}: {reason}"
