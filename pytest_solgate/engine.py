@@ -419,7 +419,8 @@ def contention(waited_for: str, run_id: str, busy: machine.Busy, on_cpu: bool) -
 def busy_phrase(busy: machine.Busy) -> str:
     """A contention reading in a few words, e.g. 'CPU pressure 43%: tasks waited for a CPU'."""
     if busy.source == machine.CPU_PRESSURE:
-        return f"CPU pressure {busy.value:.0%}: tasks waited for a CPU"
+        mine = f", this thread {busy.waited:.0%}" if busy.waited is not None else ""
+        return f"CPU pressure {busy.value:.0%}: tasks waited for a CPU{mine}"
     if busy.source == machine.BUSY_TIME:
         return f"other processes kept {busy.value:.1f} of {busy.cores} cores busy"
     return f"this process got {busy.value:.0%} of a core"

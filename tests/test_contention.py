@@ -140,8 +140,8 @@ def test_the_end_of_session_contention_line_fits_80_columns():
 # --- the reading itself, pure -------------------------------------------------------------------
 
 
-def snap(wall, own_cpu, stall=None, busy=None, cores=2):
-    return contention.Snapshot(wall=wall, own_cpu=own_cpu, stall=stall, busy=busy, cores=cores)
+def snap(wall, own_cpu, stall=None, busy=None, cores=2, waited=None):
+    return contention.Snapshot(wall=wall, own_cpu=own_cpu, stall=stall, busy=busy, cores=cores, waited=waited)
 
 
 def test_cpu_pressure_decides_where_the_kernel_has_it():
@@ -151,6 +151,15 @@ def test_cpu_pressure_decides_where_the_kernel_has_it():
     # Tasks waited for a CPU half of the time: contended, whatever this process's share.
     busy = contention.between(snap(0, 0, stall=10.0), snap(1.0, 0.95, stall=10.5))
     assert (busy.source, busy.value, busy.contended) == (contention.CPU_PRESSURE, 0.5, True)
+
+
+def test_machine_wide_pressure_counts_only_when_this_thread_waited_too():
+    # Tasks waited half the time, but not this thread (it had its core): others stalled each other.
+    elsewhere = contention.between(snap(0, 0, stall=10.0, waited=3.0), snap(1.0, 0.9, stall=10.5, waited=3.02))
+    assert (elsewhere.source, elsewhere.contended, round(elsewhere.waited, 6)) == (contention.CPU_PRESSURE, False, 0.02)
+    ours = contention.between(snap(0, 0, stall=10.0, waited=3.0), snap(1.0, 0.5, stall=10.5, waited=3.45))
+    assert ours.contended is True
+    assert engine.busy_phrase(ours) == "CPU pressure 50%: tasks waited for a CPU, this thread 45%"
 
 
 def test_busy_time_minus_our_own_is_the_fallback_and_the_process_share_the_last():

@@ -6,7 +6,11 @@ an idle machine. So the machine is read, in this order, from the first source it
 
 1. ``cpu-pressure``: the kernel's CPU pressure (PSI, ``/proc/pressure/cpu``), its "some" stall
    time over the window: the share of wall time during which at least one runnable task waited
-   for a CPU. Nothing waits on an idle machine, whatever the kernel under test does;
+   for a CPU. Nothing waits on an idle machine, whatever the kernel under test does. PSI is
+   machine-wide, so where the kernel also gives this thread's own run-queue wait
+   (``/proc/thread-self/schedstat``) the stall counts only when this thread waited too (over
+   CONTENDED_WAIT of the window): a neighbour stalling another neighbour on a core we do not
+   use took nothing from us;
 2. ``busy-time``: the machine's busy time from ``/proc/stat`` (steal included) minus this
    process's own CPU time: how many cores other processes kept busy;
 3. ``process-share``: this process's CPU time over the wall time, the last resort (it cannot
@@ -29,6 +33,8 @@ PROC = Path("/proc")  # the tests point it at a folder of their own
 # PSI: at least one task waited for a CPU during more than this share of the window. Two busy
 # processes on one core stall each other about half the time; an idle machine reads 0.
 CONTENDED_STALL = 0.25
+# schedstat: this thread waited on the run queue (runnable, another task on its core) this share of the window.
+CONTENDED_WAIT = 0.10
 # /proc/stat: other processes kept more cores busy than all but ours plus this share of ours.
 CONTENDED_CORE_SHARE = 0.25
 # This process's own share of a core under which it shared its core (the last resort). Undisturbed
@@ -45,6 +51,7 @@ class Snapshot:
     wall: float  # seconds, from the wall clock
     own_cpu: float  # this process's CPU seconds
     stall: float | None = None  # PSI cpu "some" total, seconds
+    waited: float | None = None  # this thread's run-queue wait (schedstat), seconds
     busy: float | None = None  # /proc/stat busy CPU seconds over all cores
     cores: int = 1
 
@@ -57,6 +64,7 @@ class Busy:
     value: float  # stall share of wall time | cores other processes used | this process's share of a core
     cores: int
     contended: bool
+    waited: float | None = None  # with CPU_PRESSURE: the share of the window this thread waited for a CPU
 
 
 def _stall_seconds(proc: Path) -> float | None:
@@ -68,6 +76,13 @@ def _stall_seconds(proc: Path) -> float | None:
     except (OSError, ValueError, KeyError):
         return None
     return None
+
+
+def _waited_seconds(proc: Path) -> float | None:
+    try:
+        return int((proc / "thread-self" / "schedstat").read_text().split()[1]) / 1e9  # nanoseconds
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _busy_seconds(proc: Path) -> tuple[float, int] | None:
@@ -90,7 +105,7 @@ def snapshot(own_cpu: Callable[[], float] = time.process_time, wall: Callable[[]
              proc: Path | None = None) -> Snapshot:
     proc = PROC if proc is None else proc
     busy = _busy_seconds(proc)
-    return Snapshot(wall=wall(), own_cpu=own_cpu(), stall=_stall_seconds(proc),
+    return Snapshot(wall=wall(), own_cpu=own_cpu(), stall=_stall_seconds(proc), waited=_waited_seconds(proc),
                     busy=busy[0] if busy else None, cores=busy[1] if busy else 1)
 
 
@@ -101,7 +116,10 @@ def between(start: Snapshot, end: Snapshot) -> Busy:
         return Busy(PROCESS_SHARE, 1.0, end.cores, False)
     if start.stall is not None and end.stall is not None:
         stall = max(0.0, end.stall - start.stall) / wall
-        return Busy(CPU_PRESSURE, stall, end.cores, stall > CONTENDED_STALL)
+        if start.waited is None or end.waited is None:
+            return Busy(CPU_PRESSURE, stall, end.cores, stall > CONTENDED_STALL)
+        waited = max(0.0, end.waited - start.waited) / wall
+        return Busy(CPU_PRESSURE, stall, end.cores, stall > CONTENDED_STALL and waited > CONTENDED_WAIT, waited)
     own = max(0.0, end.own_cpu - start.own_cpu)
     if start.busy is not None and end.busy is not None:
         others = max(0.0, end.busy - start.busy - own) / wall
