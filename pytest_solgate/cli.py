@@ -40,8 +40,22 @@ def _min_change_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _ini() -> tuple[dict[str, Any], Settings, str]:
+    """The ``sol_*`` ini options pytest would read here (support/inifile.py), parsed as the plugin
+    parses them, and the file they came from: every command's defaults are pytest's."""
+    from pytest_solgate.support.errors import OptionError
+    from pytest_solgate.support.inifile import sol_options
+    from pytest_solgate.support.settings import parse_settings
+
+    raw, path = sol_options(Path.cwd())
+    try:
+        return raw, parse_settings(raw), str(path)
+    except OptionError as exc:
+        raise UsageFailure(f"{path}: {exc}") from None
+
+
 def _min_change(args: argparse.Namespace) -> float:
-    value = args.min_change if args.min_change is not None else Settings().min_change
+    value = args.min_change if args.min_change is not None else _ini()[1].min_change
     if not 0 <= value < 1:
         raise UsageFailure(f"--min-change={value}: give a fraction in [0, 1), e.g. 0.025")
     return value
@@ -58,6 +72,9 @@ def _history_path(args: argparse.Namespace) -> str:
         return _location(args.history, "--history")
     if os.environ.get(HISTORY_VARIABLE):
         return _location(os.environ[HISTORY_VARIABLE], HISTORY_VARIABLE)
+    raw, settings, ini_path = _ini()
+    if raw.get("sol_history"):  # as pytest reads it: the same history for the plugin and the command
+        return _location(settings.history, f"sol_history in {ini_path}")
     return str(_state_dir() / "history.db")
 
 
@@ -108,9 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("head", help="the head commit (a git ref or sha)")
     p.add_argument("--max-regression", type=float, default=None,
                    help="tolerance (default: each measurement's recorded max_regression, else "
-                        f"{Settings().max_regression})")
-    p.add_argument("--window", type=int, default=Settings().baseline_window,
-                   help="clean runs along BASE's first-parent ancestry that form the baseline (default: %(default)s)")
+                        f"sol_max_regression, else {Settings().max_regression})")
+    p.add_argument("--window", type=int, default=None,
+                   help="clean runs along BASE's first-parent ancestry that form the baseline (default: "
+                        f"sol_baseline_window, else {Settings().baseline_window})")
     _min_change_arg(p)
     _history_arg(p)
     p = sub.add_parser("accept", help="accept a deliberate slowdown at COMMIT: its level becomes the baseline from there on")
@@ -289,12 +307,13 @@ def _open_history(location: str, create: bool = False) -> Any:
 def _cmd_history(args: argparse.Namespace) -> int:
     from pytest_solgate.support import units
 
+    if args.json and not args.changes:  # arguments are checked before anything is opened
+        raise UsageFailure("history: --json goes with --changes")
+    min_change = _min_change(args)
     with _open_history(_history_path(args)) as store:
         results = store.summaries(args.pattern)
-    if args.json and not args.changes:
-        raise UsageFailure("history: --json goes with --changes")
     if args.changes:
-        return _print_changes(results, _min_change(args), args.json)
+        return _print_changes(results, min_change, args.json)
     if not results:
         print("no recorded results" + (f" match '{args.pattern}'" if args.pattern else ""))
         return 0
@@ -314,11 +333,21 @@ def _series(results: list) -> dict[tuple[str, str, str, str], list[dict[str, Any
     return store.commit_series(results, gitinfo.commit_times(".", commits))
 
 
+def _changes_of(points: list[dict[str, Any]], min_change: float) -> Any:
+    """The change points of one series, with the commits the gate failed as regressed named too
+    (changepoints.find): `--changes`, its JSON and the trend page tell the gate's story."""
+    from pytest_solgate.judge import changepoints
+
+    regressed = [i for i, p in enumerate(points) if p.get("regressed")]
+    return changepoints.find([p["sol"] for p in points], min_change, regressed)
+
+
 def _changes_json(test: str, name: str, profile: str, points: list, changes: Any) -> dict[str, Any]:
     return {
         "test": test, "name": name, "profile": profile,
         "steps": [{"commit": points[cp.index]["commit"], "after_commit": points[cp.index - 1]["commit"],
-                   "before": cp.before, "after": cp.after, "change": cp.change, "provisional": cp.provisional}
+                   "before": cp.before, "after": cp.after, "change": cp.change, "provisional": cp.provisional,
+                   "by_gate": cp.by_gate}
                   for cp in changes.points],
         "outliers": [{"commit": points[o.index]["commit"], "sol": o.value, "level": o.level, "change": o.change}
                      for o in changes.outliers],
@@ -329,14 +358,13 @@ def _changes_json(test: str, name: str, profile: str, points: list, changes: Any
 def _print_changes(results: list, min_change: float, as_json: bool = False) -> int:
     import json
 
-    from pytest_solgate.judge import changepoints
     from pytest_solgate.support import units
 
     found = 0
     notes = []
     listed = []
     for (test, name, profile, _ceilings), points in sorted(_series(results).items()):
-        changes = changepoints.find([p["sol"] for p in points], min_change)
+        changes = _changes_of(points, min_change)
         if as_json:
             listed.append(_changes_json(test, name, profile, points, changes))
             continue
@@ -347,6 +375,7 @@ def _print_changes(results: list, min_change: float, as_json: bool = False) -> i
                 f"{at['commit'][:10]} {units.percent(cp.change, signed=True):>8}  SOL {units.sol_fine(cp.before)} -> {units.sol_fine(cp.after)}  "
                 f"{test} [{name}] {profile} (after {before['commit'][:10]}, {at['commit_time'][:10]})"
                 + ("  provisional: the newest commit; the next one confirms it" if cp.provisional else "")
+                + ("; the gate failed it as regressed" if cp.by_gate else "")
             )
         for outlier in changes.outliers:
             found += 1
@@ -387,7 +416,7 @@ def _cmd_trend(args: argparse.Namespace) -> int:
         history_path = store.location  # never a password on the page
         for (test, name, profile, ceilings), points in sorted(_series(store.summaries(args.pattern)).items()):
             try:  # over the whole series: a step is found with all the evidence there is
-                changes = changepoints.find([p["sol"] for p in points], min_change)
+                changes = _changes_of(points, min_change)
             except changepoints.ChangePointsUnavailable as exc:
                 changes, note = changepoints.Changes(), str(exc)
             newest = store.newest(test, name, profile, ceilings)
@@ -406,7 +435,10 @@ def _find_commit(ref: str, shas: set[str], history_path: str) -> str:
     """A git ref, or a unique prefix of a commit in the history."""
     from pytest_solgate.record import gitinfo
 
-    sha = gitinfo.resolve(".", ref) if ref else None
+    try:
+        sha = gitinfo.resolve(".", ref) if ref else None
+    except gitinfo.AmbiguousCommit as exc:
+        raise UsageFailure(f"compare: {exc}") from None
     if sha:
         return sha
     matches = sorted(s for s in shas if ref and s.startswith(ref))
@@ -425,6 +457,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     if args.max_regression is not None and not 0 <= args.max_regression < 1:
         raise UsageFailure(f"--max-regression={args.max_regression}: give a fraction in [0, 1)")
+    ini = _ini()[1]
+    if args.window is None:
+        args.window = ini.baseline_window
     if not 1 <= args.window <= 100:
         raise UsageFailure(f"--window={args.window}: give a whole number of runs from 1 to 100")
     min_change = _min_change(args)
@@ -448,7 +483,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if not any(windows.values()):
         itself = " other than HEAD's own (a commit is never in its own window)" if base_sha == head_sha else ""
         raise UsageFailure(f"compare: no clean results for '{args.base}' or its ancestors in {history_path}{itself}")
-    settings = verdict.JudgeSettings(gate="fail", commit=head_sha)
+    settings = verdict.JudgeSettings(gate="fail", commit=head_sha, max_regression=ini.max_regression)
     regressed = 0
     print(f"{'test [name]':<60} {'base':>7} {'head':>7} {'change':>8} {'floor':>7}  verdict")
     for key, h in sorted(head.items()):
@@ -493,9 +528,17 @@ def _cmd_accept(args: argparse.Namespace) -> int:
     reason = args.reason.strip()
     if not reason:
         raise UsageFailure("accept: --reason is empty; say why the slowdown is accepted (it is kept in the history)")
-    sha = gitinfo.resolve(".", args.commit)
+    try:
+        sha = gitinfo.resolve(".", args.commit)
+    except gitinfo.AmbiguousCommit as exc:
+        raise UsageFailure(f"accept: {exc}") from None
     if sha is None:
         raise UsageFailure(f"accept: '{args.commit}' is not a commit of the git repository here; give a ref or sha")
+    if not gitinfo.is_first_parent_ancestor(".", sha):
+        # Baselines are read along HEAD's first-parent chain: an accept anywhere else never applies.
+        raise UsageFailure(f"accept: {sha[:10]} ('{args.commit}') is not on the first-parent chain of HEAD, where "
+                           "baselines are read, so the accept would never apply; accept the commit as it landed on "
+                           "this branch (after a squash or rebase, its new sha)")
     try:
         who = getpass.getuser()
     except (KeyError, OSError):
@@ -503,11 +546,34 @@ def _cmd_accept(args: argparse.Namespace) -> int:
     accept = {"commit_sha": sha, "pattern": args.pattern, "reason": reason, "accepted_by": who,
               "accepted_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     with _open_history(_history_path(args), create=True) as store:
+        matched = _accepted_tests(args.pattern, store.tests(), store.location)
         store.record_accept(accept)
         location = store.location
-    print(f"accepted the level at {sha[:10]} for {'every test' if args.pattern == '*' else repr(args.pattern)} "
-          f"in {location}: baselines start there from now on ({reason})")
+    scope = "every test" if args.pattern == "*" else f"{args.pattern!r} ({len(matched)} recorded test(s): {_listed(matched)})"
+    print(f"accepted the level at {sha[:10]} for {scope} in {location}: baselines start there from now on ({reason})")
     return 0
+
+
+def _accepted_tests(pattern: str, tests: list[str], location: str) -> list[str]:
+    """The recorded tests an accept's pattern matches; none is refused, with the close matches
+    (an accept that matches nothing would never apply, and would say it did)."""
+    import difflib
+
+    from pytest_solgate.record.store import matches
+
+    matched = [test for test in tests if matches(pattern, test)]
+    if matched or pattern == "*":
+        return matched
+    names = sorted({test.split("::")[-1] for test in tests})
+    close = difflib.get_close_matches(pattern.strip("*"), names, n=3, cutoff=0.6)
+    hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
+    raise UsageFailure(f"accept: the pattern {pattern!r} matches no recorded test in {location} "
+                       f"({len(tests)} recorded); {hint}see `solgate history`")
+
+
+def _listed(names: list[str], most: int = 3) -> str:
+    shown = ", ".join(name.split("::")[-1] for name in names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def _cmd_import(args: argparse.Namespace) -> int:

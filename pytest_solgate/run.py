@@ -285,9 +285,9 @@ class Run:
         for m in judged:
             effect = self.engine.effect(m)
             if effect == "fail":  # as a note beside the test's own error, it says which verdict it is
-                failures.append(f"{m.verdict}: {m.judgement.reason}" if body_failed else m.judgement.reason)
+                failures.append(_led_by_verdict(m) if body_failed else m.judgement.reason)
             elif effect == "warn" and not body_failed:
-                warnings.append(f"{m.verdict}: {m.judgement.reason}")
+                warnings.append(_led_by_verdict(m))
         return TestVerdicts(judged, failures, warnings)
 
     # --- the end --------------------------------------------------------------------------------
@@ -310,10 +310,11 @@ class Run:
                              self.settings.baseline, interrupted=interrupted)
         contended = [m for m in self.records if m.contended]
         if contended:
-            self.messages.append(
-                f"solgate: {len(contended)} measurement(s) taken while the machine was busy (contended: "
-                f"{contended[0].contended}); they are recorded, never baselines, and cannot fail as regressed"
-            )
+            self.messages.append(contended_line(len(contended), contended[0].contended))
+        on_time = [m for m in self.records if m.judgement and m.judgement.baseline and m.judgement.baseline.compared_on == "time"]
+        if on_time:  # once per session, not in every measurement's message
+            self.messages.append(f"solgate: {len(on_time)} measurement(s) compared on time: the ceilings changed since "
+                                 "their baselines\n  (e.g. a re-calibration), so their SOLs are not comparable")
         if run.status == "interrupted":
             # Recorded (what was measured is evidence) but never a baseline, and every output says so.
             self.messages.append(f"solgate: the session was interrupted: this run ({len(self.records)} measurement(s)) "
@@ -440,3 +441,20 @@ def _relative_prefix(rootdir: Path, top: Path) -> str:
     except ValueError:
         return ""
     return "" if str(relative) == "." else relative.as_posix() + "/"
+
+
+def contended_line(count: int, first_reason: str, width: int = 80) -> str:
+    """The end-of-session line about contended measurements, wrapped to the terminal's 80 columns
+    as the SOL table is: what happened first, then why (the first one's reading), then what it means."""
+    import textwrap
+
+    lines = [f"solgate: {count} measurement(s) taken while the machine was busy"]
+    lines += textwrap.wrap(f"({first_reason});", width, initial_indent="  ", subsequent_indent="  ")
+    lines.append("  recorded, never baselines; they cannot fail as regressed")
+    return "\n".join(lines)
+
+
+def _led_by_verdict(m: Any) -> str:
+    """A verdict's reason led by the verdict, once (a comparison's message already starts with it)."""
+    reason = m.judgement.reason
+    return reason if reason.startswith(f"{m.verdict}:") else f"{m.verdict}: {reason}"

@@ -52,6 +52,7 @@ class ChangePoint:
     before: float  # SOL level before (geometric mean of the segment)
     after: float  # SOL level from ``index`` on
     provisional: bool = False  # the step is at the newest commit: the next commit confirms it
+    by_gate: bool = False  # listed because the gate failed the commit as regressed (see ``find``)
 
     @property
     def change(self) -> float:
@@ -116,8 +117,14 @@ def _split_pays(left: Sequence[float], right: Sequence[float], penalty: float) -
     return a * b / (a + b) * gap * gap > penalty
 
 
-def find(values: Sequence[float | None], min_change: float = MIN_CHANGE) -> Changes:
-    """Change points and outliers of a SOL series (one value per commit, oldest first)."""
+def find(values: Sequence[float | None], min_change: float = MIN_CHANGE, regressed: Sequence[int] = ()) -> Changes:
+    """Change points and outliers of a SOL series (one value per commit, oldest first).
+
+    ``regressed`` are the indices of commits whose runs the gate failed as ``regressed``
+    (confirmed against their window): the gate and the history tell one story, so each of them is
+    named, as a step there (provisional at the newest commit) or as an outlier, even where the
+    series alone would not show it (the newest-commit test needs NEWEST_Z sigmas of the whole
+    series; the gate's window, its last K runs, can be quieter)."""
     kept = [i for i, v in enumerate(values) if _usable(v)]
     skipped = tuple(i for i, v in enumerate(values) if not _usable(v))
     if len(kept) < MIN_POINTS:
@@ -180,12 +187,15 @@ def find(values: Sequence[float | None], min_change: float = MIN_CHANGE) -> Chan
         if abs(gap) > bound and -math.expm1(-abs(gap)) >= min_change:
             segments[-1:] = [last[:-1], [n - 1]]
 
+    by_gate = _name_what_the_gate_failed(segments, outliers, logs, [kept.index(i) for i in regressed if i in kept])
+
     points = tuple(
         ChangePoint(
             index=kept[b[0]],
             before=math.exp(level(a)),
             after=math.exp(level(b)),
             provisional=b == [n - 1],
+            by_gate=b[0] in by_gate,
         )
         for a, b in zip(segments, segments[1:])
     )
@@ -194,3 +204,30 @@ def find(values: Sequence[float | None], min_change: float = MIN_CHANGE) -> Chan
         for j in sorted(outliers)
     )
     return Changes(points=points, outliers=found_outliers, skipped=skipped)
+
+
+def _name_what_the_gate_failed(segments: list[list[int]], outliers: set[int], logs: Sequence[float],
+                               failed: Sequence[int]) -> set[int]:
+    """Make every commit the gate failed (positions into ``logs``) the start of a step or an
+    outlier, splitting ``segments`` in place; the positions that became a step for that reason.
+
+    A failed commit inside a level becomes a step there, unless the commits after it in its level
+    lie nearer the level before it than it (the slowdown was undone: a one-commit excursion, an
+    outlier). The newest commit becomes a one-commit segment: a provisional step."""
+    added: set[int] = set()
+    for position in sorted(failed):
+        if position in outliers or any(segment[0] == position for segment in segments[1:]):
+            continue
+        segment = next(s for s in segments if position in s)
+        cut = segment.index(position)
+        if cut == 0:  # the first level of the series: no level before it to step from
+            continue
+        before = stats.mean([logs[j] for j in segment[:cut] if j not in outliers])
+        after = [logs[j] for j in segment[cut + 1:] if j not in outliers]
+        if after and abs(stats.mean(after) - before) < abs(stats.mean(after) - logs[position]):
+            outliers.add(position)
+            continue
+        where = segments.index(segment)
+        segments[where:where + 1] = [segment[:cut], segment[cut:]]
+        added.add(position)
+    return added

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from pytest_solgate import results
+from pytest_solgate.judge import wording
 from pytest_solgate.measure import backends, clocks
 from pytest_solgate.results import (
     AMBIGUOUS,
@@ -472,58 +473,52 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
             raw_change = math.exp(math.log(sol) - stats.mean([raw_values[i] for i in keep])) - 1
     floor = None if floor_log is None else 1 - math.exp(-floor_log)
     floor_text = units.percent(floor) if floor is not None else "unknown (one run)"
-    versus = (
-        f"{label(m)} SOL {sol:.3f} at {short(settings.commit)}{' (dirty)' if settings.dirty else ''} "
-        f"vs {centre:.3f} over {_commits(window)}{_at_memory_speed(raw_change)}: {units.percent(change, signed=True)}, "
-        f"tolerance {units.percent(tolerance)}, noise floor {floor_text}"
-    )
     said = list(window.notes)
     if left_out:
         said.append("left out as far off the others: " + ", ".join(
             f"{short(window.runs[i].commit)} (SOL {math.exp(values[i]):.3f})" for i in left_out))
-    if said:
-        versus += f" ({'; '.join(said)})"
-    if by_time:
-        versus += " (compared on time: the ceilings changed since the baseline, e.g. a re-calibration)"
-    versus += _clock_moved_text(m, [window.runs[i] for i in keep])
+    clock_moved = _clock_moved_text(m, [window.runs[i] for i in keep])
+    if clock_moved:
+        said.append(clock_moved)
+    # Whether it was compared on time (the ceilings changed) is said once per session (run.py).
+    facts = wording.ComparisonFacts(
+        label=label(m), verdict=PASS, change=change, tolerance=tolerance, floor=floor, sol=sol, centre=centre,
+        commit=short(settings.commit), dirty=settings.dirty, window=_commits(window), notes=tuple(said),
+        memory=_at_memory_speed(raw_change), runs=len(keep),
+    )
 
-    def result(verdict: Verdict, text: str) -> Comparison:
-        return Comparison(verdict, change, centre, spread, floor, window, compared_on, text, raw_change)
+    def result(verdict: Verdict, held_back: str = "", detail: str = "", **more: Any) -> Comparison:
+        said = dataclasses.replace(facts, verdict=verdict.value, held_back=held_back, detail=detail, **more)
+        return Comparison(verdict, change, centre, spread, floor, window, compared_on, wording.comparison_text(said),
+                          raw_change)
 
     beyond_floor = floor_log is not None and abs(math.log1p(change)) > floor_log
     shift, moved = memory_moved(m, [window.runs[i] for i in keep])
     if change < -tolerance:
         if floor_log is None:
-            return result(AMBIGUOUS, f"{versus}: one baseline run cannot show the run-to-run noise, so the drop "
-                                     "cannot be told from it; the gate decides once two runs of ancestors are recorded")
+            return result(AMBIGUOUS, wording.ONE_RUN)
         if not beyond_floor:
             advice = _advice(window, values, keep, within, spread or 0.0, tolerance, floor_text)
-            return result(AMBIGUOUS, f"{versus}: within the run-to-run noise; the tolerance is below this window's "
-                                     f"noise floor of {floor_text}: {advice}")
+            return result(AMBIGUOUS, wording.WITHIN_NOISE, advice=advice)
         if window.environment_differs:
-            return result(AMBIGUOUS, f"{versus}: would be a regression, but the baseline ran in another environment "
-                                     f"({'; '.join(window.environment_differs)}); the gate decides once runs in this "
-                                     "environment form a window")
+            return result(AMBIGUOUS, wording.OTHER_ENVIRONMENT, "; ".join(window.environment_differs))
         if m.contended:
-            return result(AMBIGUOUS, f"{versus}: would be a regression, but the machine was busy while it measured "
-                                     f"({m.contended}); a contended run cannot fail as regressed: run it alone")
+            return result(AMBIGUOUS, wording.CONTENDED, m.contended)
         if moved and abs(math.log1p(change)) <= floor_log + abs(shift):
-            return result(AMBIGUOUS, f"{versus}: would be a regression, but {moved}, and the drop is within the noise "
-                                     "floor plus the probe's own shift; the gate decides on a run in the window's "
-                                     "state (run it again)")
-        beyond = " and the machine's shift by the memory probe" if moved else ""
-        return result(REGRESSED, f"{versus}: regressed (beyond the tolerance and the noise: 99 % t prediction bound "
-                                 f"over {len(keep)} runs{beyond})")
-    if change > tolerance and beyond_floor:
+            return result(AMBIGUOUS, wording.MEMORY_MOVED, moved)
+        return result(REGRESSED, probe_beyond=bool(moved))
+    if change > tolerance:
+        if not beyond_floor:  # say why a large gain is not `improved`
+            return result(PASS, wording.WITHIN_NOISE if floor_log is not None else wording.ONE_RUN)
         if moved:
-            return result(PASS, f"{versus}: would be an improvement, but {moved}")
-        return result(IMPROVED, f"{versus}: improved")
-    return result(PASS, versus)
+            return result(PASS, wording.MEMORY_MOVED, moved)
+        return result(IMPROVED)
+    return result(PASS)
 
 
 def _clock_moved_text(m: Measurement, runs: Sequence[BaselineRun]) -> str:
-    """' (the SM clock moved ...)' when this unlocked run's SM clock over its timed region lies
-    more than clocks.CLOCK_MOVED from its window's; '' otherwise (a locked run's clock is held)."""
+    """'the SM clock moved ...' when this unlocked run's SM clock over its timed region lies more
+    than clocks.CLOCK_MOVED from its window's; '' otherwise (a locked run's clock is held)."""
     if str(m.environment.get(clocks.ENVIRONMENT_KEY, "")).startswith("locked"):
         return ""
     window_clocks = [run.sm_clock_mhz for run in runs]
@@ -531,9 +526,9 @@ def _clock_moved_text(m: Measurement, runs: Sequence[BaselineRun]) -> str:
     if moved is None:
         return ""
     centre = m.timing.sm_clock_mhz / (1 + moved)
-    return (f" (the SM clock moved {units.percent(moved, signed=True)}: {m.timing.sm_clock_mhz:.0f} MHz over this "
+    return (f"the SM clock moved {units.percent(moved, signed=True)}: {m.timing.sm_clock_mhz:.0f} MHz over this "
             f"run's timed region vs {centre:.0f} MHz over the window's; clocks unlocked: --sol-lock-clocks=base "
-            "compares at one clock)")
+            "compares at one clock")
 
 
 def confirm(first: Measurement, second: Measurement) -> Measurement:
@@ -615,10 +610,9 @@ def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, setting
             return done(results.PASS, f"no budget on {m.profile}: the marker's {' and '.join(f'{k}=' for k in unmatched)} "
                                       "globs match other profiles only; no baseline: recorded")
         return done(results.PASS, f"no budget for {m.profile} and no baseline: recorded")
-    reason = f"{label(m)} SOL {sol:.2f} {where}: {describe(m)}, {timing_phrase(m)}"
-    if versus is not None:
-        reason += f"; {versus.text}"
-    return done(results.PASS, reason)
+    if versus is not None:  # the comparison's short first line leads; the measurement's facts follow
+        return done(results.PASS, f"{versus.text}\n  {describe(m)} {where}, {timing_phrase(m)}")
+    return done(results.PASS, f"{label(m)} SOL {sol:.2f} {where}: {describe(m)}, {timing_phrase(m)}")
 
 
 def judged(m: Measurement) -> bool:

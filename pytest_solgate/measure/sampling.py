@@ -127,11 +127,38 @@ def _check_callable(fn: Any, test: str, which: str) -> None:
             f"{test}: sol.measure got an async function{where}; only its coroutine would be created, never run: "
             f"{PLAIN_CALLABLE} (e.g. lambda: asyncio.run(kernel()))"
         )
+    takes = _required_arguments(fn)
+    if takes:
+        raise MeasureError(
+            f"{test}: sol.measure needs a zero-argument callable{where}; {_name(fn)} takes {takes}: "
+            f"{PLAIN_CALLABLE} with its arguments bound (e.g. lambda: add(x, y, out))"
+        )
     if inspect.isgeneratorfunction(fn):
         raise MeasureError(
             f"{test}: sol.measure got a generator function{where}; calling it only creates a generator, and none "
             f"of its body runs: {PLAIN_CALLABLE} (e.g. lambda: list(kernel()), or a function that returns)"
         )
+
+
+def _required_arguments(fn: Any) -> str:
+    """The arguments ``fn`` cannot be called without, e.g. "an argument 'x'"; '' when it can be
+    called with none (or its signature cannot be read, as for some builtins: then the call tells)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return ""
+    required = [name for name, p in signature.parameters.items()
+                if p.default is inspect.Parameter.empty
+                and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+    if not required:
+        return ""
+    names = ", ".join(repr(name) for name in required)
+    return f"an argument {names}" if len(required) == 1 else f"{len(required)} arguments ({names})"
+
+
+def _name(fn: Any) -> str:
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    return "the lambda" if name.endswith("<lambda>") else f"'{name}'"
 
 
 def ran_nothing(result: Any) -> str | None:
@@ -156,6 +183,7 @@ def rotating(calls: Any) -> Callable[[], Any]:
     position = [0]
 
     def call_next() -> Any:
+        __tracebackhide__ = True  # a kernel that raises shows its own traceback, not ours
         index = position[0]
         position[0] = (index + 1) % len(calls)
         return calls[index]()

@@ -54,7 +54,10 @@ def start_commit(root: Path, spec: str, head: gitinfo.GitFacts) -> str | None:
         if head.commit is None:
             return None
         return head.commit if head.dirty else gitinfo.resolve(root, f"{head.commit}^")
-    sha = gitinfo.resolve(root, spec)
+    try:
+        sha = gitinfo.resolve(root, spec)
+    except gitinfo.AmbiguousCommit as exc:
+        raise OptionError(f"--sol-baseline={spec}: {exc}") from None
     if sha is None:
         where = "is not a git repository" if head.commit is None else "has no such commit"
         raise OptionError(

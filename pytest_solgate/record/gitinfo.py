@@ -12,6 +12,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_solgate.support.errors import OptionError
+
 MAX_ANCESTORS = 500
 
 
@@ -75,8 +77,44 @@ def state_dir(start: str | Path) -> Path:
     return project_root(start) / ".solgate"
 
 
+class AmbiguousCommit(OptionError):
+    """A short sha that prefixes several commits: named as ambiguous, with the candidates."""
+
+    def __init__(self, ref: str, candidates: list[str]):
+        self.ref, self.candidates = ref, candidates
+        shown = ", ".join(c[:12] for c in candidates[:6]) + (", ..." if len(candidates) > 6 else "")
+        super().__init__(f"'{ref}' is ambiguous: it is the start of {len(candidates)} commits ({shown}); "
+                         "give more digits")
+
+
 def resolve(cwd: str | Path, ref: str) -> str | None:
-    return git(cwd, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    """The commit ``ref`` names, or None when it names none. A short sha that prefixes several
+    commits raises AmbiguousCommit (git's ``rev-parse --verify --quiet`` only prints nothing), so
+    every command that takes a commit says so, with the candidates."""
+    sha = git(cwd, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    if sha is None and ref_is_short_sha(ref):
+        candidates = commits_starting(cwd, ref)
+        if len(candidates) > 1:
+            raise AmbiguousCommit(ref, candidates)
+    return sha
+
+
+def ref_is_short_sha(ref: str) -> bool:
+    return 4 <= len(ref) < 40 and all(c in "0123456789abcdefABCDEF" for c in ref)
+
+
+def commits_starting(cwd: str | Path, prefix: str) -> list[str]:
+    """The commits whose sha starts with ``prefix`` (other objects, trees and blobs, left out)."""
+    objects = git(cwd, "rev-parse", f"--disambiguate={prefix.lower()}")
+    if not objects:
+        return []
+    checked = git(cwd, "cat-file", "--batch-check=%(objectname) %(objecttype)", stdin=objects + "\n")
+    return sorted(line.split()[0] for line in (checked or "").splitlines() if line.endswith(" commit"))
+
+
+def is_first_parent_ancestor(cwd: str | Path, commit: str, head: str = "HEAD") -> bool:
+    """Whether ``commit`` is ``head`` or on its first-parent chain (where baselines are read)."""
+    return commit in first_parent_chain(cwd, head, limit=100_000)
 
 
 def first_parent_chain(cwd: str | Path, start: str, limit: int = MAX_ANCESTORS) -> list[str]:

@@ -329,11 +329,14 @@ def commit_series(
         point["runs"].append(m.sol)
         point["times"].append(m.seconds)
         point["verdict"] = m.verdict or "-"
+        point.setdefault("verdicts", []).append(m.verdict or "-")
         point["started_at"] = max(point["started_at"], run["started_at"])
     series = {}
     for key, points in grouped.items():
         ordered = sorted(points.values(), key=lambda p: (p["commit_time"], p["started_at"]))
-        series[key] = [{**p, "sol": median(p["runs"]), "seconds": median(p["times"])} for p in ordered]
+        series[key] = [{**p, "sol": median(p["runs"]), "seconds": median(p["times"]),
+                        # every clean run at the commit failed as regressed: the gate's decision
+                        "regressed": all(v == "regressed" for v in p["verdicts"])} for p in ordered]
     return series
 
 

@@ -1,0 +1,207 @@
+# ruff: noqa: F811  (the repo fixtures of test_history are imported, and taken as arguments)
+"""Contention is what other processes took, not this process's own share of a core (issue 30).
+
+A kernel that waits (a sleep, I/O, a lock, a device) gets a small share of a core on an idle
+machine; it must be judged like any other. The kernel here *really* sleeps (so this process's own
+share is low, as the old rule read it) while its duration comes from the tests' fake clock (so
+no verdict depends on how loaded this machine is); the machine's counters come from a folder of
+fake /proc files that read an idle machine, or from the real /proc where the test says so.
+"""
+
+import json
+import os
+import sys
+
+import pytest
+from test_history import STEADY, Repo, repo, sqlite_repo  # noqa: F401 (fixtures)
+
+from pytest_solgate import engine
+from pytest_solgate.measure import contention
+from pytest_solgate.run import contended_line
+
+real_contention = engine.contention  # before conftest's patch (test modules are imported first)
+
+IDLE_PRESSURE = "some avg10=0.00 avg60=0.00 avg300=0.00 total=1000\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+
+NAPPING_KERNEL = '''
+import json, pathlib, time
+import pytest
+from pytest_solgate.measure import backends, contention
+
+FAKE_NS = [0]
+SPEED = json.loads(pathlib.Path(__file__).with_name("speed.json").read_text())
+CALLS = pathlib.Path(__file__).with_name("calls.out")
+
+def nap(seconds):
+    FAKE_NS[0] += round(seconds * 1e9)  # the kernel's duration, on the fake clock
+    time.sleep(SPEED.get("real_sleep", 1e-3))  # it really waits: this process's share of a core is low
+    with CALLS.open("a") as calls:
+        calls.write("call\\n")
+
+@pytest.fixture(autouse=True)
+def _napping(monkeypatch):
+    monkeypatch.setattr(backends.CpuBackend, "now", staticmethod(lambda: (FAKE_NS[0],) * 3))
+    monkeypatch.setattr(backends.CpuBackend, "copy_probe", lambda self: FAKE_NS.__setitem__(0, FAKE_NS[0] + 1_000_000))
+    monkeypatch.setattr(backends.CpuBackend, "flush", lambda self: None)  # no CPU work of ours between the naps
+    if SPEED.get("proc"):
+        monkeypatch.setattr(contention, "PROC", pathlib.Path(SPEED["proc"]))
+
+def test_kernel(sol):
+    sol.measure(lambda: nap(SPEED["seconds"]), bytes=0.4e6)
+'''
+
+
+@pytest.fixture
+def idle_proc(tmp_path_factory):
+    """A /proc whose CPU pressure never moves: an idle machine."""
+    folder = tmp_path_factory.mktemp("proc")
+    (folder / "pressure").mkdir()
+    (folder / "pressure" / "cpu").write_text(IDLE_PRESSURE)
+    (folder / "stat").write_text("cpu  100 0 100 1000 0 0 0 0 0 0\ncpu0 100 0 100 1000 0 0 0 0 0 0\n")
+    return folder
+
+
+class NappingRepo:
+    """test_history's repository with the napping kernel, seeded with a steady window."""
+
+    def __init__(self, repo: Repo, proc, monkeypatch):
+        monkeypatch.setattr(engine, "contention", real_contention)  # the rule itself is under test here
+        self.repo, self.proc = repo, proc
+        (repo.path / "test_kernels.py").write_text(NAPPING_KERNEL)
+        (repo.path / ".gitignore").write_text(".solgate/\n*.out\n")
+
+    def commit(self, message, seconds, **extra):
+        self.repo.commit(message, seconds=seconds, proc=str(self.proc), **extra)
+
+    def run(self, *args):
+        (self.repo.path / "calls.out").unlink(missing_ok=True)
+        return self.repo.run(*args)
+
+
+def _napping(repo, idle_proc, monkeypatch):
+    napping = NappingRepo(repo, idle_proc, monkeypatch)
+    repo.seed(STEADY)  # SOL about 0.39: a 1 ms nap
+    return napping
+
+
+def test_a_napping_kernel_on_an_idle_machine_is_not_contended_its_regression_fails_and_its_relanding_too(
+        repo, idle_proc, monkeypatch):
+    napping = _napping(repo, idle_proc, monkeypatch)
+    napping.commit("40 % slower", seconds=1.4e-3)
+    result, verdicts, _ = napping.run()
+    kernel = verdicts["test_kernel"]
+    assert "contended" not in kernel, kernel
+    assert kernel["verdict"] == "regressed", kernel["reason"]
+    assert kernel["baseline"]["confirmed"] is True
+    result.assert_outcomes(failed=1)
+    napping.commit("re-landed as it was", seconds=1.4e-3)
+    result, verdicts, _ = napping.run()
+    assert verdicts["test_kernel"]["verdict"] == "regressed", verdicts["test_kernel"]["reason"]
+
+
+def test_a_napping_kernel_regression_fails_in_a_detached_head_ci_checkout(sqlite_repo, idle_proc, monkeypatch):
+    napping = _napping(sqlite_repo, idle_proc, monkeypatch)
+    napping.commit("40 % slower", seconds=1.4e-3)
+    sqlite_repo.git("checkout", "-q", "--detach", "HEAD")  # as actions/checkout leaves a pull request
+    _, verdicts, _ = napping.run()
+    assert verdicts["test_kernel"]["verdict"] == "regressed", verdicts["test_kernel"]["reason"]
+
+
+def test_a_napping_kernel_regression_fails_through_the_baseline_ref_walk(sqlite_repo, idle_proc, monkeypatch):
+    napping = _napping(sqlite_repo, idle_proc, monkeypatch)
+    sqlite_repo.git("checkout", "-q", "-b", "feature")
+    napping.commit("40 % slower, on a branch", seconds=1.4e-3)
+    _, verdicts, _ = napping.run("--sol-baseline=main")
+    kernel = verdicts["test_kernel"]
+    assert kernel["verdict"] == "regressed", kernel["reason"]
+    assert kernel["baseline"]["commit"] == sqlite_repo.git("rev-parse", "main")
+
+
+def test_a_long_kernel_that_reads_contended_is_not_taken_again_past_its_time_budget(sqlite_repo, monkeypatch):
+    """A 1 s kernel under --sol-max-time=0.3 is called 3 times (2 warm-up calls, 1 sample); a
+    contended retake would call it 6 times and double the cost of a test already over budget."""
+    napping = NappingRepo(sqlite_repo, "", monkeypatch)
+    monkeypatch.setattr(engine, "contention", lambda *args: "CPU pressure 60%: tasks waited for a CPU")
+    napping.commit("one long kernel", seconds=1.0, real_sleep=1.0)
+    _, verdicts, _ = napping.run()
+    assert verdicts["test_kernel"]["contended"].startswith("CPU pressure 60%")
+    assert (sqlite_repo.path / "calls.out").read_text().count("call") == 3
+
+
+def test_the_end_of_session_contention_line_fits_80_columns():
+    for reason in (real_contention("", "r1", contention.Busy(contention.CPU_PRESSURE, 0.43, 2, True), True),
+                   "another solgate run (run 20261204T010203-abcdef0123456789 pid 123456) was using this device"):
+        text = contended_line(12, reason)
+        assert all(len(line) <= 80 for line in text.splitlines()), text
+        assert text.splitlines()[0] == "solgate: 12 measurement(s) taken while the machine was busy"
+        assert "cannot fail as regressed" in text and reason.split()[0] in text
+
+
+# --- the reading itself, pure -------------------------------------------------------------------
+
+
+def snap(wall, own_cpu, stall=None, busy=None, cores=2, waited=None):
+    return contention.Snapshot(wall=wall, own_cpu=own_cpu, stall=stall, busy=busy, cores=cores, waited=waited)
+
+
+def test_cpu_pressure_decides_where_the_kernel_has_it():
+    # A sleeping kernel: 5 % of a core for itself, nothing waiting: not contended.
+    idle = contention.between(snap(0, 0, stall=10.0), snap(1.0, 0.05, stall=10.0))
+    assert (idle.source, idle.contended) == (contention.CPU_PRESSURE, False)
+    # Tasks waited for a CPU half of the time: contended, whatever this process's share.
+    busy = contention.between(snap(0, 0, stall=10.0), snap(1.0, 0.95, stall=10.5))
+    assert (busy.source, busy.value, busy.contended) == (contention.CPU_PRESSURE, 0.5, True)
+
+
+def test_machine_wide_pressure_counts_only_when_this_thread_waited_too():
+    # Tasks waited half the time, but not this thread (it had its core): others stalled each other.
+    elsewhere = contention.between(snap(0, 0, stall=10.0, waited=3.0), snap(1.0, 0.9, stall=10.5, waited=3.02))
+    assert (elsewhere.source, elsewhere.contended, round(elsewhere.waited, 6)) == (contention.CPU_PRESSURE, False, 0.02)
+    ours = contention.between(snap(0, 0, stall=10.0, waited=3.0), snap(1.0, 0.5, stall=10.5, waited=3.45))
+    assert ours.contended is True
+    assert engine.busy_phrase(ours) == "CPU pressure 50%: tasks waited for a CPU, this thread 45%"
+
+
+def test_busy_time_minus_our_own_is_the_fallback_and_the_process_share_the_last():
+    # 2 cores; this process used 0.1 s of 1 s; the machine was busy 0.6 s: others used 0.5 of a core.
+    calm = contention.between(snap(0, 0, busy=5.0), snap(1.0, 0.1, busy=5.6))
+    assert (calm.source, round(calm.value, 6), calm.contended) == (contention.BUSY_TIME, 0.5, False)
+    # Others kept 1.8 of the 2 cores busy: more than the other core and a quarter of ours.
+    crowded = contention.between(snap(0, 0, busy=5.0), snap(1.0, 0.5, busy=7.3))
+    assert (crowded.source, round(crowded.value, 6), crowded.contended) == (contention.BUSY_TIME, 1.8, True)
+    alone = contention.between(snap(0, 0), snap(1.0, 0.4))
+    assert (alone.source, alone.contended) == (contention.PROCESS_SHARE, True)
+    assert contention.between(snap(0, 0), snap(0, 0)).contended is False  # no time passed (a fake clock)
+
+
+def test_the_snapshot_reads_the_kernels_files_and_lacks_what_is_missing(tmp_path, idle_proc):
+    read = contention.snapshot(lambda: 1.5, lambda: 2.5, proc=idle_proc)
+    assert (read.own_cpu, read.wall, read.stall, read.cores) == (1.5, 2.5, 1000 / 1e6, 1)
+    assert read.busy == pytest.approx(200 / os.sysconf("SC_CLK_TCK"))
+    bare = contention.snapshot(lambda: 0.0, lambda: 0.0, proc=tmp_path)  # no PSI, no /proc/stat
+    assert (bare.stall, bare.busy) == (None, None)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_real_machine_is_read():
+    read = contention.snapshot()
+    assert read.busy is not None and read.cores >= 1
+    assert read.stall is not None or not os.path.exists("/proc/pressure/cpu")
+
+
+def test_the_wording_of_each_source():
+    phrase = engine.busy_phrase
+    assert phrase(contention.Busy(contention.CPU_PRESSURE, 0.43, 2, True)) == "CPU pressure 43%: tasks waited for a CPU"
+    assert phrase(contention.Busy(contention.BUSY_TIME, 1.8, 2, True)) == "other processes kept 1.8 of 2 cores busy"
+    assert phrase(contention.Busy(contention.PROCESS_SHARE, 0.4, 2, True)) == "this process got 40% of a core"
+    assert real_contention("", "r1", contention.Busy(contention.CPU_PRESSURE, 0.1, 2, False), on_cpu=True) == ""
+
+
+def test_results_json_names_no_contention_for_a_napping_kernel_alone(sqlite_repo, idle_proc, monkeypatch):
+    """The same napping kernel with no window at all: recorded, not contended, so a baseline."""
+    napping = NappingRepo(sqlite_repo, idle_proc, monkeypatch)
+    napping.commit("first", seconds=1e-3)
+    result, verdicts, data = napping.run()
+    assert "contended" not in verdicts["test_kernel"]
+    assert "taken while the machine was busy" not in result.stdout.str()
+    assert json.dumps(data)  # the file is whole
