@@ -19,7 +19,7 @@ import pytest
 
 from pytest_solgate.support.errors import OptionError, SolgateError
 from pytest_solgate.support.locations import one_line, redact
-from pytest_solgate.support.settings import HISTORY_VARIABLE, OPTIONS, Settings, parse_settings
+from pytest_solgate.support.settings import OPTIONS, Settings, naming_history, parse_settings
 
 # Only what every run needs is imported here and in run.py: a suite that never measures must not pay
 # for the engine, the history or the reports (benchmarks/overhead.py keeps us honest).
@@ -108,9 +108,7 @@ class SolgateSession:
 
         self.config = config
         self.is_worker = hasattr(config, "workerinput")
-        history_source = ("--sol-history" if config.getoption("sol_history") is not None
-                          else HISTORY_VARIABLE if os.environ.get(HISTORY_VARIABLE)
-                          else "ini sol_history" if config.getini("sol_history") else "default")
+        history_source = naming_history(config.getoption("sol_history"), os.environ, config.getini("sol_history"))
         self.run = Run(
             settings,
             rootdir=Path(config.rootpath),
@@ -233,8 +231,7 @@ class SolgateSession:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        self.run.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
-        if self.run.history_lost and session.exitstatus == pytest.ExitCode.OK:
+        if self.run.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED) and exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # pytest returns what this hook leaves here
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:

@@ -292,12 +292,12 @@ class Run:
 
     # --- the end --------------------------------------------------------------------------------
 
-    def finish(self, interrupted: bool) -> None:
+    def finish(self, interrupted: bool) -> bool:
         """Record the run (or spool it), then write every output asked for; what there is to say
-        goes to ``messages``."""
+        goes to ``messages``. True when the session must fail: a required history was not written."""
         wanted = (self.settings.report, self.settings.json, self.settings.markdown, self.settings.benchmark_action)
         if self.is_worker or not (self.records or any(wanted)):
-            return
+            return False
         from pytest_solgate.measure import ncu
 
         if ncu.is_child():
@@ -341,6 +341,7 @@ class Run:
             self.settings, run, self.records, self.invocation_dir, self.state_dir,
             self.profile_option, [scored] if scored is not None else [],
         )
+        return self.history_lost
 
 
 class SolFixture:

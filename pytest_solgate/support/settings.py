@@ -114,6 +114,15 @@ class Settings:
     require_history: str = "auto"
 
 
+def naming_history(option: str | None, environ: Mapping[str, str], ini: str | None) -> str:
+    """Which setting named the history, in the order they win (for the advice of its messages)."""
+    if option is not None:
+        return "--sol-history"
+    if environ.get(HISTORY_VARIABLE):
+        return HISTORY_VARIABLE
+    return "ini sol_history" if ini else "default"
+
+
 def history_required(setting: str, environ: Mapping[str, str]) -> bool:
     """Whether a history write that fails fails the run: ``yes``, ``no``, or ``auto``: when the
     environment says it is CI (``CI`` set to anything but empty, 0, false or no, as GitHub,
