@@ -40,8 +40,10 @@ def pytest_configure(config):
     # numpy and ruptures (change points, read by every baseline lookup) likewise; and the engine,
     # so that the fake clock's patch of engine.CPU_CLOCKS reaches the module the plugin uses (a
     # module first imported inside a run is imported afresh by the next, and the package keeps
-    # pointing at the old one).
-    for module in ("torch", "psycopg", "numpy", "ruptures", "pytest_solgate.engine"):
+    # pointing at the old one). Triton too: a fake-GPU session builds measure/sm_clock.py's Triton
+    # stamp kernel, and a Triton imported afresh after a pytester test aborted the next test that
+    # used torch's flop counter (the xdist worker crashed in test_work.py).
+    for module in ("torch", "triton", "psycopg", "numpy", "ruptures", "pytest_solgate.engine"):
         try:
             __import__(module)
         except ImportError:
