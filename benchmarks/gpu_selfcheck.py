@@ -14,7 +14,7 @@ on) on a case whose answer is known, and returns one verdict line for results.md
   session (measure/sampling.py), and this line says which torch this device has.
 
 On the GPU, ``run_on_device()``; in a dry run on a CPU, ``run_on_fake_gpu()``: the same checks
-against the fake GPU of tests/test_gpu_paths.py (its clock, L2 and NVML), so that the step's code
+against the fake GPU of tests/fake_gpu.py (its clock, L2 and NVML), so that the step's code
 runs before a device is lent. The capture check runs last: on an affected torch it leaves the
 process unable to capture.
 
@@ -232,9 +232,9 @@ def run_on_device() -> list[Verdict]:
 
 
 def run_on_fake_gpu() -> list[Verdict]:
-    """The dry run's form: the fake GPU of tests/test_gpu_paths.py, with its NVML and clock."""
+    """The dry run's form: the fake GPU of tests/fake_gpu.py, with its NVML and clock."""
     sys.path.insert(0, str(ROOT / "tests"))
-    import test_gpu_paths as fakes
+    import fake_gpu as fakes
 
     from pytest_solgate.measure import backends, sm_clock, telemetry
 

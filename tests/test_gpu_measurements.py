@@ -1,4 +1,4 @@
-"""Issue 29, parts 2-5, on the fake GPU of test_gpu_paths.py: energy per call, clock locking, work
+"""Issue 29, parts 2-5, on the fake GPU of fake_gpu.py: energy per call, clock locking, work
 the timer cannot see, and measured DRAM bytes under a fake ``ncu`` on PATH.
 
 The pytester runs go through the real plugin, engine, sampling loop, CUDA backend, judge, history
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import signal
 import subprocess
@@ -20,63 +19,11 @@ import textwrap
 import types
 
 import pytest
-from test_gpu_paths import FakeGpu, FakeNvml, FakeStream, cuda_backend
+from fake_gpu import BUSY_WATTS, EnergyNvml, FakeGpu, FakeStream, cuda_backend
 
 from pytest_solgate.measure import block, clocks, ncu
 
-BUSY_WATTS, IDLE_WATTS = 600.0, 60.0
-ENERGY_STEP_SECONDS = 0.010
 COPY_BYTES = 400_000_000  # 100 us from the fake DRAM (4 TB/s); T_SOL on h200 (4.8 TB/s) 83 us: SOL 0.83
-
-
-class NvmlError(Exception):
-    """pynvml.NVMLError: the NVML return code in ``value``."""
-
-    def __init__(self, value):
-        super().__init__(f"NVML error {value}")
-        self.value = value
-
-
-class EnergyNvml(FakeNvml):
-    """The fake NVML with an energy counter and clock-lock calls (pynvml's names and constants)."""
-
-    NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NO_PERMISSION = 3, 4
-    NVML_CLOCK_LIMIT_ID_TDP = 0xFFFFFF01
-    BASE_MHZ = 1590
-
-    def __init__(self, gpu, refuse_lock=False, energy=True, **kwargs):
-        super().__init__(gpu, **kwargs)
-        self.refuse_lock, self.energy = refuse_lock, energy
-        self.locked = None  # (min, max) as last set
-        self.calls = []
-        self._step_cache = (None, 0)
-
-    def _busy_seconds_until(self, t):
-        return sum(max(0.0, min(end, t) - start) for start, end, _ in self.gpu.ops)
-
-    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
-        if not self.energy:
-            raise NvmlError(self.NVML_ERROR_NOT_SUPPORTED)
-        self.gpu.host_work(20e-6)  # an NVML call takes host time
-        step = math.floor(self.gpu.now / ENERGY_STEP_SECONDS) * ENERGY_STEP_SECONDS
-        if self._step_cache[0] != step:
-            busy = min(self._busy_seconds_until(step), step)
-            joules = IDLE_WATTS * step + (BUSY_WATTS - IDLE_WATTS) * busy
-            self._step_cache = (step, int(joules * 1e3))
-        return self._step_cache[1]
-
-    def nvmlDeviceSetGpuLockedClocks(self, handle, low, high):
-        self.calls.append(("lock", low, high))
-        if self.refuse_lock:
-            raise NvmlError(self.NVML_ERROR_NO_PERMISSION)
-        self.locked = (low, high)
-        self.clock_mhz = self.BASE_MHZ if high == self.NVML_CLOCK_LIMIT_ID_TDP else high
-        if self.gpu is not None:  # a real lock sets the clock the SMs run at, which the clock stamps read
-            self.gpu.sm_mhz = self.clock_mhz
-
-    def nvmlDeviceResetGpuLockedClocks(self, handle):
-        self.calls.append(("reset",))
-        self.locked = None
 
 
 def test_the_fake_nvml_lock_constants_and_calls_are_pynvmls():
