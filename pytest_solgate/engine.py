@@ -29,11 +29,13 @@ from pytest_solgate.measure import (
     backends,
     block,
     calibrate,
+    callables,
     clocks,
     devices,
     environment,
     locking,
     ncu,
+    phases,
     sampling,
     telemetry,
 )
@@ -267,7 +269,7 @@ class Engine:
                 f"{test}: sol.measure called inside the kernel of another measurement ({self._measuring!r}); "
                 "measure each kernel on its own, from the test body"
             )
-        fn, rotation = sampling.timeable(fn, test)  # refused before anything runs when it cannot be timed
+        fn, rotation = callables.timeable(fn, test)  # refused before anything runs when it cannot be timed
         work = make_work(flops, bytes, precision or self.settings.precision)
         context = self.context()
         while self._unsaid:
@@ -322,7 +324,7 @@ class Engine:
             reasons = ", ".join((timing.telemetry or {}).get("throttle_reasons", [])) or "SM clock under 75% of its max"
             self.warn(
                 f"{test} '{name}' was throttled ({reasons}) and stayed throttled after "
-                f"{sampling.MAX_RECOVERIES} pauses to recover; its SOL may be low for a reason other than the "
+                f"{phases.MAX_RECOVERIES} pauses to recover; its SOL may be low for a reason other than the "
                 "kernel: check cooling, power and clocks"
             )
         return Measurement(

@@ -5,6 +5,7 @@ import threading
 import time
 
 from pytest_solgate.measure import backends
+from pytest_solgate.measure.capabilities import Capabilities
 from pytest_solgate.measure.sampling import SamplingSettings, take_timing
 
 QUICK = SamplingSettings(min_time=0.01, max_time=0.2, noise=1.0, min_samples=3, warmup_time=0.0)
@@ -102,6 +103,7 @@ class ScriptedProbe(ScriptedClock):
     def __init__(self, per_call, probe_ns):
         super().__init__(per_call)
         self.probe_ns, self.probes = probe_ns, 0
+        self.capabilities = Capabilities(memory_probe=True)  # declared, as the real backend declares it when it flushes
 
     def probe(self):  # in place of the real backend's (a property: the copy when it flushes)
         self.probes += 1

@@ -325,7 +325,7 @@ def cold_rotation(gpu, sets=8, nbytes=16_000_000, then=None):
     """A 4 us kernel rotating over 8 buffer sets of 16 MB (128 MB > the 50 MB L2): batched five
     calls to a sample, each cold, so a sample of several calls that --sol-cuda-graph=auto captures.
     ``then`` runs after each kernel (a host sync, say)."""
-    from pytest_solgate.measure.sampling import rotating
+    from pytest_solgate.measure.callables import rotating
 
     def call(i):
         gpu.streaming_kernel(f"set {i}", nbytes)
@@ -395,7 +395,7 @@ def test_a_short_kernel_is_timed_on_a_cold_l2_one_call_per_sample(monkeypatch):
 
 @pytest.mark.parametrize("sets, nbytes, batched", [(8, 16_000_000, True), (3, 16_000_000, False), (8, 1_000_000, False)])
 def test_rotation_batches_only_when_its_sets_outnumber_the_calls_and_exceed_the_l2(monkeypatch, sets, nbytes, batched):
-    from pytest_solgate.measure.sampling import rotating
+    from pytest_solgate.measure.callables import rotating
 
     gpu = FakeGpu()
     backend = cuda_backend(gpu, monkeypatch)
@@ -639,7 +639,7 @@ def test_after_a_failed_capture_capture_is_off_for_the_session_and_said_once(mon
 
 
 def test_the_schema_knows_the_capture_off_timing_mode():
-    from pytest_solgate.measure.sampling import EVENTS_CAPTURE_OFF
+    from pytest_solgate.measure.phases import EVENTS_CAPTURE_OFF
     from pytest_solgate.record import schema
 
     assert EVENTS_CAPTURE_OFF in schema.MEASUREMENT["properties"]["timing_mode"]["enum"]

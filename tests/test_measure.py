@@ -2,11 +2,12 @@
 
 import pytest
 
+from pytest_solgate.measure.capabilities import Backend
 from pytest_solgate.measure.sampling import SamplingSettings, take_timing
 from pytest_solgate.support.errors import MeasureError
 
 
-class FakeBackend:
+class FakeBackend(Backend):
     """Each call of the kernel advances a fake clock by ``durations[i]``."""
 
     name = "fake"

@@ -12,6 +12,7 @@ import time
 from typing import Any, Callable, Iterator
 
 from pytest_solgate.measure import sm_clock, telemetry
+from pytest_solgate.measure.capabilities import Backend, Capabilities
 from pytest_solgate.measure.devices import DeviceChoice, cuda_uuid, last_level_cache_bytes
 from pytest_solgate.support import stats, units
 
@@ -72,7 +73,7 @@ def choose_cpu_timer(calls: list[tuple[int, int, int]]) -> tuple[str, str]:
     return THREAD_CPU_TIME, ""
 
 
-class CpuBackend:
+class CpuBackend(Backend):
     """The calling thread's CPU time (or wall time, see ``choose_cpu_timer``) around the call(s),
     after writing a buffer of twice the last-level cache outside the timed region (as the CUDA
     backend flushes L2), so that a working set that fits in cache cannot beat DRAM bandwidth.
@@ -86,15 +87,14 @@ class CpuBackend:
 
     min_sample_seconds = 100e-6
     telemetry_note = "no telemetry on the CPU backend"
-    # Short CPU calls are still batched after one flush (and say so): the flush costs about 7 ms
-    # here, so one call per sample would leave a 2 s budget a few hundred samples.
-    cold_each_call = False
-    cache_bytes = 0
 
     def __init__(self, name: str = "cpu", flush_bytes: int = 0) -> None:
         self.name = name
         self.gated = is_gated(name)
         self.flush_bytes = flush_bytes
+        # Short CPU calls are still batched after one flush (and say so), not cold each call: the
+        # flush costs about 7 ms here, so one call per sample would leave a 2 s budget a few hundred samples.
+        self.capabilities = Capabilities(memory_probe=bool(flush_bytes))
         self._flush_buffer: Any = None
         self._flush_value = 0
         self.timer = WALL_TIME  # what the record's timing_mode says; chosen for each measurement by steady()
@@ -146,17 +146,11 @@ class CpuBackend:
         self._flush_value = (self._flush_value + 1) % 256  # a new value each time: real writes
         ctypes.memset(self._flush_buffer, self._flush_value, self.flush_bytes)
 
-    def hold(self, batch: int) -> None:
-        pass  # Python calls the kernel itself: there is no queue to hold
-
     def start(self) -> tuple[int, int, int]:
         return self.now()
 
     def stop(self, token: tuple[int, int, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         return token, self.now()
-
-    def synchronize(self) -> None:
-        pass
 
     def elapsed(self, handle: tuple[tuple[int, int, int], tuple[int, int, int]]) -> float:
         (wall0, thread0, process0), (wall1, thread1, process1) = handle
@@ -166,20 +160,14 @@ class CpuBackend:
             return (thread1 - thread0) / 1e9
         return (wall1 - wall0) / 1e9
 
-    def read_telemetry(self) -> None:
-        return None
 
-
-class CudaBackend:
+class CudaBackend(Backend):
     """CUDA events on the current stream, an L2 flush of twice the L2 outside the timed region,
     and a short GPU-side spin before each sample so the launch itself is not timed."""
 
     name = "cuda"
     gated = True
     min_sample_seconds = 20e-6
-    cold_each_call = True  # a short kernel is timed alone after each flush (measure.calls_per_sample)
-    timer = "events"
-    host_pause: Callable[[float], None] = staticmethod(time.sleep)  # a fake GPU's tests pass their own clock's
 
     def __init__(
         self,
@@ -206,6 +194,13 @@ class CudaBackend:
         self.clock_stamps, self.clock_note = sm_clock.open_stamps(torch, device)
         nvml_max = self.reader.sm_clock_max if self.reader else None
         self.peak_clock_mhz = sm_clock.peak_clock_mhz(torch, device, nvml_max, clock_mhz)
+        reader = self.reader
+        self.capabilities = Capabilities(
+            events=True, graphs=True, telemetry=reader is not None, clock_lock=reader is not None,
+            energy_counter=reader is not None and reader.energy_counter() is not None,
+            sample_clock=self.clock_stamps is not None,
+            cold_each_call=True,  # a short kernel is timed alone after each flush (phases.calls_per_sample)
+        )
         # Why CUDA-graph capture is off for the rest of the session ("" while it is on): after a
         # failed capture, torch 2.11's caching allocator keeps the failed capture in
         # captures_underway (before pytorch#180395) and every later capture fails an internal assert.
