@@ -298,9 +298,9 @@ class Run:
         wanted = (self.settings.report, self.settings.json, self.settings.markdown, self.settings.benchmark_action)
         if self.is_worker or not (self.records or any(wanted)):
             return False
-        from pytest_solgate.measure import ncu
+        from pytest_solgate.measure import ncu_child
 
-        if ncu.is_child():
+        if ncu_child.is_child():
             return  # an --sol-ncu child profiles one call: it records and writes nothing
         from pytest_solgate.record.runinfo import build_run_info
         from pytest_solgate.report import outputs

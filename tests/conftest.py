@@ -38,7 +38,7 @@ def pytest_configure(config):
     # one process, and psycopg's compiled core keeps raising the exception classes of its first
     # import, so both are imported once up front, before any snapshot is taken.
     # numpy and ruptures (change points, read by every baseline lookup) likewise; and the engine,
-    # so that the fake clock's patch of engine.CPU_CLOCKS reaches the module the plugin uses (a
+    # so that the fake clock's patch of extras.CPU_CLOCKS (imported by the engine) reaches the module the plugin uses (a
     # module first imported inside a run is imported afresh by the next, and the package keeps
     # pointing at the old one). Triton too: a fake-GPU session builds measure/sm_clock.py's Triton
     # stamp kernel, and a Triton imported afresh after a pytester test aborted the next test that
@@ -110,10 +110,10 @@ def _cpu_share(request, tmp_path_factory):
 def _contention_is_not_judged_here(monkeypatch):
     """Whether a measurement was contended depends on how busy this machine is, and tests never
     depend on that: in-process runs see no contention. The tests of contention itself run pytest
-    in subprocesses on purpose (tests/test_history.py) or call ``engine.contention`` directly."""
-    from pytest_solgate import engine
+    in subprocesses on purpose (tests/test_history.py) or call ``extras.contention`` directly."""
+    from pytest_solgate.measure import extras
 
-    monkeypatch.setattr(engine, "contention", lambda *args: "")
+    monkeypatch.setattr(extras, "contention", lambda *args: "")
 
 
 

@@ -143,7 +143,7 @@ def test_a_folder_of_user_profiles_joins_detection(tmp_path):
                                     'match = ["*H100 80GB HBM3*"]\nmemory_bandwidth_gbps = 3000\n[peak_tflops]\nbf16_tensor = 800\n')
     done = solgate("detect", "--name", "Acme X1 rev B", "--dir", str(mine), cwd=tmp_path)
     assert done.returncode == 0 and done.stdout.strip() == "acme-x1", done.stderr
-    from pytest_solgate.engine import known_profiles
+    from pytest_solgate.declare.profiles import known_profiles
 
     by_id = {p.id: p for p in known_profiles(tmp_path / ".solgate", (str(mine),))}
     assert by_id["h100-sxm"].memory_bandwidth_gbps == 3000  # the user's file replaces the shipped one

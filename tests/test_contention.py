@@ -15,11 +15,10 @@ import sys
 import pytest
 from test_history import STEADY, Repo, repo, sqlite_repo  # noqa: F401 (fixtures)
 
-from pytest_solgate import engine
-from pytest_solgate.measure import contention
+from pytest_solgate.measure import contention, extras
 from pytest_solgate.run import contended_line
 
-real_contention = engine.contention  # before conftest's patch (test modules are imported first)
+real_contention = extras.contention  # before conftest's patch (test modules are imported first)
 
 IDLE_PRESSURE = "some avg10=0.00 avg60=0.00 avg300=0.00 total=1000\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
 
@@ -65,7 +64,7 @@ class NappingRepo:
     """test_history's repository with the napping kernel, seeded with a steady window."""
 
     def __init__(self, repo: Repo, proc, monkeypatch):
-        monkeypatch.setattr(engine, "contention", real_contention)  # the rule itself is under test here
+        monkeypatch.setattr(extras, "contention", real_contention)  # the rule itself is under test here
         self.repo, self.proc = repo, proc
         (repo.path / "test_kernels.py").write_text(NAPPING_KERNEL)
         (repo.path / ".gitignore").write_text(".solgate/\n*.out\n")
@@ -121,7 +120,7 @@ def test_a_long_kernel_that_reads_contended_is_not_taken_again_past_its_time_bud
     """A 1 s kernel under --sol-max-time=0.3 is called 3 times (2 warm-up calls, 1 sample); a
     contended retake would call it 6 times and double the cost of a test already over budget."""
     napping = NappingRepo(sqlite_repo, "", monkeypatch)
-    monkeypatch.setattr(engine, "contention", lambda *args: "CPU pressure 60%: tasks waited for a CPU")
+    monkeypatch.setattr(extras, "contention", lambda *args: "CPU pressure 60%: tasks waited for a CPU")
     napping.commit("one long kernel", seconds=1.0, real_sleep=1.0)
     _, verdicts, _ = napping.run()
     assert verdicts["test_kernel"]["contended"].startswith("CPU pressure 60%")
@@ -159,7 +158,7 @@ def test_machine_wide_pressure_counts_only_when_this_thread_waited_too():
     assert (elsewhere.source, elsewhere.contended, round(elsewhere.waited, 6)) == (contention.CPU_PRESSURE, False, 0.02)
     ours = contention.between(snap(0, 0, stall=10.0, waited=3.0), snap(1.0, 0.5, stall=10.5, waited=3.45))
     assert ours.contended is True
-    assert engine.busy_phrase(ours) == "CPU pressure 50%: tasks waited for a CPU, this thread 45%"
+    assert extras.busy_phrase(ours) == "CPU pressure 50%: tasks waited for a CPU, this thread 45%"
 
 
 def test_busy_time_minus_our_own_is_the_fallback_and_the_process_share_the_last():
@@ -190,7 +189,7 @@ def test_the_real_machine_is_read():
 
 
 def test_the_wording_of_each_source():
-    phrase = engine.busy_phrase
+    phrase = extras.busy_phrase
     assert phrase(contention.Busy(contention.CPU_PRESSURE, 0.43, 2, True)) == "CPU pressure 43%: tasks waited for a CPU"
     assert phrase(contention.Busy(contention.BUSY_TIME, 1.8, 2, True)) == "other processes kept 1.8 of 2 cores busy"
     assert phrase(contention.Busy(contention.PROCESS_SHARE, 0.4, 2, True)) == "this process got 40% of a core"

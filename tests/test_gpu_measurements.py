@@ -21,7 +21,7 @@ import types
 import pytest
 from fake_gpu import BUSY_WATTS, EnergyNvml, FakeGpu, FakeStream, cuda_backend
 
-from pytest_solgate.measure import block, clocks, ncu
+from pytest_solgate.measure import block, clocks, ncu, ncu_child
 
 COPY_BYTES = 400_000_000  # 100 us from the fake DRAM (4 TB/s); T_SOL on h200 (4.8 TB/s) 83 us: SOL 0.83
 
@@ -44,8 +44,8 @@ def fake_gpu_session(pytester, monkeypatch):
     through the module ``solgate_fake``."""
     import torch
 
-    from pytest_solgate import engine
     from pytest_solgate.measure import backends, calibrate, devices, telemetry
+    from pytest_solgate.measure import context as measure_context
 
     def start(nvml_options=None, **gpu_options):
         gpu = FakeGpu(**gpu_options)
@@ -58,7 +58,7 @@ def fake_gpu_session(pytester, monkeypatch):
         monkeypatch.setattr(devices, "device_facts", lambda choice: {})
         monkeypatch.setattr(calibrate, "device_key", lambda index: "GPU-fake0001")
         monkeypatch.setattr(backends, "make_backend", lambda choice, l2, clock: backend)
-        monkeypatch.setattr(engine, "_cuda_device_scope", lambda context: contextlib.nullcontext())
+        monkeypatch.setattr(measure_context, "device_scope", lambda context: contextlib.nullcontext())
         monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
         # The exit paths (atexit, SIGTERM) are tested in a subprocess of their own: registered here, they
         # would hold this fake device until the test process exits.
@@ -466,7 +466,7 @@ def test_the_child_calls_the_kernel_once_inside_the_profiler_range_and_records_n
     def mark(what):
         return lambda: sys.modules["solgate_fake"].gpu.log.append(what)
 
-    monkeypatch.setattr(ncu, "cuda_profiler", lambda: (mark("profiler start"), mark("profiler stop")))
+    monkeypatch.setattr(ncu_child, "cuda_profiler", lambda: (mark("profiler start"), mark("profiler stop")))
     body = NCU_TEST.format(budget=0.99, moved=COPY_BYTES, declared=COPY_BYTES)
     result, records, gpu, nvml = fake_gpu_session(body, "--sol-ncu", "--sol-lock-clocks=max", "--sol-gate=off")
     result.assert_outcomes(passed=1)
@@ -474,7 +474,7 @@ def test_the_child_calls_the_kernel_once_inside_the_profiler_range_and_records_n
     start, stop = gpu.log.index("profiler start"), gpu.log.index("profiler stop")
     assert gpu.log[start + 1:stop] == ["kernel", "sync"]  # one call, finished inside the range
     assert gpu.log[start - 2:start] == ["flush 100000000", "sync"]  # a cold L2, the device idle
-    assert gpu.log[:start].count("kernel") == ncu.WARMUP_CALLS  # compilation and autotuning stay outside
+    assert gpu.log[:start].count("kernel") == ncu_child.WARMUP_CALLS  # compilation and autotuning stay outside
     assert gpu.log.count("profiler start") == 1
     assert nvml.calls == []  # the parent holds the clocks; the child leaves them alone
 

@@ -217,8 +217,7 @@ def test_gpu_calibration_runs_inside_the_devices_scope_and_ids_differ_per_gpu(tm
     torch = pytest.importorskip("torch")
     import contextlib
 
-    from pytest_solgate.declare.profiles import find_profile
-    from pytest_solgate.engine import known_profiles
+    from pytest_solgate.declare.profiles import find_profile, known_profiles
     from pytest_solgate.measure import calibrate
 
     current = [0]
@@ -253,10 +252,8 @@ def test_gpu_calibration_runs_inside_the_devices_scope_and_ids_differ_per_gpu(tm
 def test_a_worker_that_waited_for_the_lock_finds_the_calibration_and_does_not_repeat_it(tmp_path, monkeypatch):
     import contextlib
 
-    from pytest_solgate import engine
     from pytest_solgate.declare.profiles import find_profile, profile_to_toml
-    from pytest_solgate.measure import calibrate, locking
-    from pytest_solgate.support.settings import Settings
+    from pytest_solgate.measure import calibrate, context, locking
 
     datasheet = find_profile("h100-sxm")
     path = calibrate.gpu_measured_path(tmp_path, datasheet.id, "GPU-feedbeef")
@@ -274,8 +271,8 @@ def test_a_worker_that_waited_for_the_lock_finds_the_calibration_and_does_not_re
 
     monkeypatch.setattr(locking, "device_lock", lock_taken_while_another_worker_calibrated)
     monkeypatch.setattr(calibrate, "calibrate_gpu", must_not_run)
-    eng = engine.Engine(Settings(), cache_dir=tmp_path, announce=lambda text: None)
-    got = eng._measured_gpu_profile(datasheet, devices.DeviceChoice("cuda", 0), "GPU-feedbeef", "NVIDIA H100 80GB HBM3", {})
+    got = context.measured_gpu_profile(tmp_path, datasheet, devices.DeviceChoice("cuda", 0), "GPU-feedbeef",
+                                       "NVIDIA H100 80GB HBM3", {}, announce=lambda text: None)
     assert got.id == "h100-sxm-measured-feedbeef"
 
 

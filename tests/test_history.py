@@ -5,7 +5,7 @@ import sqlite3
 
 import pytest
 
-from pytest_solgate.engine import contention as real_contention  # conftest patches the module's in every test
+from pytest_solgate.measure.extras import contention as real_contention  # conftest patches the module's in every test
 from pytest_solgate.record import history, sqlite
 from pytest_solgate.results import RunInfo
 from solgate_testing import (  # noqa: F401

@@ -41,19 +41,18 @@ def test_worker_n_takes_device_n_mod_count(monkeypatch):
     on the first GPU."""
     import types
 
-    from pytest_solgate import engine
-    from pytest_solgate.measure import devices
+    from pytest_solgate.measure import context, devices
 
     cuda = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 4, current_device=lambda: 2)
     monkeypatch.setattr(devices, "torch_or_none", lambda: types.SimpleNamespace(cuda=cuda))
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
     for worker in range(4):
         monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{worker}")
-        chosen = devices.choose_device("auto", engine.worker_index(), engine.worker_count())
+        chosen = devices.choose_device("auto", context.worker_index(), context.worker_count())
         assert str(chosen) == f"cuda:{worker}"
     monkeypatch.delenv("PYTEST_XDIST_WORKER")
     monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT")
-    assert str(devices.choose_device("auto", engine.worker_index(), engine.worker_count())) == "cuda:0"
+    assert str(devices.choose_device("auto", context.worker_index(), context.worker_count())) == "cuda:0"
 
 
 def test_lock_excludes_a_second_process(tmp_path, monkeypatch):

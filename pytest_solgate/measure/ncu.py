@@ -41,7 +41,6 @@ NCU_VARIABLE = "SOLGATE_NCU"  # the ncu executable, when not the one on PATH
 READ, WRITE, DURATION = "dram__bytes_read.sum", "dram__bytes_write.sum", "gpu__time_duration.sum"
 METRICS = (READ, WRITE, DURATION)
 PERMISSION_ERROR = "ERR_NVGPUCTRPERM"
-WARMUP_CALLS = 3  # calls before the profiled one: Triton compiles and autotunes on the first
 TIMEOUT_SECONDS = 600
 UNITS = {
     "byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
@@ -71,46 +70,6 @@ class DramTraffic:
     @property
     def total_bytes(self) -> float:
         return self.read_bytes + self.write_bytes
-
-
-# --- the child's side ----------------------------------------------------------------------------
-
-
-def child_target() -> tuple[str, str] | None:
-    """(test key, measurement name) this process profiles, when it is an ncu child."""
-    raw = os.environ.get(CHILD_VARIABLE)
-    if not raw:
-        return None
-    try:
-        test, name = json.loads(raw)
-    except (ValueError, TypeError):
-        return None
-    return str(test), str(name)
-
-
-def is_child() -> bool:
-    return bool(os.environ.get(CHILD_VARIABLE))
-
-
-def profile_one_call(fn: Callable[[], Any], backend: Any, start: Callable[[], None], stop: Callable[[], None]) -> None:
-    """Warm up, flush the cache, and call ``fn`` once inside the profiler's range (``start`` and
-    ``stop`` are cudaProfilerStart/Stop), with the device idle on both sides."""
-    for _ in range(WARMUP_CALLS):
-        fn()
-    backend.flush()
-    backend.synchronize()
-    start()
-    try:
-        fn()
-        backend.synchronize()
-    finally:
-        stop()
-
-
-def cuda_profiler() -> tuple[Callable[[], None], Callable[[], None]]:
-    import torch.cuda.profiler as profiler
-
-    return profiler.start, profiler.stop
 
 
 # --- the parent's side ---------------------------------------------------------------------------

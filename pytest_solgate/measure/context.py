@@ -1,0 +1,172 @@
+"""Measure: where a session's measurements run and against which ceilings, resolved once.
+
+The device (--sol-device, one GPU per xdist worker), the hardware profile (given, detected, or
+calibrated once and cached), the backend that times on it, the device lock's key, and on a GPU
+the clocks' state (--sol-lock-clocks), recorded in the environment so that runs are compared like
+with like. Nothing here runs until the first measurement: a session that measures nothing never
+imports torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from pytest_solgate.declare.profiles import HardwareProfile, ProfileOption, detect, known_profiles
+from pytest_solgate.measure import backends, calibrate, clocks, devices, environment, locking, ncu_child
+from pytest_solgate.support.errors import MeasureError, OptionError
+from pytest_solgate.support.settings import Settings
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where measurements run and against which ceilings."""
+
+    device: devices.DeviceChoice
+    device_name: str
+    profile: HardwareProfile
+    ceilings: str  # "datasheet" or "measured"
+    backend: Any
+    lock_key: str
+    warnings: tuple[str, ...] = ()
+    environment: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # In a Triton-interpreter session: the real CPU backend, for callables that launch no Triton
+    # kernel (a torch reference), which are real CPU measurements.
+    cpu_fallback: Any = None
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether measurements are gated GPU timings (not the CPU, not the Triton interpreter)."""
+        return self.device.kind == "cuda" and self.backend.gated
+
+
+def worker_index() -> int | None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None
+
+
+def worker_count() -> int | None:
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    return int(count) if count.isdigit() else None
+
+
+def resolve(settings: Settings, profile_option: ProfileOption, cache_dir: Path,
+            announce: Callable[[str], None]) -> tuple[Context, clocks.ClockLock | None]:
+    """The session's context, and the clock lock to restore when the session ends (or None)."""
+    explicit = profile_option.profile
+    choice = devices.choose_device(settings.device, worker_index(), worker_count())
+    facts = devices.device_facts(choice)
+    name = devices.device_name(choice)
+    warnings: list[str] = []
+    ceilings = settings.ceilings
+    if choice.kind == "cpu":
+        warnings += gpu_only_options(settings)
+        if explicit is not None:
+            profile = explicit
+            if profile.kind == "gpu":
+                warnings.append(
+                    f"--sol-profile={profile.id} is a GPU profile but measurements run on the CPU: CPU work is "
+                    f"scored against {profile.id}'s ceilings; pass --sol-device=cuda, or drop --sol-profile"
+                )
+        else:
+            if ceilings == "datasheet":
+                raise OptionError(
+                    "--sol-ceilings=datasheet on a CPU: CPUs have only measured ceilings; "
+                    "drop the option or pass --sol-profile"
+                )
+            # Under the device lock: a calibration must not run beside another measurement,
+            # and a second worker waiting here then finds the cached profile.
+            with locking.device_lock("cpu"):
+                profile = calibrate.cpu_profile(cache_dir, announce)
+        lock_key, device_uuid = "cpu", None
+    else:
+        device_uuid = calibrate.device_key(choice.index)  # survives CUDA_VISIBLE_DEVICES renumbering
+        if explicit is not None:
+            profile = explicit
+        else:
+            match = detect(name, facts, known_profiles(cache_dir, profile_option.folders))
+            profile = match.profile
+            if match.warning:
+                warnings.append(match.warning)
+        if ceilings == "measured" and profile.ceilings != "measured":
+            profile = measured_gpu_profile(cache_dir, profile, choice, device_uuid, name, facts, announce)
+        lock_key = f"cuda-{device_uuid}"
+        # The whole process (this xdist worker) works on its GPU: Triton launches and tensors
+        # created outside sol.measure then go to cuda:N too, not to cuda:0.
+        import torch
+
+        torch.cuda.set_device(choice.index)
+    l2_bytes = facts.get("l2_bytes") or profile.device.l2_bytes
+    backend = backends.make_backend(choice, l2_bytes, profile.device.boost_clock_mhz)
+    described = environment.describe(name, device_uuid, choice.kind == "cuda")
+    clock_lock = None
+    if choice.kind == "cuda":
+        # An --sol-ncu child leaves the clocks to its parent: its restore would undo the parent's lock.
+        if ncu_child.is_child():
+            clock_state = clocks.ClockState(clocks.OFF)
+        else:
+            clock_state, clock_lock = lock_clocks(settings.lock_clocks, backend)
+        if clock_state.refused:
+            warnings.append(clocks.refused_message(clock_state))
+        described[clocks.ENVIRONMENT_KEY] = clock_state.environment_value
+    fallback = backends.cpu_backend() if backend.name == backends.INTERPRETER else None
+    context = Context(
+        device=choice, device_name=name, profile=profile, ceilings=profile.ceilings, backend=backend,
+        lock_key=lock_key, warnings=tuple(warnings),
+        environment=described,  # with the clocks' state (sm_clocks) on a GPU: compared like with like
+        cpu_fallback=fallback,
+    )
+    return context, clock_lock
+
+
+def lock_clocks(mode: str, backend: Any) -> tuple[clocks.ClockState, clocks.ClockLock | None]:
+    """--sol-lock-clocks on the backend's device, through the NVML handle its telemetry uses."""
+    reader = backend.reader
+
+    def handle() -> tuple[Any, Any]:
+        if reader is None:
+            raise MeasureError(backend.telemetry_note or "no NVML reader")
+        return reader.nvml_handle()
+
+    return clocks.lock_for_session(mode, handle)
+
+
+def measured_gpu_profile(cache_dir: Path, datasheet: HardwareProfile, choice: Any, key: str, name: str, facts: dict,
+                         announce: Callable[[str], None]) -> HardwareProfile:
+    path = calibrate.gpu_measured_path(cache_dir, datasheet.id, key)
+    cached = calibrate.cached_profile(path)
+    if cached is not None:
+        return cached
+    with locking.device_lock(f"cuda-{key}"):
+        cached = calibrate.cached_profile(path)  # a worker that waited here finds what another measured
+        if cached is not None:
+            return cached
+        announce(f"solgate: calibrating {name} once (cached in {path}) ...")
+        profile, _ = calibrate.calibrate_gpu(
+            cache_dir, choice.index, datasheet, name, facts.get("l2_bytes"), announce=announce
+        )
+    return profile
+
+
+def gpu_only_options(settings: Settings) -> list[str]:
+    """What the options that act on a GPU say when the measurements run on the CPU."""
+    said = []
+    if settings.lock_clocks != clocks.OFF:
+        said.append(f"--sol-lock-clocks={settings.lock_clocks}: measurements run on the CPU, which has no SM clock "
+                    "to lock; the option acts on GPUs only")
+    if settings.ncu:
+        said.append("--sol-ncu: measurements run on the CPU; Nsight Compute measures the DRAM bytes of GPU kernels only")
+    return said
+
+
+def device_scope(context: Context) -> Any:
+    """The GPU's device scope around a measurement (nothing on the CPU)."""
+    if context.device.kind != "cuda":
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.cuda.device(context.device.index)

@@ -1,0 +1,184 @@
+"""Measure: the extras that wrap one measurement, through one small interface.
+
+An extra's ``before()`` runs just before the timing and its ``after(taken)`` right after it; an
+extra that ``holds_device`` runs while the device's lock is held (it must see the same moment as
+the timing, or use the device alone), the others after the lock is given back (the ncu child
+takes the lock itself). ``after`` returns ``Findings``: notes for the record, fields of the
+Measurement (``contended``, ``joules``, ``measured_bytes``), an error that stops the measurement,
+and whether the attempt was disturbed enough to be taken again (measure/pipeline.py).
+
+- ``Contention``: what other processes took from this one while it sampled (measure/contention.py),
+  or, on a GPU, another solgate run that held the device's lock just before;
+- ``SynchronizedBlock``: on a GPU, one block of back-to-back calls that reads energy per call and
+  catches work the timer cannot see (measure/block.py);
+- ``DramBytes``: ``--sol-ncu``, the DRAM bytes of one call under Nsight Compute (measure/ncu.py).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol
+
+from pytest_solgate.measure import backends, block, ncu
+from pytest_solgate.measure import contention as machine
+from pytest_solgate.measure.context import Context
+from pytest_solgate.measure.sampling import Timing
+
+# The clocks of the contention reading: process CPU time and wall time (the fake-clock tests replace them).
+CPU_CLOCKS: tuple[Callable[[], float], Callable[[], float]] = (time.process_time, time.perf_counter)
+
+# (test key, measurement name) -> the DRAM traffic of one call under Nsight Compute (measure/ncu.py)
+DramProfiler = Callable[[str, str], "ncu.DramTraffic"]
+
+
+@dataclass(frozen=True)
+class Taken:
+    """One attempt at a measurement, as the extras see it after its timing."""
+
+    test: str
+    name: str
+    fn: Callable[[], Any]
+    context: Context
+    timing: Timing
+    waited_for: str  # who held the device's lock just before this attempt took it ('' when nobody)
+
+
+@dataclass(frozen=True)
+class Findings:
+    notes: tuple[str, ...] = ()
+    fields: Mapping[str, Any] = field(default_factory=dict)  # Measurement fields
+    error: str = ""  # the measurement cannot stand (a MeasureError's one line)
+    retake: bool = False  # the attempt was disturbed: take it again if the budget allows
+    rank: float = 0.0  # of disturbed attempts, the lowest rank is kept (the calmest)
+
+
+class Extra(Protocol):
+    holds_device: bool
+
+    def before(self) -> None: ...
+    def after(self, taken: Taken) -> Findings: ...
+
+
+def merged(found: list[Findings]) -> Findings:
+    fields: dict[str, Any] = {}
+    for one in found:
+        fields.update(one.fields)
+    return Findings(
+        notes=tuple(note for one in found for note in one.notes),
+        fields=fields,
+        error=next((one.error for one in found if one.error), ""),
+        retake=any(one.retake for one in found),
+        rank=sum(one.rank for one in found),
+    )
+
+
+# --- contention ----------------------------------------------------------------------------------
+
+
+class Contention:
+    """Why a measurement was not alone on its device (see ``contention``); a contended attempt
+    is taken again (measure/pipeline.py) and the calmest is kept."""
+
+    holds_device = True
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self._before: machine.Snapshot | None = None
+
+    def before(self) -> None:
+        cpu_clock, wall_clock = CPU_CLOCKS
+        self._before = machine.snapshot(cpu_clock, wall_clock)
+
+    def after(self, taken: Taken) -> Findings:
+        cpu_clock, wall_clock = CPU_CLOCKS
+        busy = machine.between(self._before, machine.snapshot(cpu_clock, wall_clock))
+        # The interpreter's timings mean nothing whether or not the machine was busy.
+        why = (contention(taken.waited_for, self.run_id, busy, taken.context.device.kind == "cpu")
+               if backends.is_gated(taken.timing.backend) else "")
+        rank = -busy.value if busy.source == machine.PROCESS_SHARE else busy.value  # lower: calmer
+        return Findings(fields={"contended": why}, retake=bool(why), rank=rank)
+
+
+def contention(waited_for: str, run_id: str, busy: machine.Busy, on_cpu: bool) -> str:
+    """Why a measurement was not alone on its device, or '' (pure).
+
+    On a CPU, what other processes took while it sampled (measure/contention.py). A GPU's share is
+    not visible from the host; there, another solgate run that held the device's lock just before
+    us is the evidence (its tests run on the device between its timed regions). Our own xdist
+    workers do not count.
+    """
+    if on_cpu:
+        return busy_phrase(busy) if busy.contended else ""
+    if waited_for and not (run_id and f"run {run_id} " in f"{waited_for} "):
+        return f"another solgate run ({waited_for}) was using this device"
+    return ""
+
+
+def busy_phrase(busy: machine.Busy) -> str:
+    """A contention reading in a few words, e.g. 'CPU pressure 43%: tasks waited for a CPU'."""
+    if busy.source == machine.CPU_PRESSURE:
+        mine = f", this thread {busy.waited:.0%}" if busy.waited is not None else ""
+        return f"CPU pressure {busy.value:.0%}: tasks waited for a CPU{mine}"
+    if busy.source == machine.BUSY_TIME:
+        return f"other processes kept {busy.value:.1f} of {busy.cores} cores busy"
+    return f"this process got {busy.value:.0%} of a core"
+
+
+# --- the synchronized block: energy and hidden work ----------------------------------------------
+
+
+class SynchronizedBlock:
+    """On a GPU: the block of back-to-back calls that reads energy and catches hidden work."""
+
+    holds_device = True
+
+    def before(self) -> None:
+        pass
+
+    def after(self, taken: Taken) -> Findings:
+        backend = taken.context.backend
+        read_energy = backend.reader.energy_counter() if backend.capabilities.energy_counter else None
+        reading = block.synchronized_block(taken.fn, backend, taken.timing.seconds, read_energy,
+                                           clock=backend.host_clock, pause=backend.host_pause)
+        if block.hidden_work(reading):
+            return Findings(error=block.hidden_work_message(taken.test, taken.name, reading))
+        notes = (reading.energy_note,) if reading.energy_note else ()
+        return Findings(notes=notes, fields={"joules": block.joules_per_call(reading)})
+
+
+# --- --sol-ncu: measured DRAM bytes --------------------------------------------------------------
+
+
+class DramBytes:
+    """The DRAM bytes one call moved, once per measurement (a confirmation's retake reuses them).
+    ncu missing or refused is said once and stops the tries; never a failure."""
+
+    holds_device = False  # the ncu child takes the device's lock itself
+
+    def __init__(self, profiler: DramProfiler, warn: Callable[[str], None]) -> None:
+        self.profiler: DramProfiler | None = profiler
+        self.warn = warn
+        self._bytes: dict[tuple[str, str], float] = {}
+
+    @property
+    def usable(self) -> bool:
+        return self.profiler is not None
+
+    def before(self) -> None:
+        pass
+
+    def after(self, taken: Taken) -> Findings:
+        key = (taken.test, taken.name)
+        if key not in self._bytes:
+            if self.profiler is None:
+                return Findings()
+            try:
+                self._bytes[key] = self.profiler(*key).total_bytes
+            except ncu.NcuUnavailable as exc:
+                self.profiler = None
+                self.warn(f"--sol-ncu: {exc}")
+                return Findings()
+            except ncu.NcuFailed as exc:
+                return Findings(notes=(f"no measured bytes: {exc}",))
+        return Findings(fields={"measured_bytes": self._bytes[key]})
