@@ -28,7 +28,7 @@ def device_lock(device_key: str, holder: str = "") -> Iterator[str]:
 
     Yields who held the lock when it had to be waited for ('' when it was free): the ``holder``
     text the other process wrote into the file (its solgate run id and pid), so that a run can
-    tell another solgate run on its device from its own xdist workers (engine.py)."""
+    tell another solgate run on its device from its own xdist workers (measure/extras.py)."""
     import fcntl
 
     folder = lock_dir()
