@@ -124,3 +124,26 @@ def test_the_real_probe_copies_a_fixed_buffer_and_the_interpreter_has_none():
     assert timing.probe_seconds is not None and timing.probe_seconds > 0
     assert backends.CpuBackend(backends.INTERPRETER).probe is None
     assert take_timing(lambda: None, backends.CpuBackend(backends.INTERPRETER), QUICK).probe_seconds is None
+
+
+def _cache(root, name, size, shared):
+    index = root / name
+    index.mkdir(parents=True)
+    (index / "size").write_text(size + "\n")
+    (index / "shared_cpu_list").write_text(shared + "\n")
+
+
+def test_a_vm_reporting_its_hosts_l3_flushes_its_share_not_the_socket(tmp_path):
+    from pytest_solgate.measure.devices import MIB, last_level_cache_bytes
+
+    _cache(tmp_path, "index2", "2048K", "0")
+    _cache(tmp_path, "index3", "491520K", "0-1")  # 2 vCPUs shown a 480 MiB socket's L3
+    assert last_level_cache_bytes(tmp_path) == 32 * MIB
+
+
+def test_a_whole_socket_keeps_its_reported_l3(tmp_path):
+    from pytest_solgate.measure.devices import MIB, last_level_cache_bytes
+
+    _cache(tmp_path, "index3", "98304K", "0-7,64-71")  # 96 MiB over 16 CPUs
+    assert last_level_cache_bytes(tmp_path) == 96 * MIB
+    assert last_level_cache_bytes(tmp_path / "none") == 32 * MIB

@@ -97,10 +97,17 @@ def device_facts(choice: DeviceChoice) -> dict[str, Any]:
     }
 
 
-def last_level_cache_bytes() -> int:
-    """The largest cache the kernel reports for cpu0 (32 MiB when it reports none)."""
+# No CPU holds more than this much last-level cache per core it shares it with (the largest,
+# AMD's stacked-cache parts, hold 12 MiB); a VM whose few vCPUs report a whole host socket's L3
+# (480 MiB for 2 vCPUs here) gets its share instead, not a flush of a gigabyte per sample.
+MAX_CACHE_PER_CPU = 16 * MIB
+
+
+def last_level_cache_bytes(cache_dir: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int:
+    """The largest cache the kernel reports for cpu0, at most MAX_CACHE_PER_CPU for each CPU that
+    shares it (32 MiB when it reports none)."""
     sizes = []
-    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+    for index in cache_dir.glob("index*"):
         try:
             text = (index / "size").read_text().strip()
         except OSError:
@@ -108,5 +115,20 @@ def last_level_cache_bytes() -> int:
         scale = {"K": 1024, "M": MIB, "G": 1024 * MIB}.get(text[-1:], 1)
         digits = text.rstrip("KMG")
         if digits.isdigit():
-            sizes.append(int(digits) * scale)
+            sizes.append(min(int(digits) * scale, MAX_CACHE_PER_CPU * _sharing_cpus(index)))
     return max(sizes) if sizes else 32 * MIB
+
+
+def _sharing_cpus(index: Path) -> int:
+    """How many CPUs share this cache, from its shared_cpu_list ("0-1,4"); 1 when unreadable."""
+    try:
+        text = (index / "shared_cpu_list").read_text().strip()
+    except OSError:
+        return 1
+    count = 0
+    for part in filter(None, text.split(",")):
+        low, _, high = part.partition("-")
+        if not (low.isdigit() and (high or low).isdigit()):
+            return 1
+        count += int(high or low) - int(low) + 1
+    return max(count, 1)
