@@ -9,7 +9,7 @@ How it decides, top to bottom:
 - **GOOD's level** is GOOD's own clean, undisturbed runs of each selected measurement: those the
   history holds, topped up with runs made here until there are ``good_runs`` of them.
 - **A commit is bad** when one of its measurements, judged against that level by the gate's own
-  rule (``verdict.against_window``: beyond the tolerance and beyond the noise floor of the 99 %
+  rule (``verdict.rejudge``: beyond the tolerance and beyond the noise floor of the 99 %
   t prediction bound), reads ``regressed``. ``ambiguous`` (within the floor, or another
   environment) and everything else is not bad.
 - **Binary search** between the newest good and the oldest bad commit, one run per probe. A commit
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from pytest_solgate.judge import verdict
-from pytest_solgate.judge.verdict import BaselineRun, Comparison
+from pytest_solgate.judge.window import BaselineRun
 from pytest_solgate.record import baseline, gitinfo, history, schema, store
 from pytest_solgate.results import REGRESSED, Measurement
 from pytest_solgate.support.errors import SolgateError
@@ -450,12 +450,9 @@ class Search:
             window = baseline.select(runs, m.environment) if runs else None  # like with like, as the gate chooses
             if window is None:
                 continue
-            tolerance = self.tolerance
-            if tolerance is None and m.judgement is not None:  # the marker's max_regression, as the gate applied it
-                tolerance = m.judgement.budget.max_regression
-            tolerance = settings.max_regression if tolerance is None else tolerance
-            compared: Comparison = verdict.against_window(m, window, tolerance, settings)
-            readings.append(Reading(key, m.score.sol, compared.centre, compared.change, compared.floor, tolerance,
+            compared = verdict.rejudge(m, window, settings, self.tolerance)
+            readings.append(Reading(key, m.score.sol, compared.centre, compared.change, compared.floor,
+                                    compared.facts.tolerance,
                                     compared.verdict.value, reused))
         return tuple(readings)
 
