@@ -52,14 +52,23 @@ def tolerance(marker: float | None, default: float) -> float:
     return marker if marker is not None else default
 
 
+def recorded_tolerance(m: Measurement, given: float | None, default: float) -> float:
+    """The tolerance to judge a recorded measurement again with: its marker's ``max_regression``
+    (per test: it wins), else ``given`` (a command's ``--max-regression``), else the one the gate
+    applied to it, else ``default``."""
+    applied = m.judgement.budget if m.judgement is not None else AppliedBudget()
+    if applied.by_marker and applied.max_regression is not None:
+        return applied.max_regression
+    if given is not None:
+        return given
+    return tolerance(applied.max_regression, default)
+
+
 def rejudge(m: Measurement, window: BaselineWindow, settings: JudgeSettings, given: float | None = None) -> Comparison:
-    """A recorded measurement against a window by the gate's rule: what ``solgate compare`` and
-    ``solgate bisect`` read, so that they tell the gate's story. The tolerance is ``given`` (a
-    command's ``--max-regression``), else the one the gate applied to ``m`` (recorded in its
-    judgement), else ``settings.max_regression``."""
-    recorded = m.judgement.budget.max_regression if m.judgement is not None else None
-    allowed = given if given is not None else tolerance(recorded, settings.max_regression)
-    return against_window(m, window, allowed, settings)
+    """A recorded measurement against a window by the gate's rule and at the gate's tolerance
+    (``recorded_tolerance``): what ``solgate compare`` and ``solgate bisect`` read, so that they
+    tell the gate's story."""
+    return against_window(m, window, recorded_tolerance(m, given, settings.max_regression), settings)
 
 
 def confirm(first: Measurement, second: Measurement) -> Measurement:
@@ -84,7 +93,8 @@ def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, setting
     min_mfu = budget_on(budget.mfu, m.profile)
     allowed = tolerance(budget.max_regression, settings.max_regression)
     unmatched = tuple(key for key, spec in per_profile(budget) if budget_on(spec, m.profile) is None)
-    applied = AppliedBudget(min=min_sol, mfu=min_mfu, max_regression=allowed, unmatched=unmatched)
+    applied = AppliedBudget(min=min_sol, mfu=min_mfu, max_regression=allowed, unmatched=unmatched,
+                            by_marker=budget.max_regression is not None)
     versus = against_window(m, window, allowed, settings) if window is not None and window.runs else None
 
     def done(verdict: Verdict, reason: str) -> Measurement:
