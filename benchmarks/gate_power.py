@@ -13,7 +13,7 @@ baseline is judged. Then:
    plugin against the A/A history and not saved; the share of ``regressed`` is the power. The
    commit is then reverted, so that each factor starts from the A/A level.
 3. Power by replay: the A/A run-level values through the gate's own window choice and judge
-   (baseline.level, verdict.against_window), each run in turn against the runs before it, divided
+   (baseline.level, windows.against_window), each run in turn against the runs before it, divided
    by the factor.
 
 Runs marked contended (the process got under 3/4 of a core while sampling) are counted and shown
@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import machine  # noqa: E402
 from pytest_solgate import results
-from pytest_solgate.judge import verdict
+from pytest_solgate.judge import window as windows
 from pytest_solgate.record import baseline  # noqa: E402
 from pytest_solgate.results import Measurement  # noqa: E402
 
@@ -177,9 +177,9 @@ class Repo:
                 for m in data["measurements"]}, seconds
 
 
-def baseline_run(m: Measurement, j: int) -> verdict.BaselineRun:
+def baseline_run(m: Measurement, j: int) -> windows.BaselineRun:
     disturbed = "contended" if m.contended else "noisy" if m.timing.noisy else ""
-    return verdict.BaselineRun(commit=f"{j:040x}", run_id=f"r{j}", sol=m.score.sol, seconds=m.timing.seconds,
+    return windows.BaselineRun(commit=f"{j:040x}", run_id=f"r{j}", sol=m.score.sol, seconds=m.timing.seconds,
                              noise=m.timing.noise, verdict=m.verdict or "", disturbed=disturbed,
                              probe_seconds=m.timing.probe_seconds)
 
@@ -188,7 +188,7 @@ def replay_power(values: dict[str, list[Measurement]], slowdown: float, window: 
     """(caught, tried): each undisturbed run from index ``first`` on, slowed by ``slowdown``, against
     the window the plugin would choose (baseline.level: contended and noisy runs left out) from
     the runs before it."""
-    settings = verdict.JudgeSettings()
+    settings = windows.JudgeSettings()
     caught = tried = 0
     for series in values.values():
         for i in range(first, len(series)):
@@ -201,7 +201,7 @@ def replay_power(values: dict[str, list[Measurement]], slowdown: float, window: 
                 continue
             slowed = Measurement.from_dict({**head.to_dict(), "sol": head.score.sol / (1 + slowdown),
                                             "seconds": head.timing.seconds * (1 + slowdown)})
-            judged = verdict.against_window(slowed, verdict.BaselineWindow(runs=tuple(kept)), 0.05, settings).verdict
+            judged = windows.against_window(slowed, windows.BaselineWindow(runs=tuple(kept)), 0.05, settings).verdict
             caught += judged == results.REGRESSED
             tried += 1
     return caught, tried

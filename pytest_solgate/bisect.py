@@ -9,7 +9,7 @@ How it decides, top to bottom:
 - **GOOD's level** is GOOD's own clean, undisturbed runs of each selected measurement: those the
   history holds, topped up with runs made here until there are ``good_runs`` of them.
 - **A commit is bad** when one of its measurements, judged against that level by the gate's own
-  rule (``verdict.against_window``: beyond the tolerance and beyond the noise floor of the 99 %
+  rule (``verdict.rejudge``: beyond the tolerance and beyond the noise floor of the 99 %
   t prediction bound), reads ``regressed``. ``ambiguous`` (within the floor, or another
   environment) and everything else is not bad.
 - **Binary search** between the newest good and the oldest bad commit, one run per probe. A commit
@@ -22,53 +22,27 @@ How it decides, top to bottom:
 - **Reuse**: a commit's clean runs already in the history (same test, name, profile and ceilings)
   are readings like the ones made here; a commit is run only for the node ids it lacks.
 
-Each run happens in one temporary ``git worktree`` (detached, outside the user's tree), checked
-out at the probed commit; the user's work tree, index and HEAD are never touched, and the worktree
-is removed afterwards, also on a failure or Ctrl-C.
+Each run happens in one temporary ``git worktree`` (pytest_solgate/worktree.py, shared with
+``solgate ab``), checked out at the probed commit; the user's work tree, index and HEAD are never
+touched, and the worktree is removed afterwards, also on a failure or Ctrl-C.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
+from pytest_solgate import worktree
 from pytest_solgate.judge import verdict
-from pytest_solgate.judge.verdict import BaselineRun, Comparison
-from pytest_solgate.record import baseline, gitinfo, history, schema, store
+from pytest_solgate.judge.window import BaselineRun
+from pytest_solgate.record import baseline, gitinfo, history, store
 from pytest_solgate.results import REGRESSED, Measurement
 from pytest_solgate.support.errors import SolgateError
-from pytest_solgate.support.settings import HISTORY_VARIABLE
 
 Key = tuple[str, str, str, str]  # test, name, profile, ceilings: the history's series key
 MAX_RANGE = 100_000  # first-parent commits read between BAD and GOOD
 DEFAULT_GOOD_RUNS = 3  # two runs give a floor at t(0.99, 1) = 31.8 sd: three are the least useful
-PYTEST_NO_TESTS = 5  # pytest's exit status when nothing was collected
-# pytest --collect-only with a one-hook plugin that writes the collected node ids to argv[1]
-# (``python -c`` puts the working directory first on sys.path, as ``python -m pytest`` does).
-COLLECT = """\
-import json, sys
-import pytest
-
-class Collected:
-    ids = []
-
-    def pytest_collection_finish(self, session):
-        self.ids = [item.nodeid for item in session.items]
-
-plugin = Collected()
-code = pytest.main(sys.argv[2:], plugins=[plugin])
-with open(sys.argv[1], "w", encoding="utf-8") as out:
-    json.dump(plugin.ids, out)
-sys.exit(int(code))
-"""
 
 
 class BisectError(SolgateError):
@@ -156,8 +130,7 @@ class Bisection:
 
 @dataclass(frozen=True)
 class Span:
-    root: Path  # the repository's top level
-    prefix: str  # where the command started, relative to the top level (pytest runs there too)
+    where: worktree.Place  # the repository's top level and where the command started in it
     good: str
     bad: str
     commits: tuple[str, ...]
@@ -167,9 +140,7 @@ class Span:
 def resolve_span(cwd: str | Path, good_ref: str, bad_ref: str) -> Span:
     """GOOD and BAD resolved (through ``gitinfo.resolve``, as every command resolves a commit) and
     the first-parent range between them; a one-line error for each thing that does not fit."""
-    top = gitinfo.git(cwd, "rev-parse", "--show-toplevel")
-    if top is None:
-        raise BisectError(f"bisect: {Path(cwd).resolve()} is not in a git repository; run it where the commits are")
+    where = worktree.place(cwd, "bisect")
     resolved = []
     for role, ref in (("GOOD", good_ref), ("BAD", bad_ref)):
         sha = gitinfo.resolve(cwd, ref)
@@ -189,131 +160,7 @@ def resolve_span(cwd: str | Path, good_ref: str, bad_ref: str) -> Span:
     out = gitinfo.git(cwd, "log", "--no-walk=unsorted", "--stdin", "--format=%H %s",
                       stdin="\n".join(commits) + "\n") or ""
     subjects = dict((line.split(" ", 1) + [""])[:2] for line in out.splitlines())
-    prefix = gitinfo.git(cwd, "rev-parse", "--show-prefix") or ""
-    return Span(Path(top), prefix, good, bad, commits, subjects)
-
-
-class Worktree:
-    """One detached ``git worktree`` outside the user's tree, moved from commit to commit."""
-
-    def __init__(self, root: Path, scratch: Path) -> None:
-        self.root = root
-        self.path = scratch / "worktree"
-        self.at: str | None = None
-
-    def checkout(self, commit: str) -> Path:
-        if self.at is None:
-            self._git(self.root, "worktree", "add", "--detach", "--quiet", str(self.path), commit)
-        elif self.at != commit:
-            self._git(self.path, "checkout", "--quiet", "--detach", "--force", commit)
-            self._git(self.path, "clean", "--quiet", "-d", "--force")
-        self.at = commit
-        return self.path
-
-    def remove(self) -> None:
-        if self.at is not None:
-            subprocess.run(["git", "worktree", "remove", "--force", str(self.path)], cwd=self.root,
-                           capture_output=True, check=False)
-        shutil.rmtree(self.path, ignore_errors=True)
-
-    @staticmethod
-    def _git(cwd: Path, *args: str) -> None:
-        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            said = done.stderr.strip().splitlines()
-            raise BisectError(f"bisect: git {' '.join(args[:2])} failed: {said[-1] if said else 'no message'}")
-
-
-# --- running the tests at a commit --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """One pytest run of the selected node ids at a commit: its results, or why there are none."""
-
-    results: tuple[tuple[dict[str, Any], Measurement], ...] = ()
-    failed: str = ""
-
-
-class Runner:
-    """Runs pytest with the plugin in a subprocess, in the worktree at a commit.
-
-    Scratch mode (the default) saves nothing (``--sol-no-save``, and ``SOLGATE_HISTORY`` pointed
-    at a scratch file, so the user's history is not even read); ``record`` saves each run into the
-    real history, as a CI run would. Either way the results come back through ``--sol-json``, and
-    ``--sol-gate=warn`` keeps a budget miss or regression from reading as a failing test."""
-
-    def __init__(self, span: Span, scratch: Path, history_location: str, record: bool) -> None:
-        self.span = span
-        self.scratch = scratch
-        self.history_location = history_location
-        self.record = record
-        self.worktree = Worktree(span.root, scratch)
-        self.count = 0
-
-    def _arguments(self, tests: Sequence[str], *options: str) -> list[str]:
-        """pytest's arguments: the node ids, no cache written into the worktree, and ours."""
-        return [*tests, "-p", "no:cacheprovider", "-q", *options]
-
-    def _environment(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env[HISTORY_VARIABLE] = self.history_location if self.record else str(self.scratch / "scratch-history.db")
-        return env
-
-    def _where(self, commit: str) -> Path:
-        folder = self.worktree.checkout(commit)
-        self._share_calibration(folder)
-        return folder / self.span.prefix
-
-    def _share_calibration(self, folder: Path) -> None:
-        """A CPU's measured ceilings, cached in the project's .solgate/profiles, are copied into the
-        worktree: every probe then scores against the same ceilings, and none calibrates again."""
-        cached = gitinfo.state_dir(self.span.root) / "profiles"
-        if cached.is_dir():
-            shutil.copytree(cached, gitinfo.state_dir(folder) / "profiles", dirs_exist_ok=True)
-
-    def collect(self, commit: str) -> tuple[list[str], str]:
-        """The node ids pytest collects at ``commit``, or why it collects none. They are taken from
-        the collected items themselves (``COLLECT``), not parsed from output that ``-q`` or ``-v``
-        in the project's addopts would reshape."""
-        listed = self.scratch / "collected.json"
-        done = subprocess.run([sys.executable, "-c", COLLECT, str(listed), *self._arguments([], "--collect-only")],
-                              cwd=self._where(commit), env=self._environment(), capture_output=True, text=True,
-                              check=False)
-        ids = json.loads(listed.read_text(encoding="utf-8")) if listed.exists() else []
-        if done.returncode not in (0, PYTEST_NO_TESTS) or not ids:
-            return [], _failure(done.returncode, done.stdout + done.stderr, self.worktree.path)
-        return ids, ""
-
-    def run(self, commit: str, tests: Sequence[str]) -> RunResult:
-        self.count += 1
-        out = self.scratch / f"run-{self.count}.json"
-        options = [f"--sol-json={out}", "--sol-gate=warn"]
-        if not self.record:
-            options += ["--sol-no-save", "--sol-baseline=none"]
-        done = subprocess.run([sys.executable, "-m", "pytest", *self._arguments(tests, *options)],
-                              cwd=self._where(commit), env=self._environment(), capture_output=True, text=True,
-                              check=False)
-        if done.returncode != 0 or not out.exists():
-            return RunResult(failed=_failure(done.returncode, done.stdout + done.stderr, self.worktree.path))
-        run, measurements = schema.read_run(out.read_text(encoding="utf-8"), str(out))
-        row = store.run_row(run)
-        return RunResult(results=tuple((row, m) for m in measurements))
-
-    def close(self) -> None:
-        self.worktree.remove()
-
-
-def _failure(code: int, output: str, folder: Path) -> str:
-    """Why a run gave no results: what pytest's exit status means and its last line (with the
-    temporary worktree's path left out: it is gone once the bisection ends)."""
-    lines = [line.strip("= ") for line in output.replace(f"{folder}{os.sep}", "").strip().splitlines() if line.strip()]
-    last = lines[-1] if lines else "no output"
-    if code == 4 and "found no collectors" in output:  # a node id in a module that no longer imports
-        code = 2
-    what = {1: "tests failed", 2: "the tests do not collect (or were interrupted)", 3: "pytest internal error",
-            4: "pytest usage error", PYTEST_NO_TESTS: "no tests collected"}.get(code, f"pytest exit status {code}")
-    return f"{what}: {last}"
+    return Span(where, good, bad, commits, subjects)
 
 
 # --- the search ---------------------------------------------------------------------------------
@@ -322,7 +169,7 @@ def _failure(code: int, output: str, folder: Path) -> str:
 class Evidence:
     """Every run of every commit the bisection knows: the history's and the ones made here."""
 
-    def __init__(self, reader: Any, runner: Runner, tests: Sequence[str]) -> None:
+    def __init__(self, reader: Any, runner: worktree.Runner, tests: Sequence[str]) -> None:
         self.reader = reader
         self.runner = runner
         self.tests = list(tests)
@@ -450,12 +297,9 @@ class Search:
             window = baseline.select(runs, m.environment) if runs else None  # like with like, as the gate chooses
             if window is None:
                 continue
-            tolerance = self.tolerance
-            if tolerance is None and m.judgement is not None:  # the marker's max_regression, as the gate applied it
-                tolerance = m.judgement.budget.max_regression
-            tolerance = settings.max_regression if tolerance is None else tolerance
-            compared: Comparison = verdict.against_window(m, window, tolerance, settings)
-            readings.append(Reading(key, m.score.sol, compared.centre, compared.change, compared.floor, tolerance,
+            compared = verdict.rejudge(m, window, settings, self.tolerance)
+            readings.append(Reading(key, m.score.sol, compared.centre, compared.change, compared.floor,
+                                    compared.facts.tolerance,
                                     compared.verdict.value, reused))
         return tuple(readings)
 
@@ -538,7 +382,7 @@ def merged(runs: Sequence[Mapping[Key, Any]], skip: int) -> dict[Key, Any]:
     return {key: values[-1 - skip] for key, values in newest.items() if len(values) > skip}
 
 
-def selected_tests(reader: Any, runner: Runner, good: str, pattern: str | None) -> list[str]:
+def selected_tests(reader: Any, runner: worktree.Runner, good: str, pattern: str | None) -> list[str]:
     """The node ids to bisect: the matching tests GOOD's recorded runs measured, else the matching
     tests collected at GOOD."""
     recorded = sorted({m.test for run, m in (reader.results_at(good) if reader is not None else [])
@@ -555,15 +399,6 @@ def selected_tests(reader: Any, runner: Runner, good: str, pattern: str | None) 
     return chosen
 
 
-@contextmanager
-def _scratch() -> Iterator[Path]:
-    folder = Path(tempfile.mkdtemp(prefix="solgate-bisect-"))
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 def bisect(
     cwd: str | Path,
     good_ref: str,
@@ -574,6 +409,7 @@ def bisect(
     good_runs: int = DEFAULT_GOOD_RUNS,
     tolerance: float | None = None,
     announce: Callable[[Probe], None] = lambda probe: None,
+    pytest_args: Sequence[str] = (),
 ) -> Bisection:
     """Find the first commit after GOOD, on BAD's first-parent line, whose selected measurements
     fall below GOOD's level (see the module's docstring for the rule). ``announce`` hears of each
@@ -581,8 +417,8 @@ def bisect(
     span = resolve_span(cwd, good_ref, bad_ref)
     reader = history.open_store(history_location, create=True) if record else history.open_for_reading(history_location)
     try:
-        with _scratch() as scratch:
-            runner = Runner(span, scratch, history_location, record)
+        with worktree.scratch("bisect") as scratch:
+            runner = worktree.Runner(span.where, scratch, history_location, record, "bisect", pytest_args)
             try:
                 tests = selected_tests(reader, runner, span.good, None if pattern in (None, "*") else pattern)
                 evidence = Evidence(reader, runner, tests)

@@ -72,9 +72,14 @@ class AppliedBudget:
     # Marker arguments given as {profile-glob: value} with no glob matching this profile
     # ("min", "mfu", "speedup"): the report says "none on <profile>", not a silent "-".
     unmatched: tuple[str, ...] = ()
+    # max_regression came from the test's marker (per test: it wins over any run-wide setting or
+    # a command's --max-regression when the run is judged again by compare, bisect or ab).
+    by_marker: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"min": self.min, "mfu": self.mfu, "max_regression": self.max_regression}
+        if self.by_marker:
+            data["by_marker"] = True
         if self.speedup is not None:
             data.update(speedup=self.speedup, reference=self.reference, achieved_speedup=self.achieved_speedup)
         if self.unmatched:

@@ -33,7 +33,7 @@ from pytest_solgate.support.settings import Settings, history_required
 # Only what every session needs is imported above: a suite that never measures must not pay for the
 # engine, the judge, the history or the reports (benchmarks/overhead.py keeps us honest).
 if TYPE_CHECKING:
-    from pytest_solgate.judge.verdict import Budget
+    from pytest_solgate.judge.budget import Budget
     from pytest_solgate.results import Measurement
 
 UNAVAILABLE = "baselines unavailable, so only budgets were judged"
@@ -230,11 +230,11 @@ class Run:
     def budget(self, nodeid: str, args: Sequence[Any], kwargs: dict[str, Any]) -> Budget:
         """The ``sol`` marker's arguments, checked: a bad one, or a profile glob that matches no
         known profile (a typo would remove the gate), raises MarkerError naming the test."""
-        from pytest_solgate.judge import verdict
+        from pytest_solgate.judge import budget as budgets
 
-        budget = verdict.parse_marker(nodeid, args, kwargs)
-        if verdict.budget_globs(budget):
-            verdict.check_budget_globs(nodeid, budget, self._profile_ids())
+        budget = budgets.parse_marker(nodeid, args, kwargs)
+        if budgets.budget_globs(budget):
+            budgets.check_budget_globs(nodeid, budget, self._profile_ids())
         return budget
 
     def _profile_ids(self) -> list[str]:
@@ -273,7 +273,7 @@ class Run:
         """Judge a test's measurements right after its body. ``failures`` says why they fail the
         test (nothing when they do not); when the body itself failed they are notes on its error,
         each naming its verdict, and nothing warns."""
-        from pytest_solgate.judge.verdict import Budget
+        from pytest_solgate.judge.budget import Budget
 
         try:
             judged = self.engine.judge_test(self.test_key(nodeid), budget or Budget(), measured) if measured else []

@@ -11,9 +11,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pytest_solgate"
 
 # In the order of the README: a stage may import the stages before it, never the ones after.
 ORDER = ["support", "declare", "measure", "score", "results", "judge", "record", "report", "engine", "run", "wiring"]
-# The stages that are one module, and the pieces that drive the stages, at the top of the package.
-TOP_LEVEL = {"score": "score", "results": "results", "engine": "engine", "run": "run", "bisect": "run",
+# The stages that are one module, and the pieces that drive the stages, at the top of the package
+# (a folder named here, like the command's ``cli/``, is that piece split into modules).
+TOP_LEVEL = {"score": "score", "results": "results", "engine": "engine", "run": "run", "bisect": "run", "ab": "run",
+             "worktree": "run",
              "plugin": "wiring", "cli": "wiring", "__init__": "wiring", "__main__": "wiring"}
+# The judge decides in budget, window and verdict and words in wording; the command is one module
+# per command group: a module of either that grows past this many lines does two things again.
+MAX_LINES = {"judge": 320, "cli": 300}
 # What the pytest layer may not import: it translates hooks to the run object, which decides.
 PLUGIN_MAY_NOT_IMPORT = ("record", "judge")
 PLUGIN_MAX_LINES = 250
@@ -32,8 +37,9 @@ def modules():
 
 
 def stage(name):
-    """The stage a module belongs to: its folder, or its entry in TOP_LEVEL."""
-    return TOP_LEVEL.get(name, name.split(".")[0])
+    """The stage a module belongs to: its folder, or its (or its folder's) entry in TOP_LEVEL."""
+    folder = name.split(".")[0]
+    return TOP_LEVEL.get(name, TOP_LEVEL.get(folder, folder))
 
 
 def imported(path, known):
@@ -116,9 +122,20 @@ def test_the_pytest_layer_only_translates_hooks():
     assert not reached, f"plugin.py imports {reached}: the run object (run.py) talks to the store, git and judge"
 
 
+def test_the_judge_and_the_command_are_split_into_small_modules():
+    """judge/ decides in budget, window and verdict and words in wording; the command is one module
+    per command group: none grows back into a module that does everything."""
+    long = [f"{name} ({lines} lines, at most {MAX_LINES[name.split('.')[0]]})" for name, path in modules().items()
+            if name.split(".")[0] in MAX_LINES and "." in name
+            and (lines := len(path.read_text().splitlines())) > MAX_LINES[name.split(".")[0]]]
+    assert not long, "split these: " + "; ".join(long)
+    assert {"judge.budget", "judge.window", "judge.verdict", "judge.wording", "cli.common"} <= set(modules())
+
+
 def test_the_checks_see_what_they_guard(tmp_path):
     # An upward import and a circle in a made-up graph are both caught.
     assert stage("judge.verdict") == "judge" and stage("plugin") == "wiring" and stage("score") == "score"
+    assert stage("cli.compare") == "wiring" and stage("cli") == "wiring"
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     module = tmp_path / "judge_like.py"
     module.write_text('"""A module that reaches down."""\nfrom pytest_solgate.report import table\n')

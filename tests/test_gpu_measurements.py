@@ -261,7 +261,7 @@ def test_a_lock_is_restored_once_whatever_paths_run():
 
 
 def test_a_locked_run_is_not_a_baseline_for_an_unlocked_one():
-    from pytest_solgate.judge.verdict import BaselineRun
+    from pytest_solgate.judge.window import BaselineRun
     from pytest_solgate.record.baseline import select
 
     def run(commit, sm_clocks=None):
@@ -279,7 +279,9 @@ def test_a_locked_run_is_not_a_baseline_for_an_unlocked_one():
 
 
 def test_an_unlocked_run_whose_clock_moved_from_the_windows_says_so():
-    from pytest_solgate.judge.verdict import BaselineRun, BaselineWindow, Budget, JudgeSettings, judge
+    from pytest_solgate.judge.budget import Budget
+    from pytest_solgate.judge.verdict import judge
+    from pytest_solgate.judge.window import BaselineRun, BaselineWindow, JudgeSettings
     from solgate_testing import recorded
 
     runs = tuple(BaselineRun(commit=c, run_id=c, sol=s, seconds=1e-3, noise=0.005, sm_clock_mhz=1980.0)

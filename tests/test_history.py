@@ -597,16 +597,18 @@ def test_contention_is_a_busy_core_on_a_cpu_and_another_run_on_a_gpu():
 
 def test_a_contended_run_cannot_fail_as_regressed():
     from pytest_solgate import results
+    from pytest_solgate.judge import budget as budgets
     from pytest_solgate.judge import verdict
+    from pytest_solgate.judge import window as windows
     from solgate_testing import changed
 
-    window = verdict.BaselineWindow(runs=tuple(
-        verdict.BaselineRun(commit=f"{i:040x}", run_id=f"r{i}", sol=sol, seconds=0.4e-3 / sol, noise=0.002)
+    window = windows.BaselineWindow(runs=tuple(
+        windows.BaselineRun(commit=f"{i:040x}", run_id=f"r{i}", sol=sol, seconds=0.4e-3 / sol, noise=0.002)
         for i, sol in enumerate(STEADY)))
     slow = changed(a_measurement(0.2), t_sol=0.4e-3, seconds=2e-3, noise=0.002)
-    assert verdict.judge(slow, verdict.Budget(), window, verdict.JudgeSettings()).verdict == results.REGRESSED
+    assert verdict.judge(slow, budgets.Budget(), window, windows.JudgeSettings()).verdict == results.REGRESSED
     busy = changed(slow, contended="this process got 40% of a core while sampling: other processes were running on it")
-    got = verdict.judge(busy, verdict.Budget(), window, verdict.JudgeSettings())
+    got = verdict.judge(busy, budgets.Budget(), window, windows.JudgeSettings())
     assert got.verdict == results.AMBIGUOUS
     assert "would be a regression, but the machine was busy while it measured (this process got 40%" in got.judgement.reason
 

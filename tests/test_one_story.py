@@ -74,10 +74,10 @@ def test_the_gates_decision_names_a_commit_the_series_alone_would_not():
 
 
 def _window(sols, probe=None):
-    from pytest_solgate.judge import verdict
+    from pytest_solgate.judge import window as windows
 
-    return verdict.BaselineWindow(runs=tuple(
-        verdict.BaselineRun(commit=f"{i:040x}", run_id=f"r{i}", sol=sol, seconds=0.4e-3 / sol, noise=0.002,
+    return windows.BaselineWindow(runs=tuple(
+        windows.BaselineRun(commit=f"{i:040x}", run_id=f"r{i}", sol=sol, seconds=0.4e-3 / sol, noise=0.002,
                             probe_seconds=probe)
         for i, sol in enumerate(sols)))
 
@@ -86,11 +86,13 @@ def test_a_comparison_leads_with_the_verdict_the_change_and_the_floor_on_one_sho
     from test_history import STEADY, a_measurement
 
     from pytest_solgate import results
+    from pytest_solgate.judge import budget as budgets
     from pytest_solgate.judge import verdict
+    from pytest_solgate.judge import window as windows
     from solgate_testing import changed
 
     slow = changed(a_measurement(0.2), t_sol=0.4e-3, seconds=2e-3, noise=0.002)
-    got = verdict.judge(slow, verdict.Budget(), _window(STEADY), verdict.JudgeSettings(commit="c" * 40))
+    got = verdict.judge(slow, budgets.Budget(), _window(STEADY), windows.JudgeSettings(commit="c" * 40))
     first, *rest = got.judgement.reason.splitlines()
     assert got.verdict == results.REGRESSED
     assert first == "regressed: test_k -48.7%, tolerance 5.0%, noise floor 8.0%" and len(first) <= 80
@@ -103,12 +105,14 @@ def test_a_large_gain_within_the_floor_says_why_it_is_not_improved():
     from test_history import a_measurement
 
     from pytest_solgate import results
+    from pytest_solgate.judge import budget as budgets
     from pytest_solgate.judge import verdict
+    from pytest_solgate.judge import window as windows
     from solgate_testing import changed
 
     noisy = [0.2, 0.5, 0.15, 0.45, 0.25]  # a window whose floor is far beyond +70 %
     fast = changed(a_measurement(0.5), t_sol=0.4e-3, seconds=0.4e-3 / 0.47, noise=0.002)
-    got = verdict.judge(fast, verdict.Budget(), _window(noisy), verdict.JudgeSettings())
+    got = verdict.judge(fast, budgets.Budget(), _window(noisy), windows.JudgeSettings())
     assert got.verdict == results.PASS and got.judgement.baseline.change > 0.5
     first, _, why, *_ = got.judgement.reason.splitlines()
     assert first.startswith("pass: test_k +")

@@ -1,6 +1,6 @@
 """Judge (words only): the message of a comparison against a baseline window, from its facts.
 
-``verdict.against_window`` decides and hands over what it found (``ComparisonFacts``); this module
+``window.against_window`` decides and hands over what it found (``ComparisonFacts``); this module
 only words it, so that a message can change without touching a decision. A message reads in one
 glance at 80 columns: the verdict, the change and the floor on one short first line; what it was
 compared with on the next; then why it is not the verdict the change alone would suggest, and
@@ -9,8 +9,10 @@ what to do, each on a line of its own.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from pytest_solgate.results import Measurement
 from pytest_solgate.support import units
 
 # Why a change beyond the tolerance is not the verdict it would suggest (ComparisonFacts.held_back).
@@ -19,6 +21,10 @@ WITHIN_NOISE = "within-noise"  # the change is within the window's noise floor
 OTHER_ENVIRONMENT = "other-environment"  # the window ran in another environment
 CONTENDED = "contended"  # the machine was busy while this run measured
 MEMORY_MOVED = "memory-moved"  # the memory probe put the machine in a state the window never saw
+# Where the noise that hides a drop comes from (ComparisonFacts.noise), for what to do about it.
+MIXED_WINDOW = "mixed-window"  # a few runs of the window lie far from the others
+NOISE_WITHIN_RUNS = "within-runs"  # the runs' own noise is beyond the tolerance
+NOISE_BETWEEN_RUNS = "between-runs"  # the runs agree within themselves, not with each other
 
 
 @dataclass(frozen=True)
@@ -30,28 +36,92 @@ class ComparisonFacts:
     floor: float | None
     sol: float
     centre: float
-    commit: str  # short
+    commit: str  # the commit measured ('' when unknown)
     dirty: bool
-    window: str  # '5 baseline runs from a to b'
-    notes: tuple[str, ...] = ()  # where the level began, what was left out of it
-    memory: str = ""  # how the comparison followed the memory probe, when it did
+    newest: str  # the window's newest and oldest commits, and how many runs it has
+    oldest: str
+    window_runs: int
+    notes: tuple[str, ...] = ()  # where the level began, what was left out of it (baseline.level)
+    left_out: tuple[tuple[str, float], ...] = ()  # (commit, SOL) of runs left out as far off the others
+    clock: tuple[float, float, float] | None = None  # (moved, this run's MHz, the window's MHz), unlocked clocks
+    raw_change: float | None = None  # the SOL's own change, when compared relative to the memory probe
     held_back: str = ""  # one of the reasons above, or ''
-    detail: str = ""  # the reason's own facts (the environments, the contention, the probe's shift)
-    advice: str = ""  # what to do about noise beyond the tolerance
+    detail: str = ""  # the reason's own facts (the environments, the contention)
+    probe_shift: float = 0.0  # log-time shift of the memory probe beyond its range (MEMORY_MOVED)
+    probe_range: float = 0.0  # that range, log time
+    noise: str = ""  # where the noise beyond the tolerance comes from (MIXED_WINDOW, ...)
+    widening: tuple[tuple[str, float], ...] = ()  # (commit, SOL) of the runs that widen a mixed window
+    within: float = 0.0  # the runs' own noise, a standard deviation (log)
+    spread: float = 0.0  # the run-to-run standard deviation (log)
     runs: int = 0  # runs kept in the window
     probe_beyond: bool = False  # a regression beyond the machine's shift by the memory probe too
 
 
+def short(commit: str | None) -> str:
+    return (commit or "unknown")[:10]
+
+
+def label(m: Measurement) -> str:
+    test = m.test.split("::")[-1]
+    return test if m.name == "default" else f"{test} '{m.name}'"
+
+
 def comparison_text(facts: ComparisonFacts) -> str:
     floor = units.percent(facts.floor) if facts.floor is not None else "unknown (one run)"
+    notes = list(facts.notes)
+    if facts.left_out:
+        notes.append("left out as far off the others: " + _runs(facts.left_out, ", "))
+    if facts.clock is not None:
+        moved, mhz, centre = facts.clock
+        notes.append(f"the SM clock moved {units.percent(moved, signed=True)}: {mhz:.0f} MHz over this run's timed "
+                     f"region vs {centre:.0f} MHz over the window's; clocks unlocked: --sol-lock-clocks=base compares "
+                     "at one clock")
     lines = [
         f"{facts.verdict}: {facts.label} {units.percent(facts.change, signed=True)}, "
         f"tolerance {units.percent(facts.tolerance)}, noise floor {floor}",
-        f"  SOL {facts.sol:.3f} at {facts.commit}{' (dirty)' if facts.dirty else ''} vs {facts.centre:.3f} over "
-        f"{facts.window}{facts.memory}" + (f" ({'; '.join(facts.notes)})" if facts.notes else ""),
+        f"  SOL {facts.sol:.3f} at {short(facts.commit)}{' (dirty)' if facts.dirty else ''} vs {facts.centre:.3f} over "
+        f"{_window(facts)}{_at_memory_speed(facts.raw_change)}" + (f" ({'; '.join(notes)})" if notes else ""),
     ]
     lines += [f"  {line}" for line in _why(facts, floor)]
     return "\n".join(lines)
+
+
+def _runs(runs: tuple[tuple[str, float], ...], joiner: str) -> str:
+    return joiner.join(f"{short(commit)} (SOL {sol:.3f})" for commit, sol in runs)
+
+
+def _window(facts: ComparisonFacts) -> str:
+    newest, oldest = short(facts.newest), short(facts.oldest)
+    runs = f"{facts.window_runs} baseline run{'s' if facts.window_runs != 1 else ''}"
+    return f"{runs} at {newest}" if newest == oldest else f"{runs} from {oldest} to {newest}"
+
+
+def _at_memory_speed(raw_change: float | None) -> str:
+    if raw_change is None:
+        return ""
+    return (f" at this run's memory speed (relative to the memory probe timed beside each sample; the SOL itself "
+            f"changed {units.percent(raw_change, signed=True)})")
+
+
+def _memory_moved(facts: ComparisonFacts) -> str:
+    shift = facts.probe_shift
+    return (f"the memory probe took {units.percent(abs(math.exp(shift) - 1))} "
+            f"{'longer' if shift > 0 else 'less'} than over the baseline runs, beyond their range "
+            f"(±{units.percent(math.exp(facts.probe_range) - 1)}): the machine ran in a state the window never saw")
+
+
+def _advice(facts: ComparisonFacts, floor: str) -> str:
+    if facts.noise == MIXED_WINDOW:
+        several = len(facts.widening) > 1
+        return (f"the window is mixed: the run{'s' if several else ''} at {_runs(facts.widening, ' and ')} "
+                f"widen{'' if several else 's'} it, and {'they leave' if several else 'it leaves'} the window as new "
+                "runs come (or `solgate accept` the level it shows); the tolerance stays right")
+    if facts.noise == NOISE_WITHIN_RUNS:
+        return (f"the runs' own noise (±{units.percent(facts.within)} within a run) is beyond the tolerance: give more "
+                f"--sol-min-time, or raise max_regression above {floor}")
+    return (f"the noise is between runs ({units.percent(facts.spread)} run to run, {units.percent(facts.within)} within "
+            "a run): the runner changes from run to run (clocks, neighbours, frequency scaling): lock the clocks or "
+            "give the runner to one job; raising max_regression would hide real regressions")
 
 
 def _why(facts: ComparisonFacts, floor: str) -> list[str]:
@@ -62,7 +132,7 @@ def _why(facts: ComparisonFacts, floor: str) -> list[str]:
                 "decides once two runs of ancestors are recorded"]
     if held == WITHIN_NOISE and drop:
         return [f"within the run-to-run noise; the tolerance is below this window's noise floor of {floor}",
-                f"what to do: {facts.advice}"]
+                f"what to do: {_advice(facts, floor)}"]
     if held == WITHIN_NOISE:
         return [f"not improved: within the run-to-run noise (an improvement must clear the noise floor of {floor} too)"]
     if held == OTHER_ENVIRONMENT:
@@ -72,11 +142,113 @@ def _why(facts: ComparisonFacts, floor: str) -> list[str]:
         return [f"would be a regression, but the machine was busy while it measured ({facts.detail}); a contended "
                 "run cannot fail as regressed: run it alone"]
     if held == MEMORY_MOVED and drop:
-        return [f"would be a regression, but {facts.detail}, and the drop is within the noise floor plus the "
+        return [f"would be a regression, but {_memory_moved(facts)}, and the drop is within the noise floor plus the "
                 "probe's own shift; the gate decides on a run in the window's state (run it again)"]
     if held == MEMORY_MOVED:
-        return [f"would be an improvement, but {facts.detail}"]
+        return [f"would be an improvement, but {_memory_moved(facts)}"]
     if facts.verdict == "regressed":
         beyond = " and the machine's shift by the memory probe" if facts.probe_beyond else ""
         return [f"regressed (beyond the tolerance and the noise: 99 % t prediction bound over {facts.runs} runs{beyond})"]
     return []
+
+
+# --- one measurement's verdict (verdict.judge, confirm, against_reference) -----------------------
+
+
+def describe(m: Measurement) -> str:
+    """'2.38 TB/s of 3.35 TB/s (memory-bound)' from a scored measurement and its ceilings."""
+    scored = m.score
+    if scored.bound == "memory":
+        ceiling = m.work.bytes / scored.t_sol / 1e9 if scored.t_sol > 0 else 0
+        return f"{units.bandwidth(scored.gbps)} of {units.bandwidth(ceiling)} (memory-bound)"
+    ceiling = m.work.total_flops / scored.t_sol / 1e12 if scored.t_sol > 0 else 0
+    return f"{units.flop_rate(scored.tflops)} of {units.flop_rate(ceiling)} (compute-bound)"
+
+
+def dram_phrase(m: Measurement, ratio: float | None) -> str:
+    """'Nsight Compute measured 1.07 GB of DRAM traffic, 1.60x the 671 MB declared', or '' without
+    a ratio (``verdict.dram_ratio``)."""
+    if ratio is None:
+        return ""
+    return (f"Nsight Compute measured {units.count(m.measured_bytes)}B of DRAM traffic for one call, "
+            f"{ratio:.2f}x the {units.count(m.work.bytes)}B declared")
+
+
+def timing_phrase(m: Measurement) -> str:
+    timing = m.timing
+    phrase = f"median {units.seconds(timing.seconds)} {units.noise(timing.noise)} over {len(timing.samples)} samples"
+    if timing.noisy:
+        phrase += " (noisy: the time budget ran out first)"
+    if timing.throttled:
+        phrase += " (throttled: clocks fell or a power/thermal limit was hit)"
+    return phrase
+
+
+NOT_JUDGED = "gate=False: recorded for reference, not judged"
+INTERPRETED = "TRITON_INTERPRET=1: the Triton interpreter's timings mean nothing"
+GATE_OFF = "--sol-gate=off"
+
+
+def impossible_reference(m: Measurement, limit: float) -> str:
+    return (f"{NOT_JUDGED}; note: SOL {units.sol(m.score.sol)} > {limit} on {m.profile} is impossible: {describe(m)}; "
+            "check the declared bytes/flops and the profile's ceilings, or whether the cache served the data")
+
+
+def above_sol(m: Measurement, limit: float, ratio: float | None) -> str:
+    if ratio is not None and ratio < 1:
+        why = f"{dram_phrase(m, ratio)}: the cache served the rest of the data (give each call cold inputs: rotating buffer sets)"
+    elif ratio is not None:
+        why = f"{dram_phrase(m, ratio)}, so the data did come from DRAM: check the profile's bandwidth and peak ceilings"
+    else:
+        why = "check the declared bytes/flops and the profile's ceilings, or whether the cache served the data"
+    return f"{label(m)} SOL {m.score.sol:.2f} > {limit} on {m.profile} is impossible: {describe(m)}; {why}"
+
+
+def below_min(m: Measurement, min_sol: float, excess_ratio: float | None) -> str:
+    """``excess_ratio``: the DRAM ratio when the kernel moves more than it declares, else None."""
+    moved = ""
+    if excess_ratio is not None:
+        moved = (f"; it moves more than it declares: {dram_phrase(m, excess_ratio)}, so the traffic beyond the fused "
+                 "minimum (re-reads, spills, an unfused intermediate) costs it time")
+    return f"{label(m)} SOL {m.score.sol:.2f} < budget {min_sol:.2f} on {m.profile}: {describe(m)}, {timing_phrase(m)}{moved}"
+
+
+def mfu_without_flops(m: Measurement, min_mfu: float) -> str:
+    return (f"{label(m)} has an MFU budget of {min_mfu:.2f} on {m.profile} but declares no FLOPs, so its MFU is 0 "
+            "(count_flops counts pointwise ops, softmax and norms as 0): pass flops= or drop mfu= from the marker")
+
+
+def below_mfu(m: Measurement, min_mfu: float) -> str:
+    return f"{label(m)} MFU {m.score.mfu:.2f} < budget {min_mfu:.2f} on {m.profile}: {describe(m)}, {timing_phrase(m)}"
+
+
+def no_budget(m: Measurement, unmatched: tuple[str, ...]) -> str:
+    if unmatched:
+        return (f"no budget on {m.profile}: the marker's {' and '.join(f'{k}=' for k in unmatched)} "
+                "globs match other profiles only; no baseline: recorded")
+    return f"no budget for {m.profile} and no baseline: recorded"
+
+
+def passed(m: Measurement, comparison: str | None) -> str:
+    """A pass: the comparison's short first line leads when there was one; the measurement's facts follow."""
+    if comparison is not None:
+        return f"{comparison}\n  {describe(m)} on {m.profile}, {timing_phrase(m)}"
+    return f"{label(m)} SOL {m.score.sol:.2f} on {m.profile}: {describe(m)}, {timing_phrase(m)}"
+
+
+def confirmed(reason: str, first: Measurement, second: Measurement) -> str:
+    return f"{reason}; confirmed by a re-measurement (SOL {first.score.sol:.3f}, then {second.score.sol:.3f})"
+
+
+def not_confirmed(first: Measurement, second: Measurement) -> str:
+    return (f"a first block of samples read SOL {first.score.sol:.3f} (a suspected regression); "
+            f"the re-measurement read {second.score.sol:.3f} and did not confirm it")
+
+
+def speedup(m: Measurement, reference: Measurement, achieved: float, required: float) -> str:
+    return (f"{label(m)} is {achieved:.3g}x as fast as '{reference.name}' (median {units.seconds(m.timing.seconds)} vs "
+            f"{units.seconds(reference.timing.seconds)}), budget {required:g}x on {m.profile}")
+
+
+def speedup_within_noise(text: str, noise: float) -> str:
+    return f"{text}: short by less than the medians' noise (±{noise:.1%}); measure longer"

@@ -83,7 +83,7 @@ class CpuBackend(Backend):
     a copy of a fixed buffer of the flush's size, the plugin's own code, so that no commit of the
     user's can change it. A shared machine's memory runs faster or slower from one second to
     the next; the probe, timed beside the kernel, reads the same swings, and the gate compares a
-    memory-bound kernel relative to it (judge/verdict.py)."""
+    memory-bound kernel relative to it (judge/window.py)."""
 
     min_sample_seconds = 100e-6
     telemetry_note = "no telemetry on the CPU backend"

@@ -17,7 +17,7 @@ measurement name, profile and ceilings mode along the first-parent ancestry of t
 HEAD's first parent. Dirty runs are never in a window. Like with like: when at least two runs of
 the window ran in this run's environment (host, device, driver, CUDA, torch, triton, Python), only
 those are kept; otherwise the window is kept whole and the differences are named, so that the
-verdict can say so (judge.py turns such a regression into ``ambiguous``).
+verdict can say so (judge/window.py turns such a regression into ``ambiguous``).
 
 The plugin, ``solgate compare`` and the reports all come here; judge.py then compares.
 """
@@ -35,7 +35,7 @@ from pytest_solgate.support import stats
 from pytest_solgate.support.errors import HistoryUnavailable, OptionError
 
 if TYPE_CHECKING:  # the plugin builds a chooser at start-up: judge and history load on first use
-    from pytest_solgate.judge.verdict import BaselineRun, BaselineWindow
+    from pytest_solgate.judge.window import BaselineRun, BaselineWindow
 
 MIN_SAME_ENVIRONMENT = 2  # runs of this environment needed to drop the others from a window
 MIN_QUIET = 3  # runs not flagged noisy needed to leave the noisy ones out of a window
@@ -146,7 +146,7 @@ def select(runs: Sequence[BaselineRun], head_environment: Mapping[str, str], not
     what differs between this run and the newest baseline run of another environment."""
     if not runs:
         return None
-    from pytest_solgate.judge.verdict import BaselineWindow
+    from pytest_solgate.judge.window import BaselineWindow
     same = [r for r in runs if not environment.differences(dict(head_environment), dict(r.environment))]
     if len(same) >= MIN_SAME_ENVIRONMENT or len(same) == len(runs):
         return BaselineWindow(runs=tuple(same), notes=tuple(notes))

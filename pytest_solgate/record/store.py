@@ -16,7 +16,7 @@ import fnmatch
 import json
 from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
-from pytest_solgate.judge.verdict import BaselineRun
+from pytest_solgate.judge.window import BaselineRun
 from pytest_solgate.results import Measurement, RunInfo
 from pytest_solgate.support.errors import HistoryElsewhere, HistoryError
 from pytest_solgate.support.locations import redact

@@ -7,7 +7,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from pytest_solgate.declare.profiles import HardwareProfile
-from pytest_solgate.judge import verdict
+from pytest_solgate.judge import verdict, wording
 from pytest_solgate.report import roofline, table
 from pytest_solgate.results import Measurement, RunInfo
 from pytest_solgate.support import units
@@ -69,8 +69,8 @@ def _detail(m: Measurement, index: int, peers: Sequence[Measurement]) -> dict[st
         "m": m,
         "row": table.row(m, peers),
         "measured": table.measured_text(m),
-        "dram": verdict.dram_phrase(m),
-        "describe": verdict.describe(m) if m.score.t_sol > 0 else "",
+        "dram": wording.dram_phrase(m, verdict.dram_ratio(m)),
+        "describe": wording.describe(m) if m.score.t_sol > 0 else "",
         "strip": roofline.strip(m.timing.samples),
         "spark": roofline.sparkline([t["sol"] for t in m.trend]),
         "trend": m.trend,

@@ -1,0 +1,61 @@
+"""Wiring (the ``solgate`` command): ``ab``, a paired A/B of HEAD against a base (the runs are
+pytest_solgate/ab.py's; the words report/ab.py's)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import pytest_solgate.cli.common as common
+from pytest_solgate.cli.common import UsageFailure
+
+
+def add_parsers(sub: Any) -> None:
+    from pytest_solgate import ab
+
+    p = sub.add_parser(
+        "ab", help="a paired A/B of HEAD against BASE on this machine; exit 1 on a regression",
+        description="Run the selected tests at BASE (checked out in a temporary git worktree) and at HEAD (your tree "
+                    "as it is) alternately, each run its own pytest process, until every measurement's paired "
+                    "difference is tight or the time budget is spent, and judge the paired differences: regressed, "
+                    "improved or pass, with the interval. HEAD's runs are recorded in the history. pytest options "
+                    "go after --, e.g. solgate ab origin/main -- --sol-max-time=5. Exit status: 0 no regression, "
+                    "1 regressed, 2 usage error.",
+    )
+    p.add_argument("base", help="the base commit: a git ref or sha (on a pull request: its merge base)")
+    p.add_argument("pattern", nargs="?", default=None,
+                   help="only tests whose id matches this glob or contains this text (default: every test that measures)")
+    p.add_argument("--rounds", type=int, default=ab.DEFAULT_ROUNDS,
+                   help="the most rounds, each one run of BASE and one of HEAD (default: %(default)s; at least 3)")
+    p.add_argument("--max-time", type=float, default=ab.DEFAULT_MAX_TIME,
+                   help="seconds of rounds after which it judges on what it has (default: %(default)s)")
+    p.add_argument("--max-regression", type=float, default=None,
+                   help="tolerance where the test's marker gives none (default: sol_max_regression, else 0.05)")
+    p.add_argument("--no-record", action="store_true", help="do not save HEAD's runs into the history (a pull request)")
+    p.add_argument("--markdown", default=None, help="also write the table as Markdown here (the PR comment's)")
+    common.history_arg(p)
+    p.set_defaults(run=cmd_ab, takes_pytest_args=True)
+
+
+def cmd_ab(args: argparse.Namespace) -> int:
+    from pytest_solgate import ab
+    from pytest_solgate.report import ab as words
+    from pytest_solgate.support import atomic
+
+    if args.rounds < 3:
+        raise UsageFailure(f"ab: --rounds={args.rounds}: give 3 or more (two pairs show no spread worth a verdict)")
+    if not args.max_time > 0:
+        raise UsageFailure(f"ab: --max-time={args.max_time}: give a number of seconds > 0")
+    if args.max_regression is not None and not 0 <= args.max_regression < 1:
+        raise UsageFailure(f"--max-regression={args.max_regression}: give a fraction in [0, 1)")
+    tolerance = args.max_regression if args.max_regression is not None else common.ini()[1].max_regression
+    result = ab.ab(
+        ".", args.base, args.pattern, common.history_path(args), record=not args.no_record, rounds=args.rounds,
+        max_time=args.max_time, tolerance=tolerance, pytest_args=args.pytest_args,
+        announce=lambda round_, side, state: print(words.progress(round_, side, state), file=sys.stderr, flush=True),
+    )
+    print("\n".join(words.lines(result)))
+    if args.markdown:
+        atomic.write_text(args.markdown, words.markdown(result), "A/B table")
+    return 1 if result.regressed else 0

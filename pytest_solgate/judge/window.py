@@ -1,0 +1,308 @@
+"""Judge (the baseline window): one run against the last clean runs of the same measurement,
+on run-level evidence; returns the facts (``Comparison``), which ``wording`` words. Pure, no I/O."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from pytest_solgate.judge import wording
+from pytest_solgate.measure import clocks
+from pytest_solgate.results import AMBIGUOUS, IMPROVED, PASS, REGRESSED, BaselineComparison, Measurement, Verdict
+from pytest_solgate.support import stats
+from pytest_solgate.support.settings import DEFAULT_MAX_REGRESSION
+
+# A run-level value falls below the window's 99 % one-sided prediction bound by chance in 1 % of
+# runs (normal log-SOL, independent runs): the false-alarm rate per measurement before the
+# confirmation re-measure. Strict, because each false alarm costs a kernel engineer an afternoon.
+STATISTIC = "t-prediction-99"
+MIN_ROBUST = 4  # window values needed before one far off the others can be told apart and left out
+# A window is compared relative to the memory probe when its runs' spread relative to the probe is
+# at most this share of their raw spread (follows_probe): clearly better, not better by chance.
+PROBE_GAIN = 0.75
+OUTLIER_SIGMAS = 4.5  # robust standard deviations from the window's median: a disturbed run, not noise
+MIN_SCALE = 0.01  # robust spreads are taken as at least 1 %: no run within 4.5 % of the median is called disturbed
+WIDENING_SIGMAS = 3.0  # kept runs this far from the window's median are named as widening it
+
+
+@dataclass(frozen=True)
+class JudgeSettings:
+    gate: str = "fail"  # fail | warn | off
+    above_one: str = "fail"  # fail | warn
+    max_regression: float = DEFAULT_MAX_REGRESSION
+    commit: str | None = None  # the commit being measured, for messages
+    dirty: bool = False
+
+
+@dataclass(frozen=True)
+class BaselineRun:
+    """One clean run of the same measurement at an ancestor commit: a run-level value."""
+
+    commit: str
+    run_id: str
+    sol: float
+    seconds: float
+    noise: float = 0.0  # the run's own precision: relative 95 % half-width of its median
+    started_at: str = ""
+    ceilings_id: str = ""
+    environment: Mapping[str, str] = field(default_factory=dict)
+    verdict: str = ""  # the run's own verdict
+    judged_against: str = ""  # the newest commit of the window that run was judged against
+    disturbed: str = ""  # "interrupted", "contended" or "noisy": recorded, never a baseline
+    probe_seconds: float | None = None  # the run's memory probe (measure/backends.py), when it had one
+    sm_clock_mhz: float | None = None  # the mean SM clock over its timed region (GPU telemetry), when read
+
+
+@dataclass(frozen=True)
+class BaselineWindow:
+    """The last K clean runs of a measurement along the baseline ref's first-parent ancestry,
+    newest first, chosen by ``pytest_solgate.record.baseline``."""
+
+    runs: tuple[BaselineRun, ...]
+    # Facts in which every run of the window differs from this run, e.g. "torch 2.12.0 -> 2.13.0".
+    environment_differs: tuple[str, ...] = ()
+    # Where the level began and what was left out of it (baseline.level), for the message.
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A measurement against its baseline window, judged on run-level evidence."""
+
+    verdict: Verdict
+    change: float  # relative SOL change against the window's centre
+    centre: float  # the window's SOL: geometric mean of its runs
+    spread: float | None  # run-to-run relative standard deviation; None with one run
+    floor: float | None  # the smallest drop the run-to-run noise cannot explain (99 %); None if unknown
+    window: BaselineWindow
+    compared_on: str  # "sol", or "time" when the ceilings changed since the baseline
+    facts: wording.ComparisonFacts
+    raw_change: float | None = None  # the SOL's own change, when ``change`` is relative to the memory probe
+
+    @property
+    def text(self) -> str:
+        return wording.comparison_text(self.facts)
+
+    def record(self) -> BaselineComparison:
+        """What the measurement keeps of it (the window's runs themselves stay in the history)."""
+        runs = self.window.runs
+        return BaselineComparison(
+            commit=runs[0].commit,
+            oldest_commit=runs[-1].commit,
+            runs=len(runs),
+            run_id=runs[0].run_id,
+            sol=self.centre,
+            change=self.change,
+            spread=self.spread,
+            noise_floor=self.floor,
+            compared_on=self.compared_on,
+            environment_differs=self.window.environment_differs,
+            statistic=STATISTIC,
+            by_probe=self.raw_change is not None,
+            raw_change=self.raw_change,
+        )
+
+
+def _run_value(m: Measurement, run: BaselineRun) -> tuple[float, bool]:
+    """A baseline run's SOL, made comparable with ``m``: when the ceilings differ (a re-calibrated
+    CPU, an edited profile) its SOL is not, so its time is scored against ``m``'s T_SOL instead."""
+    if run.ceilings_id and m.ceilings_id and run.ceilings_id != m.ceilings_id:
+        return (m.score.t_sol / run.seconds if run.seconds > 0 else 0.0), True
+    return run.sol, False
+
+
+def probe_applies(m: Measurement, runs: Sequence[BaselineRun]) -> bool:
+    """Whether ``m`` could be compared with ``runs`` relative to the memory probe: a memory-bound
+    kernel whose run and every baseline run timed the probe beside it (the CPU backend)."""
+    probe = m.timing.probe_seconds
+    return (m.score.bound == "memory" and probe is not None and probe > 0
+            and all(run.probe_seconds for run in runs))
+
+
+def follows_probe(raw: Sequence[float], relative: Sequence[float], floor_sd: float) -> bool:
+    """Whether a window's runs (log values) agree clearly better relative to the memory probe than
+    raw: their robust spread relative to it is at most PROBE_GAIN of the raw one. Decided from
+    the window alone, never from the run being judged.
+
+    A shared machine's memory speed swings from one second to the next, and a memory-bound kernel
+    with it; the probe, the plugin's own fixed copy timed after each sample, reads the same swings
+    (docs/measurement.md: on the development VM the run-to-run deviation of add and copy fell
+    from 0.06-0.25 to 0.014-0.04 in log time). A kernel declared memory-bound that is limited by
+    something else on this machine (softmax's exp under a neighbour streaming memory: 0.18 raw,
+    0.24 relative) does not follow it, and the probe would only add its swings: it is compared
+    raw. A change of the user's code cannot move the probe, so a commit that slows every kernel
+    alike is still seen."""
+    if len(raw) < MIN_ROBUST:
+        return False
+    return robust_values(relative, floor_sd)[1] <= PROBE_GAIN * robust_values(raw, floor_sd)[1]
+
+
+def memory_moved(m: Measurement, runs: Sequence[BaselineRun]) -> tuple[float, float]:
+    """How far (log time) this run's memory probe lay from its baseline runs' beyond their 99 %
+    prediction range, and that range; (0.0, range) when within it, (0.0, 0.0) when no probe tells.
+
+    The probe is the plugin's own fixed copy, so only the machine moves it. When this run's probe
+    time lies outside the baseline runs' 99 % prediction range (as a kernel's own window is
+    judged), the machine was in a state the window never saw: on the development VM, a minute in
+    which every kernel ran 30-35 % slow while nothing else of ours ran. A kernel compared raw is
+    not corrected for it, and one compared relative to the probe only follows it within the range
+    its window showed (softmax did not: six false `regressed` in that minute). Such a run fails as
+    `regressed` only beyond the floor plus the probe's own shift: a drop that even a kernel slowed
+    as much as the machine's memory cannot explain; it never reads as `improved`."""
+    probe = m.timing.probe_seconds
+    logs = [math.log(run.probe_seconds) for run in runs if run.probe_seconds]
+    if not probe or probe <= 0 or len(logs) < 2:
+        return 0.0, 0.0
+    keep, sd = robust_values(logs, 0.0)
+    kept = [logs[i] for i in keep]
+    bound = stats.prediction_bound_99(max(sd, MIN_SCALE), len(kept))
+    shift = math.log(probe) - stats.mean(kept)
+    return (0.0 if abs(shift) <= bound else shift), bound
+
+
+def _robust_scale(values: Sequence[float], floor_sd: float) -> tuple[float, float]:
+    """The median of ``values`` and their robust standard deviation (1.4826 MAD, at least ``floor_sd``)."""
+    centre = stats.median(values)
+    return centre, max(1.4826 * stats.median([abs(v - centre) for v in values]), floor_sd, MIN_SCALE)
+
+
+def robust_values(values: Sequence[float], floor_sd: float) -> tuple[list[int], float]:
+    """Indices of the window values to keep, and their spread: a value further than
+    ``OUTLIER_SIGMAS`` robust standard deviations from the median is one disturbed run, not the
+    runner's noise, and is left out, so that one slow run cannot widen the floor several-fold.
+    Needs four values; fewer are kept as they are."""
+    keep = list(range(len(values)))
+    if len(values) >= MIN_ROBUST:
+        centre, scale = _robust_scale(values, floor_sd)
+        near = [i for i, v in enumerate(values) if abs(v - centre) <= OUTLIER_SIGMAS * scale]
+        if len(values) - len(near) <= len(values) // 3:  # a few disturbed runs; more is a mixed window
+            keep = near
+    return keep, stats.stdev([values[i] for i in keep])
+
+
+def _widening(values: Sequence[float], keep: Sequence[int], floor_sd: float) -> list[int]:
+    """The kept runs far enough from the others (``WIDENING_SIGMAS`` robust standard deviations)
+    to make most of the window's spread: a mixed window. None in a window of one level."""
+    if len(keep) < MIN_ROBUST:
+        return []
+    centre, scale = _robust_scale([values[i] for i in keep], floor_sd)
+    return [i for i in keep if abs(values[i] - centre) > WIDENING_SIGMAS * scale]
+
+
+def _noise_kind(widening: Sequence[int], within: float, tolerance: float) -> str:
+    """What to do about a drop the window's noise cannot tell from a regression, from the evidence:
+    a mixed window, the runs' own noise, or noise between runs that the runs themselves do not show."""
+    if widening:
+        return wording.MIXED_WINDOW
+    if stats.Z_99 * within >= tolerance:
+        return wording.NOISE_WITHIN_RUNS
+    return wording.NOISE_BETWEEN_RUNS
+
+
+def _clock_moved(m: Measurement, runs: Sequence[BaselineRun]) -> tuple[float, float, float] | None:
+    """(moved, this run's MHz, the window's MHz) when this unlocked run's SM clock over its timed
+    region lies more than clocks.CLOCK_MOVED from its window's; None otherwise (a locked run's
+    clock is held)."""
+    if str(m.environment.get(clocks.ENVIRONMENT_KEY, "")).startswith("locked"):
+        return None
+    moved = clocks.clock_moved(m.timing.sm_clock_mhz, [run.sm_clock_mhz for run in runs])
+    if moved is None:
+        return None
+    return moved, m.timing.sm_clock_mhz, m.timing.sm_clock_mhz / (1 + moved)
+
+
+def against_window(m: Measurement, window: BaselineWindow, tolerance: float, settings: JudgeSettings) -> Comparison:
+    """Judge ``m`` against its baseline window on run-level evidence.
+
+    Each baseline run contributes one value, its median SOL; the head run is one more draw. In log
+    space (timing noise is multiplicative) the window gives a mean and a run-to-run standard
+    deviation s (never less than the runs' own within-run precision; a run far outside the others
+    is left out first, see ``robust_values``), and a new run of an unchanged kernel falls below
+    ``mean - t(0.99, k-1) * s * sqrt(1 + 1/k)`` in 1 % of runs; that distance, combined in
+    quadrature with this run's own precision at the normal 99 % quantile, is the noise floor.
+    ``regressed`` needs a drop beyond the tolerance AND beyond the floor; a drop beyond the
+    tolerance alone is ``ambiguous``; so is any drop when one run cannot show a spread.
+    """
+    raw_values = []
+    by_time = False
+    for run in window.runs:
+        value, timed = _run_value(m, run)
+        by_time = by_time or timed
+        raw_values.append(math.log(value) if value > 0 else math.nan)
+    usable = [i for i, v in enumerate(raw_values) if math.isfinite(v)]
+    compared_on = "time" if by_time else "sol"
+    sol, noise = m.score.sol, m.timing.noise
+    # Within-run precision is a 95 % half-width: divided by Z_95 it is a standard deviation.
+    within_list = [run.noise / stats.Z_95 for run in window.runs if math.isfinite(run.noise)]
+    within = stats.median(within_list) if within_list else 0.0
+    values, relative = raw_values, False
+    if probe_applies(m, window.runs):
+        # each run's SOL as it would have read at this run's memory speed
+        scaled = [v + math.log(run.probe_seconds / m.timing.probe_seconds) for v, run in zip(raw_values, window.runs)]
+        relative = follows_probe([raw_values[i] for i in usable], [scaled[i] for i in usable], within)
+        values = scaled if relative else raw_values
+    keep, left_out = usable, []
+    spread = floor_log = raw_change = None
+    if not usable or sol <= 0:
+        centre, change = (math.exp(values[usable[0]]) if usable else 0.0), 0.0
+    else:
+        kept_values = [values[i] for i in usable]
+        if len(kept_values) >= 2:
+            keep_local, sd_kept = robust_values(kept_values, within)
+            keep = [usable[i] for i in keep_local]
+            left_out = [usable[i] for i in range(len(usable)) if i not in keep_local]
+            sd = max(sd_kept, within)
+            spread = sd
+            window_term = stats.prediction_bound_99(sd, len(keep)) if len(keep) >= 2 else None
+            # This run's own precision, when it is worse than usual (a disturbed block of samples),
+            # widens the bound too: in quadrature, at the normal 99 % quantile.
+            head_term = stats.Z_99 * noise / stats.Z_95 if math.isfinite(noise) else 0.0
+            floor_log = math.hypot(window_term, head_term) if window_term is not None else None
+        centre_log = stats.mean([values[i] for i in keep])
+        centre = math.exp(centre_log)
+        change = math.exp(math.log(sol) - centre_log) - 1
+        if relative:
+            raw_change = math.exp(math.log(sol) - stats.mean([raw_values[i] for i in keep])) - 1
+    floor = None if floor_log is None else 1 - math.exp(-floor_log)
+
+    def runs_at(indices: Sequence[int]) -> tuple[tuple[str, float], ...]:
+        return tuple((window.runs[i].commit, math.exp(values[i])) for i in indices)
+
+    # Whether it was compared on time (the ceilings changed) is said once per session (run.py).
+    facts = wording.ComparisonFacts(
+        label=wording.label(m), verdict=PASS.value, change=change, tolerance=tolerance, floor=floor, sol=sol,
+        centre=centre, commit=settings.commit or "", dirty=settings.dirty, newest=window.runs[0].commit,
+        oldest=window.runs[-1].commit, window_runs=len(window.runs), notes=window.notes, left_out=runs_at(left_out),
+        clock=_clock_moved(m, [window.runs[i] for i in keep]), raw_change=raw_change, runs=len(keep),
+    )
+
+    def result(verdict: Verdict, held_back: str = "", **more: object) -> Comparison:
+        said = dataclasses.replace(facts, verdict=verdict.value, held_back=held_back, **more)
+        return Comparison(verdict, change, centre, spread, floor, window, compared_on, said, raw_change)
+
+    beyond_floor = floor_log is not None and abs(math.log1p(change)) > floor_log
+    shift, probe_range = memory_moved(m, [window.runs[i] for i in keep])
+    moved = dict(probe_shift=shift, probe_range=probe_range)
+    if change < -tolerance:
+        if floor_log is None:
+            return result(AMBIGUOUS, wording.ONE_RUN)
+        if not beyond_floor:
+            widening = _widening(values, keep, within)
+            return result(AMBIGUOUS, wording.WITHIN_NOISE, noise=_noise_kind(widening, within, tolerance),
+                          widening=runs_at(widening), within=within, spread=spread or 0.0)
+        if window.environment_differs:
+            return result(AMBIGUOUS, wording.OTHER_ENVIRONMENT, detail="; ".join(window.environment_differs))
+        if m.contended:
+            return result(AMBIGUOUS, wording.CONTENDED, detail=m.contended)
+        if shift and abs(math.log1p(change)) <= floor_log + abs(shift):
+            return result(AMBIGUOUS, wording.MEMORY_MOVED, **moved)
+        return result(REGRESSED, probe_beyond=bool(shift))
+    if change > tolerance:
+        if not beyond_floor:  # say why a large gain is not `improved`
+            return result(PASS, wording.WITHIN_NOISE if floor_log is not None else wording.ONE_RUN)
+        if shift:
+            return result(PASS, wording.MEMORY_MOVED, **moved)
+        return result(IMPROVED)
+    return result(PASS)

@@ -1,0 +1,209 @@
+"""Drive (after the stages, before the command): run the selected tests at a git ref in a temporary
+worktree, with the user's pytest options, and collect their results: what ``solgate bisect`` and
+``solgate ab`` share (DESIGN.md "Architecture").
+
+Each run is one pytest subprocess with the plugin, in one detached ``git worktree`` outside the
+user's tree, moved from commit to commit; the user's work tree, index and HEAD are never touched,
+and the worktree is removed afterwards, also on a failure or Ctrl-C. A run at ``None`` runs in the
+user's own tree as it is (``solgate ab``'s HEAD side). Results come back through ``--sol-json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from pytest_solgate.record import gitinfo, schema, store
+from pytest_solgate.results import Measurement
+from pytest_solgate.support.errors import SolgateError
+from pytest_solgate.support.settings import HISTORY_VARIABLE
+
+PYTEST_NO_TESTS = 5  # pytest's exit status when nothing was collected
+# pytest --collect-only with a one-hook plugin that writes the collected node ids to argv[1]
+# (``python -c`` puts the working directory first on sys.path, as ``python -m pytest`` does).
+COLLECT = """\
+import json, sys
+import pytest
+
+class Collected:
+    ids = []
+
+    def pytest_collection_finish(self, session):
+        self.ids = [item.nodeid for item in session.items]
+
+plugin = Collected()
+code = pytest.main(sys.argv[2:], plugins=[plugin])
+with open(sys.argv[1], "w", encoding="utf-8") as out:
+    json.dump(plugin.ids, out)
+sys.exit(int(code))
+"""
+
+
+class WorktreeError(SolgateError):
+    """A git step of a worktree that failed (``bisect: git worktree add failed: ...``)."""
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where the tests run: the repository's top level and where the command started in it
+    (pytest runs at that same place in the worktree, so node ids read as the user's)."""
+
+    root: Path
+    prefix: str
+
+
+def place(cwd: str | Path, command: str) -> Place:
+    top = gitinfo.git(cwd, "rev-parse", "--show-toplevel")
+    if top is None:
+        raise WorktreeError(f"{command}: {Path(cwd).resolve()} is not in a git repository; run it where the commits are")
+    return Place(Path(top), gitinfo.git(cwd, "rev-parse", "--show-prefix") or "")
+
+
+class Worktree:
+    """One detached ``git worktree`` outside the user's tree, moved from commit to commit."""
+
+    def __init__(self, root: Path, scratch: Path, command: str) -> None:
+        self.root = root
+        self.path = scratch / "worktree"
+        self.command = command
+        self.at: str | None = None
+
+    def checkout(self, commit: str) -> Path:
+        if self.at is None:
+            self._git(self.root, "worktree", "add", "--detach", "--quiet", str(self.path), commit)
+        elif self.at != commit:
+            self._git(self.path, "checkout", "--quiet", "--detach", "--force", commit)
+            self._git(self.path, "clean", "--quiet", "-d", "--force")
+        self.at = commit
+        return self.path
+
+    def remove(self) -> None:
+        if self.at is not None:
+            subprocess.run(["git", "worktree", "remove", "--force", str(self.path)], cwd=self.root,
+                           capture_output=True, check=False)
+        shutil.rmtree(self.path, ignore_errors=True)
+
+    def _git(self, cwd: Path, *args: str) -> None:
+        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            said = done.stderr.strip().splitlines()
+            raise WorktreeError(f"{self.command}: git {' '.join(args[:2])} failed: {said[-1] if said else 'no message'}")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One pytest run of the selected node ids at a commit: its results, or why there are none."""
+
+    results: tuple[tuple[dict[str, Any], Measurement], ...] = ()
+    failed: str = ""
+
+
+class Runner:
+    """Runs pytest with the plugin in a subprocess, in the worktree at a commit (or, at ``None``,
+    in the user's own tree).
+
+    Scratch mode saves nothing (``--sol-no-save``, and ``SOLGATE_HISTORY`` pointed at a scratch
+    file, so the user's history is not even read); ``record`` saves each run into the real
+    history, as a CI run would. Either way the results come back through ``--sol-json``, and
+    ``--sol-gate=warn`` keeps a budget miss or regression from reading as a failing test. The
+    user's pytest options (``pytest_args``: a noise target, a time budget, a device) come last."""
+
+    def __init__(self, where: Place, scratch: Path, history_location: str, record: bool, command: str,
+                 pytest_args: Sequence[str] = ()) -> None:
+        self.where = where
+        self.scratch = scratch
+        self.history_location = history_location
+        self.record = record
+        self.pytest_args = list(pytest_args)
+        self.worktree = Worktree(where.root, scratch, command)
+        self.count = 0
+
+    def _arguments(self, tests: Sequence[str], *options: str) -> list[str]:
+        """pytest's arguments: the node ids, no cache written into the worktree, ours, the user's."""
+        return [*tests, "-p", "no:cacheprovider", "-q", *options, *self.pytest_args]
+
+    def _environment(self, record: bool) -> dict[str, str]:
+        env = dict(os.environ)
+        env[HISTORY_VARIABLE] = self.history_location if record else str(self.scratch / "scratch-history.db")
+        return env
+
+    def folder(self, commit: str | None) -> Path:
+        if commit is None:
+            return self.where.root / self.where.prefix
+        folder = self.worktree.checkout(commit)
+        self._share_calibration(folder)
+        return folder / self.where.prefix
+
+    def _share_calibration(self, folder: Path) -> None:
+        """A CPU's measured ceilings, cached in the project's .solgate/profiles, are copied into the
+        worktree: every run then scores against the same ceilings, and none calibrates again."""
+        cached = gitinfo.state_dir(self.where.root) / "profiles"
+        if cached.is_dir():
+            shutil.copytree(cached, gitinfo.state_dir(folder) / "profiles", dirs_exist_ok=True)
+
+    def collect(self, commit: str | None) -> tuple[list[str], str]:
+        """The node ids pytest collects at ``commit``, or why it collects none. They are taken from
+        the collected items themselves (``COLLECT``), not parsed from output that ``-q`` or ``-v``
+        in the project's addopts would reshape."""
+        listed = self.scratch / "collected.json"
+        listed.unlink(missing_ok=True)
+        done = subprocess.run([sys.executable, "-c", COLLECT, str(listed), *self._arguments([], "--collect-only")],
+                              cwd=self.folder(commit), env=self._environment(False), capture_output=True, text=True,
+                              check=False)
+        ids = json.loads(listed.read_text(encoding="utf-8")) if listed.exists() else []
+        if done.returncode not in (0, PYTEST_NO_TESTS) or not ids:
+            return [], _failure(done.returncode, done.stdout + done.stderr, self.worktree.path)
+        return ids, ""
+
+    def run(self, commit: str | None, tests: Sequence[str], record: bool | None = None,
+            baseline: bool = True) -> RunResult:
+        """One run of ``tests`` at ``commit``; ``record`` (default: the runner's) saves it into the
+        history, ``baseline`` judges it against the history's window as the gate would."""
+        record = self.record if record is None else record
+        self.count += 1
+        out = self.scratch / f"run-{self.count}.json"
+        options = [f"--sol-json={out}", "--sol-gate=warn"]
+        if not record:
+            options.append("--sol-no-save")
+        if not (record and baseline):
+            options.append("--sol-baseline=none")
+        done = subprocess.run([sys.executable, "-m", "pytest", *self._arguments(tests, *options)],
+                              cwd=self.folder(commit), env=self._environment(record), capture_output=True, text=True,
+                              check=False)
+        if done.returncode != 0 or not out.exists():
+            return RunResult(failed=_failure(done.returncode, done.stdout + done.stderr, self.worktree.path))
+        run, measurements = schema.read_run(out.read_text(encoding="utf-8"), str(out))
+        row = store.run_row(run)
+        return RunResult(results=tuple((row, m) for m in measurements))
+
+    def close(self) -> None:
+        self.worktree.remove()
+
+
+def _failure(code: int, output: str, folder: Path) -> str:
+    """Why a run gave no results: what pytest's exit status means and its last line (with the
+    temporary worktree's path left out: it is gone once the command ends)."""
+    lines = [line.strip("= ") for line in output.replace(f"{folder}{os.sep}", "").strip().splitlines() if line.strip()]
+    last = lines[-1] if lines else "no output"
+    if code == 4 and "found no collectors" in output:  # a node id in a module that no longer imports
+        code = 2
+    what = {1: "tests failed", 2: "the tests do not collect (or were interrupted)", 3: "pytest internal error",
+            4: "pytest usage error", PYTEST_NO_TESTS: "no tests collected"}.get(code, f"pytest exit status {code}")
+    return f"{what}: {last}"
+
+
+@contextmanager
+def scratch(command: str) -> Iterator[Path]:
+    folder = Path(tempfile.mkdtemp(prefix=f"solgate-{command}-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
