@@ -266,3 +266,24 @@ def test_the_state_folder_can_be_named_for_every_step(tmp_path, monkeypatch):
     assert gitinfo.state_dir(ROOT / "kernels") == ROOT / ".solgate"
     monkeypatch.setenv("SOLGATE_STATE_DIR", str(tmp_path / "state"))
     assert gitinfo.state_dir(ROOT / "kernels") == tmp_path / "state"
+
+
+def nvml_verdict(nvml):
+    import gpu_selfcheck
+
+    (verdict,) = [v for v in gpu_selfcheck.run_on_fake_gpu(nvml) if v.check == "nvml"]
+    return verdict
+
+
+def test_the_nvml_self_check_compares_nvml_with_the_kernels_own_clock_not_idle_with_busy():
+    """On the H200 the check failed falsely: the clock stays at 1980 MHz after work, so NVML's
+    "idle" reading before the spin equalled its busy one. Now NVML's reading during the spin is
+    compared with the spin's own clock64/globaltimer stamps."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import test_gpu_paths as fakes
+
+    stays_up = nvml_verdict(lambda gpu: fakes.FakeNvml(gpu, idle_mhz=1980))
+    assert stays_up.ok and stays_up.line.startswith("nvml: ok: NVML read the SM clock at 1980 MHz")
+    assert "stamps over it: 1980 MHz" in stays_up.line
+    wrong = nvml_verdict(lambda gpu: fakes.FakeNvml(None, clock_mhz=1500))  # NVML reads not what the SMs run at
+    assert not wrong.ok and "1500 MHz" in wrong.line and "1980 MHz" in wrong.line
