@@ -84,12 +84,15 @@ def synchronize() -> None:
         torch.cuda.synchronize()
 
 
-def profiler_seconds(call: Callable[[], Any], flush: Callable[[], None]) -> float:
+def profiler_seconds(call: Callable[[], Any], flush: Callable[[], None]) -> tuple[float, float | None]:
     """The median over CALLS of the device time of the kernels (and copies) one call launches,
-    from CUPTI's records through torch.profiler (on a CPU: the range's CPU time)."""
+    from CUPTI's records through torch.profiler, summed under the call's ``record_function`` range
+    (on a CPU: the range's CPU time); and the median span of the range on the device (the GPU-side
+    annotation kineto records, first kernel start to last kernel end), None where there is none."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    activities = [ProfilerActivity.CUDA] if ON_GPU else [ProfilerActivity.CPU]
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if ON_GPU else [ProfilerActivity.CPU]
     with profile(activities=activities) as prof:
         for _ in range(CALLS):
             flush()
@@ -98,11 +101,15 @@ def profiler_seconds(call: Callable[[], Any], flush: Callable[[], None]) -> floa
                 call()
             synchronize()
     ranges = [e for e in prof.events() if e.name == RANGE]
-    if ON_GPU:
-        per_call = [getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0) for e in ranges]
-    else:
-        per_call = [e.cpu_time_total for e in ranges]
-    return statistics.median(per_call) * 1e-6
+    host_side = [e for e in ranges if e.device_type == DeviceType.CPU]
+    device_side = [e.time_range.elapsed_us() for e in ranges if e.device_type != DeviceType.CPU]
+    span = statistics.median(device_side) * 1e-6 if device_side else None
+    if not ON_GPU:
+        return statistics.median(e.cpu_time_total for e in host_side) * 1e-6, span
+    summed = [getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0) for e in host_side]
+    if not any(summed):  # the kernels were not linked to the range: its span on the device stands in
+        return (span if span is not None else float("nan")), span
+    return statistics.median(summed) * 1e-6, span
 
 
 def events_seconds(call: Callable[[], Any], flush: Callable[[], None]) -> float:
@@ -141,7 +148,8 @@ def test_timing(sol, workload):
     for _ in range(3):  # cuBLAS picks its kernel, the allocator settles
         call()
     synchronize()
-    write_side_figures({"workload": workload, "cupti_s": profiler_seconds(call, flush),
+    cupti, span = profiler_seconds(call, flush)
+    write_side_figures({"workload": workload, "cupti_s": cupti, "cupti_span_s": span,
                         "events_s": events_seconds(call, flush), "on_gpu": ON_GPU})
 
 

@@ -74,8 +74,9 @@ def timing_verdicts(measurements: list[dict[str, Any]], side: list[dict[str, Any
             continue
         ratio = m["seconds"] / row["cupti_s"] if row["cupti_s"] else float("inf")
         figures = (f"plugin {_us(m['seconds'])} ({m.get('timing_mode') or 'timing mode not recorded'}), "
-                   f"{'CUPTI' if not dry else 'profiler CPU time'} {_us(row['cupti_s'])}, "
-                   f"{'events' if not dry else 'host clock'} {_us(row.get('events_s'))}, plugin / CUPTI {ratio:.3f}")
+                   f"{'CUPTI' if not dry else 'profiler CPU time'} {_us(row['cupti_s'])}"
+                   + (f" (span on the device {_us(row['cupti_span_s'])})" if row.get("cupti_span_s") else "")
+                   + f", {'events' if not dry else 'host clock'} {_us(row.get('events_s'))}, plugin / CUPTI {ratio:.3f}")
         if dry:
             verdicts.append(Verdict(check, True, f"{check}: not judged (dry run on a CPU): {figures}"))
             continue

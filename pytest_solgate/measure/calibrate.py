@@ -2,7 +2,7 @@
 
 A measured ceiling is what this machine reaches, so no honest kernel may read above it (DESIGN.md,
 "How a measurement is taken", item 7): memory bandwidth is the best of several access patterns (a
-read-only reduction, two reads and a write, a copy; on a CPU also STREAM's scale and triad), and
+read-only reduction, two reads and a write, a copy; on a CPU also STREAM's triad), and
 compute the best of the library's tuned matmuls per precision (torch.mm: cuBLAS on a GPU) over
 more than one size. A copy alone was not enough: on an H200 it measured 4220 GB/s, and a Triton
 vector add (two reads, one write) then read SOL 1.028 against it (issue 35). The profile says which
@@ -83,12 +83,13 @@ def _sustained_rate(fn: Callable[[], Any], work: float, seconds: float = SECONDS
 
 
 def _streaming_bandwidth(torch: Any, n: int, seconds: float = SECONDS_PER_FIGURE) -> dict[str, float]:
-    """GB/s of five streaming patterns over float32 buffers of n elements (bytes read + written)."""
+    """GB/s of four streaming patterns over float32 buffers of n elements (bytes read + written):
+    a read-only reduction, a copy, and two reads and a write twice (STREAM's add and triad). STREAM's
+    scale moves what the copy moves, and each pattern costs seconds over buffers of 4x a large L3."""
     a, b, c = torch.rand(n), torch.rand(n), torch.rand(n)
     patterns = {
         "read": (lambda: torch.sum(a), 1),  # a read-only reduction
         "copy": (lambda: b.copy_(a), 2),
-        "scale": (lambda: torch.mul(a, 3.0, out=b), 2),
         "add": (lambda: torch.add(a, b, out=c), 3),
         "triad": (lambda: torch.add(b, c, alpha=3.0, out=a), 3),
     }
