@@ -33,12 +33,11 @@ import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ElementTree
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_selfcheck import Verdict  # noqa: E402
+from gpu_selfcheck import Verdict, report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS_FILE = ROOT / "benchmarks" / "gpu_check_workloads.py"
@@ -235,12 +234,7 @@ def main() -> None:
     work = (args.work or Path(tempfile.mkdtemp(prefix="solgate-device-checks-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
     verdicts, status = run(work, args.dry_run)
-    for verdict in verdicts:
-        print(verdict.line, flush=True)
-    if args.out:
-        args.out.write_text(json.dumps([asdict(v) for v in verdicts], indent=2))
-    failed = [v.check for v in verdicts if not v.ok]
-    print(f"device checks: {len(verdicts) - len(failed)} of {len(verdicts)} ok" + (f"; failed: {', '.join(failed)}" if failed else ""))
+    report(verdicts, args.out, "device checks")
     # pytest exits 1 when tests failed (the side-stream cases must): the verdicts judge those. Any
     # other status (interrupted, a usage error, nothing collected) means the checks did not run.
     if status not in (0, 1) or not verdicts:

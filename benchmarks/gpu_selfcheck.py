@@ -273,13 +273,17 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the verdicts here as JSON")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    verdicts = run_on_fake_gpu() if args.dry_run else run_on_device()
+    report(run_on_fake_gpu() if args.dry_run else run_on_device(), args.out, "selfcheck")
+
+
+def report(verdicts: list[Verdict], out: Path | None, label: str) -> None:
+    """Each verdict's line, the verdicts as JSON to ``out``, and a last line counting them."""
     for verdict in verdicts:
         print(verdict.line, flush=True)
-    if args.out:
-        args.out.write_text(json.dumps([asdict(v) for v in verdicts], indent=2))
+    if out:
+        out.write_text(json.dumps([asdict(v) for v in verdicts], indent=2))
     failed = [v.check for v in verdicts if not v.ok]
-    print(f"selfcheck: {len(verdicts) - len(failed)} of {len(verdicts)} checks ok" + (f"; failed: {', '.join(failed)}" if failed else ""))
+    print(f"{label}: {len(verdicts) - len(failed)} of {len(verdicts)} checks ok" + (f"; failed: {', '.join(failed)}" if failed else ""))
 
 
 if __name__ == "__main__":

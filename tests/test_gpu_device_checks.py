@@ -118,3 +118,11 @@ def test_no_sol_against_measured_ceilings_may_exceed_one():
     verdict = checks.measured_ceiling_verdict(after)
     assert verdict.ok and "none above 1.0 (highest test_vector_add[fp32]/triton 0.986)" in verdict.line
     assert not checks.measured_ceiling_verdict([]).ok
+
+
+def test_the_failing_verdicts_are_the_plugins():
+    """The script reads verdicts from the JSON without importing the plugin (its parent process has
+    no checkout on sys.path on the device); the values must stay the plugin's."""
+    from pytest_solgate.results import FAILING
+
+    assert set(checks.FAILING) == {verdict.value for verdict in FAILING}
