@@ -348,7 +348,9 @@ def needs_calibrated_profile(work: Path, run: Callable[[], str]) -> Callable[[],
 
 
 def run_commands(label: str, commands: list[list[str]], work: Path, clock: Clock, limit_seconds: float) -> Callable[[], str]:
-    """The step's commands one after another, all of them within the step's limit (and the budget)."""
+    """The step's commands one after another, all of them within the step's limit (and the budget).
+    A command that fails does not stop the next (the locked pass runs where a test of the unlocked
+    one failed); the step fails with every command's line."""
 
     def run() -> str:
         started = time.monotonic()
@@ -356,7 +358,18 @@ def run_commands(label: str, commands: list[list[str]], work: Path, clock: Clock
         def left() -> float:
             return clock.limit(limit_seconds - (time.monotonic() - started))
 
-        return "; ".join(command(label if i == 0 else f"{label}-{i}", args, work, left)() for i, args in enumerate(commands))
+        details, failures = [], []
+        for i, args in enumerate(commands):
+            try:
+                details.append(command(label if i == 0 else f"{label}-{i}", args, work, left)())
+            except Exception as exc:  # reported with the others' lines below
+                failures.append(exc)
+                details.append(f"{type(exc).__name__}: {exc}")
+        if len(commands) == 1 and failures:
+            raise failures[0]
+        if failures:
+            raise RuntimeError(f"{len(failures)} of {len(commands)} commands failed: " + "; ".join(details))
+        return "; ".join(details)
 
     return run
 
