@@ -76,6 +76,8 @@ def test_energy_is_judged_against_the_total_energy_counter_within_5_percent():
                                                             "counter 0.146 J/GB (615 W mean over 3900 back-to-back copies)")
     right = checks.energy_verdict([measurement("energy-copy-1GiB", joules=0.149 * gib2 / 1e9)], [counter])
     assert right.ok and "plugin / counter 1.021" in right.line
+    renamed = checks.energy_verdict([measurement("energy-copy-1GiB", energy_joules_per_call=0.149 * gib2 / 1e9)], [counter])
+    assert renamed.ok
     none = checks.energy_verdict([measurement("energy-copy-1GiB")], [counter])
     assert not none.ok and "recorded no energy" in none.line
     assert checks.energy_verdict([], [], skipped="no NVML").line == "energy: not run (no NVML)"
