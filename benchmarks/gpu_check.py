@@ -8,11 +8,13 @@ hatchling), no network, and the project not installed:
   checkout on PYTHONPATH (`no:solgate` keeps an installed entry point from registering it twice),
   and the profiles are found in the checkout's hw_profiles/;
 - each step is a subprocess under its own time limit (``step_limits``), sized from the Triton
-  compiles it makes (counted under the interpreter by benchmarks/count_compiles.py, see COMPILES)
-  and the measurements it takes; the limits add up to at most BUDGET_SECONDS, which fits one
-  10-minute device command, twice within 15 minutes of device time (tests/test_gpu_check.py checks
-  the sum). The last step, the fused GEMM's correctness (133 compiles), gets what the others leave:
-  at its limit it is interrupted (SIGINT, so pytest writes its summary and --junitxml), then killed
+  compiles it makes (counted under the interpreter by benchmarks/count_compiles.py, see COMPILES),
+  the measurements it takes and the first H200 run's step times; the limits add up to at most
+  BUDGET_SECONDS, which fits one 10-minute device command, twice within 15 minutes of device time
+  (tests/test_gpu_check.py checks the sum). The last step, the fused GEMM's correctness (133
+  compiles), gets all that is left of the budget when it starts, not an estimate of its own (the
+  first H200 run cut it after 12 of 19 tests at its 48 s estimate with 165 s of the budget left): at
+  its limit it is interrupted (SIGINT, so pytest writes its summary and --junitxml), then killed
   after GRACE_SECONDS, and its line says exactly which tests ran (pytest -v writes each result as
   it comes, to a log that keeps stderr). A failing or timed-out step is reported and the next runs;
 - every step runs in one scratch folder outside the checkout, and shares one state folder
@@ -21,8 +23,9 @@ hatchling), no network, and the project not installed:
   first test). Nothing is written into the checkout (no bytecode, the CUDA epilogue built in the
   scratch folder: $KERNELS_BUILD_DIR); at most 8 files go to --out (default: $OUT, the folder a
   device command brings back, else a temporary folder): results.md (the section for
-  docs/results.md, ready to commit), steps.json, selfcheck.json, do_bench.json,
-  sol-datasheet.json, sol-measured.json, sol-report.html and logs.tar.gz (every step's log and
+  docs/results.md, ready to commit), steps.json, checks.json (every verdict line: the self-checks,
+  the device checks, the locked-clock and measured-ceiling checks), do_bench.json,
+  sol-datasheet.json, sol-measured.json, sol-report.html and logs.tar.gz (every step's log, JSON and
   JUnit XML, and the calibrated profile).
 
 Steps:
@@ -32,24 +35,33 @@ Steps:
    once more with a flush that reads instead of writes (does the written flush leave dirty lines
    the kernel pays for?);
 2. selfcheck: benchmarks/gpu_selfcheck.py, checks of the measurement path itself on the device
-   (events against wall time, cold against warm L2, a graph against the stream, NVML during a
-   kernel, capture after a failed capture), one verdict line each in results.md;
-3. sol-datasheet: the kernel SOL tests (`kernels/tests/test_sol.py`) against datasheet ceilings;
+   (events against wall time, cold against warm L2, a graph against the stream, NVML's clock
+   against the kernel's own clock stamps, capture after a failed capture), one verdict line each;
+3. sol-datasheet: the kernel SOL tests (`kernels/tests/test_sol.py`) against datasheet ceilings,
+   then again with `--sol-lock-clocks=base` (the locked-clock check: no throttle retakes, no budget
+   failure that the unlocked pass does not have);
 4. calibrate: `solgate calibrate` (measured ceilings, cached in the shared state folder);
-5. sol-measured: the same tests against those measured ceilings;
-6. gpu-paths: the plugin's GPU-path tests (`tests/test_gpu_paths.py`) on the real device;
+5. sol-measured: the same tests against those measured ceilings (the measured-ceiling check: no
+   SOL above 1.0, kernels and torch references alike);
+6. device-checks: benchmarks/gpu_device_checks.py, issue 35's checks in one pytest process: the
+   plugin's median against CUPTI's kernel time (torch.profiler) and CUDA events on six workloads
+   (within 3 %), work on a side stream failing with its cause, the plugin's energy against NVML's
+   total-energy counter (within 5 %). (It took the place of a run of tests/test_gpu_paths.py on
+   the device: those tests run against their fake GPU, which CI runs anyway.)
 7. correctness: `kernels/tests/test_correctness.py` but the fused GEMM's, once, on XDIST_WORKERS;
 8. correctness-gemm: the fused GEMM's correctness tests, last, on XDIST_WORKERS.
 
     python benchmarks/gpu_check.py [--out DIR] [--dry-run]
 
 `--dry-run` runs every step on a CPU machine in about two minutes, with the same command lines:
-do_bench against a stand-in timer; the self-checks against the fake GPU of tests/test_gpu_paths.py;
+do_bench against a stand-in timer; the self-checks against the fake GPU of tests/fake_gpu.py;
 the SOL steps for real on benchmarks/gpu_check_standin.py (the fp32 SOL tests' names, small torch
-kernels), against the H200 datasheet profile and then against the CPU's ceilings that the calibrate
-step measured (`solgate calibrate` runs for real), plus a collection of kernels/tests/test_sol.py;
-the GPU-path tests for real (against their fake GPU); a collection of the correctness tests, which a
-CPU cannot run. CI runs it in a fresh venv with only the GPU machine's packages, triton pinned to
+kernels), against the H200 datasheet profile (unlocked, then with the locked-clock option, which a
+CPU has no clock for) and then against the CPU's ceilings that the calibrate step measured
+(`solgate calibrate` runs for real), plus a collection of kernels/tests/test_sol.py; the device
+checks on the CPU (three small workloads, the profiler's CPU time for CUPTI's; the side-stream and
+energy cases skipped), their lines marked as not judged; a collection of the correctness tests,
+which a CPU cannot run. CI runs it in a fresh venv with only the GPU machine's packages, triton pinned to
 its version (.ci/run), so it fails where the real run would.
 """
 
@@ -67,10 +79,12 @@ import sys
 import tarfile
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))  # gpu_device_checks, also where this file is imported as a module
 
 # The plugin, registered without its entry point (the project is not installed on the GPU machine).
 PLUGIN_ARGS = ["-p", "no:solgate", "-p", "pytest_solgate.plugin"]
@@ -87,22 +101,31 @@ BUDGET_SECONDS = 330
 # correctness is 133 compiles, which is why it is a step of its own, last. The self-check compiles
 # one kernel (measure/sm_clock.py's stamps).
 COMPILES = {"do_bench": 3, "selfcheck": 1, "sol": 8 + 6, "correctness": 52 - 19, "correctness-gemm": 19 * 7}
+# The first H200 run's step times (2026-12-04, issue 35; the estimates below are at or above them):
+# do_bench 9 s, selfcheck 5, sol-datasheet 32, calibrate 20, sol-measured 24, gpu-paths 9,
+# correctness 19 (its nvcc build included), correctness-gemm 46 when cut after 12 of 19 tests on
+# 4 workers; the GEMM's 19 tests ran in 40 s on 8 workers.
 # Seconds per cold Triton compile on the GPU machine: an estimate (0.5-2 s is usual for triton 3.x
 # on Hopper) until the first GPU run's steps.json gives the real figure.
 SECONDS_PER_COMPILE = 1.0
 # The correctness steps run on this many pytest-xdist workers: their compiles are CPU work (16
 # cores there), and correctness does not time anything.
-XDIST_WORKERS = 4
+XDIST_WORKERS = 8
 AUTOTUNE_SECONDS = 0.15  # one autotune benchmark of one GEMM config (do_bench's 25 ms warm-up + 100 ms)
 STARTUP_SECONDS = 10  # Python, torch and pytest starting in a step's process
-NVCC_SECONDS = 45  # the CUDA C++ epilogue's nvcc build, in the correctness step
+NVCC_SECONDS = 20  # the CUDA C++ epilogue's nvcc build: the whole correctness step took 19 s on the H200
 SOL_MAX_TIME = 1.0  # --sol-max-time of the SOL and do_bench measurements (2 s by default)
 MEASUREMENT_SECONDS = SOL_MAX_TIME + 0.5  # one sol.measure at most: its time budget plus warm-up
 DO_BENCH_SECONDS = 0.5  # one triton.testing.do_bench call
 SOL_MEASUREMENTS = 18  # two per SOL test (the kernel and the torch reference)
-CALIBRATION_SECONDS = 45  # three passes of copy + five matmuls + fp8, mostly at min_time 0.5 s
+# Three passes of three bandwidth patterns, two matmul sizes of five precisions and fp8, each
+# figure at least 0.5 s (the H200 took 20 s for one pattern and one size).
+CALIBRATION_SECONDS = 45
 SELFCHECK_SECONDS = 6  # six timings of at most 0.5 s, a 20 ms and a 50 ms kernel, two captures
-GPU_PATHS_SECONDS = 15  # the fake-GPU tests (14 s on a loaded 2-core VM)
+# The device checks: six workloads timed by the plugin and 30 calls each under the profiler and
+# events, two side-stream cases, the energy case's measurement and its 2 s counter window.
+DEVICE_CHECK_MEASUREMENTS = 6 + 2 + 1
+DEVICE_CHECK_EXTRA_SECONDS = 6 * 1.0 + 2.0 + 2.0
 # A step cut short gets SIGINT first, so that pytest prints its summary and writes --junitxml,
 # then this long before it is killed; the grace is inside the step's limit.
 GRACE_SECONDS = 10
@@ -114,9 +137,13 @@ DRY_BUDGET_SECONDS = 1500
 
 # Triton kernels also timed by do_bench, at the suite's GPU shapes (see inputs()).
 DO_BENCH_KERNELS = ("vector_add", "softmax", "layernorm")
-STEPS = ("do_bench", "selfcheck", "sol-datasheet", "calibrate", "sol-measured", "gpu-paths", "correctness",
+STEPS = ("do_bench", "selfcheck", "sol-datasheet", "calibrate", "sol-measured", "device-checks", "correctness",
          "correctness-gemm")
-LAST_STEP = STEPS[-1]  # sized by what the others leave
+LAST_STEP = STEPS[-1]  # given all that is left of the budget when it starts
+# The least the last step must be left by the others' limits (the budget test checks it): its 19
+# tests took 40 s on 8 workers on the H200. At run time it gets all that is left, and the steps
+# before it took about 190 s there (their first run's times, sol-datasheet twice), not their 287.
+LAST_STEP_MINIMUM = 40
 
 
 def wanted_seconds(label: str) -> float:
@@ -128,24 +155,42 @@ def wanted_seconds(label: str) -> float:
         "do_bench": compile_seconds["do_bench"] + len(DO_BENCH_KERNELS) * (MEASUREMENT_SECONDS + DO_BENCH_SECONDS)
         + 2 * MEASUREMENT_SECONDS,
         "selfcheck": compile_seconds["selfcheck"] + SELFCHECK_SECONDS,
-        "sol-datasheet": compile_seconds["sol"] + sol_measurements,
+        # unlocked, then locked at the base clock (a second process: startup; Triton's cache compiled)
+        "sol-datasheet": compile_seconds["sol"] + 2 * sol_measurements + STARTUP_SECONDS,
         "calibrate": CALIBRATION_SECONDS,
         "sol-measured": sol_measurements,  # compiled by sol-datasheet (Triton's cache); the profile cached by calibrate
-        "gpu-paths": GPU_PATHS_SECONDS,
+        "device-checks": DEVICE_CHECK_MEASUREMENTS * MEASUREMENT_SECONDS + DEVICE_CHECK_EXTRA_SECONDS,
         "correctness": compile_seconds["correctness"] / XDIST_WORKERS + NVCC_SECONDS,
         "correctness-gemm": (compile_seconds["correctness-gemm"] + 19 * 7 * AUTOTUNE_SECONDS) / XDIST_WORKERS,
     }[label]
 
 
 def step_limits(budget: float = BUDGET_SECONDS) -> dict[str, float]:
-    """Every step's time limit: its own estimate, but the last step's, which is what the others
-    leave of the budget (at most its estimate). Their sum is at most the budget."""
+    """Every step's time limit: its own estimate, but the last step's, which is all the others
+    leave of the budget (at run time, what is left when it starts). Their sum is the budget."""
     limits = {label: wanted_seconds(label) for label in STEPS if label != LAST_STEP}
     left = budget - sum(limits.values())
-    if left < STARTUP_SECONDS + GRACE_SECONDS:
+    if left < LAST_STEP_MINIMUM:
         raise ValueError(f"the steps before {LAST_STEP} want {sum(limits.values()):.0f} s of a {budget:.0f} s budget")
-    limits[LAST_STEP] = min(wanted_seconds(LAST_STEP), left)
+    limits[LAST_STEP] = left
     return limits
+
+
+def step_limit(label: str, limits: dict[str, float], clock: "Clock", dry: bool = False) -> float:
+    """A step's limit when it starts: its own, but the last step's, which is all that is left of
+    the budget then (on a GPU; a dry run's steps each have DRY_STEP_SECONDS)."""
+    return clock.left() if label == LAST_STEP and not dry else limits[label]
+
+
+def is_pytest(args: list[str]) -> bool:
+    """Whether a step's command runs pytest, from its program or module (``python -m pytest``,
+    ``pytest``, ``py.test``), never from "pytest" anywhere in it: a checkout under a folder whose
+    name holds "pytest" (pytest's own tmp_path does) made every step read as pytest."""
+    program = Path(args[0]).name if args else ""
+    if program in ("pytest", "py.test"):
+        return True
+    module = args[args.index("-m") + 1] if "-m" in args[:-1] else ""
+    return module in ("pytest", "py.test")
 
 
 def step(label: str, action: Callable[[], str]) -> dict[str, Any]:
@@ -233,7 +278,7 @@ def command(label: str, args: list[str], work: Path, limit: Callable[[], float],
                     os.killpg(child.pid, signal.SIGKILL)
                     child.wait()
                 text = log.read_text(errors="replace")
-                ran = f": {what_ran(text)}" if "pytest" in " ".join(args) else ""
+                ran = f": {what_ran(text)}" if is_pytest(args) else ""
                 raise TimeoutError(f"timed out after {timeout:.0f} s{ran} (log {log.name})") from None
         text = log.read_text(errors="replace")
         last = (text.strip().splitlines() or [""])[-1]
@@ -264,16 +309,20 @@ def step_commands(out: Path, work: Path, dry: bool) -> dict[str, list[list[str]]
     dry_flag = ["--dry-run"] if dry else []
     return {
         "do_bench": [[sys.executable, str(Path(__file__).resolve()), "--step", "do_bench", "--out", str(out), *dry_flag]],
-        "selfcheck": [[sys.executable, str(ROOT / "benchmarks/gpu_selfcheck.py"), "--out", str(out / "selfcheck.json"),
+        "selfcheck": [[sys.executable, str(ROOT / "benchmarks/gpu_selfcheck.py"), "--out", str(work / "selfcheck.json"),
                        *dry_flag]],
         # The datasheet: a dry run names the H200's (a CPU has none); on the GPU it is detected.
+        # Then the same tests with the SM clock locked at base, compared in checks.json.
         "sol-datasheet": [pytest_command(sol_tests, *sol, *(["--sol-profile=h200"] if dry else []),
                                          f"--sol-json={out}/sol-datasheet.json", f"--sol-report={out}/sol-report.html"),
+                          pytest_command(sol_tests, *sol, *(["--sol-profile=h200"] if dry else []),
+                                         "--sol-lock-clocks=base", f"--sol-json={work}/sol-locked.json"),
                           *collect],
         "calibrate": [[sys.executable, "-m", "pytest_solgate.cli", "calibrate"]],
         # The calibrate step's profile, from the shared state folder: the GPU's, or in a dry run the CPU's.
         "sol-measured": [pytest_command(sol_tests, *sol, "--sol-ceilings=measured", f"--sol-json={out}/sol-measured.json")],
-        "gpu-paths": [pytest_command([str(ROOT / "tests/test_gpu_paths.py")])],
+        "device-checks": [[sys.executable, str(ROOT / "benchmarks/gpu_device_checks.py"), "--out",
+                           str(work / "device-checks.json"), "--work", str(work), *dry_flag]],
         "correctness": [pytest_command(correctness, *reported, f"--junitxml={work}/correctness.xml", "-k", "not fused_gemm",
                                        *(["--collect-only"] if dry else []), verbosity="-v")],
         "correctness-gemm": [pytest_command(correctness, *reported, f"--junitxml={work}/correctness-gemm.xml", "-k",
@@ -299,9 +348,27 @@ def needs_calibrated_profile(work: Path, run: Callable[[], str]) -> Callable[[],
 
 
 def run_commands(label: str, commands: list[list[str]], work: Path, clock: Clock, limit_seconds: float) -> Callable[[], str]:
+    """The step's commands one after another, all of them within the step's limit (and the budget).
+    A command that fails does not stop the next (the locked pass runs where a test of the unlocked
+    one failed); the step fails with every command's line."""
+
     def run() -> str:
-        details = [command(label if i == 0 else f"{label}-{i}", args, work, lambda: clock.limit(limit_seconds))()
-                   for i, args in enumerate(commands)]
+        started = time.monotonic()
+
+        def left() -> float:
+            return clock.limit(limit_seconds - (time.monotonic() - started))
+
+        details, failures = [], []
+        for i, args in enumerate(commands):
+            try:
+                details.append(command(label if i == 0 else f"{label}-{i}", args, work, left)())
+            except Exception as exc:  # reported with the others' lines below
+                failures.append(exc)
+                details.append(f"{type(exc).__name__}: {exc}")
+        if len(commands) == 1 and failures:
+            raise failures[0]
+        if failures:
+            raise RuntimeError(f"{len(failures)} of {len(commands)} commands failed: " + "; ".join(details))
         return "; ".join(details)
 
     return run
@@ -315,6 +382,9 @@ class Clock:
 
     def limit(self, wanted: float) -> float:
         return max(1.0, min(wanted, self.deadline - time.monotonic()))
+
+    def left(self) -> float:
+        return self.limit(float("inf"))
 
 
 # --- step 1: do_bench, in its own process ----------------------------------------------------------
@@ -482,9 +552,9 @@ def results_markdown(out: Path, steps: list[dict[str, Any]], dry: bool) -> str:
     if "read_over_write" in flush:
         lines += ["", f"Flush check (vector_add): {flush['write_flush_s'] * 1e6:.1f} us after the written flush, "
                       f"{flush['read_flush_s'] * 1e6:.1f} us after a flush that reads (ratio {flush['read_over_write']:.3f})."]
-    checks = json.loads((out / "selfcheck.json").read_text()) if (out / "selfcheck.json").exists() else []
+    checks = json.loads((out / "checks.json").read_text()) if (out / "checks.json").exists() else []
     if checks:
-        lines += ["", "Self-checks of the measurement path (benchmarks/gpu_selfcheck.py):", ""]
+        lines += ["", "Checks of the measurement path (benchmarks/gpu_selfcheck.py, benchmarks/gpu_device_checks.py):", ""]
         lines += [f"- {check['line']}" for check in checks]
     lines += ["", "| step | ok | seconds | detail |", "|---|---|---|---|"]
     lines += [f"| {s['step']} | {'ok' if s['ok'] else 'FAILED'} | {s['seconds']:.1f} | {s['detail'].replace('|', '/')} |"
@@ -492,11 +562,31 @@ def results_markdown(out: Path, steps: list[dict[str, Any]], dry: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def all_checks(out: Path, work: Path, dry: bool) -> list[dict[str, Any]]:
+    """Every verdict line of the run: the self-checks' and the device checks' (written by their
+    steps), and the locked-clock and measured-ceiling checks judged here from the SOL steps' JSON."""
+    import gpu_device_checks as device_checks
+
+    def written(name: str, check: str) -> list[dict[str, Any]]:
+        path = work / name
+        if path.is_file():
+            return json.loads(path.read_text())
+        return [asdict(device_checks.Verdict(check, False, f"{check}: FAILED: its step wrote no verdicts (see its log)"))]
+
+    unlocked = device_checks.load_measurements(out / "sol-datasheet.json")
+    locked = device_checks.load_measurements(work / "sol-locked.json")
+    measured = device_checks.load_measurements(out / "sol-measured.json")
+    return [*written("selfcheck.json", "selfcheck"), *written("device-checks.json", "device-checks"),
+            asdict(device_checks.locked_clock_verdict(unlocked, locked, dry)),
+            asdict(device_checks.measured_ceiling_verdict(measured))]
+
+
 def archive_logs(work: Path, out: Path) -> None:
-    """Every step's log and JUnit XML and the calibrated profile(s), in one file (a device command
-    brings back 8)."""
+    """Every step's log, JSON and JUnit XML and the calibrated profile(s), in one file (a device
+    command brings back 8)."""
     with tarfile.open(out / "logs.tar.gz", "w:gz") as archive:
-        for path in sorted(work.glob("*.log")) + sorted(work.glob("*.xml")) + calibrated_profiles(work):
+        for path in (sorted(work.glob("*.log")) + sorted(work.glob("*.xml")) + sorted(work.glob("*.json"))
+                     + sorted(work.glob("*.jsonl")) + calibrated_profiles(work)):
             archive.add(path, arcname=path.relative_to(work).as_posix())
 
 
@@ -532,15 +622,18 @@ def main() -> None:
     limits = {label: DRY_STEP_SECONDS for label in STEPS} if dry else step_limits(budget)
     results = []
     for label in STEPS:
-        action = run_commands(label, commands[label], work, clock, limits[label])
+        action = run_commands(label, commands[label], work, clock, step_limit(label, limits, clock, dry))
         if label == "sol-measured":
             action = needs_calibrated_profile(work, action)
         results.append(step(label, action))
     (out / "steps.json").write_text(json.dumps(results, indent=2))
+    (out / "checks.json").write_text(json.dumps(all_checks(out, work, dry), indent=2))
     (out / "results.md").write_text(results_markdown(out, results, dry))
     archive_logs(work, out)
     for line in table(out):
         print(line)
+    for check in json.loads((out / "checks.json").read_text()):
+        print(check["line"])
     failed = [r["step"] for r in results if not r["ok"]]
     print(f"gpu_check: {len(results) - len(failed)} of {len(results)} steps ok" + (f"; failed: {', '.join(failed)}" if failed else "")
           + f"; results in {out}")

@@ -7,8 +7,10 @@ on) on a case whose answer is known, and returns one verdict line for results.md
 - cold-warm: a vector copy timed cold (the plugin's L2 flush before each sample) and warm (no
   flush) must differ where its working set fits in L2 (a quarter of it) and agree at 4x L2;
 - graph: a CUDA graph of one call, replayed, against the same call launched on the stream;
-- nvml: NVML's SM clock read while a 50 ms kernel runs is above the idle clock read before it (and
-  the clock64/globaltimer stamps of measure/sm_clock.py read the spin's clock, where they run);
+- nvml: NVML's SM clock read while a 50 ms kernel runs agrees with the kernel's own reading of its
+  clock over that spin (the clock64/globaltimer stamps of measure/sm_clock.py). It compared NVML
+  busy against idle before, and failed falsely on the H200: the clock stays at 1980 MHz for a while
+  after work, so "idle" read 1980 too (issue 35 item 6);
 - capture: a capture that fails (a host synchronize inside it) leaves later captures working.
   On torch 2.11 before pytorch#180395 it does not; the plugin then turns capture off for the
   session (measure/sampling.py), and this line says which torch this device has.
@@ -40,6 +42,9 @@ EVENTS_AGREE = 0.02  # events and wall time agree within 2 % (or 0.2 ms: launch 
 WARM_FASTER = 0.8  # warm at most 80 % of cold where the set fits in L2
 COLD_WARM_AGREE = 0.10  # and within 10 % at 4x L2
 GRAPH_AGREE = 0.05  # a graph of one call within 5 % (or 2 us) of the same call on the stream
+# NVML's clock (an instant's reading) against the stamps' mean over the spin: within 5 % or 30 MHz
+# (NVML reports the clock in steps of about 15 MHz).
+NVML_AGREE, NVML_AGREE_MHZ = 0.05, 30.0
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,7 @@ class Device:
     clock_mhz: float
     make_backend: Callable[[bool], Any]  # flush: True for the plugin's backend, False for one that never flushes
     reader: Any  # an NVML reader, or None
+    open_stamps: Callable[[], tuple[Any, str]]  # measure/sm_clock.py's clock stamps and, without them, why
     host_clock: Callable[[], float] = time.perf_counter
     pause: Callable[[float], None] = time.sleep
 
@@ -133,24 +139,22 @@ def check_graph(dev: Device) -> Verdict:
 def check_nvml(dev: Device) -> Verdict:
     if dev.reader is None:
         return Verdict("nvml", False, "nvml: FAILED: no NVML reader on this device")
+    stamps, why = dev.open_stamps()
+    if stamps is None:
+        return Verdict("nvml", False, f"nvml: FAILED: no clock stamps to compare NVML with ({why or 'none'})")
     torch = dev.torch
     torch.cuda.synchronize(dev.device)
-    dev.pause(0.2)  # let the clocks park
-    idle = dev.reader.read().get("sm_clock_mhz")
-    backend = dev.make_backend(True)
-    stamps = getattr(backend, "clock_stamps", None)
-    first = stamps.stamp() if stamps else None
+    first = stamps.stamp()
     torch.cuda._sleep(int(LONG_KERNEL_SECONDS * dev.clock_mhz * 1e6))
-    last = stamps.stamp() if stamps else None
-    busy = dev.reader.read().get("sm_clock_mhz")  # while the spin runs
+    last = stamps.stamp()
+    nvml_mhz = dev.reader.read().get("sm_clock_mhz")  # while the spin runs
     torch.cuda.synchronize(dev.device)
-    ok = bool(idle and busy and busy > idle)
-    stamped = stamps.mhz(first, last) if stamps else None
-    clock = (f"; clock64/globaltimer over the spin {stamped:.0f} MHz (peak {backend.peak_clock_mhz:.0f} MHz)"
-             if stamped else f"; no clock stamps ({getattr(backend, 'clock_note', '') or 'none'})")
+    stamped = stamps.mhz(first, last)
+    ok = bool(nvml_mhz and stamped and abs(nvml_mhz - stamped) <= max(NVML_AGREE * stamped, NVML_AGREE_MHZ))
+    kernel = f"{stamped:.0f} MHz" if stamped else "no reading"
     return Verdict("nvml", ok, (
-        f"nvml: {'ok' if ok else 'FAILED'}: SM clock {busy} MHz while a {LONG_KERNEL_SECONDS * 1e3:.0f} ms kernel ran, "
-        f"{idle} MHz idle before it" + clock))
+        f"nvml: {'ok' if ok else 'FAILED'}: NVML read the SM clock at {nvml_mhz} MHz while a "
+        f"{LONG_KERNEL_SECONDS * 1e3:.0f} ms kernel ran; the kernel's own clock64/globaltimer stamps over it: {kernel}"))
 
 
 def check_capture_after_failure(dev: Device) -> Verdict:
@@ -221,6 +225,7 @@ def run_on_device() -> list[Verdict]:
     l2_bytes = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 50 * 2**20
     reader, _ = telemetry.open_reader(device.index, devices.cuda_uuid(torch, device))
     clock_mhz = (reader.sm_clock_max if reader else None) or 1980
+    from pytest_solgate.measure import sm_clock
 
     def make_backend(flush: bool) -> Any:
         backend = backends.CudaBackend(torch, device, l2_bytes, clock_mhz)
@@ -228,11 +233,13 @@ def run_on_device() -> list[Verdict]:
             backend.flush = lambda: None
         return backend
 
-    return run_checks(Device(torch, device, l2_bytes, clock_mhz, make_backend, reader))
+    return run_checks(Device(torch, device, l2_bytes, clock_mhz, make_backend, reader,
+                             open_stamps=lambda: sm_clock.open_stamps(torch, device)))
 
 
-def run_on_fake_gpu() -> list[Verdict]:
-    """The dry run's form: the fake GPU of tests/fake_gpu.py, with its NVML and clock."""
+def run_on_fake_gpu(nvml: Any = None) -> list[Verdict]:
+    """The dry run's form: the fake GPU of tests/fake_gpu.py, with its NVML (``nvml``: one of
+    its FakeNvml, given the fake GPU; by default one that reads the GPU's clock) and clock."""
     sys.path.insert(0, str(ROOT / "tests"))
     import fake_gpu as fakes
 
@@ -240,7 +247,7 @@ def run_on_fake_gpu() -> list[Verdict]:
 
     gpu = fakes.FakeGpu()
     torch = fakes.fake_torch(gpu)
-    reader = telemetry.NvmlReader(fakes.FakeNvml(gpu), handle=object())
+    reader = telemetry.NvmlReader((nvml or fakes.FakeNvml)(gpu), handle=object())
     sm_clock.open_stamps = lambda torch_, device_: (fakes.FakeClockStamps(gpu), "")  # this process only
     device = types.SimpleNamespace(index=0)
 
@@ -252,7 +259,8 @@ def run_on_fake_gpu() -> list[Verdict]:
         return backend
 
     verdicts = run_checks(Device(torch, device, gpu.l2_bytes, gpu.clock_mhz, make_backend, reader,
-                                 host_clock=gpu.clock, pause=gpu.host_work))
+                                 open_stamps=lambda: (fakes.FakeClockStamps(gpu), ""), host_clock=gpu.clock,
+                                 pause=gpu.host_work))
     try:
         return [check_stamp_kernel_compiles(), *verdicts]
     except Exception as exc:  # no Triton, or one that cannot compile for sm_90 here
@@ -265,13 +273,17 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the verdicts here as JSON")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    verdicts = run_on_fake_gpu() if args.dry_run else run_on_device()
+    report(run_on_fake_gpu() if args.dry_run else run_on_device(), args.out, "selfcheck")
+
+
+def report(verdicts: list[Verdict], out: Path | None, label: str) -> None:
+    """Each verdict's line, the verdicts as JSON to ``out``, and a last line counting them."""
     for verdict in verdicts:
         print(verdict.line, flush=True)
-    if args.out:
-        args.out.write_text(json.dumps([asdict(v) for v in verdicts], indent=2))
+    if out:
+        out.write_text(json.dumps([asdict(v) for v in verdicts], indent=2))
     failed = [v.check for v in verdicts if not v.ok]
-    print(f"selfcheck: {len(verdicts) - len(failed)} of {len(verdicts)} checks ok" + (f"; failed: {', '.join(failed)}" if failed else ""))
+    print(f"{label}: {len(verdicts) - len(failed)} of {len(verdicts)} checks ok" + (f"; failed: {', '.join(failed)}" if failed else ""))
 
 
 if __name__ == "__main__":

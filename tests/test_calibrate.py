@@ -91,3 +91,103 @@ def test_two_clones_on_one_machine_share_one_calibration_and_an_old_one_is_merge
     shared = calibrate.cpu_profile_path(calibrate.user_cache_dir(), key)
     assert shared.is_file() and not calibrate.cpu_profile_path(clone_b, key).exists()
     assert calibrate.this_cpu(tmp_path / "elsewhere") == (older.id, in_a)
+
+
+# --- the best of several access patterns and matmul sizes (issue 35 item 2) ----------------------
+class FakeDevice:
+    """A timer for calibrate.measure_gpu standing in for a GPU: it runs the call once on CPU
+    tensors, sees which torch operation it made and on what (a TorchFunctionMode), and returns the
+    time the modelled device would take: bytes over the pattern's rate, flops over the matmul's."""
+
+    def __init__(self, gbps, tflops, clock_mhz=1980.0):
+        self.gbps, self.tflops, self.clock_mhz = gbps, tflops, clock_mhz  # {op: GB/s}, {(dtype, n): TFLOP/s}
+
+    def __call__(self, fn):
+        from torch.overrides import TorchFunctionMode
+
+        from pytest_solgate.measure.sampling import Timing
+
+        seen = []
+
+        class Watch(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                seen.append((getattr(func, "__name__", str(func)), args))
+                return func(*args, **(kwargs or {}))
+
+        with Watch():
+            fn()
+        name, args = seen[0]
+        if name in ("mm", "_scaled_mm"):
+            a = args[0]
+            seconds = 2 * a.shape[0] ** 3 / (self.tflops[(str(a.dtype).split(".")[-1], a.shape[0])] * 1e12)
+        else:
+            moved = {"sum": 1, "copy_": 2, "add": 3}[name] * args[0].numel() * 4
+            seconds = moved / (self.gbps[name] * 1e9)
+        return Timing(seconds=seconds, samples=(seconds,), noise=0.0, batch=1, warmup_calls=1, noisy=False,
+                      backend="cuda", started_at=0.0, finished_at=0.0, wall_seconds=0.0,
+                      sm_clock_mhz=self.clock_mhz - (100 if name == "mm" and args[0].shape[0] == 16 else 0))
+
+
+def h200_like(add=4338.0, read=4300.0, copy=4220.0, bf16_small=800.0):
+    """The H200's figures of issue 35: a copy at 4220 GB/s, a vector add (two reads, a write) at
+    4338; bf16 matmuls at 786 TFLOP/s in the large cube and ``bf16_small`` in the smaller one."""
+    tflops = {  # (dtype, cube side): TFLOP/s; matmul_size 32: tensor cubes 32 and 16, fp32 and fp64 16 and 8
+        ("bfloat16", 32): 786.0, ("bfloat16", 16): bf16_small, ("float16", 32): 754.0, ("float16", 16): 700.0,
+        ("float32", 32): 387.0, ("float32", 16): 51.2, ("float32", 8): 50.0,  # tf32 at 32 (and 16), fp32 at 16 and 8
+        ("float64", 16): 57.5, ("float64", 8): 55.0, ("float8_e4m3fn", 32): 1473.0,
+    }
+    return FakeDevice({"add": add, "sum": read, "copy_": copy}, tflops)
+
+
+def test_gpu_bandwidth_is_the_best_access_pattern_and_the_profile_names_it():
+    """Calibrated with a copy alone (4220 GB/s on the H200), a vector add at 4338 GB/s read SOL
+    1.028. Now the read-only reduction, the two-reads-one-write add and the copy are all measured
+    and the best is the ceiling; the profile says which won and lists them all."""
+    torch = pytest.importorskip("torch")
+    from pytest_solgate.declare.profiles import find_profile
+
+    datasheet = find_profile("h200")
+    profile, faults = calibrate.gpu_profile(datasheet, torch.device("cpu"), "GPU-0a2b", "NVIDIA H200", None,
+                                            timer=h200_like(), matmul_size=32, copy_bytes=1 << 16)
+    assert not faults
+    assert profile.memory_bandwidth_gbps == pytest.approx(4338.0)
+    assert 4338.0 / profile.memory_bandwidth_gbps <= 1.0  # the vector add's SOL against it
+    assert "bandwidth from the two reads and a write pattern" in profile.source
+    assert "copy 4220, read-only reduction 4300, two reads and a write 4338 (best: two reads and a write)" in profile.notes
+    # A read-only kernel that is faster still wins; so does the copy where it is the fastest.
+    reads = calibrate.gpu_profile(datasheet, torch.device("cpu"), "GPU-0a2b", "NVIDIA H200", None,
+                                  timer=h200_like(read=4450.0), matmul_size=32, copy_bytes=1 << 16)[0]
+    assert reads.memory_bandwidth_gbps == pytest.approx(4450.0) and "from the read-only reduction pattern" in reads.source
+    copies = calibrate.gpu_profile(datasheet, torch.device("cpu"), "GPU-0a2b", "NVIDIA H200", None,
+                                   timer=h200_like(add=4000.0, read=4000.0), matmul_size=32, copy_bytes=1 << 16)[0]
+    assert copies.memory_bandwidth_gbps == pytest.approx(4220.0) and "from the copy pattern" in copies.source
+
+
+def test_gpu_compute_is_the_best_library_matmul_size_per_precision_at_its_own_clock():
+    torch = pytest.importorskip("torch")
+    from pytest_solgate.declare.profiles import find_profile
+
+    datasheet = find_profile("h200")
+    profile, _ = calibrate.gpu_profile(datasheet, torch.device("cpu"), "GPU-0a2b", "NVIDIA H200", None,
+                                       timer=h200_like(bf16_small=800.0), matmul_size=32, copy_bytes=1 << 16)
+    # The smaller cube ran faster (a large GEMM's clock drops under the power cap): it is the ceiling,
+    # at the clock it ran at, and the notes say which size won.
+    assert profile.peak_tflops["bf16_tensor"] == pytest.approx(800.0)
+    assert profile.peak_clock_mhz["bf16_tensor"] == 1880.0
+    assert "bf16_tensor mm16" in profile.notes and "fp16_tensor mm32" in profile.notes
+    assert profile.peak_tflops["fp16_tensor"] == pytest.approx(754.0) and profile.peak_clock_mhz["fp16_tensor"] == 1980.0
+    larger = calibrate.gpu_profile(datasheet, torch.device("cpu"), "GPU-0a2b", "NVIDIA H200", None,
+                                   timer=h200_like(bf16_small=700.0), matmul_size=32, copy_bytes=1 << 16)[0]
+    assert larger.peak_tflops["bf16_tensor"] == pytest.approx(786.0) and "bf16_tensor mm32" in larger.notes
+
+
+def test_the_cpu_bandwidth_includes_a_read_only_reduction_and_the_profile_names_the_best_pattern(tmp_path):
+    torch = pytest.importorskip("torch")
+    per_pattern = calibrate._streaming_bandwidth(torch, 1 << 12, seconds=0.01)
+    assert set(per_pattern) == {"read", "copy", "add", "triad"} and all(v > 0 for v in per_pattern.values())
+    assert calibrate.best_pattern({"read": 30.0, "copy": 25.0, "triad": 28.0}) == "read"
+    profile = calibrate.cpu_profile(
+        tmp_path, lambda text: None,
+        lambda torch: (31.0, {"read": 31.0, "copy": 25.0, "triad": 28.0}, {"fp32": 0.1, "fp64": 0.05}, {"bandwidth": 0.01}))
+    assert profile.memory_bandwidth_gbps == 31.0
+    assert "bandwidth from the read pattern" in profile.source and "(best: read)" in profile.notes

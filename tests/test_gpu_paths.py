@@ -301,8 +301,8 @@ def test_gpu_calibration_times_through_the_sampling_loop_and_the_cuda_backend(mo
     datasheet = find_profile("h100-sxm")
     figures = calibrate.measure_gpu(torch, torch.device("cpu"), datasheet, None, matmul_size=64, copy_bytes=1 << 20)
     (backend,) = made
-    assert backend.flushes > 10 and figures["bandwidth"][0] > 0 and figures["bf16_tensor"][0] > 0  # all through it
-    assert figures["bf16_tensor"][1].backend == "cuda-stand-in"  # the timing comes back with the figure
+    assert backend.flushes > 10 and figures["bandwidth:copy"][0] > 0 and figures["bf16_tensor:mm64"][0] > 0  # all through it
+    assert figures["bf16_tensor:mm64"][1].backend == "cuda-stand-in"  # the timing comes back with the figure
 
 
 def test_more_xdist_workers_than_gpus_is_refused_with_what_to_do(monkeypatch):
@@ -537,9 +537,9 @@ def calibration_timing(seconds, clock_mhz=1700.0, throttled=False, noisy=False):
 
 
 @pytest.mark.parametrize("trouble, fault", [
-    ("spread", "bandwidth spread 23% > 10%"),  # rates 1, 1/1.3, 1
-    ("throttled", "bf16_tensor throttled (hw_thermal_slowdown)"),
-    ("noisy", "fp32 noisy"),
+    ("spread", "bandwidth:copy spread 23% > 10%"),  # rates 1, 1/1.3, 1
+    ("throttled", "bf16_tensor:mm16 throttled (hw_thermal_slowdown)"),
+    ("noisy", "fp32:mm8 noisy"),
     (None, None),
 ])
 def test_gpu_calibration_repeats_and_refuses_to_cache_noisy_throttled_or_spread_figures(tmp_path, monkeypatch, trouble, fault):
@@ -554,7 +554,8 @@ def test_gpu_calibration_repeats_and_refuses_to_cache_noisy_throttled_or_spread_
     calibrate.measure_gpu(torch, torch.device("cpu"), datasheet, None, timer=lambda fn: order.append(fn) or
                           calibration_timing(1e-3), matmul_size=16, copy_bytes=1 << 16)
     per_pass = len(order)
-    bandwidth_call, fp32_call, bf16_call = 0, 1, 3  # copy, then fp32, tf32_tensor, bf16_tensor, ...
+    # copy, read, add; then each precision's larger and smaller cube: fp32, tf32_tensor, bf16_tensor, ...
+    bandwidth_call, fp32_call, bf16_call = 0, 3, 7
     calls = [0]
 
     def timer(fn):

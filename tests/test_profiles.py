@@ -187,3 +187,9 @@ def test_gh200_is_not_taken_for_an_h200():
         match_device("NVIDIA GH200 480GB", builtin_profiles())
     assert match_device("NVIDIA H200", builtin_profiles()).profile.id == "h200"
     assert match_device("NVIDIA H200 NVL", builtin_profiles()).profile.id == "h200-nvl"
+
+
+def test_the_h200_l2_is_the_60_mib_the_device_reports():
+    """hw_profiles/h200.toml said 50 MB; an H200 reports 63 MB (60 MiB) of L2 (issue 35, 2026-12-04)."""
+    p = find_profile("h200")
+    assert p.device.l2_bytes == pytest.approx(60 * 2**20, rel=1e-6) and "60 MiB" in p.notes and "unconfirmed" not in p.notes

@@ -1,9 +1,16 @@
 """Measure: ceilings measured on this machine (``solgate calibrate``), cached under ``.solgate/``.
 
-CPUs have no datasheet ceiling a kernel can reach, so a CPU profile is always measured: memory
-bandwidth as the best of four streaming patterns over buffers several times the last-level cache,
-and matmul throughput in fp32 and fp64. On a GPU, calibration measures device-to-device copy
-bandwidth and torch matmul throughput per precision, next to the datasheet profile.
+A measured ceiling is what this machine reaches, so no honest kernel may read above it (DESIGN.md,
+"How a measurement is taken", item 7): memory bandwidth is the best of several access patterns (a
+read-only reduction, two reads and a write, a copy; on a CPU also STREAM's triad), and
+compute the best of the library's tuned matmuls per precision (torch.mm: cuBLAS on a GPU) over
+more than one size. A copy alone was not enough: on an H200 it measured 4220 GB/s, and a Triton
+vector add (two reads, one write) then read SOL 1.028 against it (issue 35). The profile says which
+pattern and which size won.
+
+CPUs have no datasheet ceiling a kernel can reach, so a CPU profile is always measured, over
+buffers several times the last-level cache. On a GPU, calibration measures next to the datasheet
+profile, and keeps the datasheet's figure for a precision it does not measure.
 """
 
 from __future__ import annotations
@@ -76,11 +83,13 @@ def _sustained_rate(fn: Callable[[], Any], work: float, seconds: float = SECONDS
 
 
 def _streaming_bandwidth(torch: Any, n: int, seconds: float = SECONDS_PER_FIGURE) -> dict[str, float]:
-    """GB/s of four streaming patterns over float32 buffers of n elements (bytes read + written)."""
+    """GB/s of four streaming patterns over float32 buffers of n elements (bytes read + written):
+    a read-only reduction, a copy, and two reads and a write twice (STREAM's add and triad). STREAM's
+    scale moves what the copy moves, and each pattern costs seconds over buffers of 4x a large L3."""
     a, b, c = torch.rand(n), torch.rand(n), torch.rand(n)
     patterns = {
+        "read": (lambda: torch.sum(a), 1),  # a read-only reduction
         "copy": (lambda: b.copy_(a), 2),
-        "scale": (lambda: torch.mul(a, 3.0, out=b), 2),
         "add": (lambda: torch.add(a, b, out=c), 3),
         "triad": (lambda: torch.add(b, c, alpha=3.0, out=a), 3),
     }
@@ -101,6 +110,11 @@ def measure_cpu(torch: Any, seconds: float = SECONDS_PER_FIGURE) -> tuple[float,
     peaks = {"fp32": _matmul_tflops(torch, torch.float32, 1024, seconds),
              "fp64": _matmul_tflops(torch, torch.float64, 768, seconds)}
     return max(per_pattern.values()), per_pattern, peaks
+
+
+def best_pattern(per_pattern: dict[str, float]) -> str:
+    """The access pattern whose rate is the ceiling ("copy" where the figures do not say)."""
+    return max(per_pattern, key=per_pattern.__getitem__) if per_pattern else "copy"
 
 
 CPU_REPETITIONS = 3
@@ -235,9 +249,11 @@ def cpu_profile(
         kind="cpu",
         memory_bandwidth_gbps=bandwidth,
         peak_tflops=peaks,
-        source=f"measured by pytest-solgate on {socket.gethostname()} in {time.perf_counter() - started:.1f} s",
+        source=f"measured by pytest-solgate on {socket.gethostname()} in {time.perf_counter() - started:.1f} s; "
+        f"bandwidth from the {best_pattern(per_pattern)} pattern",
         notes=f"best of {CPU_REPETITIONS} repetitions, spread (max-min)/median: {spread_text}; "
         + "streaming GB/s: " + ", ".join(f"{k} {v:.1f}" for k, v in per_pattern.items())
+        + f" (best: {best_pattern(per_pattern)})"
         + "; fingerprint: " + ", ".join(f"{k}={v}" for k, v in sorted(fingerprint.items())),
         ceilings="measured",
         measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -335,11 +351,26 @@ class Figure:
     faults: tuple[str, ...] = ()  # "noisy", "throttled (...)": why this figure must not be cached
 
 
-def _copy_bandwidth(torch: Any, device: Any, size: int, timer: Timer) -> tuple[float, Any]:
+def _pattern_bandwidth(torch: Any, device: Any, pattern: str, size: int, timer: Timer) -> tuple[float, Any]:
+    """GB/s (bytes read plus written) of one access pattern over float32 buffers of ``size`` bytes each."""
     src = torch.empty(size // 4, dtype=torch.float32, device=device).uniform_()
+    if pattern == "read":  # a read-only reduction: one buffer read, one number written
+        timing = timer(lambda: torch.sum(src))
+        return src.numel() * 4 / timing.seconds / 1e9, timing
     dst = torch.empty_like(src)
-    timing = timer(lambda: dst.copy_(src))
-    return 2 * src.numel() * 4 / timing.seconds / 1e9, timing  # bytes read plus bytes written
+    if pattern == "copy":
+        timing = timer(lambda: dst.copy_(src))
+        return 2 * src.numel() * 4 / timing.seconds / 1e9, timing
+    other = torch.empty_like(src).uniform_()  # "add": two reads and a write, as a vector add
+    timing = timer(lambda: torch.add(src, other, out=dst))
+    return 3 * src.numel() * 4 / timing.seconds / 1e9, timing
+
+
+# The access patterns of the bandwidth ceiling, the copy first (the one pattern measured before
+# issue 35): which one is fastest depends on the device (on an H200 a two-reads-one-write kernel
+# beat the copy by 3 %), so all are measured and the best is the ceiling.
+BANDWIDTH_PATTERNS = ("copy", "read", "add")
+PATTERN_WORDS = {"copy": "copy", "read": "read-only reduction", "add": "two reads and a write"}
 
 
 def _mm_tflops(torch: Any, device: Any, dtype: Any, size: int, timer: Timer) -> tuple[float, Any]:
@@ -366,6 +397,15 @@ MATMUL_CASES = (  # precision class, dtype name, TF32 allowed
     ("fp16_tensor", "float16", False),
     ("fp64_tensor", "float64", False),
 )
+# Each precision's library matmul at two cube sizes, the larger first: a large GEMM can run at a
+# lower sustained clock under the power cap (an H200 held 1355-1540 MHz under long bf16 GEMMs), a
+# smaller one can miss the best tile shapes; the faster is the ceiling.
+MATMUL_SIZE_DIVISORS = (1, 2)
+
+
+def figure_key(figure: str, candidate: str) -> str:
+    """One candidate of one ceiling in a calibration pass: "bandwidth:copy", "bf16_tensor:mm8192"."""
+    return f"{figure}:{candidate}"
 
 
 def measure_gpu(
@@ -377,17 +417,20 @@ def measure_gpu(
     matmul_size: int = 8192,
     copy_bytes: int | None = None,
 ) -> dict[str, tuple[float, Any]]:
-    """One pass over one GPU: ``{"bandwidth": (copy GB/s counting read + write, timing),
-    precision: (TFLOP/s, timing), ...}``.
+    """One pass over one GPU: ``{figure_key(ceiling, candidate): (rate, timing), ...}``, every
+    bandwidth pattern (GB/s counting bytes read plus written) and every matmul size per precision
+    (TFLOP/s); ``best_candidates`` reduces the passes to one figure per ceiling.
 
     ``timer``, ``matmul_size`` and ``copy_bytes`` exist so that the same code can be exercised on a
-    CPU in tests; on a GPU the defaults are the CUDA backend, 8192^3 matmuls and a copy far beyond L2.
+    CPU in tests; on a GPU the defaults are the CUDA backend, 8192^3 and 4096^3 matmuls and buffers
+    far beyond L2.
     """
     timer = timer or _sampling_timer(torch, device, l2_bytes)
     if copy_bytes is None:
         free, _total = torch.cuda.mem_get_info(device)
-        copy_bytes = min(max(16 * (l2_bytes or 64 * MIB), 1024 * MIB), free // 8)
-    figures = {"bandwidth": _copy_bandwidth(torch, device, copy_bytes, timer)}
+        copy_bytes = min(max(16 * (l2_bytes or 64 * MIB), 1024 * MIB), free // 8)  # "add" holds three buffers
+    figures = {figure_key("bandwidth", pattern): _pattern_bandwidth(torch, device, pattern, copy_bytes, timer)
+               for pattern in BANDWIDTH_PATTERNS}
     saved_tf32 = torch.backends.cuda.matmul.allow_tf32
     try:
         for precision, dtype_name, tf32 in MATMUL_CASES:
@@ -395,22 +438,24 @@ def measure_gpu(
                 continue
             torch.backends.cuda.matmul.allow_tf32 = tf32
             dtype = getattr(torch, dtype_name)
-            # Non-tensor fp32 and fp64 are an order of magnitude slower: a smaller cube suffices.
-            size = matmul_size // 2 if dtype_name in ("float32", "float64") and not tf32 else matmul_size
-            figures[precision] = _mm_tflops(torch, device, dtype, size, timer)
+            # Non-tensor fp32 and fp64 are an order of magnitude slower: smaller cubes suffice.
+            largest = matmul_size // 2 if dtype_name in ("float32", "float64") and not tf32 else matmul_size
+            for size in (largest // divisor for divisor in MATMUL_SIZE_DIVISORS):
+                figures[figure_key(precision, f"mm{size}")] = _mm_tflops(torch, device, dtype, size, timer)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = saved_tf32
     if "fp8_tensor" in datasheet.peak_tflops and hasattr(torch, "_scaled_mm"):
         try:
-            figures["fp8_tensor"] = _fp8_tflops(torch, device, matmul_size, timer)
+            figures[figure_key("fp8_tensor", f"scaled_mm{matmul_size}")] = _fp8_tflops(torch, device, matmul_size, timer)
         except (RuntimeError, TypeError, NotImplementedError):
             pass  # fp8 matmul is not supported on this device or build: keep the other figures
     return figures
 
 
 def repeated_figures(passes: list[dict[str, tuple[float, Any]]]) -> dict[str, Figure]:
-    """Each figure over the passes: the median rate, its spread, the mean SM clock of its samples
-    and why it must not be cached (a noisy or throttled timing in any pass, a spread over 10 %)."""
+    """Each figure (each candidate of a ceiling) over the passes: the median rate, its spread, the
+    mean SM clock of its samples and why it must not be cached (a noisy or throttled timing in any
+    pass, a spread over 10 %)."""
     figures = {}
     for key in passes[0]:
         rates = [one[key][0] for one in passes if key in one]
@@ -429,6 +474,16 @@ def repeated_figures(passes: list[dict[str, tuple[float, Any]]]) -> dict[str, Fi
     return figures
 
 
+def best_candidates(figures: dict[str, Figure]) -> dict[str, tuple[str, Figure]]:
+    """Each ceiling's best candidate: ``{ceiling: (candidate, figure)}`` (the highest median rate)."""
+    best: dict[str, tuple[str, Figure]] = {}
+    for key, figure in figures.items():
+        ceiling, _, candidate = key.partition(":")
+        if ceiling not in best or figure.rate > best[ceiling][1].rate:
+            best[ceiling] = (candidate, figure)
+    return best
+
+
 def gpu_profile(
     datasheet: HardwareProfile,
     device: Any,
@@ -442,8 +497,11 @@ def gpu_profile(
     must not be cached (empty when it may be)."""
     import torch
 
-    figures = repeated_figures([measure_gpu(torch, device, datasheet, l2_bytes, **measure_options) for _ in range(repetitions)])
-    bandwidth = figures.pop("bandwidth")
+    candidates = repeated_figures([measure_gpu(torch, device, datasheet, l2_bytes, **measure_options)
+                                   for _ in range(repetitions)])
+    best = best_candidates(candidates)
+    pattern, bandwidth = best.pop("bandwidth")
+    figures = {k: figure for k, (_, figure) in best.items()}
     kept = [k for k in datasheet.peak_tflops if k not in figures]
     merged = {**dict(datasheet.peak_tflops), **{k: f.rate for k, f in figures.items()}}
     # Each measured peak holds at the clock it was measured at (so sol_at_clock does not scale it
@@ -451,6 +509,9 @@ def gpu_profile(
     clocks = {k: v for k, v in datasheet.peak_clock_mhz.items() if k in kept}
     clocks.update({k: f.clock_mhz for k, f in figures.items() if f.clock_mhz})
     spreads = ", ".join(f"{k} {f.spread:.1%}" for k, f in {"bandwidth": bandwidth, **figures}.items())
+    patterns = ", ".join(f"{PATTERN_WORDS.get(key.partition(':')[2], key)} {f.rate:.0f}" for key, f in candidates.items()
+                         if key.startswith("bandwidth:"))
+    sizes = ", ".join(f"{k} {candidate}" for k, (candidate, _) in best.items())
     profile = HardwareProfile(
         # One id per physical GPU: two calibrated GPUs of one box must not collide in the cache.
         id=f"{datasheet.id}-measured-{measured_id_suffix(device_key)}",
@@ -459,8 +520,11 @@ def gpu_profile(
         memory_bandwidth_gbps=bandwidth.rate,
         peak_tflops=merged,
         match=(),
-        source=f"measured by solgate calibrate on {socket.gethostname()}, torch {torch.__version__}",
-        notes="copy bandwidth counts bytes read plus written; matmuls on random data; each figure the median of "
+        source=f"measured by solgate calibrate on {socket.gethostname()}, torch {torch.__version__}; "
+        f"bandwidth from the {PATTERN_WORDS.get(pattern, pattern)} pattern",
+        notes=f"bandwidth the best of {len(BANDWIDTH_PATTERNS)} access patterns, GB/s counting bytes read plus written: "
+        f"{patterns} (best: {PATTERN_WORDS.get(pattern, pattern)}); compute the best of torch.mm per precision "
+        f"over {len(MATMUL_SIZE_DIVISORS)} cube sizes on random data (best: {sizes}); each figure the median of "
         f"{repetitions} passes of the plugin's own sampling loop over at least 0.5 s (CUDA backend, L2 flushed); "
         f"spread (max-min)/median: {spreads}"
         + (f"; kept from the datasheet: {', '.join(kept)}" if kept else ""),
@@ -470,5 +534,5 @@ def gpu_profile(
         device=datasheet.device if isinstance(datasheet.device, DeviceFacts) else DeviceFacts(),
         peak_clock_mhz=clocks,
     )
-    faults = [fault for figure in (bandwidth, *figures.values()) for fault in figure.faults]
+    faults = [fault for figure in candidates.values() for fault in figure.faults]  # a fault in any candidate
     return profile, faults
