@@ -330,7 +330,7 @@ def test_the_nvml_self_check_compares_nvml_with_the_kernels_own_clock_not_idle_w
     "idle" reading before the spin equalled its busy one. Now NVML's reading during the spin is
     compared with the spin's own clock64/globaltimer stamps."""
     sys.path.insert(0, str(ROOT / "tests"))
-    import test_gpu_paths as fakes
+    import fake_gpu as fakes
 
     stays_up = nvml_verdict(lambda gpu: fakes.FakeNvml(gpu, idle_mhz=1980))
     assert stays_up.ok and stays_up.line.startswith("nvml: ok: NVML read the SM clock at 1980 MHz")
