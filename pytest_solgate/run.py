@@ -20,7 +20,12 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from pytest_solgate.declare.work import measurement_name
 from pytest_solgate.record import gitinfo
 from pytest_solgate.support.errors import (
-    HistoryElsewhere, HistoryError, HistoryUnavailable, MarkerError, MeasureError, SolgateError,
+    HistoryElsewhere,
+    HistoryError,
+    HistoryUnavailable,
+    MarkerError,
+    MeasureError,
+    SolgateError,
 )
 from pytest_solgate.support.locations import (
     absolute_path,
