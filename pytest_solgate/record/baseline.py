@@ -17,9 +17,9 @@ measurement name, profile and ceilings mode along the first-parent ancestry of t
 HEAD's first parent. Dirty runs are never in a window. Like with like: when at least two runs of
 the window ran in this run's environment (host, device, driver, CUDA, torch, triton, Python), only
 those are kept; otherwise the window is kept whole and the differences are named, so that the
-verdict can say so (judge.py turns such a regression into ``ambiguous``).
+verdict can say so (``judge/`` turns such a regression into ``ambiguous``).
 
-The plugin, ``solgate compare`` and the reports all come here; judge.py then compares.
+The plugin, ``solgate compare`` and the reports all come here; ``judge/`` then compares.
 """
 
 from __future__ import annotations
