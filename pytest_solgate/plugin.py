@@ -11,14 +11,13 @@ writes the history and the reports at the end of the session.
 from __future__ import annotations
 
 import os
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_solgate.support.errors import OptionError, SolgateError
+from pytest_solgate.support.errors import OptionError, SolgateError, warn_at_users_code
 from pytest_solgate.support.locations import one_line, redact
 from pytest_solgate.support.settings import OPTIONS, Settings, naming_history, parse_settings
 
@@ -36,8 +35,7 @@ class SolgateWarning(UserWarning):
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("solgate", "pytest-solgate: speed-of-light budgets for kernels")
     for option in OPTIONS:
-        # argparse formats help with %: a literal one (``95%``) must be doubled, or --help prints a dict.
-        text = f"{option.help} (ini: {option.name})".replace("%", "%%")
+        text = f"{option.help} (ini: {option.name})".replace("%", "%%")  # argparse %-formats help: 95% printed a dict
         if option.kind == "bool":
             group.addoption(option.flag, action="store_true", default=None, dest=option.name, help=text)
         elif option.kind == "path-or-default":
@@ -101,18 +99,6 @@ def sol(request: pytest.FixtureRequest) -> Any:
     fixture.close()
 
 
-_PACKAGE_FOLDER = os.path.dirname(os.path.abspath(__file__)) + os.sep
-
-
-def _warn_at_users_code(text: str) -> None:
-    """Warn at the first line outside this package that led here (the test's ``sol.measure`` call),
-    never at a line of the plugin: that is where the user can act."""
-    frame, level = sys._getframe(1), 2  # stacklevel 2 is this function's caller
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_FOLDER):
-        frame, level = frame.f_back, level + 1
-    warnings.warn(SolgateWarning(text), stacklevel=level)
-
-
 class SolgateSession:
     """The pytest side of a session: hooks translated into calls on the run object (``run.py``).
     Registered as a plugin so that its methods are hooks."""
@@ -133,7 +119,7 @@ class SolgateSession:
             is_worker=self.is_worker,
             outputs=[("--junitxml", getattr(config.option, "xmlpath", None))],
             announce=self._announce,
-            warn=_warn_at_users_code,
+            warn=lambda text: warn_at_users_code(SolgateWarning(text)),
             warn_at_start=lambda text: config.issue_config_time_warning(SolgateWarning(text), stacklevel=2),
         )
 
