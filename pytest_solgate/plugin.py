@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from pytest_solgate.support.errors import OptionError, SolgateError
+from pytest_solgate.support.errors import OptionError, SolgateError, warn_at_users_code
 from pytest_solgate.support.locations import one_line, redact
 from pytest_solgate.support.settings import OPTIONS, Settings, naming_history, parse_settings
 
@@ -35,7 +35,7 @@ class SolgateWarning(UserWarning):
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("solgate", "pytest-solgate: speed-of-light budgets for kernels")
     for option in OPTIONS:
-        text = f"{option.help} (ini: {option.name})"
+        text = f"{option.help} (ini: {option.name})".replace("%", "%%")  # argparse %-formats help: 95% printed a dict
         if option.kind == "bool":
             group.addoption(option.flag, action="store_true", default=None, dest=option.name, help=text)
         elif option.kind == "path-or-default":
@@ -119,7 +119,7 @@ class SolgateSession:
             is_worker=self.is_worker,
             outputs=[("--junitxml", getattr(config.option, "xmlpath", None))],
             announce=self._announce,
-            warn=lambda text: warnings.warn(SolgateWarning(text), stacklevel=2),
+            warn=lambda text: warn_at_users_code(SolgateWarning(text)),
             warn_at_start=lambda text: config.issue_config_time_warning(SolgateWarning(text), stacklevel=2),
         )
 

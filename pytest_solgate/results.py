@@ -3,7 +3,7 @@
 A ``Measurement`` is composed of one typed part per stage, each the stage's own record:
 
 - declare: ``Work`` (``work.py``): FLOPs by precision and bytes;
-- measure: ``Timing`` (``measure.py``): the median, the samples and how they were taken;
+- measure: ``Timing`` (``measure/sampling.py``): the median, the samples and how they were taken;
 - score: ``Score`` (``score.py``): T_SOL, SOL, MFU and the bound, against the profile named here;
 - judge: ``Judgement`` (below): the ``Verdict``, its reason, the budget applied and the
   ``BaselineComparison``; ``None`` until judged;
@@ -29,7 +29,7 @@ SCHEMA = "solgate/1"
 
 
 class Verdict(str, enum.Enum):
-    """The verdicts of DESIGN.md. A ``str``, so it is its own JSON value and compares with text."""
+    """The verdicts (docs/reference.md, "Verdicts"). A ``str``, so it is its own JSON value and compares with text."""
 
     BELOW_BUDGET = "below-budget"
     REGRESSED = "regressed"
@@ -158,7 +158,7 @@ class Judgement:
         return dataclasses.replace(self, **changes)
 
 
-# DESIGN.md's flat attributes of a Measurement, by the part that holds them.
+# The flat attributes of a Measurement that sol.measure's users read (m.sol, m.seconds, ...), by the part that holds them.
 READ_THROUGH = {
     "work": ("flops", "bytes"),
     "timing": ("backend", "seconds", "samples", "noise"),
@@ -207,7 +207,7 @@ class Measurement:
     trend: tuple[Mapping[str, Any], ...] = ()
 
     def __getattr__(self, name: str) -> Any:
-        """The attributes DESIGN.md promises the user of ``sol.measure`` (``m.sol``, ``m.seconds``,
+        """The attributes promised to the user of ``sol.measure`` (``m.sol``, ``m.seconds``,
         ``m.bound``, ...), read from the part that holds each: one place per value."""
         part = _PART_OF.get(name)
         if part is not None:

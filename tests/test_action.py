@@ -88,6 +88,22 @@ def _run_step(step_id: str, env: dict, cwd: Path, outputs: Path) -> subprocess.C
                           timeout=600)
 
 
+def github_outputs(path: Path) -> dict:
+    """A step's outputs as the runner reads $GITHUB_OUTPUT: NAME=VALUE lines and NAME<<DELIMITER
+    blocks (the value is the lines up to the delimiter's own line)."""
+    lines, found = path.read_text().split("\n"), {}
+    while lines:
+        line = lines.pop(0)
+        if "<<" in line and ("=" not in line or line.index("<<") < line.index("=")):
+            name, delimiter = line.split("<<", 1)
+            end = lines.index(delimiter)
+            found[name], lines = "\n".join(lines[:end]), lines[end + 1:]
+        elif "=" in line:
+            name, value = line.split("=", 1)
+            found[name] = value
+    return found
+
+
 def _inputs(**given: str) -> dict:
     """Every input as its env entry would see it: given, else the action's default."""
     return {name: str(given.get(name.replace("-", "_"), spec.get("default", ""))) for name, spec in INPUTS.items()}
@@ -157,7 +173,7 @@ def test_the_action_installs_the_plugin_and_gates_a_throwaway_repository(tmp_pat
     # A push to the default branch: judged, and recorded in the history the cache would carry.
     pushed = _run_step("run", _step_env("run", inputs, contexts), repo, tmp_path / "push.out")
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
-    assert "exit-code=0" in (tmp_path / "push.out").read_text()
+    assert github_outputs(tmp_path / "push.out")["exit-code"] == "0"
     assert (repo / ".solgate" / "history.db").is_file()
     for name in ("sol-report.html", "sol-results.json", "sol-summary.md"):
         assert (repo / "sol-gate" / name).is_file(), name
@@ -194,7 +210,7 @@ def test_the_first_step_checks_the_inputs_and_the_defaults_pass(tmp_path):
     done = _validate(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "::error" not in done.stdout
-    assert re.search(r"^leg=[a-z0-9._-]+$", (tmp_path / "validate.out").read_text(), re.M)
+    assert re.fullmatch(r"[a-z0-9._-]+", github_outputs(tmp_path / "validate.out")["leg"])
 
 
 @pytest.mark.parametrize("name, value", [
@@ -218,7 +234,7 @@ def test_a_bad_input_is_one_error_line_naming_it_and_the_step_fails(tmp_path, na
     assert done.returncode != 0
     errors = [line for line in done.stdout.splitlines() if line.startswith("::error")]
     assert len(errors) == 1 and f"input '{name}'" in errors[0], done.stdout
-    assert not (tmp_path / "validate.out").exists() or "leg=" not in (tmp_path / "validate.out").read_text()
+    assert not (tmp_path / "validate.out").exists() or "leg" not in github_outputs(tmp_path / "validate.out")
 
 
 # --- a history that survives GitHub (issue 31 item 1) --------------------------------------------
@@ -360,3 +376,45 @@ def test_a_local_git_plugin_installs_on_the_runners_pip(tmp_path):
     installed = _run_step("install", env, tmp_path, tmp_path / "install.out")
     assert installed.returncode == 0, installed.stdout + installed.stderr
     assert "Name: pytest-solgate" in installed.stdout
+
+
+# --- inputs that would write workflow commands or outputs of their own (issue 38 item 11) --------
+@pytest.mark.parametrize("name", sorted(INPUTS))
+def test_an_input_with_a_line_break_is_refused_before_any_line_echoes_it(tmp_path, name):
+    done = _validate(tmp_path, **{name.replace("-", "_"): "sol-gate\n::warning::forged\r"})
+    assert done.returncode != 0
+    lines = done.stdout.splitlines()
+    assert not any(line.startswith("::warning") for line in lines), done.stdout  # no injected command
+    errors = [line for line in lines if line.startswith("::error")]
+    assert len(errors) == 1 and f"input '{name}'" in errors[0], done.stdout
+    assert not (tmp_path / "validate.out").exists()
+
+
+def _their_failing_repo(tmp_path: Path) -> tuple[Path, dict]:
+    """A repository whose suite fails, and a stand-in for the action's venv: this Python."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "test_fails.py").write_text("def test_fails():\n    assert False\n")
+    venv = tmp_path / "solgate-venv" / "bin"  # where the install step makes it: $RUNNER_TEMP/solgate-venv
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(sys.executable)
+    contexts = {"runner.temp": str(tmp_path), "github.event_name": "push", "github.event.pull_request.base.sha": "",
+                "github.ref": "refs/heads/main", "github.event.repository.default_branch": "main"}
+    return repo, contexts
+
+
+def test_an_output_dir_cannot_forge_the_exit_code_output(tmp_path):
+    repo, contexts = _their_failing_repo(tmp_path)
+    inputs = _inputs(test_path="test_fails.py", pytest_args="-p no:cacheprovider", output_dir="out\nexit-code=0\nx")
+    ran = _run_step("run", _step_env("run", inputs, contexts), repo, tmp_path / "run.out")
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    outputs = github_outputs(tmp_path / "run.out")
+    assert outputs["exit-code"] == "1" and set(outputs) == {"exit-code", "report"}, outputs
+
+
+def test_the_run_step_names_an_empty_output_dir(tmp_path):
+    repo, contexts = _their_failing_repo(tmp_path)
+    ran = _run_step("run", _step_env("run", _inputs(output_dir=""), contexts), repo, tmp_path / "run.out")
+    assert ran.returncode != 0
+    (error,) = [line for line in ran.stdout.splitlines() if line.startswith("::error")]
+    assert "input 'output-dir'" in error and "mkdir" not in ran.stderr

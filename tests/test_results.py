@@ -27,7 +27,7 @@ def earlier_records():
     return json.loads(EARLIER.read_text())["measurements"]
 
 
-# Fields this version adds after the earlier file's (docs/history.md, "The memory probe"): a reader
+# Fields this version adds after the earlier file's (docs/results.md, "The memory probe"): a reader
 # of the earlier fields finds them all, in their order, with their types.
 ADDED_FIELDS = {"probe_seconds", "by_probe", "raw_change"}
 
@@ -68,7 +68,7 @@ def test_a_record_is_composed_of_one_typed_part_per_stage():
     assert m.judgement.budget == AppliedBudget(max_regression=0.05, speedup=1.2, reference="slow",
                                                achieved_speedup=speedup["budget"]["achieved_speedup"])
     assert isinstance(m.judgement.baseline, BaselineComparison) and m.judgement.baseline.runs == 2
-    # DESIGN.md's attributes for users of sol.measure read through to the parts
+    # The attributes users of sol.measure read (m.sol, m.seconds, ...) read through to the parts
     assert (m.sol, m.seconds, m.bound, m.bytes, m.verdict) == (
         speedup["sol"], speedup["seconds"], speedup["bound"], speedup["bytes"], "pass")
 

@@ -37,7 +37,7 @@ def test_bad_declarations_name_the_value(kwargs, fragment):
 
 
 def test_precisions_are_the_design_list():
-    """Every precision DESIGN.md lists is accepted in a declaration; anything else is refused, and
+    """Every precision class (docs/reference.md) is accepted in a declaration; anything else is refused, and
     the message lists the accepted ones."""
     design = ("fp64", "fp32", "fp16", "bf16", "fp64_tensor", "tf32_tensor", "fp16_tensor", "bf16_tensor",
               "fp8_tensor", "int8_tensor")

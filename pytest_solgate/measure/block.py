@@ -1,6 +1,6 @@
 """Measure: one synchronized block of back-to-back calls after a GPU measurement's samples.
 
-It answers two questions the timed samples cannot (DESIGN.md, "How a measurement is taken", 5-6):
+It answers two questions the timed samples cannot (docs/measurement.md):
 
 - **energy per call**: NVML's total-energy counter (``nvmlDeviceGetTotalEnergyConsumption``,
   millijoules since the driver loaded, Volta and newer) read at the block's two ends, divided

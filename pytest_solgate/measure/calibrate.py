@@ -29,8 +29,9 @@ from typing import Any, Callable
 from pytest_solgate.declare.profiles import DeviceFacts, HardwareProfile, load_profile, profile_to_toml
 from pytest_solgate.measure.devices import MIB, last_level_cache_bytes
 from pytest_solgate.support import atomic, stats
+from pytest_solgate.support.atomic import ReportWriteError
 from pytest_solgate.support.errors import ProfileError
-from pytest_solgate.support.locations import user_cache_dir
+from pytest_solgate.support.locations import user_cache_dir, user_cache_setting
 from pytest_solgate.support.settings import SamplingSettings
 
 
@@ -207,7 +208,7 @@ def _shared_calibration(cache_dir: Path, key: str) -> tuple[Path, HardwareProfil
         return path, shared
     merged = local if shared is None else raise_ceilings(shared, local.memory_bandwidth_gbps, dict(local.peak_tflops))
     if merged is not shared:
-        write_profile(path, merged)
+        _cache(path, merged, lambda text: None)  # the clone's own copy still holds them
     return path, merged
 
 
@@ -228,6 +229,7 @@ def cpu_profile(
 
     fingerprint = cpu_fingerprint(torch)
     key = fingerprint_key(fingerprint)
+    _say_id_change(fingerprint, announce)
     path, cached = _shared_calibration(cache_dir, key)
     if cached is not None:
         if full:
@@ -237,7 +239,7 @@ def cpu_profile(
         raised = raise_ceilings(cached, bandwidth, peaks)
         if raised is not cached:
             announce(f"solgate: this CPU ran faster than its cached ceilings; raised them ({path})")
-            write_profile(path, raised)
+            _cache(path, raised, announce)
         return raised
     announce(f"solgate: measuring this CPU's ceilings once, best of {CPU_REPETITIONS} repetitions (cached in {path}) ...")
     started = time.perf_counter()
@@ -258,8 +260,69 @@ def cpu_profile(
         ceilings="measured",
         measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     )
-    write_profile(path, profile)
+    _cache(path, profile, announce)
     return profile
+
+
+def _cache(path: Path, profile: HardwareProfile, announce: Callable[[str], None]) -> None:
+    """Cache a CPU calibration in the per-user cache; a cache that cannot be written (its variable
+    names a file, a read-only folder) costs a calibration per session, never a test."""
+    try:
+        write_profile(path, profile)
+    except ReportWriteError as exc:
+        folder, variable = user_cache_setting()
+        setting = f"${variable} ({folder})" if variable != "HOME" else f"the default cache {folder}"
+        announce(f"solgate: this CPU's calibration is not cached: {exc}. {setting} must be a folder this user can "
+                 f"write; until it is, every session measures the ceilings again (set $SOLGATE_CACHE_DIR to one)")
+
+
+# What a CPU profile's id is made of that the user sets: a change of one splits the history, since
+# baselines are kept per profile id (see _say_id_change).
+USER_SET = {
+    "threads": "torch.set_num_threads({old}) (or OMP_NUM_THREADS={old}) before the first measurement, as before",
+    "torch": "measure with torch {old}, as before",
+    "python": "measure with Python {old}, as before",
+}
+LAST_CPU_FILE = "last-cpu-profile.json"
+
+
+def id_change(before: dict[str, Any], now: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """What the user changed between two fingerprints of one machine ({field: (before, now)}):
+    empty when nothing did, or when they belong to different machines (another CPU, core count)."""
+    if any(before.get(k) != now.get(k) for k in now if k not in USER_SET):
+        return {}
+    return {k: (before.get(k), now[k]) for k in USER_SET if k in now and before.get(k) != now[k]}
+
+
+def id_change_message(before_id: str, now_id: str, changed: dict[str, tuple[Any, Any]]) -> str:
+    what = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items())
+    keep = "; ".join(USER_SET[k].format(old=old) for k, (old, _) in changed.items())
+    return (f"solgate: this CPU's profile id is now {now_id}, was {before_id} ({what}): baselines are kept per "
+            f"profile id, so this history starts again under {now_id}. To keep {before_id}: {keep}")
+
+
+def _say_id_change(fingerprint: dict[str, Any], announce: Callable[[str], None]) -> None:
+    """Announce a CPU profile id that differs from the one this machine used last for a reason the
+    user controls (torch.set_num_threads in a conftest, a torch upgrade), and remember this one."""
+    import json
+
+    marker = user_cache_dir() / LAST_CPU_FILE
+    now_id = f"cpu-{fingerprint_key(fingerprint)}"
+    try:
+        before = json.loads(marker.read_text())
+        before_id, before_fingerprint = before["id"], before["fingerprint"]
+    except (OSError, ValueError, KeyError, TypeError):
+        before_id, before_fingerprint = None, None
+    if before_id == now_id:
+        return
+    if isinstance(before_fingerprint, dict):
+        changed = id_change(before_fingerprint, fingerprint)
+        if changed:
+            announce(id_change_message(before_id, now_id, changed))
+    try:
+        atomic.write_text(marker, json.dumps({"id": now_id, "fingerprint": fingerprint}), "last CPU profile id")
+    except ReportWriteError:
+        pass  # an unwritable cache is said once, where the calibration is cached
 
 
 def write_profile(path: Path, profile: HardwareProfile) -> None:

@@ -19,7 +19,7 @@ the window ran in this run's environment (host, device, driver, CUDA, torch, tri
 those are kept; otherwise the window is kept whole and the differences are named, so that the
 verdict can say so (judge/window.py turns such a regression into ``ambiguous``).
 
-The plugin, ``solgate compare`` and the reports all come here; judge.py then compares.
+The plugin, ``solgate compare`` and the reports all come here; ``judge/`` then compares.
 """
 
 from __future__ import annotations

@@ -70,11 +70,14 @@ def state_dir(start: str | Path) -> Path:
     """The ``.solgate`` folder of the project that ``start`` belongs to, or the folder
     ``$SOLGATE_STATE_DIR`` names: one calibration cache (and spool) for several checkouts or for a
     run that must write nothing into its checkout (benchmarks/gpu_check.py). The history keeps its
-    own setting (--sol-history, $SOLGATE_HISTORY)."""
+    own setting (--sol-history, $SOLGATE_HISTORY). A relative ``$SOLGATE_STATE_DIR`` is taken from
+    the git top level, as a relative history is: the plugin started in a subdirectory and
+    ``solgate import --spool`` started at the top must find one spool."""
     chosen = os.environ.get(STATE_DIR_VARIABLE)
+    root = project_root(start)
     if chosen:
-        return Path(chosen).expanduser().resolve()
-    return project_root(start) / ".solgate"
+        return (root / Path(chosen).expanduser()).resolve()  # an absolute path replaces root
+    return root / ".solgate"
 
 
 class AmbiguousCommit(OptionError):

@@ -1,4 +1,4 @@
-"""Report: at the end of a session, after the run is recorded (record.py), write every report
+"""Report: at the end of a session, after the run is recorded (record/save.py), write every report
 that was asked for.
 
 Each step fails on its own with a one-line message; a failed write never changes a test's verdict

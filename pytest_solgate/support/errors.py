@@ -5,6 +5,12 @@ Every error a user can cause is one of these, with a one-line message that names
 errors or test failures; the CLI turns them into exit status 2. Anything else escaping is our bug.
 """
 
+import os
+import sys
+import warnings
+
+_PACKAGE_FOLDER = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
 
 class SolgateError(Exception):
     """Base class: a problem the user can fix, described in one line."""
@@ -51,3 +57,12 @@ class HistoryUnavailable(HistoryError):
 
 class ImportFileError(SolgateError):
     """A file given to ``solgate import`` is not a solgate/1 JSON run."""
+
+
+def warn_at_users_code(warning: Warning) -> None:
+    """Warn at the first line outside this package that led here (a test's ``sol.measure`` call),
+    never at a line of the plugin (engine.py): that is where the user can act."""
+    frame, level = sys._getframe(1), 2  # stacklevel 2 is this function's caller
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_FOLDER):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(warning, stacklevel=level)

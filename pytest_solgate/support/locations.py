@@ -45,15 +45,29 @@ def absolute_path(path: str, base: Path) -> Path:
     return p if p.is_absolute() else base / p
 
 
-def user_cache_dir() -> Path:
+CACHE_DIR_VARIABLE = "SOLGATE_CACHE_DIR"
+XDG_CACHE_VARIABLE = "XDG_CACHE_HOME"
+
+
+def user_cache_setting() -> tuple[Path, str]:
     """Where what belongs to this machine rather than to one clone is cached (the CPU's
-    calibrated ceilings): ``$SOLGATE_CACHE_DIR``, else ``$XDG_CACHE_HOME/pytest-solgate``, else
-    ``~/.cache/pytest-solgate``. Shared by every clone, so one profile id holds one set of ceilings."""
-    given = os.environ.get("SOLGATE_CACHE_DIR")
+    calibrated ceilings), and the setting that put it there (for the advice of a message):
+    ``$SOLGATE_CACHE_DIR``, else ``$XDG_CACHE_HOME/pytest-solgate``, else
+    ``~/.cache/pytest-solgate``. Shared by every clone, so one profile id holds one set of ceilings.
+    A relative ``$XDG_CACHE_HOME`` is ignored, as the XDG base directory rule says: taken as given
+    it would make a cache per working directory."""
+    given = os.environ.get(CACHE_DIR_VARIABLE)
     if given:
-        return Path(given).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "pytest-solgate"
+        return Path(given).expanduser(), CACHE_DIR_VARIABLE
+    xdg = os.environ.get(XDG_CACHE_VARIABLE, "")
+    if os.path.isabs(xdg):
+        return Path(xdg) / "pytest-solgate", XDG_CACHE_VARIABLE
+    return Path.home() / ".cache" / "pytest-solgate", "HOME"
+
+
+def user_cache_dir() -> Path:
+    """The folder of ``user_cache_setting``."""
+    return user_cache_setting()[0]
 
 
 def is_history_url(location: str | Path) -> bool:

@@ -16,7 +16,7 @@ from pytest_solgate.support.precisions import PRECISIONS
 
 @dataclass(frozen=True)
 class SamplingSettings:
-    """The sampling loop's budget for one measurement (see measure.py)."""
+    """The sampling loop's budget for one measurement (see measure/sampling.py)."""
 
     min_time: float = 0.25
     max_time: float = 2.0
