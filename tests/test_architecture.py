@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pytest_solgate"
 # In the order of the README: a stage may import the stages before it, never the ones after.
 ORDER = ["support", "declare", "measure", "score", "results", "judge", "record", "report", "engine", "run", "wiring"]
 # The stages that are one module, and the pieces that drive the stages, at the top of the package.
-TOP_LEVEL = {"score": "score", "results": "results", "engine": "engine", "run": "run", "bisect": "run",
+TOP_LEVEL = {"score": "score", "results": "results", "engine": "engine", "steps": "engine", "run": "run", "bisect": "run",
              "plugin": "wiring", "cli": "wiring", "__init__": "wiring", "__main__": "wiring"}
 # What the pytest layer may not import: it translates hooks to the run object, which decides.
 PLUGIN_MAY_NOT_IMPORT = ("record", "judge")
