@@ -56,6 +56,9 @@ def measure(engine: engines.Engine, test: str, fn: Callable[[], Any], *, name: s
     """``sol.measure_step`` in ``engine``'s session: the step's record, then its top operators'. What
     confirms a suspected regression of any of them is kept with the engine's other retakes."""
     __tracebackhide__ = True
+    fn, rotation = sampling.timeable(fn, test)  # refused before the device is resolved (a CPU calibrates)
+    if rotation:
+        raise MeasureError(f"{test}: sol.measure_step takes one callable (the step), not a list of buffer sets")
     top = check_top(test, top)
     declared = declared_work(flops, bytes, precision or engine.settings.precision)
     context = engine.context()
@@ -76,9 +79,6 @@ def measure_step(context: Any, settings: Any, test: str, fn: Callable[[], Any], 
     """Profile ``fn`` on the session's device, under its lock, and return the step's record then its
     top operators' records."""
     __tracebackhide__ = True
-    fn, rotation = sampling.timeable(fn, test)
-    if rotation:
-        raise MeasureError(f"{test}: sol.measure_step takes one callable (the step), not a list of buffer sets")
     device = "cuda" if context.device.kind == "cuda" else "cpu"
     cpu_clock, wall_clock = engines.CPU_CLOCKS
     with locking.device_lock(context.lock_key, f"run {run_id} pid {os.getpid()}") as waited_for, \

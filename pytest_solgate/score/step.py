@@ -1,33 +1,37 @@
 """Score (a whole step): pure arithmetic from a profiled step and a HardwareProfile to where its time
 went, and what each operator loses against its speed of light.
 
-For each (operator, module) group, from its median time over the profiled runs and its counted work:
+Every time is a mean over the same runs: the middle half of the profiled runs, ranked by step time
+(the interquartile mean: a run the machine stalled, or an unusually lucky one, is left out). For
+each (operator, module) group, from its time and its counted work:
 
     T_SOL = max(bytes / memory_bandwidth, max_p flops[p] / peak_flops[p])   (as for one kernel)
     SOL   = T_SOL / time
     lost  = time - T_SOL                                                     (what fixing it can win)
 
-For the step: its time is the median over the runs; its T_SOL is the sum of its operators' (they
+For the step: its time is that mean; its T_SOL is the sum of its operators' (they
 run one after another on one stream: the step's floor is theirs in sequence); its MFU is its FLOPs in
 its main precision class (the one whose FLOPs take longest at their peak) over time x that peak;
 idle is the part of the step no operator covers. They add up:
 
     sum(lost) + idle - overlap = time - T_SOL
 
-exactly for one run; for the medians only within their spread (``identity_gap`` says how far, as a
-share of the step). ``overlap`` is operator time counted twice (kernels of two streams at once; 0 on
-one stream). No torch, no pytest.
+for each run, as the profiler's readings give it (idle is read from the gaps, not taken as the
+remainder), and so for the means over the same runs; ``identity_gap`` says how far it is off, as a
+share of the step: a reading that counted an operator twice or missed one shows there. ``overlap``
+is operator time counted twice on purpose (kernels of two streams at once; 0 on one stream). No
+torch, no pytest.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from pytest_solgate.declare.profiles import HardwareProfile
 from pytest_solgate.declare.work import Work
-from pytest_solgate.measure.step import StepProfile
+from pytest_solgate.measure.step import RunReading, StepProfile
 from pytest_solgate.support import stats
 
 IDLE = "idle"
@@ -74,8 +78,8 @@ class OperatorScore:
     module: str  # e.g. "Block.attn"; "" outside any nn.Module
     kind: str  # its class (CLASSES)
     calls: int  # per step
-    seconds: float  # median over the runs
-    samples: tuple[float, ...]  # its time in each run
+    seconds: float  # mean over the middle runs (middle_runs)
+    samples: tuple[float, ...]  # its time in each run, all of them
     flops: Mapping[str, float]
     bytes: float
     t_sol: float
@@ -104,17 +108,18 @@ class OperatorScore:
 class StepBreakdown:
     """Where a step's time went: its totals, and its operators ranked by time lost (largest first)."""
 
-    seconds: float  # median step time
+    seconds: float  # mean step time over the middle runs (middle_runs)
     t_sol: float  # sum of the operators' T_SOL
     flops: Mapping[str, float]  # the step's FLOPs by precision (declared, else counted)
     bytes: float  # the bytes its operators' kernels read and write (declared, else counted)
     mfu: float
     precision: str | None  # the main precision class, whose peak MFU is taken against
-    idle: float  # median seconds no operator covers
-    overlap: float  # median operator seconds counted twice (0 on one stream)
+    idle: float  # mean seconds no operator covers
+    overlap: float  # mean operator seconds counted twice (0 on one stream)
     operators: tuple[OperatorScore, ...]
-    runs: int
+    runs: int  # profiled
     mode: str  # "profiler-cpu" or "profiler-kernels"
+    kept: int = 0  # the middle runs the figures are means over
     declared: bool = False  # the FLOPs or bytes were declared, not counted
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -129,8 +134,8 @@ class StepBreakdown:
 
     @property
     def identity_gap(self) -> float:
-        """(sum(lost) + idle - overlap) - (time - T_SOL), as a share of the step: 0 for one run,
-        small for medians."""
+        """(sum(lost) + idle - overlap) - (time - T_SOL), as a share of the step: 0 to rounding when
+        the profiler's readings account for every operator once."""
         if self.seconds <= 0:
             return 0.0
         return (self.lost + self.idle - self.overlap - (self.seconds - self.t_sol)) / self.seconds
@@ -147,6 +152,7 @@ class StepBreakdown:
         return {"seconds": self.seconds, "t_sol": self.t_sol, "flops": dict(self.flops), "bytes": self.bytes,
                 "mfu": self.mfu, "precision": self.precision, "idle": self.idle, "idle_share": self.idle_share,
                 "overlap": self.overlap, "lost": self.lost, "identity_gap": self.identity_gap, "runs": self.runs,
+                "kept": self.kept,
                 "mode": self.mode, "declared": self.declared, "by_class": self.by_class(), "notes": list(self.notes),
                 "operators": [op.to_dict() for op in self.operators]}
 
@@ -157,7 +163,7 @@ class StepBreakdown:
                    bytes=data.get("bytes") or 0.0, mfu=data.get("mfu") or 0.0, precision=data.get("precision"),
                    idle=data.get("idle") or 0.0, overlap=data.get("overlap") or 0.0,
                    operators=tuple(OperatorScore.from_dict(op) for op in data.get("operators") or ()),
-                   runs=data.get("runs") or 0, mode=data.get("mode") or "", declared=bool(data.get("declared")),
+                   runs=data.get("runs") or 0, kept=data.get("kept") or 0, mode=data.get("mode") or "", declared=bool(data.get("declared")),
                    notes=tuple(data.get("notes") or ()))
 
 
@@ -175,24 +181,37 @@ def main_precision(flops: Mapping[str, float], profile: HardwareProfile) -> str 
     return max(timed, key=timed.__getitem__) if timed else None
 
 
+def middle_runs(runs: Sequence[RunReading]) -> list[RunReading]:
+    """The middle half of the runs by step time (all of them under four): every figure of the step
+    is a mean over these same runs, so that the figures add up as each run's do."""
+    ordered = sorted(runs, key=lambda run: run.seconds)
+    cut = len(ordered) // 4
+    return ordered[cut:len(ordered) - cut]
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
 def score_step(measured: StepProfile, profile: HardwareProfile, declared: Work | None = None) -> StepBreakdown:
     """The breakdown of a profiled step on ``profile``. ``declared`` work (``flops=``/``bytes=``)
     replaces the counted totals of the step (its MFU); the operators keep their counted work."""
     runs = measured.runs
     if not runs:
         raise ValueError("a step needs at least one profiled run")
+    kept = middle_runs(runs)
     keys = sorted({key for run in runs for key in run.operators})
     operators, notes, left_out = [], list(measured.notes), set()
     for key in keys:
         samples = tuple(run.operators.get(key, 0.0) for run in runs)
-        seconds = stats.median(samples)
+        seconds = _mean([run.operators.get(key, 0.0) for run in kept])
         work = measured.work.get(key)
         flops, nbytes = (dict(work.flops), work.bytes) if work is not None else ({}, 0.0)
         t_sol, bound, missing = operator_floor(flops, nbytes, profile)
         left_out.update(missing)
         operators.append(OperatorScore(
             operator=key[0], module=key[1], kind=operator_class(key[0]),
-            calls=round(stats.median([run.calls.get(key, 0) for run in runs])), seconds=seconds, samples=samples,
+            calls=round(stats.median([run.calls.get(key, 0) for run in kept])), seconds=seconds, samples=samples,
             flops=flops, bytes=nbytes, t_sol=t_sol, sol=t_sol / seconds if seconds > 0 else 0.0,
             lost=seconds - t_sol, bound=bound,
         ))
@@ -200,7 +219,7 @@ def score_step(measured: StepProfile, profile: HardwareProfile, declared: Work |
         notes.append(f"FLOPs in {', '.join(sorted(left_out))} left out of the operators' T_SOL: profile "
                      f"'{profile.id}' has no roof for them")
     operators.sort(key=lambda op: (-op.lost, op.operator, op.module))
-    seconds = stats.median([run.seconds for run in runs])
+    seconds = _mean([run.seconds for run in kept])
     counted_flops: dict[str, float] = {}
     for op in operators:
         for precision, count in op.flops.items():
@@ -211,7 +230,7 @@ def score_step(measured: StepProfile, profile: HardwareProfile, declared: Work |
     mfu = flops[precision] / (seconds * profile.peak_flops(precision)) if precision and seconds > 0 else 0.0
     return StepBreakdown(
         seconds=seconds, t_sol=sum(op.t_sol for op in operators), flops=flops, bytes=nbytes, mfu=mfu,
-        precision=precision, idle=stats.median([run.idle for run in runs]),
-        overlap=stats.median([run.overlap for run in runs]), operators=tuple(operators), runs=len(runs),
+        precision=precision, idle=_mean([run.idle for run in kept]), overlap=_mean([run.overlap for run in kept]),
+        operators=tuple(operators), runs=len(runs), kept=len(kept),
         mode=measured.mode, declared=declared is not None, notes=tuple(notes),
     )
