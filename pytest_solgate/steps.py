@@ -19,8 +19,8 @@ from typing import Any, Callable
 
 from pytest_solgate import engine as engines
 from pytest_solgate.declare.work import Work, make_work
-from pytest_solgate.measure import locking, sampling
 from pytest_solgate.measure import contention as machine
+from pytest_solgate.measure import locking, sampling
 from pytest_solgate.measure import step as profiling
 from pytest_solgate.results import Measurement
 from pytest_solgate.score import Score

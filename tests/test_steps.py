@@ -19,7 +19,7 @@ from pytest_solgate.judge import verdict
 from pytest_solgate.measure import step as profiling
 from pytest_solgate.measure.step import OperatorWork, RunReading, StepProfile
 from pytest_solgate.record import schema
-from pytest_solgate.results import Measurement, RunInfo
+from pytest_solgate.results import RunInfo
 from pytest_solgate.score import step as scoring
 from solgate_testing import FAST_TIMING, SYNTHETIC_PROFILE, git, init_repo
 from test_cli import solgate
