@@ -227,9 +227,14 @@ def read_runs(events: Sequence[Any], on_gpu: bool) -> list[RunReading]:
             operators=times,
             calls=calls,
             idle=max(step_seconds - covered, 0.0),
-            overlap=max(sum(times.values()) - covered, 0.0),
+            overlap=_at_least_a_nanosecond(sum(times.values()) - covered),
         ))
     return readings
+
+
+def _at_least_a_nanosecond(seconds: float) -> float:
+    """``seconds``, or 0 under a nanosecond (the profiler's resolution: what is left there is rounding)."""
+    return seconds if seconds >= 1e-9 else 0.0
 
 
 def _is_device(event: Any) -> bool:
