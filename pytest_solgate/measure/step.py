@@ -93,31 +93,18 @@ def tensor_bytes(values: Any) -> int:
     return total
 
 
-def _first_dtype(values: Any) -> Any:
-    import torch
-
-    for value in values:
-        if isinstance(value, torch.Tensor):
-            return value.dtype
-        if isinstance(value, (list, tuple)):
-            found = _first_dtype(value)
-            if found is not None:
-                return found
-    return None
-
-
 def call_work(func: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out: Any, tf32: bool) -> OperatorWork:
     """FLOPs and bytes of one aten kernel call. FLOPs by torch's own FlopCounterMode formulas (matmuls,
     convolutions, attention; pointwise ops and reductions count none), in the precision class of the
     first floating input; bytes as the kernel reads and writes them: inputs plus outputs, none for a
     view (it aliases its input)."""
-    from pytest_solgate.declare.work import _precision_of_dtype
+    from pytest_solgate.declare.work import _precision_of_dtype, first_dtype
 
     flops: dict[str, float] = {}
     formula = flop_formula(func)
     if formula is not None:
         count = formula(*args, **kwargs, out_val=out)
-        precision = _precision_of_dtype(_first_dtype(args), tf32)
+        precision = _precision_of_dtype(first_dtype(args), tf32)
         if count and precision is not None:
             flops[precision] = float(count)
     moved = 0 if getattr(func, "is_view", False) else tensor_bytes(args) + tensor_bytes(kwargs) + tensor_bytes(out)
