@@ -55,7 +55,7 @@ def summary(data: dict, machine: str) -> str:
             lines.append(f"| {rank} | {op['operator']} | {op['module'] or '-'} | {op['calls']} | "
                          f"{op['seconds'] * 1e6:.1f} us | {op['sol']:.3f} | {op['lost'] * 1e6:.1f} us |")
         lines += ["", f"lost + idle - overlap = step - T_SOL to {abs(step['identity_gap']):.2%} of the step "
-                      f"(means over the middle {step.get('kept')} of {step['runs']} runs, mode {step['mode']})", ""]
+                      f"(means over the faster {step.get('kept')} of {step['runs']} runs, mode {step['mode']})", ""]
     return "\n".join(lines)
 
 

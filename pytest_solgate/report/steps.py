@@ -36,7 +36,7 @@ def identity(step: StepBreakdown) -> str:
     """The sum the ranking rests on, said with its numbers."""
     overlap = f" - overlap {units.seconds(step.overlap)}" if step.overlap > 0 else ""
     return (f"lost {units.seconds(step.lost)} + idle {units.seconds(step.idle)}{overlap} = step {units.seconds(step.seconds)}"
-            f" - T_SOL {units.seconds(step.t_sol)} (means over the middle {step.kept} of {step.runs} runs; off by "
+            f" - T_SOL {units.seconds(step.t_sol)} (means over the faster {step.kept} of {step.runs} runs; off by "
             f"{units.percent(abs(step.identity_gap))} of the step)")
 
 

@@ -1,9 +1,10 @@
 """Score (a whole step): pure arithmetic from a profiled step and a HardwareProfile to where its time
 went, and what each operator loses against its speed of light.
 
-Every time is a mean over the same runs: the middle half of the profiled runs, ranked by step time
-(the interquartile mean: a run the machine stalled, or an unusually lucky one, is left out). For
-each (operator, module) group, from its time and its counted work:
+Every time is a mean over the same runs: the faster half of the profiled runs, ranked by step time.
+A run the machine stalled is left out (on a shared CPU a preempted thread adds a scheduler quantum,
+milliseconds, to whichever operator was running); what is kept is what the step does when the
+machine lets it. For each (operator, module) group, from its time and its counted work:
 
     T_SOL = max(bytes / memory_bandwidth, max_p flops[p] / peak_flops[p])   (as for one kernel)
     SOL   = T_SOL / time
@@ -78,7 +79,7 @@ class OperatorScore:
     module: str  # e.g. "Block.attn"; "" outside any nn.Module
     kind: str  # its class (CLASSES)
     calls: int  # per step
-    seconds: float  # mean over the middle runs (middle_runs)
+    seconds: float  # mean over the faster runs (faster_runs)
     samples: tuple[float, ...]  # its time in each run, all of them
     flops: Mapping[str, float]
     bytes: float
@@ -108,7 +109,7 @@ class OperatorScore:
 class StepBreakdown:
     """Where a step's time went: its totals, and its operators ranked by time lost (largest first)."""
 
-    seconds: float  # mean step time over the middle runs (middle_runs)
+    seconds: float  # mean step time over the middle runs (faster_runs)
     t_sol: float  # sum of the operators' T_SOL
     flops: Mapping[str, float]  # the step's FLOPs by precision (declared, else counted)
     bytes: float  # the bytes its operators' kernels read and write (declared, else counted)
@@ -119,7 +120,7 @@ class StepBreakdown:
     operators: tuple[OperatorScore, ...]
     runs: int  # profiled
     mode: str  # "profiler-cpu" or "profiler-kernels"
-    kept: int = 0  # the middle runs the figures are means over
+    kept: int = 0  # the faster runs the figures are means over
     declared: bool = False  # the FLOPs or bytes were declared, not counted
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -181,12 +182,11 @@ def main_precision(flops: Mapping[str, float], profile: HardwareProfile) -> str 
     return max(timed, key=timed.__getitem__) if timed else None
 
 
-def middle_runs(runs: Sequence[RunReading]) -> list[RunReading]:
-    """The middle half of the runs by step time (all of them under four): every figure of the step
-    is a mean over these same runs, so that the figures add up as each run's do."""
+def faster_runs(runs: Sequence[RunReading]) -> list[RunReading]:
+    """The faster half of the runs by step time (at least one): every figure of the step is a mean
+    over these same runs, so that the figures add up as each run's do."""
     ordered = sorted(runs, key=lambda run: run.seconds)
-    cut = len(ordered) // 4
-    return ordered[cut:len(ordered) - cut]
+    return ordered[:max(1, (len(ordered) + 1) // 2)]
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -199,7 +199,7 @@ def score_step(measured: StepProfile, profile: HardwareProfile, declared: Work |
     runs = measured.runs
     if not runs:
         raise ValueError("a step needs at least one profiled run")
-    kept = middle_runs(runs)
+    kept = faster_runs(runs)
     keys = sorted({key for run in runs for key in run.operators})
     operators, notes, left_out = [], list(measured.notes), set()
     for key in keys:
