@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping
 from pytest_solgate import results, score
 from pytest_solgate.declare.profiles import HardwareProfile, ProfileOption, resolve_profile_option
 from pytest_solgate.declare.work import make_work
+from pytest_solgate.judge import steps as step_budgets
 from pytest_solgate.judge import verdict
 from pytest_solgate.measure import backends, callables, clocks, extras, ncu_child, phases, pipeline
 from pytest_solgate.measure import context as measure_context
@@ -231,7 +232,7 @@ class Engine:
             self.judge_settings = dataclasses.replace(self.judge_settings, commit=commit, dirty=dirty)
             self._head = None
         try:
-            judged = [self._judge_one(budget, m) for m in measurements]
+            judged = [self._judge_one(step_budgets.budget_for(budget, m), m) for m in measurements]
         finally:
             self.forget(test)
         if budget.speedup is None:
@@ -239,7 +240,7 @@ class Engine:
         reference = verdict.choose_reference(test, budget, judged)
         return [
             verdict.against_reference(m, reference, required)
-            if m.gate and (required := verdict.budget_on(budget.speedup, m.profile)) is not None else m
+            if step_budgets.takes_speedup(m) and (required := verdict.budget_on(budget.speedup, m.profile)) is not None else m
             for m in judged
         ]
 

@@ -24,6 +24,7 @@ from typing import Any, Mapping
 from pytest_solgate.declare.work import Work
 from pytest_solgate.measure.sampling import Timing
 from pytest_solgate.score import Score
+from pytest_solgate.score.step import StepBreakdown
 
 SCHEMA = "solgate/1"
 
@@ -203,6 +204,10 @@ class Measurement:
     # moved under Nsight Compute (--sol-ncu, measure/ncu.py); None where not measured (left out of the JSON).
     joules: float | None = None
     measured_bytes: float | None = None
+    # A whole step (sol.measure_step, steps.py): on the step's record, where its time went; on each
+    # of its top operators' records, the step's name (their budgets are the step's, see judge/steps.py).
+    step: StepBreakdown | None = None
+    part_of: str = ""
     # The record stage's history of this measurement, oldest first: [{"commit", "sol", "started_at"}].
     trend: tuple[Mapping[str, Any], ...] = ()
 
@@ -283,6 +288,8 @@ class Measurement:
             **({"measured_bytes": self.measured_bytes} if self.measured_bytes is not None else {}),
             # measured over declared bytes, for readers of the JSON (derived: from_dict does not read it)
             **({"dram_ratio": self.measured_bytes / self.work.bytes} if self.measured_bytes is not None and self.work.bytes else {}),
+            **({"step": self.step.to_dict()} if self.step is not None else {}),
+            **({"part_of": self.part_of} if self.part_of else {}),
         }
 
     @classmethod
@@ -339,6 +346,8 @@ class Measurement:
             trend=tuple(data.get("trend") or ()),
             joules=data.get("joules"),
             measured_bytes=data.get("measured_bytes"),
+            step=StepBreakdown.from_dict(data["step"]) if data.get("step") else None,
+            part_of=str(data.get("part_of") or ""),
         )
 
 

@@ -447,6 +447,25 @@ class SolFixture:
         self.measurements.append(measurement)
         return measurement
 
+    def measure_step(self, fn: Callable[[], Any], *, name: str | None = None, flops: Any = None, bytes: Any = None,
+                     precision: str | None = None, gate: bool = True, top: int = 5) -> Measurement:
+        """A whole step (a forward, a forward and backward, a decode step) under the profiler: its
+        time, MFU, idle share and operators ranked by time lost (``m.step``); its record and its ``top``
+        operators' records are judged with the test's (docs/steps.md)."""
+        __tracebackhide__ = True
+        if self._closed:
+            raise MeasureError(f"sol.measure_step called after the body of {self._test} returned; call it inside the test body")
+        from pytest_solgate import steps
+
+        try:
+            name = measurement_name(self._test, "step" if name is None else name, {m.name for m in self.measurements})
+            measured = steps.measure(self._engine, self._test, fn, name=name, flops=flops, bytes=bytes,
+                                     precision=precision, gate=bool(gate), top=top)
+        except SolgateError as exc:
+            raise exc.with_traceback(None) from None
+        self.measurements += measured
+        return measured[0]
+
     def speed_of_light(self, *, flops: Any = None, bytes: Any = None, precision: str | None = None) -> Any:
         """The floor of declared work on this session's profile, without running anything:
         ``.t_sol`` (seconds), ``.bound``, ``.intensity`` (FLOP/byte) and ``.ridge``."""

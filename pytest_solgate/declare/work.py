@@ -128,6 +128,20 @@ def _precision_of_dtype(dtype: Any, tf32: bool) -> str | None:
     return None
 
 
+def first_dtype(values: Any) -> Any:
+    """The dtype of the first tensor among ``values`` (nested lists and tuples too), or None."""
+    import torch
+
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            return value.dtype
+        if isinstance(value, (list, tuple)):
+            found = first_dtype(value)
+            if found is not None:
+                return found
+    return None
+
+
 def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, int]:
     """Run ``fn`` once under FlopCounterMode and return its FLOPs by precision class.
 
@@ -139,16 +153,6 @@ def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, 
 
     tf32 = torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
     by_precision: dict[str, int] = {}
-
-    def first_dtype(values: Any) -> Any:
-        for value in values:
-            if isinstance(value, torch.Tensor):
-                return value.dtype
-            if isinstance(value, (list, tuple)):
-                found = first_dtype(value)
-                if found is not None:
-                    return found
-        return None
 
     class _ByPrecision(FlopCounterMode):
         # FlopCounterMode aggregates by op; we also need the dtype each count was made in.

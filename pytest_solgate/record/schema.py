@@ -47,6 +47,39 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     return {"anyOf": [schema, {"type": "null"}]}
 
 
+OPERATOR = {
+    "type": "object",
+    "required": ["operator", "seconds"],
+    "properties": {
+        "operator": {**_text(1_000), "minLength": 1},
+        "module": _text(1_000),
+        "class": _text(100),
+        "calls": {"type": "integer", "minimum": 0, "maximum": 10**12},
+        "seconds": _number(MAX_SECONDS),
+        "samples": {"type": "array", "maxItems": MAX_SAMPLES, "items": _number(MAX_SECONDS)},
+        "flops": {"type": "object", "propertyNames": {"enum": list(PRECISIONS)}, "additionalProperties": _number(MAX_COUNT)},
+        "bytes": _number(MAX_COUNT),
+        **{key: _number(FINITE) for key in ("t_sol", "sol")},
+        "lost": {"type": "number", "minimum": -FINITE, "maximum": FINITE},  # below 0 for an operator faster than its floor
+        "bound": {"enum": ["memory", "compute"]},
+    },
+}
+
+STEP = {
+    "type": "object",
+    "required": ["seconds", "operators"],
+    "properties": {
+        "seconds": _number(MAX_SECONDS, exclusive=True),
+        **{key: _number(MAX_SECONDS) for key in ("idle", "overlap")},
+        **{key: _number(FINITE) for key in ("t_sol", "mfu", "idle_share")},
+        "flops": {"type": "object", "propertyNames": {"enum": list(PRECISIONS)}, "additionalProperties": _number(MAX_COUNT)},
+        "bytes": _number(MAX_COUNT),
+        "precision": _nullable({"enum": list(PRECISIONS)}),
+        "runs": {"type": "integer", "minimum": 0, "maximum": MAX_SAMPLES},
+        "operators": {"type": "array", "maxItems": 100_000, "items": OPERATOR},
+    },
+}
+
 MEASUREMENT = {
     "type": "object",
     "required": ["test", "name", "profile", "backend", "flops", "bytes", "seconds", "samples", "noise",
@@ -105,13 +138,17 @@ MEASUREMENT = {
         "sm_clock_mhz": _nullable(_number(1e5)),
         "sol_at_clock": _nullable(_number(FINITE)),
         # events-capture-off: events because an earlier capture of the session failed; the last two: CPU timers
-        "timing_mode": {"enum": ["events", "cuda-graph", "events-capture-off", "thread-cpu-time", "perf-counter"]},
+        # the last two: a whole step's operators under torch.profiler (sol.measure_step, measure/step.py)
+        "timing_mode": {"enum": ["events", "cuda-graph", "events-capture-off", "thread-cpu-time", "perf-counter",
+                                 "profiler-cpu", "profiler-kernels"]},
         "contended": _text(1_000),
         "probe_seconds": _nullable(_number(MAX_SECONDS)),  # 0 where a clock did not advance (the fake clock)
         "joules": _number(FINITE),  # energy per call (NVML), only where measured
         "measured_bytes": _number(MAX_COUNT),  # DRAM bytes of one call under Nsight Compute (--sol-ncu)
         "dram_ratio": _number(FINITE),  # measured_bytes / bytes
         "trend": {"type": "array", "maxItems": 100_000, "items": {"type": "object"}},
+        "step": STEP,  # a whole step's breakdown, on the step's record only (score/step.py)
+        "part_of": _text(1_000),  # on a step's operator series: the step's name
     },
 }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from pytest_solgate.measure.backends import is_gated
+from pytest_solgate.report.steps import terminal_lines
 from pytest_solgate.report.table import HEADERS, Row, counts, ordered, row
 from pytest_solgate.results import Measurement
 
@@ -22,12 +23,12 @@ def render(measurements: Sequence[Measurement], width: int | None = None) -> lis
     rows = [row(m, measurements) for m in ordered(measurements)]
     table = _table(rows)
     if width is None or max(len(line) for line in table) <= width:
-        return table + [_totals(measurements)]
+        return table + [_totals(measurements)] + terminal_lines(measurements)
     lines = []
     for r in rows:
         lines.append(shorten(f"{r.test} [{r.name}]", width))
         lines += _wrap(_figures(r), width - len(INDENT), INDENT)
-    return lines + [_totals(measurements)]
+    return lines + [_totals(measurements)] + terminal_lines(measurements)
 
 
 def _table(rows: Sequence[Row]) -> list[str]:

@@ -1,0 +1,380 @@
+"""Measure (a whole step): a callable run under torch.profiler, its time split by the operator and
+module that spent it, and the work of each operator counted.
+
+Two passes over the same callable, after a warm-up:
+
+- counting (once, untimed): a TorchDispatchMode sees every aten kernel call (after autograd and the
+  composite ops' decomposition) and counts its FLOPs (torch's own FlopCounterMode formulas, by the
+  precision class of its dtype) and its bytes (what it reads and writes: its tensor inputs and
+  outputs; a view moves nothing). Each call is wrapped in a profiler range, so that the profiler's
+  own tree says which top-level operator (``aten::linear``, ``aten::softmax``; in a backward pass the
+  autograd node) and which ``nn.Module`` issued it.
+- timing (``runs`` times, each in its own ``solgate:step`` range): on a CPU, the wall time of every
+  top-level operator's range on the profiler's clock; on a GPU, the device time of the kernels each
+  top-level operator launched (the device's own timestamps, through the profiler's correlation of
+  launches to kernels). Idle is the part of the step that no operator (CPU) or kernel (GPU) covers:
+  Python between operators, launches the host is late for, synchronization, copies waited for.
+
+Modules are named by where they sit: the first module called is its class name, a child is its
+parent's name, a dot, and its attribute name (``Block.attn.proj``). No torch at import time.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+STEP_RANGE = "solgate:step"
+MODULE_RANGE = "solgate:module:"
+COUNT_RANGE = "solgate:count#"
+BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
+MAX_RUNS = 20
+MIN_RUNS = 6  # the fewest for a confidence interval of the median (support/stats.py)
+
+
+@dataclass(frozen=True)
+class OperatorWork:
+    """What one (operator, module) group does in one step, as counted: FLOPs by precision, bytes."""
+
+    flops: Mapping[str, float] = field(default_factory=dict)
+    bytes: float = 0.0
+
+
+@dataclass(frozen=True)
+class RunReading:
+    """One profiled run of the step: its time, the time each (operator, module) group spent, how
+    many calls each made, and the idle time (seconds)."""
+
+    seconds: float
+    operators: Mapping[tuple[str, str], float]
+    calls: Mapping[tuple[str, str], int]
+    idle: float
+    overlap: float = 0.0  # operator time counted twice (kernels of two streams at once; threads on a CPU)
+
+
+@dataclass(frozen=True)
+class StepProfile:
+    """What measuring a step returns: its runs and each group's counted work."""
+
+    runs: tuple[RunReading, ...]
+    work: Mapping[tuple[str, str], OperatorWork]
+    device: str  # "cpu" or "cuda"
+    mode: str  # "profiler-cpu" (operator ranges on the host) or "profiler-kernels" (device timestamps)
+    warmup_calls: int
+    started_at: float
+    finished_at: float
+    notes: tuple[str, ...] = ()
+
+
+# --- the work ---------------------------------------------------------------------------------------
+
+
+def tensor_bytes(values: Any) -> int:
+    """Bytes of the tensors among ``values`` (nested lists and tuples too); an expanded tensor
+    counts its storage, not its broadcast size."""
+    import torch
+
+    total = 0
+    stack = [values]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, torch.Tensor):
+            logical = value.numel() * value.element_size()
+            try:
+                stored = value.untyped_storage().nbytes()
+            except (RuntimeError, NotImplementedError):  # a tensor without storage (meta, functional)
+                stored = logical
+            total += min(logical, stored) if stored else logical
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+        elif isinstance(value, Mapping):
+            stack.extend(value.values())
+    return total
+
+
+def call_work(func: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out: Any, tf32: bool) -> OperatorWork:
+    """FLOPs and bytes of one aten kernel call. FLOPs by torch's own FlopCounterMode formulas (matmuls,
+    convolutions, attention; pointwise ops and reductions count none), in the precision class of the
+    first floating input; bytes as the kernel reads and writes them: inputs plus outputs, none for a
+    view (it aliases its input)."""
+    from pytest_solgate.declare.work import _precision_of_dtype, first_dtype
+
+    flops: dict[str, float] = {}
+    formula = flop_formula(func)
+    if formula is not None:
+        count = formula(*args, **kwargs, out_val=out)
+        precision = _precision_of_dtype(first_dtype(args), tf32)
+        if count and precision is not None:
+            flops[precision] = float(count)
+    moved = 0 if getattr(func, "is_view", False) else tensor_bytes(args) + tensor_bytes(kwargs) + tensor_bytes(out)
+    return OperatorWork(flops=flops, bytes=float(moved))
+
+
+def flop_formula(func: Any) -> Callable[..., Any] | None:
+    """torch's FLOP formula for an aten op, or None (pointwise ops, reductions, norms). The CPU's
+    fused attention kernel, which FlopCounterMode does not list, counts as its GPU siblings do."""
+    import torch
+    from torch.utils.flop_counter import flop_registry, sdpa_flop_count
+
+    packet = func.overloadpacket
+    if packet in flop_registry:
+        return flop_registry[packet]
+    if packet is getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None):
+        return lambda query, key, value, *rest, out_val=None, **options: sdpa_flop_count(query.shape, key.shape, value.shape)
+    return None
+
+
+def add_work(a: OperatorWork, b: OperatorWork) -> OperatorWork:
+    flops = dict(a.flops)
+    for precision, count in b.flops.items():
+        flops[precision] = flops.get(precision, 0.0) + count
+    return OperatorWork(flops=flops, bytes=a.bytes + b.bytes)
+
+
+# --- the profiler's tree ----------------------------------------------------------------------------
+
+
+def operator_name(name: str) -> str | None:
+    """The operator an event stands for, or None when it is not one (a range of ours, a Python
+    function, a runtime call): ``aten::mm``, a custom ``lib::op``, or a backward node's name."""
+    if name.startswith(BACKWARD_PREFIX):
+        return name[len(BACKWARD_PREFIX):]
+    if name.startswith("solgate:") or "::" not in name or name.startswith(("cuda", "autograd::")):
+        return None
+    return name
+
+
+def top_operator(event: Any) -> tuple[Any, str, str]:
+    """The outermost operator event above (or at) ``event``, its name, and the module it ran in ('')."""
+    top, name, module = None, "", ""
+    node = event
+    while node is not None:
+        found = operator_name(node.name)
+        if found is not None:
+            top, name = node, found
+        elif node.name.startswith(MODULE_RANGE) and not module:
+            module = node.name[len(MODULE_RANGE):]
+        node = node.cpu_parent
+    if top is not None and module == "":
+        node = top.cpu_parent  # the module is the nearest one around the top operator
+        while node is not None and not module:
+            if node.name.startswith(MODULE_RANGE):
+                module = node.name[len(MODULE_RANGE):]
+            node = node.cpu_parent
+    return top, name, module
+
+
+def _union(intervals: list[tuple[float, float]]) -> float:
+    covered, end = 0.0, None
+    for start, stop in sorted(intervals):
+        if end is None or start > end:
+            covered += stop - start
+            end = stop
+        elif stop > end:
+            covered += stop - end
+            end = stop
+    return covered
+
+
+def read_runs(events: Sequence[Any], on_gpu: bool) -> list[RunReading]:
+    """The runs in a profiler's event list (``prof.events()``: FunctionEvents, times in us), one per
+    ``solgate:step`` range, in order. Pure over the events, so that it is tested on made-up ones."""
+    steps = sorted((e for e in events if e.name == STEP_RANGE), key=lambda e: e.time_range.start)
+    readings = []
+    for step in steps:
+        start, end = step.time_range.start, step.time_range.end
+        inside = [e for e in events if start <= e.time_range.start < end]
+        times: dict[tuple[str, str], float] = {}
+        calls: dict[tuple[str, str], int] = {}
+        intervals: list[tuple[float, float]] = []
+        for event in inside:
+            if _is_device(event):
+                if on_gpu:
+                    intervals.append((event.time_range.start, event.time_range.end))
+                continue
+            name = operator_name(event.name)
+            if name is None:
+                continue
+            top, top_name, module = top_operator(event)
+            if top is not event:
+                continue  # inside another operator: its time is its parent's
+            key = (top_name, module)
+            calls[key] = calls.get(key, 0) + 1
+            seconds = event.device_time_total if on_gpu else event.time_range.end - event.time_range.start
+            times[key] = times.get(key, 0.0) + seconds * 1e-6
+            if not on_gpu:
+                intervals.append((event.time_range.start, event.time_range.end))
+        if on_gpu:  # the last kernel may end after the host's range (no synchronize inside it)
+            end = max([end] + [stop for _, stop in intervals])
+        covered = _union(intervals) * 1e-6
+        step_seconds = (end - start) * 1e-6
+        readings.append(RunReading(
+            seconds=step_seconds,
+            operators=times,
+            calls=calls,
+            idle=max(step_seconds - covered, 0.0),
+            overlap=_at_least_a_nanosecond(sum(times.values()) - covered),
+        ))
+    return readings
+
+
+def _at_least_a_nanosecond(seconds: float) -> float:
+    """``seconds``, or 0 under a nanosecond (the profiler's resolution: what is left there is rounding)."""
+    return seconds if seconds >= 1e-9 else 0.0
+
+
+def _is_device(event: Any) -> bool:
+    kind = getattr(event, "device_type", None)
+    return kind is not None and getattr(kind, "name", str(kind)).upper() not in ("CPU", "DEVICETYPE.CPU")
+
+
+def read_work(events: Sequence[Any], counted: Sequence[OperatorWork]) -> dict[tuple[str, str], OperatorWork]:
+    """Each counted kernel call (``solgate:count#i`` range i) added to the (operator, module) group
+    the profiler's tree puts it under."""
+    work: dict[tuple[str, str], OperatorWork] = {}
+    for event in events:
+        if not event.name.startswith(COUNT_RANGE):
+            continue
+        index = int(event.name[len(COUNT_RANGE):])
+        top, name, module = top_operator(event)
+        key = (name or "unattributed", module)
+        work[key] = add_work(work.get(key, OperatorWork()), counted[index])
+    return work
+
+
+# --- running it -------------------------------------------------------------------------------------
+
+
+class _ModuleRanges:
+    """A profiler range around every nn.Module call, named by the module's place (see the module
+    docstring); installed for the passes only."""
+
+    def __init__(self) -> None:
+        self.names: dict[int, str] = {}
+        self.open: list[tuple[Any, Any]] = []
+        self.handles: list[Any] = []
+
+    def name(self, module: Any) -> str:
+        known = self.names.get(id(module))
+        if known is not None:
+            return known
+        parent_name = self.open[-1][0] if self.open else None
+        name = type(module).__name__
+        if parent_name is not None:
+            parent = self.open[-1][1]
+            for attribute, child in getattr(parent, "_modules", {}).items():
+                if child is module:
+                    name = f"{parent_name}.{attribute}"
+                    break
+            else:
+                name = f"{parent_name}.{name}"
+        self.names[id(module)] = name
+        return name
+
+    def __enter__(self) -> "_ModuleRanges":
+        import torch
+        from torch.nn.modules import module as modules
+
+        def before(module: Any, args: Any) -> None:
+            name = self.name(module)
+            handle = torch.ops.profiler._record_function_enter_new(MODULE_RANGE + name, None)
+            self.open.append((name, module, handle))  # type: ignore[arg-type]
+
+        def after(module: Any, args: Any, output: Any) -> None:
+            while self.open:
+                name, opened, handle = self.open.pop()  # type: ignore[misc]
+                torch.ops.profiler._record_function_exit._RecordFunction(handle)
+                if opened is module:
+                    break
+
+        self.handles = [modules.register_module_forward_pre_hook(before), modules.register_module_forward_hook(after)]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import torch
+
+        for handle in self.handles:
+            handle.remove()
+        while self.open:  # a forward that raised left its ranges open
+            torch.ops.profiler._record_function_exit._RecordFunction(self.open.pop()[2])  # type: ignore[misc]
+
+
+def _counting_mode(counted: list[OperatorWork], tf32: bool) -> Any:
+    from torch.profiler import record_function
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counting(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            kwargs = kwargs or {}
+            if flop_formula(func) is None:
+                # A composite op reaches this mode whole under inference_mode (no autograd key
+                # decomposed it): its parts are counted, as FlopCounterMode counts them.
+                with self:
+                    parts = func.decompose(*args, **kwargs)
+                if parts is not NotImplemented:
+                    return parts
+            index = len(counted)
+            counted.append(OperatorWork())
+            with record_function(f"{COUNT_RANGE}{index}"):
+                out = func(*args, **kwargs)
+            counted[index] = call_work(func, args, kwargs, out, tf32)
+            return out
+
+    return Counting()
+
+
+def profile_step(fn: Callable[[], Any], device: str, max_time: float, runs: int | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> StepProfile:
+    """Warm ``fn`` up, count its work once, then profile ``runs`` runs of it (by default as many
+    as fit in ``max_time`` seconds, between MIN_RUNS and MAX_RUNS)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    on_gpu = device == "cuda"
+    sync = torch.cuda.synchronize if on_gpu else (lambda: None)
+    tf32 = torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
+    started_at = time.time()
+    began = clock()
+    fn()
+    sync()
+    once = max(clock() - began, 1e-9)
+    warmup = 1
+    if once < max_time / 20:  # a second warm-up call where it is cheap: caches, allocator, autotuning
+        fn()
+        sync()
+        warmup = 2
+    if runs is None:
+        runs = int(min(MAX_RUNS, max(MIN_RUNS, max_time / once)))
+
+    counted: list[OperatorWork] = []
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    with profile(activities=activities) as counting:
+        with _ModuleRanges(), _counting_mode(counted, tf32):
+            fn()
+        sync()
+    work = read_work(counting.events(), counted)
+
+    with profile(activities=activities) as timing:
+        with _ModuleRanges():
+            for _ in range(runs):
+                with record_function(STEP_RANGE):
+                    fn()
+                    sync()
+    readings = read_runs(timing.events(), on_gpu)
+    if FAKE_RUN is not None:
+        readings = [FAKE_RUN(r) for r in readings]
+    return StepProfile(
+        runs=tuple(readings),
+        work=work,
+        device=device,
+        mode="profiler-kernels" if on_gpu else "profiler-cpu",
+        warmup_calls=warmup,
+        started_at=started_at,
+        finished_at=time.time(),
+    )
+
+
+# The fake-clock tests replace the profiler's times with exact ones (a RunReading -> RunReading);
+# the profiler, the grouping and the counting still run for real.
+FAKE_RUN: Callable[[RunReading], RunReading] | None = None

@@ -1,0 +1,357 @@
+"""Whole steps (issue 37, docs/steps.md): a step's time split by operator, scored against the speed
+of light, and gated through the history like a kernel.
+
+The arithmetic and the reading of the profiler's tree are tested on made-up events; the rest runs
+for real: torch.profiler over a small model, pytester sessions, a real git repository with the
+history and ``solgate history --changes`` (the operators' times there on the fake clock, so that a
+20 % slowdown is one on a busy 2-core machine too).
+"""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from pytest_solgate.declare.profiles import load_profile
+from pytest_solgate.declare.work import Work
+from pytest_solgate.judge import steps as step_budgets
+from pytest_solgate.judge import verdict
+from pytest_solgate.measure import step as profiling
+from pytest_solgate.measure.step import OperatorWork, RunReading, StepProfile
+from pytest_solgate.record import schema
+from pytest_solgate.results import RunInfo
+from pytest_solgate.score import step as scoring
+from solgate_testing import FAST_TIMING, SYNTHETIC_PROFILE, git, init_repo
+from test_cli import solgate
+
+
+@pytest.fixture
+def profile(tmp_path):
+    """1 GB/s, 1 GFLOP/s in fp32: a byte costs 1 ns, a FLOP 1 ns."""
+    path = tmp_path / "synthetic.toml"
+    path.write_text(SYNTHETIC_PROFILE)
+    return load_profile(path)
+
+
+# --- reading the profiler's tree --------------------------------------------------------------------
+
+def event(name, start, end, parent=None, device=False, device_time=0.0):
+    made = SimpleNamespace(name=name, time_range=SimpleNamespace(start=start, end=end), cpu_parent=parent,
+                           device_type=SimpleNamespace(name="CUDA" if device else "CPU"), device_time_total=device_time)
+    return made
+
+
+def test_on_a_cpu_each_top_operator_takes_its_range_and_idle_is_what_none_covers():
+    step = event(profiling.STEP_RANGE, 0, 100)
+    attn = event(profiling.MODULE_RANGE + "Block.attn", 5, 60, step)
+    linear = event("aten::linear", 10, 40, attn)
+    inner = event("aten::addmm", 12, 39, linear)  # inside linear: its time is linear's
+    softmax = event("aten::softmax", 45, 55, attn)
+    add = event("aten::add", 70, 80, step)
+    (run,) = profiling.read_runs([step, attn, linear, inner, softmax, add], on_gpu=False)
+    assert run.operators == pytest.approx({("aten::linear", "Block.attn"): 30e-6, ("aten::softmax", "Block.attn"): 10e-6,
+                                           ("aten::add", ""): 10e-6})
+    assert run.calls[("aten::linear", "Block.attn")] == 1
+    assert run.seconds == pytest.approx(100e-6) and run.idle == pytest.approx(50e-6) and run.overlap == 0
+
+
+def test_on_a_gpu_operators_take_their_kernels_device_time_and_idle_is_the_gaps_between_kernels():
+    step = event(profiling.STEP_RANGE, 0, 50)
+    mm = event("aten::mm", 1, 3, step, device_time=20)  # launched early, its kernel ran 20 us
+    relu = event("aten::relu", 4, 5, step, device_time=10)
+    kernels = [event("sm90_gemm", 10, 30, device=True), event("relu_kernel", 35, 45, device=True),
+               event("late_kernel_after_the_range", 48, 60, device=True)]
+    (run,) = profiling.read_runs([step, mm, relu, *kernels], on_gpu=True)
+    assert run.operators == pytest.approx({("aten::mm", ""): 20e-6, ("aten::relu", ""): 10e-6})
+    assert run.seconds == pytest.approx(60e-6)  # the range ends with the last kernel
+    assert run.idle == pytest.approx(60e-6 - 42e-6)
+
+
+def test_counted_work_goes_to_the_top_operator_and_module_around_each_kernel_call():
+    attn = event(profiling.MODULE_RANGE + "Block.attn", 0, 100)
+    linear = event("aten::linear", 1, 50, attn)
+    calls = [event(profiling.COUNT_RANGE + "0", 2, 3, linear), event(profiling.COUNT_RANGE + "1", 4, 40, linear)]
+    counted = [OperatorWork(bytes=0.0), OperatorWork(flops={"fp32": 8.0}, bytes=24.0)]
+    assert profiling.read_work([attn, linear, *calls], counted) == {
+        ("aten::linear", "Block.attn"): OperatorWork(flops={"fp32": 8.0}, bytes=24.0)}
+
+
+def test_operator_classes():
+    assert [scoring.operator_class(op) for op in (
+        "aten::linear", "aten::addmm", "AddmmBackward0", "aten::scaled_dot_product_attention",
+        "aten::_softmax", "aten::layer_norm", "NativeLayerNormBackward0", "aten::copy_", "aten::gelu", "my::op",
+    )] == ["matmul", "matmul", "matmul", "attention", "normalization", "normalization", "normalization",
+           "copies", "elementwise", "elementwise"]
+
+
+# --- the arithmetic ----------------------------------------------------------------------------------
+
+def profiled(runs, work=None):
+    return StepProfile(runs=tuple(runs), work=work or {}, device="cpu", mode="profiler-cpu", warmup_calls=1,
+                       started_at=0.0, finished_at=1.0)
+
+
+MM, SOFTMAX = ("aten::mm", "Net"), ("aten::softmax", "Net")
+WORK = {MM: OperatorWork(flops={"fp32": 400e3}, bytes=100e3), SOFTMAX: OperatorWork(bytes=200e3)}
+
+
+def reading(mm, softmax, idle):
+    return RunReading(seconds=mm + softmax + idle, operators={MM: mm, SOFTMAX: softmax}, calls={MM: 1, SOFTMAX: 2}, idle=idle)
+
+
+def test_lost_times_and_idle_add_up_to_the_step_minus_its_floor(profile):
+    step = scoring.score_step(profiled([reading(1e-3, 2e-3, 0.5e-3)], WORK), profile)
+    # mm: 400 kFLOP at 1 GFLOP/s = 400 us (compute-bound); softmax: 200 kB at 1 GB/s = 200 us.
+    assert [op.operator for op in step.operators] == ["aten::softmax", "aten::mm"]  # 1.8 ms lost, then 0.6 ms
+    softmax, mm = step.operators
+    assert (softmax.t_sol, softmax.lost, softmax.bound, softmax.calls) == pytest.approx((200e-6, 1.8e-3, "memory", 2))
+    assert (mm.t_sol, mm.sol, mm.bound) == pytest.approx((400e-6, 0.4, "compute"))
+    assert step.t_sol == pytest.approx(600e-6) and step.seconds == pytest.approx(3.5e-3)
+    assert step.lost + step.idle == pytest.approx(step.seconds - step.t_sol) and step.identity_gap == pytest.approx(0)
+    assert step.mfu == pytest.approx(400e3 / (3.5e-3 * 1e9)) and step.precision == "fp32"
+    assert step.idle_share == pytest.approx(0.5 / 3.5)
+    assert step.by_class() == pytest.approx({"matmul": 1e-3, "attention": 0, "normalization": 2e-3, "elementwise": 0,
+                                             "copies": 0, "idle": 0.5e-3})
+
+
+def test_over_several_runs_every_figure_is_a_mean_over_the_same_faster_runs_so_they_add_up(profile):
+    runs = [reading(1e-3 + i * 1e-5, 2e-3 - i * 2e-5, 0.5e-3) for i in range(7)] + [reading(15e-3, 2e-3, 0.5e-3)]
+    step = scoring.score_step(profiled(runs, WORK), profile)
+    assert (step.runs, step.kept) == (8, 4)  # the stalled run (15 ms in mm) is left out with the slower half
+    assert step.seconds == pytest.approx(stats_mean([r.seconds for r in sorted(runs, key=lambda r: r.seconds)[:4]]))
+    assert step.identity_gap == pytest.approx(0, abs=1e-12) and step.operators[1].seconds < 1.1e-3
+    assert len(step.operators[0].samples) == 8  # the series keeps every run, for its noise
+    # The identity is a check of the readings: an operator counted twice shows as a gap.
+    doubled = [RunReading(r.seconds, {**r.operators, ("aten::mm", "again"): r.operators[MM]}, r.calls, r.idle) for r in runs]
+    assert scoring.score_step(profiled(doubled, WORK), profile).identity_gap > 0.25
+
+
+def stats_mean(values):
+    return sum(values) / len(values)
+
+
+def test_declared_flops_replace_the_counted_ones_for_the_steps_mfu_only(profile):
+    step = scoring.score_step(profiled([reading(1e-3, 2e-3, 0.5e-3)], WORK), profile, Work(flops={"fp32": 700e3}))
+    assert step.mfu == pytest.approx(700e3 / (3.5e-3 * 1e9)) and step.declared
+    assert step.t_sol == pytest.approx(600e-6) and step.bytes == pytest.approx(300e3)  # counted, still
+
+
+def test_a_precision_the_profile_lacks_is_left_out_with_a_note(profile):
+    work = {MM: OperatorWork(flops={"fp64": 1e9}, bytes=100e3), SOFTMAX: OperatorWork(bytes=200e3)}
+    step = scoring.score_step(profiled([reading(1e-3, 2e-3, 0.5e-3)], work), profile)
+    assert step.operators[-1].t_sol == pytest.approx(100e-6) and "fp64" in step.notes[0]
+
+
+# --- the records, the judge, the JSON ----------------------------------------------------------------
+
+def context(profile):
+    return SimpleNamespace(profile=profile, ceilings="measured", environment={"host": "h"}, device_name="cpu",
+                           device=SimpleNamespace(kind="cpu"))
+
+
+def step_records(profile, top=5):
+    from pytest_solgate import steps
+
+    measured = profiled([reading(1e-3, 2e-3, 0.5e-3)] * 6, WORK)
+    return steps.records(context(profile), "t.py::test_step", "block", measured,
+                         scoring.score_step(measured, profile), gate=True, top=top)
+
+
+def test_a_step_is_one_record_and_one_series_per_top_operator(profile):
+    step, softmax, mm = step_records(profile)
+    assert (step.name, step.part_of, step.score.mfu, step.score.t_sol) == ("block", "", step.step.mfu, step.step.t_sol)
+    assert step.score.sol == pytest.approx(600e-6 / 3.5e-3) and step.timing.samples == (3.5e-3,) * 6
+    assert softmax.name == "block: aten::softmax in Net" and softmax.part_of == "block"
+    assert softmax.timing.seconds == pytest.approx(2e-3) and softmax.score.sol == pytest.approx(0.1)
+    assert mm.score.mfu == pytest.approx(0.4)
+    assert [m.name for m in step_records(profile, top=1)] == ["block", "block: aten::softmax in Net"]
+
+
+def test_the_marker_budgets_judge_the_step_and_only_regressions_its_operators(profile):
+    step, softmax, mm = step_records(profile)
+    budget = verdict.Budget(mfu=0.2, min=0.5)
+    assert step_budgets.budget_for(budget, step) == budget
+    assert step_budgets.budget_for(budget, softmax) == verdict.Budget()
+    settings = verdict.JudgeSettings()
+    judged = verdict.judge(step, step_budgets.budget_for(budget, step), None, settings)
+    assert judged.judgement.verdict == "below-budget"  # SOL 0.17 < 0.5 (MFU 0.11 < 0.2 too)
+    judged = verdict.judge(softmax, step_budgets.budget_for(budget, softmax), None, settings)
+    assert judged.judgement.verdict == "pass"  # no MFU (a softmax has no FLOPs), not judged on the step's budgets
+    # Without the step rule the softmax would fail the MFU budget it cannot have.
+    assert verdict.judge(softmax, budget, None, settings).judgement.verdict == "below-budget"
+
+
+def test_the_json_holds_the_whole_breakdown_and_reads_back(profile, tmp_path):
+    records = step_records(profile)
+    run = RunInfo(id="r", started_at="2026-12-04T14:00:00+00:00")
+    text = schema.dump(run, records)
+    _, read = schema.read_run(text, "steps.json")
+    assert read[0].step == records[0].step and read[1].part_of == "block"
+    data = json.loads(text)["measurements"][0]
+    assert data["step"]["operators"][0]["operator"] == "aten::softmax" and data["step"]["identity_gap"] == pytest.approx(0)
+    assert set(data["step"]["by_class"]) == {"matmul", "attention", "normalization", "elementwise", "copies", "idle"}
+    data["step"]["operators"][0]["seconds"] = "slow"  # an untrusted file is refused, named
+    with pytest.raises(Exception, match="seconds"):
+        schema.read_run(json.dumps({**json.loads(text), "measurements": [data]}), "steps.json")
+
+
+def test_the_terminal_shows_the_top_five_and_the_sum(profile):
+    from pytest_solgate.report import steps as shown
+    from pytest_solgate.report import terminal
+
+    lines = terminal.render(step_records(profile), 200)
+    at = lines.index(next(line for line in lines if line.startswith("step block of t.py::test_step")))
+    assert "MFU 11.4% (fp32), idle 14.3%, T_SOL 600 us" in lines[at]
+    assert lines[at + 2].startswith("  1. aten::softmax in Net  lost    1.8 ms (51.4%)")
+    assert lines[at + 4] == "  lost 2.4 ms + idle 500 us = step 3.5 ms - T_SOL 600 us (means over the faster 3 of 6 runs; off by 0.0% of the step)"
+    assert len(shown.terminal_lines(step_records(profile), top=1)) == 5
+
+
+def test_the_html_report_has_a_section_per_step_with_its_bar_and_ranking(profile):
+    from pytest_solgate.report import html
+
+    records = [m.replace(test="t.py::test_<b>") for m in step_records(profile)]
+    page = html.render_report(RunInfo(id="r", started_at="now"), records, {profile.id: profile})
+    section = page[page.index('<section id="steps">'):page.index('<section id="roofline">')]
+    assert "Where the step time goes" in section and "t.py::test_&lt;b&gt;" in section and "<b>" not in section.split("swatch")[0]
+    assert 'title="normalization: 2 ms (57.1%)"' in section and 'title="idle: 500 us (14.3%)"' in section
+    assert section.index("aten::softmax") < section.index("aten::mm")
+
+
+# --- for real: pytest, the profiler, the history ---------------------------------------------------
+
+# Ceilings far above this CPU's: every operator's SOL is small, never impossible.
+FAST_PROFILE = SYNTHETIC_PROFILE.replace("memory_bandwidth_gbps = 1", "memory_bandwidth_gbps = 10000").replace(
+    "fp32 = 0.001", "fp32 = 100")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _profiler_imported_before_pytester():
+    """torch.profiler and the FLOP counter import some 900 modules (dynamo among them) on first use;
+    imported inside a pytester run, pytester would drop them after it, and the next run's import
+    would register torch's test operator library twice. Import them once, here, first."""
+    import torch
+
+    linear = torch.nn.Linear(4, 4)
+    profiling.profile_step(lambda: linear(torch.ones(1, 4)), "cpu", 0.0, runs=1)
+
+MODEL = '''
+import torch
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(64, 64)
+        self.norm = torch.nn.LayerNorm(64)
+
+    def forward(self, x):
+        return self.norm(torch.softmax(self.proj(x), dim=-1))
+
+torch.manual_seed(0)
+NET, X = Net().eval(), torch.randn(16, 64)
+'''
+
+
+def test_a_step_in_a_pytest_run_is_printed_reported_and_written(pytester):
+    pytester.makefile(".toml", synthetic=FAST_PROFILE)
+    pytester.makepyfile(test_step=MODEL + '''
+import pytest
+
+@pytest.mark.sol(mfu=1e-9)
+def test_forward(sol):
+    with torch.no_grad():
+        m = sol.measure_step(lambda: NET(X), name="net", top=2)
+    assert m.step.operators and m.name == "net"
+''')
+    result = pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml", "--sol-json=out.json",
+                                "--sol-report=out.html", "--sol-no-save")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["step net of test_step.py::test_forward: * per step, MFU *% (fp32), idle *",
+                                 "  1. aten::* in Net*", "  2. aten::*", "  lost * + idle * = step * - T_SOL *"])
+    data = json.loads((pytester.path / "out.json").read_text())
+    step, *series = data["measurements"]
+    assert step["name"] == "net" and step["budget"]["mfu"] == 1e-9 and step["verdict"] == "pass"
+    assert {op["operator"] for op in step["step"]["operators"]} >= {"aten::linear", "aten::softmax", "aten::layer_norm"}
+    assert [m["part_of"] for m in series] == ["net", "net"] and all(m["budget"]["mfu"] is None for m in series)
+    assert abs(step["step"]["identity_gap"]) < 0.05
+    assert 'id="steps"' in (pytester.path / "out.html").read_text()
+
+
+def test_bad_input_to_measure_step_is_one_line_naming_it(pytester):
+    pytester.makepyfile(test_bad='''
+def test_not_callable(sol):
+    sol.measure_step(42)
+
+def test_bad_top(sol):
+    sol.measure_step(lambda: None, top=-1)
+''')
+    pytester.makefile(".toml", synthetic=FAST_PROFILE)
+    result = pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml", "--sol-no-save")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*sol.measure_step(top=-1) must be a whole number >= 0*"])
+    assert "Traceback" not in result.stdout.str() and "steps.py" not in result.stdout.str()
+
+
+# The operators' times on the fake clock: each call of an operator takes what speed.json says (a
+# default for the rest), plus a fixed idle; the profiler, the grouping and the counting run for real.
+FAKE_CONFTEST = '''
+import json, pathlib
+import pytest
+from pytest_solgate import engine
+from pytest_solgate.measure import step
+
+@pytest.fixture(autouse=True)
+def _fake_step_clock(monkeypatch):
+    speed = json.loads(pathlib.Path(__file__).with_name("speed.json").read_text())
+
+    def exact(reading):
+        times = {key: speed.get(key[0], 20e-6) * speed["scale"] * calls for key, calls in reading.calls.items()}
+        return step.RunReading(sum(times.values()) + 50e-6, times, reading.calls, 50e-6)
+
+    monkeypatch.setattr(step, "FAKE_RUN", exact)
+    monkeypatch.setattr(engine, "CPU_CLOCKS", (lambda: 0.0, lambda: 0.0))
+'''
+
+
+def test_a_slower_operator_committed_after_clean_ones_fails_the_step_and_changes_names_it(pytester):
+    path = pytester.path
+    init_repo(path)
+    pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
+    (path / ".gitignore").write_text(".solgate/\n*.out\n")
+    (path / "conftest.py").write_text(FAKE_CONFTEST)
+    pytester.makepyfile(test_step=MODEL + '''
+import pytest
+
+@pytest.mark.sol(mfu=0.001)
+def test_forward(sol):
+    with torch.no_grad():
+        sol.measure_step(lambda: NET(X), name="net", top=3)
+''')
+
+    def commit_and_run(message, softmax):
+        scale = 1 + 0.003 * ((len(commits) * 7) % 3 - 1)  # +-0.3 % from commit to commit: an A/A spread
+        (path / "speed.json").write_text(json.dumps({"aten::linear": 150e-6, "aten::softmax": softmax,
+                                                     "aten::layer_norm": 60e-6, "scale": scale}))
+        git(path, "add", "-A")
+        git(path, "commit", "-q", "-m", message)
+        commits.append(git(path, "rev-parse", "HEAD"))
+        result = pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml", "--sol-json=out.json.out")
+        return result, {m["name"]: m for m in json.loads((path / "out.json.out").read_text())["measurements"]}
+
+    commits: list[str] = []
+    for i in range(5):
+        result, verdicts = commit_and_run(f"clean {i}", 200e-6)
+        result.assert_outcomes(passed=1)
+    result, verdicts = commit_and_run("softmax 20% slower", 240e-6)
+    result.assert_outcomes(failed=1)
+    softmax = verdicts["net: aten::softmax in Net"]
+    assert softmax["verdict"] == "regressed" and softmax["baseline"]["confirmed"], softmax["reason"]
+    assert verdicts["net"]["verdict"] == "regressed", verdicts["net"]["reason"]  # the step, 8.7 % slower
+    assert verdicts["net: aten::linear in Net.proj"]["verdict"] == "pass"
+    result.stdout.fnmatch_lines(["regressed: test_forward 'net' -8.*", "regressed: test_forward 'net: aten::softmax in Net' -1[67].*"])
+
+    listing = solgate("history", "--changes", cwd=path)
+    assert listing.returncode == 0, listing.stderr
+    named = [line for line in listing.stdout.splitlines() if line.startswith(commits[-1][:10])]
+    assert any("[net: aten::softmax in Net]" in line for line in named), listing.stdout
+    assert not any("aten::linear" in line for line in named), listing.stdout
