@@ -19,8 +19,9 @@ from typing import Any, Callable
 
 from pytest_solgate import engine as engines
 from pytest_solgate.declare.work import Work, make_work
+from pytest_solgate.measure import callables, extras, locking, sampling
 from pytest_solgate.measure import contention as machine
-from pytest_solgate.measure import locking, sampling
+from pytest_solgate.measure import context as measure_context
 from pytest_solgate.measure import step as profiling
 from pytest_solgate.results import Measurement
 from pytest_solgate.score import Score
@@ -56,7 +57,7 @@ def measure(engine: engines.Engine, test: str, fn: Callable[[], Any], *, name: s
     """``sol.measure_step`` in ``engine``'s session: the step's record, then its top operators'. What
     confirms a suspected regression of any of them is kept with the engine's other retakes."""
     __tracebackhide__ = True
-    fn, rotation = sampling.timeable(fn, test)  # refused before the device is resolved (a CPU calibrates)
+    fn, rotation = callables.timeable(fn, test)  # refused before the device is resolved (a CPU calibrates)
     if rotation:
         raise MeasureError(f"{test}: sol.measure_step takes one callable (the step), not a list of buffer sets")
     top = check_top(test, top)
@@ -80,13 +81,13 @@ def measure_step(context: Any, settings: Any, test: str, fn: Callable[[], Any], 
     top operators' records."""
     __tracebackhide__ = True
     device = "cuda" if context.device.kind == "cuda" else "cpu"
-    cpu_clock, wall_clock = engines.CPU_CLOCKS
+    cpu_clock, wall_clock = extras.CPU_CLOCKS
     with locking.device_lock(context.lock_key, f"run {run_id} pid {os.getpid()}") as waited_for, \
-            engines._cuda_device_scope(context):
+            measure_context.device_scope(context):
         before = machine.snapshot(cpu_clock, wall_clock)
         measured = profiling.profile_step(fn, device, settings.sampling.max_time)
         busy = machine.between(before, machine.snapshot(cpu_clock, wall_clock))
-    contended = engines.contention(waited_for, run_id, busy, device == "cpu")
+    contended = extras.contention(waited_for, run_id, busy, device == "cpu")
     breakdown = scoring.score_step(measured, context.profile, declared)
     return records(context, test, name, measured, breakdown, gate, top, contended)
 

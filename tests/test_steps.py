@@ -297,8 +297,7 @@ def test_bad_top(sol):
 FAKE_CONFTEST = '''
 import json, pathlib
 import pytest
-from pytest_solgate import engine
-from pytest_solgate.measure import step
+from pytest_solgate.measure import extras, step
 
 @pytest.fixture(autouse=True)
 def _fake_step_clock(monkeypatch):
@@ -309,7 +308,7 @@ def _fake_step_clock(monkeypatch):
         return step.RunReading(sum(times.values()) + 50e-6, times, reading.calls, 50e-6)
 
     monkeypatch.setattr(step, "FAKE_RUN", exact)
-    monkeypatch.setattr(engine, "CPU_CLOCKS", (lambda: 0.0, lambda: 0.0))
+    monkeypatch.setattr(extras, "CPU_CLOCKS", (lambda: 0.0, lambda: 0.0))
 '''
 
 
