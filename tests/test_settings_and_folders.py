@@ -102,8 +102,6 @@ def test_a_relative_state_dir_from_a_subdirectory_is_the_one_solgate_import_read
 # --- 1: SOLGATE_STATE_DIR moves the calibration cache and the spool, never the history -----------
 
 
-@pytest.mark.xfail(strict=True, reason="cli._history_path's default still reads _state_dir(); the one-line change "
-                   "waits for the cli.py split (see the issue-38 report)")
 def test_the_state_dir_does_not_move_the_history_for_the_plugin_or_the_commands(pytester, monkeypatch, tmp_path):
     init_repo(pytester.path)
     pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)

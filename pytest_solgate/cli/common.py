@@ -71,7 +71,7 @@ def history_path(args: argparse.Namespace) -> str:
     raw, settings, ini_path = ini()
     if raw.get("sol_history"):  # as pytest reads it: the same history for the plugin and the command
         return location(settings.history, f"sol_history in {ini_path}")
-    return str(state_dir() / "history.db")
+    return location(settings.history, "default")
 
 
 def location(given: str, source: str) -> str:
