@@ -274,6 +274,9 @@ class Measurement:
             # Last, and only when set: the records of earlier versions write back identical.
             **({"contended": self.contended} if self.contended else {}),
             **({"probe_seconds": timing.probe_seconds} if timing.probe_seconds is not None else {}),
+            **({"events_seconds": timing.events_seconds} if timing.events_seconds is not None else {}),
+            **({"kernel_span_seconds": timing.span_seconds} if timing.span_seconds is not None else {}),
+            **({"kernel_gap_seconds": timing.gap_seconds} if timing.gap_seconds is not None else {}),
             **({"joules": self.joules} if self.joules is not None else {}),
             **({"measured_bytes": self.measured_bytes} if self.measured_bytes is not None else {}),
             # measured over declared bytes, for readers of the JSON (derived: from_dict does not read it)
@@ -303,6 +306,9 @@ class Measurement:
             telemetry=data.get("telemetry"),
             telemetry_note=data.get("telemetry_note") or "",
             probe_seconds=data.get("probe_seconds"),
+            events_seconds=data.get("events_seconds"),
+            span_seconds=data.get("kernel_span_seconds"),
+            gap_seconds=data.get("kernel_gap_seconds"),
         )
         # The score's fields keep their names in the JSON (the dominant precision is not kept).
         scored = Score(**{f.name: data.get(f.name) for f in dataclasses.fields(Score)})

@@ -47,10 +47,10 @@ def fake_gpu_session(pytester, monkeypatch):
     from pytest_solgate.measure import backends, calibrate, devices, telemetry
     from pytest_solgate.measure import context as measure_context
 
-    def start(nvml_options=None, **gpu_options):
+    def start(nvml_options=None, kernel_timestamps=False, **gpu_options):
         gpu = FakeGpu(**gpu_options)
         nvml = EnergyNvml(gpu, **(nvml_options or {}))
-        backend = cuda_backend(gpu, monkeypatch, nvml=nvml)
+        backend = cuda_backend(gpu, monkeypatch, nvml=nvml, kernel_timestamps=kernel_timestamps)
         backend.host_pause = gpu.host_work
         monkeypatch.setattr(telemetry, "open_reader", lambda index, uuid=None: (telemetry.NvmlReader(nvml, object()), ""))
         monkeypatch.setattr(devices, "choose_device", lambda spec, worker, count=None: devices.DeviceChoice("cuda", 0))
@@ -66,15 +66,14 @@ def fake_gpu_session(pytester, monkeypatch):
         side = FakeStream(gpu, "user's side stream")
 
         def side_stream_kernel(seconds):
-            gpu.now += gpu.LAUNCH_SECONDS
-            gpu.enqueue(side, "side kernel", lambda: seconds)
+            gpu.launch("side kernel", lambda: seconds, stream=side)
 
         monkeypatch.setitem(sys.modules, "solgate_fake", types.SimpleNamespace(
             gpu=gpu, nvml=nvml, side_stream_kernel=side_stream_kernel))
         return gpu, nvml
 
-    def run(body, *args, nvml_options=None, **gpu_options):
-        gpu, nvml = start(nvml_options, **gpu_options)
+    def run(body, *args, nvml_options=None, kernel_timestamps=False, **gpu_options):
+        gpu, nvml = start(nvml_options, kernel_timestamps, **gpu_options)
         pytester.makepyfile(test_kernels="import solgate_fake\n" + textwrap.dedent(body))
         # no_reraise_ctrlc: an inner Ctrl-C ends the inner session only, as it would a user's
         result = pytester.runpytest("--sol-profile=h200", "--sol-min-time=0", "--sol-max-time=0.2",
@@ -147,6 +146,23 @@ def test_work_on_another_stream_is_an_error_naming_the_test(fake_gpu_session):
                                  "device busy * but the CUDA events on the current stream saw *the kernel launches work "
                                  "the timer cannot see (on another stream?)*"])
     assert records == []  # never recorded as a fast kernel
+
+
+def test_a_small_side_stream_part_fails_too_naming_the_test_and_the_cause(fake_gpu_session):
+    """Issue 35, item 4: 2 us on a side stream beside a 20 us kernel on the timed one (SOL stays
+    under 1, and the block's wall time is within its slack): the kernel timestamps catch it."""
+    result, records, _, _ = fake_gpu_session("""
+        def test_sneaky(sol):
+            def call():
+                solgate_fake.gpu.kernel(20e-6)
+                solgate_fake.side_stream_kernel(2e-6)
+            sol.measure(call, bytes=1e6)
+    """, kernel_timestamps=True)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*test_kernels.py::test_sneaky 'default': work on a stream the timer does not wait for: "
+                                 "1 of its 2 device activities ran on stream(s) * outside the timed stream's region "
+                                 "(2 us of their time); its time would read fast*"])
+    assert records == []
 
 
 def test_tiny_kernels_whose_launch_outlasts_them_are_not_taken_for_hidden_work(fake_gpu_session):

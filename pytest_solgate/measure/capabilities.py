@@ -8,6 +8,7 @@ warm-up hook, memory probe, clock stamps or graph capture inherits the ones that
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -80,6 +81,15 @@ class Backend:
     def sample_clock_mhz(self, handle: Any) -> float | None:
         """The SM clock over one sample (Capabilities.sample_clock), else None."""
         return None
+
+    def tracing(self) -> Any:
+        """A context over the sampling phase that records the device's kernel timestamps
+        (Capabilities.kernel_timestamps); nothing elsewhere."""
+        return contextlib.nullcontext()
+
+    def kernel_times(self, handles: list[Any]) -> list[Any]:
+        """Each sample's device work from the closed trace (kernel_trace.SampleKernels), or None."""
+        return [None] * len(handles)
 
     def capture_graph(self, fn: Callable[[], Any], calls: int) -> Callable[[], Any]:
         """``calls`` calls of ``fn`` as one replayable graph (Capabilities.graphs)."""

@@ -10,7 +10,8 @@ and whether the attempt was disturbed enough to be taken again (measure/pipeline
 - ``Contention``: what other processes took from this one while it sampled (measure/contention.py),
   or, on a GPU, another solgate run that held the device's lock just before;
 - ``SynchronizedBlock``: on a GPU, one block of back-to-back calls that reads energy per call and
-  catches work the timer cannot see (measure/block.py);
+  catches work the timer cannot see (measure/block.py); where the samples were timed from kernel
+  timestamps, any of their work outside the timed stream's region is caught from those first;
 - ``DramBytes``: ``--sol-ncu``, the DRAM bytes of one call under Nsight Compute (measure/ncu.py).
 """
 
@@ -137,6 +138,8 @@ class SynchronizedBlock:
         pass
 
     def after(self, taken: Taken) -> Findings:
+        if taken.timing.hidden_work:  # seen in the kernel timestamps, however small
+            return Findings(error=side_stream_message(taken.test, taken.name, taken.timing.hidden_work))
         backend = taken.context.backend
         read_energy = backend.reader.energy_counter() if backend.capabilities.energy_counter else None
         reading = block.synchronized_block(taken.fn, backend, taken.timing.seconds, read_energy,
@@ -145,6 +148,12 @@ class SynchronizedBlock:
             return Findings(error=block.hidden_work_message(taken.test, taken.name, reading))
         notes = (reading.energy_note,) if reading.energy_note else ()
         return Findings(notes=notes, fields={"joules": block.joules_per_call(reading)})
+
+
+def side_stream_message(test: str, name: str, why: str) -> str:
+    return (f"{test} '{name}': work on a stream the timer does not wait for: {why}; its time would read fast. "
+            "Launch it on torch.cuda.current_stream(), or join the side stream "
+            "(side.wait_stream(current) before, torch.cuda.current_stream().wait_stream(side) after)")
 
 
 # --- --sol-ncu: measured DRAM bytes --------------------------------------------------------------

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from pytest_solgate.measure import sm_clock
@@ -193,6 +193,7 @@ class Samples:
     probes: tuple[float, ...]  # the memory probe's time after each kept sample (none without one)
     clocks: tuple[float, ...]  # the SM clock of each kept sample (or NVML's, read while its round ran)
     telemetry: tuple[dict[str, Any], ...]  # NVML's readings of the kept rounds
+    traced: tuple[Any, ...]  # each kept sample's kernel_trace.SampleKernels (None without kernel timestamps)
     noisy: bool
     throttled: bool  # samples taken while throttled were kept (the recoveries ran out)
     recoveries: int
@@ -205,18 +206,46 @@ def take_samples(plan: Plan, backend: Backend, settings: SamplingSettings, rule:
                  throttle_check: Callable[[dict[str, Any]], bool] | None,
                  clock: Callable[[], float], pause: Callable[[float], None]) -> Samples:
     __tracebackhide__ = True  # a kernel that raises shows its own traceback, not ours
-    samples: list[float] = []
-    probe = backend.probe if backend.capabilities.memory_probe else None
-    probe_samples: list[float] = []
+    kept = _Kept()
+    started_at = time.time()
+    with backend.tracing():  # one profiler session over all the rounds, where the device has kernel timestamps
+        ended = _rounds(plan, backend, settings, rule, throttle_check, clock, pause, kept)
+    return Samples(tuple(kept.samples), tuple(kept.probes), tuple(kept.clocks), tuple(kept.telemetry),
+                   tuple(backend.kernel_times(kept.handles)), ended.noisy, ended.throttled, ended.recoveries,
+                   ended.dropped, started_at, time.time())
+
+
+@dataclass
+class _Kept:
+    """What the kept rounds gave, filled in place by ``_rounds``."""
+
+    samples: list[float] = field(default_factory=list)
+    probes: list[float] = field(default_factory=list)
+    clocks: list[float] = field(default_factory=list)
     # Only readings taken while a kept round runs: one taken before sampling finds the device idle
     # (its clock parked, its power low) and describes no kernel; one of a round whose samples were
     # discarded as throttled describes samples that are not reported.
-    telemetry_seen: list[dict[str, Any]] = []
-    started_at = time.time()
+    telemetry: list[dict[str, Any]] = field(default_factory=list)
+    handles: list[Any] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Ended:
+    noisy: bool
+    throttled: bool
+    recoveries: int
+    dropped: int
+
+
+def _rounds(plan: Plan, backend: Backend, settings: SamplingSettings, rule: StoppingRule,
+            throttle_check: Callable[[dict[str, Any]], bool] | None, clock: Callable[[], float],
+            pause: Callable[[float], None], kept: _Kept) -> _Ended:
+    """Sampling rounds until the rule says stop."""
+    __tracebackhide__ = True
+    probe = backend.probe if backend.capabilities.memory_probe else None
     sampling_start = clock()
     throttled = False
     recoveries = dropped = 0
-    clocks: list[float] = []
     while True:
         handles, probe_handles = [], []
         for _ in range(plan.round_size):
@@ -237,27 +266,28 @@ def take_samples(plan: Plan, backend: Backend, settings: SamplingSettings, rule:
             recoveries += 1
             dropped += sum(flags)
             pause(RECOVERY_PAUSE)
-            kept = [i for i, flag in enumerate(flags) if not flag]
-            round_samples = [round_samples[i] for i in kept]
-            round_probes = [round_probes[i] for i in kept] if round_probes else []
-            round_clocks = [round_clocks[i] for i in kept]
+            keep = [i for i, flag in enumerate(flags) if not flag]
+            round_samples = [round_samples[i] for i in keep]
+            round_probes = [round_probes[i] for i in keep] if round_probes else []
+            round_clocks = [round_clocks[i] for i in keep]
+            handles = [handles[i] for i in keep]
         else:
             throttled = throttled or any(flags)
             if reading is not None:
-                telemetry_seen.append(reading)
-        samples += round_samples
-        probe_samples += round_probes
+                kept.telemetry.append(reading)
+        kept.samples += round_samples
+        kept.handles += handles
+        kept.probes += round_probes
         measured_clocks = [c for c in round_clocks if c is not None]
         if measured_clocks:
-            clocks += measured_clocks
+            kept.clocks += measured_clocks
         elif not discard and reading is not None and isinstance(reading.get("sm_clock_mhz"), (int, float)):
-            clocks.append(reading["sm_clock_mhz"])
+            kept.clocks.append(reading["sm_clock_mhz"])
         if not round_samples:
             continue
-        stop = rule.decide(samples, clock() - sampling_start)
+        stop = rule.decide(kept.samples, clock() - sampling_start)
         if stop is not None:
-            return Samples(tuple(samples), tuple(probe_samples), tuple(clocks), tuple(telemetry_seen), stop.noisy,
-                           throttled, recoveries, dropped, started_at, time.time())
+            return _Ended(stop.noisy, throttled, recoveries, dropped)
 
 
 def notes(plan: Plan, backend: Backend, taken: Samples) -> tuple[str, ...]:
