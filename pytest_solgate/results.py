@@ -166,7 +166,7 @@ MOVED = {
     **{name: f"timing.{name}" for name in ("batch", "noisy", "throttled", "dropped_samples", "started_at",
                                              "finished_at", "telemetry", "telemetry_note", "sm_clock_mhz")},
     "timing_mode": "timing.mode",
-    **{name: f"score.{name}" for name in ("intensity", "ridge", "sol_at_clock")},
+    **{name: f"score.{name}" for name in ("intensity", "ridge", "sol_at_clock", "sol_clock_mhz")},
 }
 
 
@@ -265,6 +265,7 @@ class Measurement:
             "ceilings_id": self.ceilings_id,
             "sm_clock_mhz": timing.sm_clock_mhz,
             "sol_at_clock": scored.sol_at_clock,
+            **({"sol_clock_mhz": scored.sol_clock_mhz} if scored.sol_clock_mhz is not None else {}),
             "timing_mode": timing.mode,
             "verdict": judgement.verdict.value if judgement else None,
             "reason": judgement.reason if judgement else "",

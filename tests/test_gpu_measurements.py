@@ -223,6 +223,41 @@ def test_clocks_are_locked_for_the_session_recorded_and_restored(fake_gpu_sessio
         assert m["sm_clock_mhz"] == EnergyNvml.BASE_MHZ
 
 
+GEMM_AT_CLOCK_TEST = """
+    import pytest
+    from pytest_solgate.declare.profiles import find_profile
+
+    FLOPS = 80e-6 * find_profile("h200").peak_flops("fp32")  # T_SOL 80 us at the 1980 MHz peak
+
+    @pytest.mark.sol(min=0.7)
+    def test_gemm(sol):
+        gpu = solgate_fake.gpu
+        # compute-bound: 100 us at 1980 MHz, longer as the SM clock drops (SOL 0.8 at the peak)
+        sol.measure(lambda: gpu.kernel(100e-6 * 1980 / gpu.sm_mhz), flops={"fp32": FLOPS}, bytes=1e6)
+"""
+
+
+@pytest.mark.parametrize("mode", ["off", "base"])
+def test_a_base_locked_session_has_no_throttle_retakes_nor_a_budget_failure_the_unlocked_lacks(
+        fake_gpu_session, monkeypatch, mode):
+    """Issue 35, item 3: at base clock (1400 MHz here, under 75 % of the 1980 MHz peak, as an H200's
+    1355-1490 MHz) every round read as throttled against the peak, was discarded and retaken five
+    times, and the GEMM failed its budget (SOL 0.57 against boost-clock peaks). Under the lock the
+    clock is judged against the lock, and the SOL and its budget are against peaks at that clock."""
+    monkeypatch.setattr(EnergyNvml, "BASE_MHZ", 1400)
+    result, (m,), _, _ = fake_gpu_session(GEMM_AT_CLOCK_TEST, f"--sol-lock-clocks={mode}")
+    result.assert_outcomes(passed=1)
+    assert m["dropped_samples"] == 0 and not m["throttled"]
+    assert not any("throttled" in note for note in m["notes"])
+    assert m["sol"] == pytest.approx(0.8, rel=0.02)
+    if mode == "base":
+        assert m["environment"]["sm_clocks"] == "locked base" and m["sol_clock_mhz"] == 1400
+        assert any("clocks locked base: SOL and its budget against peaks at the 1400 MHz" in n for n in m["notes"])
+        assert m["seconds"] == pytest.approx(100e-6 * 1980 / 1400, rel=0.01)
+    else:
+        assert "sol_clock_mhz" not in m and m["seconds"] == pytest.approx(100e-6, rel=0.01)
+
+
 def test_the_ini_twin_locks_too(fake_gpu_session, pytester):
     pytester.makeini("[pytest]\nsol_lock_clocks = max\n")
     result, (m,), _, nvml = fake_gpu_session(CLOCK_TEST)

@@ -45,6 +45,8 @@ class Backend:
     timer_note = ""
     telemetry_note = ""
     peak_clock_mhz: float | None = None  # what a sample's SM clock is judged against (throttling)
+    # --sol-lock-clocks took: the SMs hold the locked clock, which is then the throttling reference
+    clocks_locked = False
     capture_off_reason = ""  # why graph capture is off for the session ("" while it is on)
     reader: Any = None  # the NVML reader of the device (telemetry, energy counter, clock lock)
     probe: Callable[[], None] | None = None  # the memory probe (Capabilities.memory_probe)

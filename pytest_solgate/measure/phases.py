@@ -49,12 +49,14 @@ EVENTS_CAPTURE_OFF = "events-capture-off"
 class WarmUp:
     device_seconds: tuple[float, ...]  # each call's timed region
     wall_seconds: tuple[float, ...]  # each call's host time, the flush and the timer included
+    clocks: tuple[float | None, ...] = ()  # each call's SM clock, where the backend measures it
 
 
 def warm_up(fn: Callable[[], Any], backend: Backend, settings: SamplingSettings, clock: Callable[[], float]) -> WarmUp:
     __tracebackhide__ = True  # a kernel that raises shows its own traceback, not ours
     device: list[float] = []
     wall: list[float] = []
+    clocks: list[float | None] = []
     first_done = None
     while True:
         call_start = clock()
@@ -62,13 +64,14 @@ def warm_up(fn: Callable[[], Any], backend: Backend, settings: SamplingSettings,
         backend.synchronize()
         device.append(backend.elapsed(handle))
         wall.append(clock() - call_start)
+        clocks.append(backend.sample_clock_mhz(handle))
         # The first call may compile (Triton JIT, autotuning): the warm-up is counted from its end,
         # so a compile longer than the warm-up cannot leave the estimate to the compiling call.
         first_done = clock() if first_done is None else first_done
         since_first = clock() - first_done
         warm = len(device) > WARMUP_CALLS_AFTER_FIRST and since_first >= settings.warmup_time
         if warm or since_first >= settings.max_time:
-            return WarmUp(tuple(device), tuple(wall))
+            return WarmUp(tuple(device), tuple(wall), tuple(clocks))
 
 
 # --- 2. the plan of a sample ---------------------------------------------------------------------
@@ -84,6 +87,9 @@ class Plan:
     mode: str  # the timing mode the record names
     graph_notes: tuple[str, ...]  # why a batch was not captured, or capture failed
     batch_note: str  # why a sample holds the calls it holds ('' for one call)
+    # The clock a sample's own SM clock is judged against: the peak (nvbench's), or under
+    # --sol-lock-clocks the clock the SMs held in the warm-up (None: no sample clock to judge)
+    reference_clock_mhz: float | None = None
 
 
 def plan(fn: Callable[[], Any], backend: Backend, settings: SamplingSettings, warm: WarmUp,
@@ -101,8 +107,19 @@ def plan(fn: Callable[[], Any], backend: Backend, settings: SamplingSettings, wa
     overhead = max(0.0, stats.median(list(warm.wall_seconds[1:] or warm.wall_seconds)) - estimate)
     round_size = max(1, min(MAX_ROUND, int(ROUND_SECONDS / (estimate * batch + overhead))))
     timed, mode, graph_notes = graph_or_launches(fn, backend, settings, estimate, batch, backend.timer)
-    return Plan(estimate, batch, timed, 1 if mode == "cuda-graph" else batch, round_size, mode, tuple(graph_notes), batch_note)
+    return Plan(estimate, batch, timed, 1 if mode == "cuda-graph" else batch, round_size, mode, tuple(graph_notes),
+                batch_note, reference_clock(backend, warm))
 
+
+def reference_clock(backend: Backend, warm: WarmUp) -> float | None:
+    """What samples' SM clocks are judged against: the peak clock, as nvbench judges it; under a
+    clock lock the clock the SMs held over the warm-up's calls after the first (a base lock holds
+    them at 1355-1490 MHz on an H200, under 75 % of its 1980 MHz peak: every sample read as
+    throttled against the peak)."""
+    if not backend.clocks_locked:
+        return backend.peak_clock_mhz
+    held = [mhz for mhz in warm.clocks[1:] or warm.clocks if mhz is not None]
+    return stats.median(held) if held else backend.peak_clock_mhz
 
 def calls_per_sample(wanted: int, backend: Backend, rotation_sets: int, bytes_per_call: float) -> tuple[int, str]:
     """How many calls one sample times, when ``wanted`` would fill the backend's minimum sample,
@@ -258,7 +275,7 @@ def _rounds(plan: Plan, backend: Backend, settings: SamplingSettings, rule: Stop
         round_samples = [backend.elapsed(h) / plan.batch for h in handles]
         round_probes = [backend.elapsed(h) for h in probe_handles]
         round_clocks = [backend.sample_clock_mhz(h) for h in handles]
-        flags = throttled_samples(round_clocks, backend.peak_clock_mhz, reading, throttle_check)
+        flags = throttled_samples(round_clocks, plan.reference_clock_mhz, reading, throttle_check, backend.clocks_locked)
         discard = any(flags) and recoveries < MAX_RECOVERIES and clock() - sampling_start < settings.max_time
         if discard:
             # nvbench's throttle recovery: discard the throttled samples, let the clocks come back,
@@ -307,15 +324,17 @@ def throttled_samples(
     peak_mhz: float | None,
     reading: dict[str, Any] | None,
     throttle_check: Callable[[dict[str, Any]], bool] | None,
+    clocks_locked: bool = False,
 ) -> list[bool]:
     """Which samples of a round ran throttled. A sample whose SM clock was measured over it is
     judged by that clock (under 75 % of the peak, nvbench's rule); NVML's reading of the round
     judges every sample by its slowdown reasons, and by its one instant of the SM clock only where
-    no sample's own clock was measured."""
+    no sample's own clock was measured and the clocks are not locked (NVML judges its clock against
+    the maximum: a locked clock is not throttling; under a lock its reasons still tell)."""
     measured = any(c is not None for c in clocks)
     nvml_throttled = False
     if reading is not None and throttle_check is not None:
-        judged = {k: v for k, v in reading.items() if k != "sm_clock_mhz"} if measured else reading
+        judged = {k: v for k, v in reading.items() if k != "sm_clock_mhz"} if measured or clocks_locked else reading
         nvml_throttled = bool(throttle_check(judged))
     return [nvml_throttled or sm_clock.is_below_threshold(c, peak_mhz) for c in clocks]
 

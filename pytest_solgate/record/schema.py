@@ -104,6 +104,7 @@ MEASUREMENT = {
         "ceilings_id": _text(100),
         "sm_clock_mhz": _nullable(_number(1e5)),
         "sol_at_clock": _nullable(_number(FINITE)),
+        "sol_clock_mhz": _number(1e5),  # the clock sol's compute peaks are at, when clocks were locked
         # events-capture-off: events because an earlier capture of the session failed; kernel-timestamps: the
         # device's own kernel start/end (CUPTI, through torch.profiler); the last two: CPU timers
         "timing_mode": {"enum": ["events", "cuda-graph", "events-capture-off", "kernel-timestamps", "thread-cpu-time",
