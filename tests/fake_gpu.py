@@ -157,8 +157,7 @@ class FakeEvent:
     gpu = None  # set by fake_torch
 
     def __init__(self, enable_timing=False):
-        assert enable_timing
-        self.time = None
+        self.timing, self.time = enable_timing, None
 
     def record(self):
         gpu = self.gpu
@@ -168,7 +167,13 @@ class FakeEvent:
         stream.ready += gpu.event_seconds
         gpu.log.append("record")
 
+    def synchronize(self):
+        """The host waits until the device reached the event."""
+        assert self.time is not None, "synchronize on an event never recorded"
+        self.gpu.now = max(self.gpu.now, self.time)
+
     def elapsed_time(self, end):
+        assert self.timing and end.timing, "elapsed_time needs events created with enable_timing=True"
         if self.time is None or end.time is None or max(self.time, end.time) > self.gpu.now:
             raise RuntimeError("CUDA error: device not ready")  # read before the host synchronized
         return (end.time - self.time) * 1e3  # milliseconds, as torch returns them
@@ -453,9 +458,12 @@ class EnergyNvml(FakeNvml):
     NVML_CLOCK_LIMIT_ID_TDP = 0xFFFFFF01
     BASE_MHZ = 1590
 
-    def __init__(self, gpu, refuse_lock=False, energy=True, **kwargs):
+    def __init__(self, gpu, refuse_lock=False, energy=True, step_seconds=ENERGY_STEP_SECONDS, idle_watts=IDLE_WATTS,
+                 processes=(), **kwargs):
         super().__init__(gpu, **kwargs)
         self.refuse_lock, self.energy = refuse_lock, energy
+        self.step_seconds, self.idle_watts = step_seconds, idle_watts
+        self.processes = list(processes)  # (pid, name) of the compute processes NVML lists on the device
         self.locked = None  # (min, max) as last set
         self.calls = []
         self._step_cache = (None, 0)
@@ -467,12 +475,18 @@ class EnergyNvml(FakeNvml):
         if not self.energy:
             raise NvmlError(self.NVML_ERROR_NOT_SUPPORTED)
         self.gpu.host_work(20e-6)  # an NVML call takes host time
-        step = math.floor(self.gpu.now / ENERGY_STEP_SECONDS) * ENERGY_STEP_SECONDS
+        step = math.floor(self.gpu.now / self.step_seconds) * self.step_seconds
         if self._step_cache[0] != step:
             busy = min(self._busy_seconds_until(step), step)
-            joules = IDLE_WATTS * step + (BUSY_WATTS - IDLE_WATTS) * busy
+            joules = self.idle_watts * step + (BUSY_WATTS - self.idle_watts) * busy
             self._step_cache = (step, int(joules * 1e3))
         return self._step_cache[1]
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):
+        return [types.SimpleNamespace(pid=pid, usedGpuMemory=1 << 30) for pid, _ in self.processes]
+
+    def nvmlSystemGetProcessName(self, pid):
+        return dict(self.processes)[pid].encode()
 
     def nvmlDeviceSetGpuLockedClocks(self, handle, low, high):
         self.calls.append(("lock", low, high))

@@ -191,9 +191,35 @@ def test_the_block_is_long_against_the_energy_counters_step(monkeypatch):
     backend = cuda_backend(gpu, monkeypatch, nvml=nvml)
     reading = block.synchronized_block(lambda: gpu.kernel(1e-3), backend, 1e-3, backend.reader.energy_counter(),
                                        clock=gpu.clock, pause=gpu.host_work)
-    assert reading.calls == 100 and reading.event_seconds == pytest.approx(0.1, rel=1e-3)
-    assert block.joules_per_call(reading) == pytest.approx(BUSY_WATTS * 1e-3, rel=0.02)
+    assert reading.window_seconds >= block.ENERGY_WINDOW_SECONDS  # 25 steps of the 10 ms counter
+    assert reading.calls == pytest.approx(reading.event_seconds / 1e-3, rel=1e-3)
+    assert block.joules_per_call(reading) == pytest.approx(BUSY_WATTS * 1e-3, rel=0.01)
     assert block.block_calls(1e-3, with_energy=False) == 20
+
+
+def test_energy_over_a_slow_counter_is_the_busy_power_not_an_idle_tail(monkeypatch):
+    """Issue 35, item 5: the block read the counter at its ends and counted the idle time up to the
+    counter's next step: 0.17 J/GB for a 1 GiB copy that the counter, over 2 s of back-to-back
+    copies, puts at 0.146. Here the counter steps every 50 ms and the idle device draws 150 W: the
+    window spans ten steps seen while the device was busy, and the figure is the busy power's."""
+    gpu = FakeGpu()
+    nvml = EnergyNvml(gpu, step_seconds=0.05, idle_watts=150.0)
+    backend = cuda_backend(gpu, monkeypatch, nvml=nvml)
+    copy = lambda: gpu.streaming_kernel("x", COPY_BYTES)  # noqa: E731  (100 us)
+    reading = block.synchronized_block(copy, backend, 100e-6, backend.reader.energy_counter(),
+                                       clock=gpu.clock, pause=gpu.host_work)
+    assert reading.window_seconds >= 10 * 0.05 * 0.99
+    assert block.joules_per_call(reading) == pytest.approx(BUSY_WATTS * 100e-6, rel=0.01)
+    assert reading.power_w == pytest.approx(BUSY_WATTS, rel=0.01)
+
+
+def test_another_process_on_the_device_is_named_and_its_energy_not_taken_for_ours(fake_gpu_session):
+    """With another process running GEMMs on the same GPU the plugin reported 0.307 J/GB for the
+    copy, with no note; the counter is the device's. NVML lists the device's compute processes."""
+    result, (m,), _, _ = fake_gpu_session(COPY_TEST, nvml_options={"processes": [(4242, "python train.py")]})
+    result.assert_outcomes(passed=1)
+    assert "joules" not in m
+    assert any("another process was using the device (pid 4242 (python train.py))" in n for n in m["notes"])
 
 
 # --- clocks -----------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ and whether the attempt was disturbed enough to be taken again (measure/pipeline
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
@@ -142,10 +143,14 @@ class SynchronizedBlock:
             return Findings(error=side_stream_message(taken.test, taken.name, taken.timing.hidden_work))
         backend = taken.context.backend
         read_energy = backend.reader.energy_counter() if backend.capabilities.energy_counter else None
+        others = backend.reader.other_processes(os.getpid()) if read_energy is not None else []
         reading = block.synchronized_block(taken.fn, backend, taken.timing.seconds, read_energy,
                                            clock=backend.host_clock, pause=backend.host_pause)
         if block.hidden_work(reading):
             return Findings(error=block.hidden_work_message(taken.test, taken.name, reading))
+        if others:  # the counter is the device's: it counts their work as this kernel's
+            return Findings(notes=(f"no energy figure: another process was using the device ({', '.join(others)}), "
+                                   "and NVML's energy counter counts its work too",))
         notes = (reading.energy_note,) if reading.energy_note else ()
         return Findings(notes=notes, fields={"joules": block.joules_per_call(reading)})
 
