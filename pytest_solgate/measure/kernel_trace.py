@@ -21,8 +21,10 @@ timed region, on a stream the timed stream never waited for (``SampleKernels.hid
 side stream, however small.
 
 Limits (docs/measurement.md): the profiler's own launch overhead lands on the host, not the
-device; kernels launched from another host thread are not in any sample's range; a graph replay's
-kernels carry the graph launch's correlation id (CUPTI), so a replayed batch is summed whole.
+device; a launch is given to the sample whose range holds it in time (kineto may number the threads
+of ranges and of runtime calls differently), so a kernel another host thread launches during a
+sample counts in it; a graph replay's kernels carry the graph launch's correlation id (CUPTI), so a
+replayed batch is summed whole.
 """
 
 from __future__ import annotations
@@ -102,13 +104,15 @@ class _Ranges:
         return cls([start for start, _, _ in found], [(sample, e) for _, sample, e in found])
 
     def owner(self, launch: TraceEvent) -> int | None:
-        """The sample whose range holds the launch's start (on the same host thread), or None."""
+        """The sample whose range holds the launch's start, or None. By time only: kineto may
+        number the threads of CPU ops (the ranges) and of CUDA runtime calls (the launches) in
+        different ways, so the thread is not compared."""
         at = bisect.bisect_right(self.starts, launch.start_ns) - 1
         if at < 0:
             return None
         sample, marked = self.ranges[at]
         # Half-open: a launch made as a range closes belongs to the next range, never to both.
-        if marked.resource == launch.resource and marked.start_ns <= launch.start_ns < marked.end_ns:
+        if marked.start_ns <= launch.start_ns < marked.end_ns:
             return sample
         return None
 
