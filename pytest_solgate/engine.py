@@ -175,6 +175,9 @@ class Engine:
             )
             self.warn(f"{test} '{name}': {notes[-1]}")
         notes += found.notes
+        scored = score.score(scorable, timing.seconds, context.profile, timing.sm_clock_mhz, context.backend.clocks_locked)
+        if scored.sol_clock_mhz is not None:
+            notes.append(locked_clock_note(context.environment.get(clocks.ENVIRONMENT_KEY, ""), scored))
         self._retake[(test, name)] = lambda: self.measure(
             test, fn, flops=flops, bytes=bytes, precision=precision, name=name, gate=gate
         )
@@ -191,7 +194,7 @@ class Engine:
             profile=context.profile.id,
             work=work,
             timing=timing,
-            score=score.score(scorable, timing.seconds, context.profile, timing.sm_clock_mhz),
+            score=scored,
             gate=gate,
             ceilings=context.ceilings,
             ceilings_id=context.profile.ceilings_id,
@@ -268,3 +271,9 @@ class Engine:
         """Drop what was kept to re-measure ``test``'s measurements (its callables and tensors)."""
         for key in [key for key in self._retake if key[0] == test]:
             del self._retake[key]
+
+
+def locked_clock_note(state: str, scored: score.Score) -> str:
+    """What a SOL under --sol-lock-clocks is against, said beside it."""
+    return (f"clocks {state}: SOL and its budget against peaks at the {scored.sol_clock_mhz:.0f} MHz the SMs held "
+            "(like with like); memory bandwidth does not scale with the SM clock")

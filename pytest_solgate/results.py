@@ -172,7 +172,7 @@ MOVED = {
     **{name: f"timing.{name}" for name in ("batch", "noisy", "throttled", "dropped_samples", "started_at",
                                              "finished_at", "telemetry", "telemetry_note", "sm_clock_mhz")},
     "timing_mode": "timing.mode",
-    **{name: f"score.{name}" for name in ("intensity", "ridge", "sol_at_clock")},
+    **{name: f"score.{name}" for name in ("intensity", "ridge", "sol_at_clock", "sol_clock_mhz")},
 }
 
 
@@ -275,6 +275,7 @@ class Measurement:
             "ceilings_id": self.ceilings_id,
             "sm_clock_mhz": timing.sm_clock_mhz,
             "sol_at_clock": scored.sol_at_clock,
+            **({"sol_clock_mhz": scored.sol_clock_mhz} if scored.sol_clock_mhz is not None else {}),
             "timing_mode": timing.mode,
             "verdict": judgement.verdict.value if judgement else None,
             "reason": judgement.reason if judgement else "",
@@ -284,6 +285,9 @@ class Measurement:
             # Last, and only when set: the records of earlier versions write back identical.
             **({"contended": self.contended} if self.contended else {}),
             **({"probe_seconds": timing.probe_seconds} if timing.probe_seconds is not None else {}),
+            **({"events_seconds": timing.events_seconds} if timing.events_seconds is not None else {}),
+            **({"kernel_span_seconds": timing.span_seconds} if timing.span_seconds is not None else {}),
+            **({"kernel_gap_seconds": timing.gap_seconds} if timing.gap_seconds is not None else {}),
             **({"joules": self.joules} if self.joules is not None else {}),
             **({"measured_bytes": self.measured_bytes} if self.measured_bytes is not None else {}),
             # measured over declared bytes, for readers of the JSON (derived: from_dict does not read it)
@@ -315,6 +319,9 @@ class Measurement:
             telemetry=data.get("telemetry"),
             telemetry_note=data.get("telemetry_note") or "",
             probe_seconds=data.get("probe_seconds"),
+            events_seconds=data.get("events_seconds"),
+            span_seconds=data.get("kernel_span_seconds"),
+            gap_seconds=data.get("kernel_gap_seconds"),
         )
         # The score's fields keep their names in the JSON (the dominant precision is not kept).
         scored = Score(**{f.name: data.get(f.name) for f in dataclasses.fields(Score)})

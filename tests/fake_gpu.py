@@ -50,6 +50,13 @@ class FakeGpu:
         self.capturing = None  # the FakeGraph being captured
         self.log = []
         self.ops = []  # (start, end, what) of every op the device ran
+        # Device time between an event and the next op on its stream (0: none). On an H200 the
+        # events around a short kernel read about 3 us more than its own timestamps (issue 35).
+        self.event_seconds = 0.0
+        # While torch.profiler runs (FakeProfile): kineto-like events of host launches, host ranges
+        # and device activities, joined by a correlation id as CUPTI joins them
+        self.trace = None
+        self.correlation = 0
 
     # the host side
     def clock(self):
@@ -74,19 +81,29 @@ class FakeGpu:
         return any(s.ready > self.now for s in self.streams)
 
     # the device side
-    def launch(self, what, device_seconds):
-        """Queue one op on the current stream, or into the graph being captured."""
+    def launch(self, what, device_seconds, stream=None):
+        """Queue one op on the current stream (or ``stream``), or into the graph being captured."""
         if self.capturing is not None:
             self.capturing.ops.append((what, device_seconds))
             return
-        self.now += self.LAUNCH_SECONDS
-        self.enqueue(self.current, what, device_seconds)
+        correlation = self.host_launch("cudaLaunchKernel")
+        self.enqueue(stream or self.current, what, device_seconds, correlation)
 
-    def enqueue(self, stream, what, device_seconds):
+    def host_launch(self, name):
+        """The host's side of a launch: its time, and under the profiler its runtime event."""
+        self.correlation += 1
+        if self.trace is not None:
+            self.trace.append(FakeKinetoEvent(name, False, self.now, self.now + self.LAUNCH_SECONDS, self.correlation, 1))
+        self.now += self.LAUNCH_SECONDS
+        return self.correlation
+
+    def enqueue(self, stream, what, device_seconds, correlation=0):
         start = max(self.now, stream.ready)
         stream.ready = start + device_seconds()  # the L2 changes in queue order, as on one stream
         self.ops.append((start, stream.ready, what))
         self.log.append(what)
+        if self.trace is not None and correlation:
+            self.trace.append(FakeKinetoEvent(what, True, start, stream.ready, correlation, stream.number))
 
     def kernel(self, seconds):
         self.launch("kernel", lambda: seconds)
@@ -126,6 +143,7 @@ class FakeGpu:
 class FakeStream:
     def __init__(self, gpu, name):
         self.gpu, self.name, self.ready = gpu, name, 0.0
+        self.number = 7 + len(gpu.streams)  # CUPTI's stream id, as the trace names it
         gpu.streams.append(self)
 
     def wait_stream(self, other):
@@ -139,17 +157,23 @@ class FakeEvent:
     gpu = None  # set by fake_torch
 
     def __init__(self, enable_timing=False):
-        assert enable_timing
-        self.time = None
+        self.timing, self.time = enable_timing, None
 
     def record(self):
         gpu = self.gpu
         assert gpu.capturing is None, "an event recorded inside a capture"
         stream = gpu.current
         self.time = stream.ready = max(gpu.now, stream.ready)  # when the device reaches it
+        stream.ready += gpu.event_seconds
         gpu.log.append("record")
 
+    def synchronize(self):
+        """The host waits until the device reached the event."""
+        assert self.time is not None, "synchronize on an event never recorded"
+        self.gpu.now = max(self.gpu.now, self.time)
+
     def elapsed_time(self, end):
+        assert self.timing and end.timing, "elapsed_time needs events created with enable_timing=True"
         if self.time is None or end.time is None or max(self.time, end.time) > self.gpu.now:
             raise RuntimeError("CUDA error: device not ready")  # read before the host synchronized
         return (end.time - self.time) * 1e3  # milliseconds, as torch returns them
@@ -179,10 +203,10 @@ class FakeGraph:
 
     def replay(self):
         gpu = self.gpu
-        gpu.now += gpu.LAUNCH_SECONDS  # one launch for the whole graph
+        correlation = gpu.host_launch("cudaGraphLaunch")  # one launch for the whole graph
         gpu.log.append(f"replay {len(self.ops)}")
         for what, device_seconds in self.ops:
-            gpu.enqueue(gpu.current, what, device_seconds)
+            gpu.enqueue(gpu.current, what, device_seconds, correlation)  # its kernels share the launch's id (CUPTI)
 
 
 class FakeCapture:
@@ -212,7 +236,82 @@ class FakeCapture:
         gpu.current = self.previous
 
 
-def fake_torch(gpu):
+class FakeKinetoEvent:
+    """One event as torch.profiler's kineto results give it (the methods kernel_trace.from_kineto reads)."""
+
+    def __init__(self, name, on_device, start, end, correlation, resource):
+        self._name, self._on_device, self._correlation, self._resource = name, on_device, correlation, resource
+        self._start, self._end = round(start * 1e9), round(end * 1e9)
+
+    def name(self):
+        return self._name
+
+    def device_type(self):
+        return "DeviceType.CUDA" if self._on_device else "DeviceType.CPU"
+
+    def start_ns(self):
+        return self._start
+
+    def end_ns(self):
+        return self._end
+
+    def correlation_id(self):
+        return self._correlation
+
+    def device_resource_id(self):
+        return self._resource if self._on_device else 0
+
+    def start_thread_id(self):
+        return 0 if self._on_device else self._resource
+
+
+class FakeProfile:
+    """``torch.profiler.profile`` on the fake GPU: collects the trace while open; after it closes,
+    ``profiler.kineto_results.events()`` gives it, as torch's does."""
+
+    gpu = None
+    sessions = 0
+
+    def __init__(self, activities=()):
+        self.activities = activities
+
+    def __enter__(self):
+        FakeProfile.sessions += 1
+        self.gpu.trace = []
+        return self
+
+    def __exit__(self, *exc):
+        events, self.gpu.trace = self.gpu.trace, None
+        self.profiler = types.SimpleNamespace(kineto_results=types.SimpleNamespace(events=lambda: events))
+
+
+class FakeRecordFunction:
+    """``torch.profiler.record_function``: a host range on thread 1, recorded when it closes."""
+
+    gpu = None
+
+    def __init__(self, name):
+        self.name = name
+
+    def __enter__(self):
+        self.start = self.gpu.now
+        return self
+
+    def __exit__(self, *exc):
+        if self.gpu.trace is not None:
+            self.gpu.trace.append(FakeKinetoEvent(self.name, False, self.start, self.gpu.now, 0, 1))
+
+
+def fake_profiler(gpu):
+    """torch.profiler for the fake GPU, with CUDA activities (CUPTI) available."""
+    FakeProfile.gpu = FakeRecordFunction.gpu = gpu
+    activity = types.SimpleNamespace(CPU="cpu", CUDA="cuda")
+    return types.SimpleNamespace(profile=FakeProfile, record_function=FakeRecordFunction, ProfilerActivity=activity,
+                                 supported_activities=lambda: {"cpu", "cuda"})
+
+
+def fake_torch(gpu, kernel_timestamps=False):
+    """torch.cuda on the fake GPU; with ``kernel_timestamps``, torch.profiler with CUPTI too."""
     FakeEvent.gpu = FakeGraph.gpu = gpu
 
     @contextlib.contextmanager
@@ -237,7 +336,10 @@ def fake_torch(gpu):
         get_device_properties=lambda device: types.SimpleNamespace(uuid="", multi_processor_count=132,
                                                                    clock_rate=gpu.clock_mhz * 1000),
     )
-    return types.SimpleNamespace(cuda=cuda, int32="int32", empty=lambda n, dtype, device: FakeTensor(gpu, n))
+    torch = types.SimpleNamespace(cuda=cuda, int32="int32", empty=lambda n, dtype, device: FakeTensor(gpu, n))
+    if kernel_timestamps:
+        torch.profiler = fake_profiler(gpu)
+    return torch
 
 
 class FakeNvml:
@@ -295,12 +397,13 @@ def fake_nvml(sm_clock=1980, reasons=0):
     return FakeNvml(clock_mhz=sm_clock, reasons=reasons)
 
 
-def cuda_backend(gpu, monkeypatch, nvml=None):
-    """The real CudaBackend on the fake GPU (its host clock is the fake one), with NVML or without."""
+def cuda_backend(gpu, monkeypatch, nvml=None, kernel_timestamps=False):
+    """The real CudaBackend on the fake GPU (its host clock is the fake one), with NVML or without,
+    and with torch.profiler's kernel timestamps or without."""
     reader = telemetry.NvmlReader(nvml, handle=object()) if nvml is not None else None
     monkeypatch.setattr(telemetry, "open_reader", lambda index, uuid=None: (reader, "" if reader else "no telemetry: fake"))
-    return backends.CudaBackend(fake_torch(gpu), types.SimpleNamespace(index=0), l2_bytes=gpu.l2_bytes, clock_mhz=1980,
-                                host_clock=gpu.clock)
+    return backends.CudaBackend(fake_torch(gpu, kernel_timestamps), types.SimpleNamespace(index=0), l2_bytes=gpu.l2_bytes,
+                                clock_mhz=1980, host_clock=gpu.clock)
 
 
 def quick(gpu, **settings):
@@ -355,9 +458,12 @@ class EnergyNvml(FakeNvml):
     NVML_CLOCK_LIMIT_ID_TDP = 0xFFFFFF01
     BASE_MHZ = 1590
 
-    def __init__(self, gpu, refuse_lock=False, energy=True, **kwargs):
+    def __init__(self, gpu, refuse_lock=False, energy=True, step_seconds=ENERGY_STEP_SECONDS, idle_watts=IDLE_WATTS,
+                 processes=(), **kwargs):
         super().__init__(gpu, **kwargs)
         self.refuse_lock, self.energy = refuse_lock, energy
+        self.step_seconds, self.idle_watts = step_seconds, idle_watts
+        self.processes = list(processes)  # (pid, name) of the compute processes NVML lists on the device
         self.locked = None  # (min, max) as last set
         self.calls = []
         self._step_cache = (None, 0)
@@ -369,12 +475,18 @@ class EnergyNvml(FakeNvml):
         if not self.energy:
             raise NvmlError(self.NVML_ERROR_NOT_SUPPORTED)
         self.gpu.host_work(20e-6)  # an NVML call takes host time
-        step = math.floor(self.gpu.now / ENERGY_STEP_SECONDS) * ENERGY_STEP_SECONDS
+        step = math.floor(self.gpu.now / self.step_seconds) * self.step_seconds
         if self._step_cache[0] != step:
             busy = min(self._busy_seconds_until(step), step)
-            joules = IDLE_WATTS * step + (BUSY_WATTS - IDLE_WATTS) * busy
+            joules = self.idle_watts * step + (BUSY_WATTS - self.idle_watts) * busy
             self._step_cache = (step, int(joules * 1e3))
         return self._step_cache[1]
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):
+        return [types.SimpleNamespace(pid=pid, usedGpuMemory=1 << 30) for pid, _ in self.processes]
+
+    def nvmlSystemGetProcessName(self, pid):
+        return dict(self.processes)[pid].encode()
 
     def nvmlDeviceSetGpuLockedClocks(self, handle, low, high):
         self.calls.append(("lock", low, high))

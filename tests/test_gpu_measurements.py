@@ -47,10 +47,10 @@ def fake_gpu_session(pytester, monkeypatch):
     from pytest_solgate.measure import backends, calibrate, devices, telemetry
     from pytest_solgate.measure import context as measure_context
 
-    def start(nvml_options=None, **gpu_options):
+    def start(nvml_options=None, kernel_timestamps=False, **gpu_options):
         gpu = FakeGpu(**gpu_options)
         nvml = EnergyNvml(gpu, **(nvml_options or {}))
-        backend = cuda_backend(gpu, monkeypatch, nvml=nvml)
+        backend = cuda_backend(gpu, monkeypatch, nvml=nvml, kernel_timestamps=kernel_timestamps)
         backend.host_pause = gpu.host_work
         monkeypatch.setattr(telemetry, "open_reader", lambda index, uuid=None: (telemetry.NvmlReader(nvml, object()), ""))
         monkeypatch.setattr(devices, "choose_device", lambda spec, worker, count=None: devices.DeviceChoice("cuda", 0))
@@ -66,15 +66,14 @@ def fake_gpu_session(pytester, monkeypatch):
         side = FakeStream(gpu, "user's side stream")
 
         def side_stream_kernel(seconds):
-            gpu.now += gpu.LAUNCH_SECONDS
-            gpu.enqueue(side, "side kernel", lambda: seconds)
+            gpu.launch("side kernel", lambda: seconds, stream=side)
 
         monkeypatch.setitem(sys.modules, "solgate_fake", types.SimpleNamespace(
             gpu=gpu, nvml=nvml, side_stream_kernel=side_stream_kernel))
         return gpu, nvml
 
-    def run(body, *args, nvml_options=None, **gpu_options):
-        gpu, nvml = start(nvml_options, **gpu_options)
+    def run(body, *args, nvml_options=None, kernel_timestamps=False, **gpu_options):
+        gpu, nvml = start(nvml_options, kernel_timestamps, **gpu_options)
         pytester.makepyfile(test_kernels="import solgate_fake\n" + textwrap.dedent(body))
         # no_reraise_ctrlc: an inner Ctrl-C ends the inner session only, as it would a user's
         result = pytester.runpytest("--sol-profile=h200", "--sol-min-time=0", "--sol-max-time=0.2",
@@ -149,6 +148,23 @@ def test_work_on_another_stream_is_an_error_naming_the_test(fake_gpu_session):
     assert records == []  # never recorded as a fast kernel
 
 
+def test_a_small_side_stream_part_fails_too_naming_the_test_and_the_cause(fake_gpu_session):
+    """Issue 35, item 4: 2 us on a side stream beside a 20 us kernel on the timed one (SOL stays
+    under 1, and the block's wall time is within its slack): the kernel timestamps catch it."""
+    result, records, _, _ = fake_gpu_session("""
+        def test_sneaky(sol):
+            def call():
+                solgate_fake.gpu.kernel(20e-6)
+                solgate_fake.side_stream_kernel(2e-6)
+            sol.measure(call, bytes=1e6)
+    """, kernel_timestamps=True)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*test_kernels.py::test_sneaky 'default': work on a stream the timer does not wait for: "
+                                 "1 of its 2 device activities ran on stream(s) * outside the timed stream's region "
+                                 "(2 us of their time); its time would read fast*"])
+    assert records == []
+
+
 def test_tiny_kernels_whose_launch_outlasts_them_are_not_taken_for_hidden_work(fake_gpu_session):
     """A 2 us kernel behind a 4 us launch: the block's wall time is the launches', not hidden work."""
     result, (m,), _, _ = fake_gpu_session("""
@@ -175,9 +191,35 @@ def test_the_block_is_long_against_the_energy_counters_step(monkeypatch):
     backend = cuda_backend(gpu, monkeypatch, nvml=nvml)
     reading = block.synchronized_block(lambda: gpu.kernel(1e-3), backend, 1e-3, backend.reader.energy_counter(),
                                        clock=gpu.clock, pause=gpu.host_work)
-    assert reading.calls == 100 and reading.event_seconds == pytest.approx(0.1, rel=1e-3)
-    assert block.joules_per_call(reading) == pytest.approx(BUSY_WATTS * 1e-3, rel=0.02)
+    assert reading.window_seconds >= block.ENERGY_WINDOW_SECONDS  # 25 steps of the 10 ms counter
+    assert reading.calls == pytest.approx(reading.event_seconds / 1e-3, rel=1e-3)
+    assert block.joules_per_call(reading) == pytest.approx(BUSY_WATTS * 1e-3, rel=0.01)
     assert block.block_calls(1e-3, with_energy=False) == 20
+
+
+def test_energy_over_a_slow_counter_is_the_busy_power_not_an_idle_tail(monkeypatch):
+    """Issue 35, item 5: the block read the counter at its ends and counted the idle time up to the
+    counter's next step: 0.17 J/GB for a 1 GiB copy that the counter, over 2 s of back-to-back
+    copies, puts at 0.146. Here the counter steps every 50 ms and the idle device draws 150 W: the
+    window spans ten steps seen while the device was busy, and the figure is the busy power's."""
+    gpu = FakeGpu()
+    nvml = EnergyNvml(gpu, step_seconds=0.05, idle_watts=150.0)
+    backend = cuda_backend(gpu, monkeypatch, nvml=nvml)
+    copy = lambda: gpu.streaming_kernel("x", COPY_BYTES)  # noqa: E731  (100 us)
+    reading = block.synchronized_block(copy, backend, 100e-6, backend.reader.energy_counter(),
+                                       clock=gpu.clock, pause=gpu.host_work)
+    assert reading.window_seconds >= 10 * 0.05 * 0.99
+    assert block.joules_per_call(reading) == pytest.approx(BUSY_WATTS * 100e-6, rel=0.01)
+    assert reading.power_w == pytest.approx(BUSY_WATTS, rel=0.01)
+
+
+def test_another_process_on_the_device_is_named_and_its_energy_not_taken_for_ours(fake_gpu_session):
+    """With another process running GEMMs on the same GPU the plugin reported 0.307 J/GB for the
+    copy, with no note; the counter is the device's. NVML lists the device's compute processes."""
+    result, (m,), _, _ = fake_gpu_session(COPY_TEST, nvml_options={"processes": [(4242, "python train.py")]})
+    result.assert_outcomes(passed=1)
+    assert "joules" not in m
+    assert any("another process was using the device (pid 4242 (python train.py))" in n for n in m["notes"])
 
 
 # --- clocks -----------------------------------------------------------------------------------------
@@ -205,6 +247,41 @@ def test_clocks_are_locked_for_the_session_recorded_and_restored(fake_gpu_sessio
     assert nvml.calls == ([("lock", *locked), ("reset",)] if locked else [])
     if mode == "base":
         assert m["sm_clock_mhz"] == EnergyNvml.BASE_MHZ
+
+
+GEMM_AT_CLOCK_TEST = """
+    import pytest
+    from pytest_solgate.declare.profiles import find_profile
+
+    FLOPS = 80e-6 * find_profile("h200").peak_flops("fp32")  # T_SOL 80 us at the 1980 MHz peak
+
+    @pytest.mark.sol(min=0.7)
+    def test_gemm(sol):
+        gpu = solgate_fake.gpu
+        # compute-bound: 100 us at 1980 MHz, longer as the SM clock drops (SOL 0.8 at the peak)
+        sol.measure(lambda: gpu.kernel(100e-6 * 1980 / gpu.sm_mhz), flops={"fp32": FLOPS}, bytes=1e6)
+"""
+
+
+@pytest.mark.parametrize("mode", ["off", "base"])
+def test_a_base_locked_session_has_no_throttle_retakes_nor_a_budget_failure_the_unlocked_lacks(
+        fake_gpu_session, monkeypatch, mode):
+    """Issue 35, item 3: at base clock (1400 MHz here, under 75 % of the 1980 MHz peak, as an H200's
+    1355-1490 MHz) every round read as throttled against the peak, was discarded and retaken five
+    times, and the GEMM failed its budget (SOL 0.57 against boost-clock peaks). Under the lock the
+    clock is judged against the lock, and the SOL and its budget are against peaks at that clock."""
+    monkeypatch.setattr(EnergyNvml, "BASE_MHZ", 1400)
+    result, (m,), _, _ = fake_gpu_session(GEMM_AT_CLOCK_TEST, f"--sol-lock-clocks={mode}")
+    result.assert_outcomes(passed=1)
+    assert m["dropped_samples"] == 0 and not m["throttled"]
+    assert not any("throttled" in note for note in m["notes"])
+    assert m["sol"] == pytest.approx(0.8, rel=0.02)
+    if mode == "base":
+        assert m["environment"]["sm_clocks"] == "locked base" and m["sol_clock_mhz"] == 1400
+        assert any("clocks locked base: SOL and its budget against peaks at the 1400 MHz" in n for n in m["notes"])
+        assert m["seconds"] == pytest.approx(100e-6 * 1980 / 1400, rel=0.01)
+    else:
+        assert "sol_clock_mhz" not in m and m["seconds"] == pytest.approx(100e-6, rel=0.01)
 
 
 def test_the_ini_twin_locks_too(fake_gpu_session, pytester):

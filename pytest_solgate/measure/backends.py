@@ -11,7 +11,7 @@ import os
 import time
 from typing import Any, Callable, Iterator
 
-from pytest_solgate.measure import sm_clock, telemetry
+from pytest_solgate.measure import kernel_trace, sm_clock, telemetry
 from pytest_solgate.measure.capabilities import Backend, Capabilities
 from pytest_solgate.measure.devices import DeviceChoice, cuda_uuid, last_level_cache_bytes
 from pytest_solgate.support import stats, units
@@ -163,7 +163,10 @@ class CpuBackend(Backend):
 
 class CudaBackend(Backend):
     """CUDA events on the current stream, an L2 flush of twice the L2 outside the timed region,
-    and a short GPU-side spin before each sample so the launch itself is not timed."""
+    and a short GPU-side spin before each sample so the launch itself is not timed. Where
+    torch.profiler can record CUDA activities, the sampling phase also records the device's own
+    kernel timestamps (measure/kernel_trace.py), which time the samples; the events stay as the
+    fallback and the cross-check."""
 
     name = "cuda"
     gated = True
@@ -195,8 +198,15 @@ class CudaBackend(Backend):
         nvml_max = self.reader.sm_clock_max if self.reader else None
         self.peak_clock_mhz = sm_clock.peak_clock_mhz(torch, device, nvml_max, clock_mhz)
         reader = self.reader
+        # The device's kernel timestamps (CUPTI, through torch.profiler), over the sampling phase only.
+        timestamps = kernel_trace.available(torch)
+        self._done_marker = torch.empty(1, dtype=torch.int32, device=device) if timestamps else None
+        self._session: kernel_trace.Session | None = None
+        self._sample_range: Any = None
+        self._next_sample = 0
+        self._traced: dict[int, kernel_trace.SampleKernels] = {}
         self.capabilities = Capabilities(
-            events=True, graphs=True, telemetry=reader is not None, clock_lock=reader is not None,
+            events=True, graphs=True, kernel_timestamps=timestamps, telemetry=reader is not None, clock_lock=reader is not None,
             energy_counter=reader is not None and reader.energy_counter() is not None,
             sample_clock=self.clock_stamps is not None,
             cold_each_call=True,  # a short kernel is timed alone after each flush (phases.calls_per_sample)
@@ -223,26 +233,63 @@ class CudaBackend(Backend):
         # outlasts twice the median enqueue of the warm-up's steady-state calls (a slow Python
         # launcher, an autotune wrapper), at least 100 us + 20 us per call, at most 10 ms.
         hold_seconds = min(MAX_HOLD_SECONDS, BASE_HOLD_SECONDS + 2 * max(self.enqueue_seconds, batch * 20e-6))
-        self.torch.cuda._sleep(int(hold_seconds * self.cycles_per_second))
+        with self._marked(kernel_trace.HOLD):  # the timed region starts when the hold ends
+            self.torch.cuda._sleep(int(hold_seconds * self.cycles_per_second))
+
+    def _marked(self, prefix: str) -> Any:
+        if self._session is None:
+            return contextlib.nullcontext()
+        return kernel_trace.marked(self.torch, prefix, self._next_sample)
+
+    @contextlib.contextmanager
+    def tracing(self) -> Iterator[None]:
+        """One profiler session over the sampling phase's rounds (kernel timestamps), when the
+        device has them; the samples' kernel times are read when it closes (``kernel_times``)."""
+        if not self.capabilities.kernel_timestamps:
+            yield
+            return
+        self._traced = {}
+        with kernel_trace.Session(self.torch) as session:
+            self._session = session
+            try:
+                yield
+            finally:
+                self._session = None
+        self._traced = kernel_trace.sample_kernels(session.events())
+
+    def kernel_times(self, handles: list[Any]) -> list[kernel_trace.SampleKernels | None]:
+        return [self._traced.get(handle[4]) if handle[4] is not None else None for handle in handles]
 
     def start(self) -> Any:
         clock_slot = self.clock_stamps.stamp() if self.clock_stamps else None
         event = self.torch.cuda.Event(enable_timing=True)
         event.record()
+        sample = None
+        if self._session is not None:  # the sample's launches, named for the trace
+            sample = self._next_sample
+            self._sample_range = self.torch.profiler.record_function(f"{kernel_trace.SAMPLE}{sample}")
+            self._sample_range.__enter__()
         self._queued_from = self.host_clock()
-        return event, clock_slot
+        return event, clock_slot, sample
 
-    def stop(self, token: Any) -> tuple[Any, Any, Any, Any]:
+    def stop(self, token: Any) -> tuple[Any, Any, Any, Any, int | None]:
+        if self._sample_range is not None:
+            self._sample_range.__exit__(None, None, None)
+            self._sample_range = None
         event = self.torch.cuda.Event(enable_timing=True)
         event.record()
+        start_event, start_slot, sample = token
+        if sample is not None:  # runs once the timed stream is done with the sample
+            with self._marked(kernel_trace.DONE):
+                self._done_marker.zero_()
+            self._next_sample += 1
         # The hold follows the warm-up's steady-state calls until steady() fixes it for the sampling;
         # a running maximum let one slow enqueue (a GC pause) push every later hold toward 10 ms.
         self._enqueues.append(self.host_clock() - self._queued_from)
         if self._warming_up:
             self.enqueue_seconds = self._steady_enqueue()
-        start_event, start_slot = token
         stop_slot = self.clock_stamps.stamp() if self.clock_stamps else None
-        return start_event, event, start_slot, stop_slot
+        return start_event, event, start_slot, stop_slot, sample
 
     def begin(self) -> None:
         """A new measurement: its warm-up sizes the hold afresh."""
@@ -261,9 +308,9 @@ class CudaBackend(Backend):
         self.enqueue_seconds = self._steady_enqueue()
         self._enqueues, self._warming_up = [], False
 
-    def sample_clock_mhz(self, handle: tuple[Any, Any, Any, Any]) -> float | None:
+    def sample_clock_mhz(self, handle: tuple[Any, ...]) -> float | None:
         """The SM clock over one sample (after the round's synchronize), or None without the stamps."""
-        _, _, start_slot, stop_slot = handle
+        start_slot, stop_slot = handle[2], handle[3]
         if self.clock_stamps is None or start_slot is None:
             return None
         return self.clock_stamps.mhz(start_slot, stop_slot)

@@ -3,13 +3,13 @@
 It answers two questions the timed samples cannot (docs/measurement.md):
 
 - **energy per call**: NVML's total-energy counter (``nvmlDeviceGetTotalEnergyConsumption``,
-  millijoules since the driver loaded, Volta and newer) read at the block's two ends, divided
-  by its calls. The timed rounds are not used for it: their cache flushes and stream holds draw
-  power too, and for a short kernel they are most of a round. The counter steps only every few
-  to some tens of milliseconds on some GPUs, so the block lasts at least ENERGY_BLOCK_SECONDS and
-  each end is aligned to a step of the counter (``_next_step``): the error is then at most one
-  step's worth of idle power at the end, a few percent at most; a counter that did not step over
-  the block gives no figure (absent, never zero).
+  millijoules since the driver loaded, Volta and newer), over a window between two of its steps
+  seen while the device was busy with back-to-back calls throughout (``_energy_window``): the
+  mean power of the calls' steady state, without the flush, the hold or an idle tail, times one
+  call's device time. The counter steps only every few to some tens of milliseconds, so the window
+  lasts at least ENERGY_WINDOW_SECONDS and STEPS_PER_WINDOW of its periods; a counter that did not
+  step twice gives no figure (absent, never zero). The timed rounds are not used: their cache
+  flushes and stream holds draw power too, and for a short kernel they are most of a round.
 - **work the events cannot see**: the block's host wall time (synchronize, launch, synchronize:
   every stream of the device) against the CUDA events' time on the current stream. A kernel that
   launches its work on another stream reads fast between the events; the device-wide wait shows
@@ -26,11 +26,16 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-ENERGY_BLOCK_SECONDS = 0.1  # long against the counter's step (a few to ~20 ms on the GPUs we know)
-HIDDEN_BLOCK_SECONDS = 0.02  # without an energy counter, long enough against launch and sync latency
+HIDDEN_BLOCK_SECONDS = 0.02  # long enough against launch and sync latency for the hidden-work comparison
 MAX_BLOCK_CALLS = 100_000
-STEP_WAIT_SECONDS = 0.1  # how long to wait for the counter to step at each end
+STEP_WAIT_SECONDS = 0.25  # how long to wait for the counter's first steps (its period is found from them)
 STEP_POLL_SECONDS = 0.0005
+# The energy window: at least this long, and at least STEPS_PER_WINDOW of the counter's periods,
+# so that the host's lag in seeing a step (one poll, one chunk) is a small part of it
+ENERGY_WINDOW_SECONDS = 0.25
+STEPS_PER_WINDOW = 10
+MAX_ENERGY_WINDOW_SECONDS = 2.0
+CHUNK_SECONDS = 0.002  # device work queued per chunk; the counter is polled between chunks
 # The block's wall time beyond what launching and running it explain: more than HIDDEN_RATIO times
 # the larger of the events' time and the host's time to queue the calls, plus HIDDEN_SLACK (the
 # synchronize's own latency, OS jitter). Launch overhead on tiny kernels makes the queueing time,
@@ -45,24 +50,15 @@ class BlockReading:
     wall_seconds: float  # host time from before the first launch to after the device-wide synchronize
     event_seconds: float  # the CUDA events' time around the calls, on the current stream
     enqueue_seconds: float  # host time to queue the calls (launch overhead)
-    energy_mj: float | None = None  # the energy counter's rise over the block; None without one
+    energy_mj: float | None = None  # the energy of one call's time at the window's mean power, x calls; None without
     energy_note: str = ""  # why there is no energy figure, when there is none
+    power_w: float | None = None  # the mean power between two steps of the counter, the device busy throughout
+    window_seconds: float = 0.0  # the host time between those two steps
 
 
 def block_calls(per_call_seconds: float, with_energy: bool) -> int:
-    target = ENERGY_BLOCK_SECONDS if with_energy else HIDDEN_BLOCK_SECONDS
+    target = HIDDEN_BLOCK_SECONDS if not with_energy else CHUNK_SECONDS
     return max(1, min(MAX_BLOCK_CALLS, math.ceil(target / max(per_call_seconds, 1e-9))))
-
-
-def _next_step(read: Callable[[], float], clock: Callable[[], float], pause: Callable[[float], None]) -> float | None:
-    """The counter's value just after its next step (None when it did not step in STEP_WAIT_SECONDS)."""
-    start_value, start = read(), clock()
-    while clock() - start < STEP_WAIT_SECONDS:
-        pause(STEP_POLL_SECONDS)
-        value = read()
-        if value != start_value:
-            return value
-    return None
 
 
 def synchronized_block(
@@ -74,33 +70,72 @@ def synchronized_block(
     pause: Callable[[float], None] = time.sleep,
 ) -> BlockReading:
     """Call ``fn`` back to back on ``backend`` (the CUDA one) between two device-wide
-    synchronizations, timed by the host clock and by events, with the energy counter read at
-    both ends when ``read_energy`` is given."""
-    calls = block_calls(per_call_seconds, read_energy is not None)
+    synchronizations, timed by the host clock and by events; with ``read_energy``, for as long as
+    the energy window needs (``_energy_window``)."""
     cuda = backend.torch.cuda
     backend.synchronize()
-    energy_start = _next_step(read_energy, clock, pause) if read_energy is not None else None
     # Events of the block's own, not backend.start()/stop(): those also size the backend's stream
     # hold from the host time they see, and thousands of queued calls would size the next holds.
     start, stop = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
     wall_start = clock()
     start.record()
-    for _ in range(calls):
-        fn()
+    if read_energy is None:
+        calls = block_calls(per_call_seconds, False)
+        for _ in range(calls):
+            fn()
+        window: tuple[float, float, str] = (0.0, 0.0, "")
+    else:
+        calls, window = _energy_window(fn, cuda, per_call_seconds, read_energy, clock, pause)
     queued = clock() - wall_start
     stop.record()
     backend.synchronize()
     wall = clock() - wall_start
     events = start.elapsed_time(stop) / 1e3  # milliseconds
-    energy, note = None, ""
-    if read_energy is not None:
-        energy_end = _next_step(read_energy, clock, pause)
-        if energy_start is None or energy_end is None or energy_end <= energy_start:
-            note = (f"no energy figure: NVML's energy counter did not step within {STEP_WAIT_SECONDS * 1e3:g} ms "
-                    f"around a {wall * 1e3:.3g} ms block")
-        else:
-            energy = energy_end - energy_start
-    return BlockReading(calls, wall, events, queued, energy, note)
+    energy_j, window_seconds, note = window
+    if read_energy is None or note:
+        return BlockReading(calls, wall, events, queued, None, note)
+    power = energy_j / window_seconds
+    # The window's mean power over one call's device time back to back, times the calls: no flush,
+    # no hold and no idle tail in it (the first version read the counter at the block's ends and
+    # counted the idle time to the counter's next step: 0.17 J/GB for a 1 GiB copy the counter
+    # puts at 0.146 over 2 s)
+    return BlockReading(calls, wall, events, queued, power * events * 1e3, "", power, window_seconds)
+
+
+def _energy_window(fn: Callable[[], Any], cuda: Any, per_call_seconds: float, read_energy: Callable[[], float],
+                   clock: Callable[[], float], pause: Callable[[float], None]) -> tuple[int, tuple[float, float, str]]:
+    """Keep the device busy with chunks of calls (at most two queued ahead) while polling NVML's
+    total-energy counter between them; the window runs from a step of the counter seen while the
+    device was busy to a later one, at least ENERGY_WINDOW_SECONDS and STEPS_PER_WINDOW of the
+    counter's periods apart. Returns the calls and (joules, window seconds, why none)."""
+    chunk = block_calls(per_call_seconds, True)
+    calls = 0
+    ends: list[Any] = []
+    steps: list[tuple[float, float]] = []  # (host time, counter value) at each step seen
+    last = None  # read once the first chunk is queued: a step seen after that, the device was busy at
+    began = clock()
+    while True:
+        for _ in range(chunk):
+            fn()
+        calls += chunk
+        ended = cuda.Event()
+        ended.record()
+        ends.append(ended)
+        if len(ends) > 2:
+            ends.pop(0).synchronize()  # two chunks stay queued: the device never idles
+        value = read_energy()
+        if last is not None and value != last:
+            steps.append((clock(), value))
+        last = value
+        elapsed = clock() - began
+        if len(steps) >= 2:
+            period = steps[1][0] - steps[0][0]
+            span = steps[-1][0] - steps[0][0]
+            if span >= max(ENERGY_WINDOW_SECONDS, STEPS_PER_WINDOW * period) or elapsed > MAX_ENERGY_WINDOW_SECONDS:
+                return calls, ((steps[-1][1] - steps[0][1]) / 1e3, span, "")
+        elif elapsed > STEP_WAIT_SECONDS:
+            return calls, (0.0, 0.0, f"no energy figure: NVML's energy counter did not step twice within "
+                                     f"{STEP_WAIT_SECONDS * 1e3:g} ms of back-to-back calls")
 
 
 def hidden_work(reading: BlockReading) -> bool:

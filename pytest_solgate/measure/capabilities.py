@@ -8,6 +8,7 @@ warm-up hook, memory probe, clock stamps or graph capture inherits the ones that
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -44,6 +45,8 @@ class Backend:
     timer_note = ""
     telemetry_note = ""
     peak_clock_mhz: float | None = None  # what a sample's SM clock is judged against (throttling)
+    # --sol-lock-clocks took: the SMs hold the locked clock, which is then the throttling reference
+    clocks_locked = False
     capture_off_reason = ""  # why graph capture is off for the session ("" while it is on)
     reader: Any = None  # the NVML reader of the device (telemetry, energy counter, clock lock)
     probe: Callable[[], None] | None = None  # the memory probe (Capabilities.memory_probe)
@@ -80,6 +83,15 @@ class Backend:
     def sample_clock_mhz(self, handle: Any) -> float | None:
         """The SM clock over one sample (Capabilities.sample_clock), else None."""
         return None
+
+    def tracing(self) -> Any:
+        """A context over the sampling phase that records the device's kernel timestamps
+        (Capabilities.kernel_timestamps); nothing elsewhere."""
+        return contextlib.nullcontext()
+
+    def kernel_times(self, handles: list[Any]) -> list[Any]:
+        """Each sample's device work from the closed trace (kernel_trace.SampleKernels), or None."""
+        return [None] * len(handles)
 
     def capture_graph(self, fn: Callable[[], Any], calls: int) -> Callable[[], Any]:
         """``calls`` calls of ``fn`` as one replayable graph (Capabilities.graphs)."""

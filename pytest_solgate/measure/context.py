@@ -110,6 +110,9 @@ def resolve(settings: Settings, profile_option: ProfileOption, cache_dir: Path,
             clock_state = clocks.ClockState(clocks.OFF)
         else:
             clock_state, clock_lock = lock_clocks(settings.lock_clocks, backend)
+            if clock_state.locked:  # a locked clock is not throttling: it is judged against the lock
+                backend.clocks_locked = True
+                backend.peak_clock_mhz = clock_state.mhz or backend.peak_clock_mhz
         if clock_state.refused:
             warnings.append(clocks.refused_message(clock_state))
         described[clocks.ENVIRONMENT_KEY] = clock_state.environment_value

@@ -10,12 +10,14 @@ and whether the attempt was disturbed enough to be taken again (measure/pipeline
 - ``Contention``: what other processes took from this one while it sampled (measure/contention.py),
   or, on a GPU, another solgate run that held the device's lock just before;
 - ``SynchronizedBlock``: on a GPU, one block of back-to-back calls that reads energy per call and
-  catches work the timer cannot see (measure/block.py);
+  catches work the timer cannot see (measure/block.py); where the samples were timed from kernel
+  timestamps, any of their work outside the timed stream's region is caught from those first;
 - ``DramBytes``: ``--sol-ncu``, the DRAM bytes of one call under Nsight Compute (measure/ncu.py).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
@@ -137,14 +139,26 @@ class SynchronizedBlock:
         pass
 
     def after(self, taken: Taken) -> Findings:
+        if taken.timing.hidden_work:  # seen in the kernel timestamps, however small
+            return Findings(error=side_stream_message(taken.test, taken.name, taken.timing.hidden_work))
         backend = taken.context.backend
         read_energy = backend.reader.energy_counter() if backend.capabilities.energy_counter else None
+        others = backend.reader.other_processes(os.getpid()) if read_energy is not None else []
         reading = block.synchronized_block(taken.fn, backend, taken.timing.seconds, read_energy,
                                            clock=backend.host_clock, pause=backend.host_pause)
         if block.hidden_work(reading):
             return Findings(error=block.hidden_work_message(taken.test, taken.name, reading))
+        if others:  # the counter is the device's: it counts their work as this kernel's
+            return Findings(notes=(f"no energy figure: another process was using the device ({', '.join(others)}), "
+                                   "and NVML's energy counter counts its work too",))
         notes = (reading.energy_note,) if reading.energy_note else ()
         return Findings(notes=notes, fields={"joules": block.joules_per_call(reading)})
+
+
+def side_stream_message(test: str, name: str, why: str) -> str:
+    return (f"{test} '{name}': work on a stream the timer does not wait for: {why}; its time would read fast. "
+            "Launch it on torch.cuda.current_stream(), or join the side stream "
+            "(side.wait_stream(current) before, torch.cuda.current_stream().wait_stream(side) after)")
 
 
 # --- --sol-ncu: measured DRAM bytes --------------------------------------------------------------

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from pytest_solgate.measure import sm_clock
@@ -49,12 +49,14 @@ EVENTS_CAPTURE_OFF = "events-capture-off"
 class WarmUp:
     device_seconds: tuple[float, ...]  # each call's timed region
     wall_seconds: tuple[float, ...]  # each call's host time, the flush and the timer included
+    clocks: tuple[float | None, ...] = ()  # each call's SM clock, where the backend measures it
 
 
 def warm_up(fn: Callable[[], Any], backend: Backend, settings: SamplingSettings, clock: Callable[[], float]) -> WarmUp:
     __tracebackhide__ = True  # a kernel that raises shows its own traceback, not ours
     device: list[float] = []
     wall: list[float] = []
+    clocks: list[float | None] = []
     first_done = None
     while True:
         call_start = clock()
@@ -62,13 +64,14 @@ def warm_up(fn: Callable[[], Any], backend: Backend, settings: SamplingSettings,
         backend.synchronize()
         device.append(backend.elapsed(handle))
         wall.append(clock() - call_start)
+        clocks.append(backend.sample_clock_mhz(handle))
         # The first call may compile (Triton JIT, autotuning): the warm-up is counted from its end,
         # so a compile longer than the warm-up cannot leave the estimate to the compiling call.
         first_done = clock() if first_done is None else first_done
         since_first = clock() - first_done
         warm = len(device) > WARMUP_CALLS_AFTER_FIRST and since_first >= settings.warmup_time
         if warm or since_first >= settings.max_time:
-            return WarmUp(tuple(device), tuple(wall))
+            return WarmUp(tuple(device), tuple(wall), tuple(clocks))
 
 
 # --- 2. the plan of a sample ---------------------------------------------------------------------
@@ -84,6 +87,9 @@ class Plan:
     mode: str  # the timing mode the record names
     graph_notes: tuple[str, ...]  # why a batch was not captured, or capture failed
     batch_note: str  # why a sample holds the calls it holds ('' for one call)
+    # The clock a sample's own SM clock is judged against: the peak (nvbench's), or under
+    # --sol-lock-clocks the clock the SMs held in the warm-up (None: no sample clock to judge)
+    reference_clock_mhz: float | None = None
 
 
 def plan(fn: Callable[[], Any], backend: Backend, settings: SamplingSettings, warm: WarmUp,
@@ -101,8 +107,19 @@ def plan(fn: Callable[[], Any], backend: Backend, settings: SamplingSettings, wa
     overhead = max(0.0, stats.median(list(warm.wall_seconds[1:] or warm.wall_seconds)) - estimate)
     round_size = max(1, min(MAX_ROUND, int(ROUND_SECONDS / (estimate * batch + overhead))))
     timed, mode, graph_notes = graph_or_launches(fn, backend, settings, estimate, batch, backend.timer)
-    return Plan(estimate, batch, timed, 1 if mode == "cuda-graph" else batch, round_size, mode, tuple(graph_notes), batch_note)
+    return Plan(estimate, batch, timed, 1 if mode == "cuda-graph" else batch, round_size, mode, tuple(graph_notes),
+                batch_note, reference_clock(backend, warm))
 
+
+def reference_clock(backend: Backend, warm: WarmUp) -> float | None:
+    """What samples' SM clocks are judged against: the peak clock, as nvbench judges it; under a
+    clock lock the clock the SMs held over the warm-up's calls after the first (a base lock holds
+    them at 1355-1490 MHz on an H200, under 75 % of its 1980 MHz peak: every sample read as
+    throttled against the peak)."""
+    if not backend.clocks_locked:
+        return backend.peak_clock_mhz
+    held = [mhz for mhz in warm.clocks[1:] or warm.clocks if mhz is not None]
+    return stats.median(held) if held else backend.peak_clock_mhz
 
 def calls_per_sample(wanted: int, backend: Backend, rotation_sets: int, bytes_per_call: float) -> tuple[int, str]:
     """How many calls one sample times, when ``wanted`` would fill the backend's minimum sample,
@@ -137,9 +154,10 @@ def calls_per_sample(wanted: int, backend: Backend, rotation_sets: int, bytes_pe
     return 1, f"one call per sample, each after a cache flush, though a call is under the timer's minimum sample: {why}"
 
 
-def timed_call(fn: Callable[[], Any], backend: Backend, batch: int) -> Any:
+def timed_call(fn: Callable[[], Any], backend: Backend, batch: int, flush: bool = True) -> Any:
     __tracebackhide__ = True
-    backend.flush()
+    if flush:
+        backend.flush()
     backend.hold(batch)
     token = backend.start()
     for _ in range(batch):
@@ -193,6 +211,7 @@ class Samples:
     probes: tuple[float, ...]  # the memory probe's time after each kept sample (none without one)
     clocks: tuple[float, ...]  # the SM clock of each kept sample (or NVML's, read while its round ran)
     telemetry: tuple[dict[str, Any], ...]  # NVML's readings of the kept rounds
+    traced: tuple[Any, ...]  # each kept sample's kernel_trace.SampleKernels (None without kernel timestamps)
     noisy: bool
     throttled: bool  # samples taken while throttled were kept (the recoveries ran out)
     recoveries: int
@@ -205,22 +224,53 @@ def take_samples(plan: Plan, backend: Backend, settings: SamplingSettings, rule:
                  throttle_check: Callable[[dict[str, Any]], bool] | None,
                  clock: Callable[[], float], pause: Callable[[float], None]) -> Samples:
     __tracebackhide__ = True  # a kernel that raises shows its own traceback, not ours
-    samples: list[float] = []
-    probe = backend.probe if backend.capabilities.memory_probe else None
-    probe_samples: list[float] = []
+    kept = _Kept()
+    started_at = time.time()
+    with backend.tracing():  # one profiler session over all the rounds, where the device has kernel timestamps
+        ended = _rounds(plan, backend, settings, rule, throttle_check, clock, pause, kept)
+    return Samples(tuple(kept.samples), tuple(kept.probes), tuple(kept.clocks), tuple(kept.telemetry),
+                   tuple(backend.kernel_times(kept.handles)), ended.noisy, ended.throttled, ended.recoveries,
+                   ended.dropped, started_at, time.time())
+
+
+@dataclass
+class _Kept:
+    """What the kept rounds gave, filled in place by ``_rounds``."""
+
+    samples: list[float] = field(default_factory=list)
+    probes: list[float] = field(default_factory=list)
+    clocks: list[float] = field(default_factory=list)
     # Only readings taken while a kept round runs: one taken before sampling finds the device idle
     # (its clock parked, its power low) and describes no kernel; one of a round whose samples were
     # discarded as throttled describes samples that are not reported.
-    telemetry_seen: list[dict[str, Any]] = []
-    started_at = time.time()
+    telemetry: list[dict[str, Any]] = field(default_factory=list)
+    handles: list[Any] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Ended:
+    noisy: bool
+    throttled: bool
+    recoveries: int
+    dropped: int
+
+
+def _rounds(plan: Plan, backend: Backend, settings: SamplingSettings, rule: StoppingRule,
+            throttle_check: Callable[[dict[str, Any]], bool] | None, clock: Callable[[], float],
+            pause: Callable[[float], None], kept: _Kept) -> _Ended:
+    """Sampling rounds until the rule says stop."""
+    __tracebackhide__ = True
+    probe = backend.probe if backend.capabilities.memory_probe else None
     sampling_start = clock()
     throttled = False
     recoveries = dropped = 0
-    clocks: list[float] = []
     while True:
         handles, probe_handles = [], []
         for _ in range(plan.round_size):
-            handles.append(timed_call(plan.timed, backend, plan.calls_per_sample))
+            # The memory probe streams twice the cache (after its own flush): the next sample finds
+            # the cache evicted, and a flush of its own would only double the cost of a sample (on a
+            # VM that reports a 480 MiB L3, a 960 MB write), leaving fewer samples in the budget.
+            handles.append(timed_call(plan.timed, backend, plan.calls_per_sample, flush=not probe_handles))
             if probe is not None:
                 probe_handles.append(timed_call(probe, backend, 1))
         # Read NVML while the GPU still runs the queued round, not after it went idle.
@@ -229,7 +279,7 @@ def take_samples(plan: Plan, backend: Backend, settings: SamplingSettings, rule:
         round_samples = [backend.elapsed(h) / plan.batch for h in handles]
         round_probes = [backend.elapsed(h) for h in probe_handles]
         round_clocks = [backend.sample_clock_mhz(h) for h in handles]
-        flags = throttled_samples(round_clocks, backend.peak_clock_mhz, reading, throttle_check)
+        flags = throttled_samples(round_clocks, plan.reference_clock_mhz, reading, throttle_check, backend.clocks_locked)
         discard = any(flags) and recoveries < MAX_RECOVERIES and clock() - sampling_start < settings.max_time
         if discard:
             # nvbench's throttle recovery: discard the throttled samples, let the clocks come back,
@@ -237,27 +287,28 @@ def take_samples(plan: Plan, backend: Backend, settings: SamplingSettings, rule:
             recoveries += 1
             dropped += sum(flags)
             pause(RECOVERY_PAUSE)
-            kept = [i for i, flag in enumerate(flags) if not flag]
-            round_samples = [round_samples[i] for i in kept]
-            round_probes = [round_probes[i] for i in kept] if round_probes else []
-            round_clocks = [round_clocks[i] for i in kept]
+            keep = [i for i, flag in enumerate(flags) if not flag]
+            round_samples = [round_samples[i] for i in keep]
+            round_probes = [round_probes[i] for i in keep] if round_probes else []
+            round_clocks = [round_clocks[i] for i in keep]
+            handles = [handles[i] for i in keep]
         else:
             throttled = throttled or any(flags)
             if reading is not None:
-                telemetry_seen.append(reading)
-        samples += round_samples
-        probe_samples += round_probes
+                kept.telemetry.append(reading)
+        kept.samples += round_samples
+        kept.handles += handles
+        kept.probes += round_probes
         measured_clocks = [c for c in round_clocks if c is not None]
         if measured_clocks:
-            clocks += measured_clocks
+            kept.clocks += measured_clocks
         elif not discard and reading is not None and isinstance(reading.get("sm_clock_mhz"), (int, float)):
-            clocks.append(reading["sm_clock_mhz"])
+            kept.clocks.append(reading["sm_clock_mhz"])
         if not round_samples:
             continue
-        stop = rule.decide(samples, clock() - sampling_start)
+        stop = rule.decide(kept.samples, clock() - sampling_start)
         if stop is not None:
-            return Samples(tuple(samples), tuple(probe_samples), tuple(clocks), tuple(telemetry_seen), stop.noisy,
-                           throttled, recoveries, dropped, started_at, time.time())
+            return _Ended(stop.noisy, throttled, recoveries, dropped)
 
 
 def notes(plan: Plan, backend: Backend, taken: Samples) -> tuple[str, ...]:
@@ -277,15 +328,17 @@ def throttled_samples(
     peak_mhz: float | None,
     reading: dict[str, Any] | None,
     throttle_check: Callable[[dict[str, Any]], bool] | None,
+    clocks_locked: bool = False,
 ) -> list[bool]:
     """Which samples of a round ran throttled. A sample whose SM clock was measured over it is
     judged by that clock (under 75 % of the peak, nvbench's rule); NVML's reading of the round
     judges every sample by its slowdown reasons, and by its one instant of the SM clock only where
-    no sample's own clock was measured."""
+    no sample's own clock was measured and the clocks are not locked (NVML judges its clock against
+    the maximum: a locked clock is not throttling; under a lock its reasons still tell)."""
     measured = any(c is not None for c in clocks)
     nvml_throttled = False
     if reading is not None and throttle_check is not None:
-        judged = {k: v for k, v in reading.items() if k != "sm_clock_mhz"} if measured else reading
+        judged = {k: v for k, v in reading.items() if k != "sm_clock_mhz"} if measured or clocks_locked else reading
         nvml_throttled = bool(throttle_check(judged))
     return [nvml_throttled or sm_clock.is_below_threshold(c, peak_mhz) for c in clocks]
 

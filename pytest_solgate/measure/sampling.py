@@ -46,6 +46,52 @@ class Timing:
     notes: tuple[str, ...] = field(default_factory=tuple)
     # The median time of the backend's memory probe, timed after each kept sample (None without one)
     probe_seconds: float | None = None
+    # Timed from the device's kernel timestamps (mode "kernel-timestamps"): the events' median per
+    # call beside it (the cross-check), and the median span from a call's first kernel start to its
+    # last kernel end and the gaps inside it (host time), per call
+    events_seconds: float | None = None
+    span_seconds: float | None = None
+    gap_seconds: float | None = None
+    # Why part of a sample's device work ran outside the timed stream's region ('' if none)
+    hidden_work: str = ""
+
+
+KERNEL_TIMESTAMPS = "kernel-timestamps"
+# Kernel timestamps that add up to more than the events around them saw, beyond this, are not
+# trusted (missing markers, a clock mix-up): the events time the measurement, and a note says why.
+CROSS_CHECK_RATIO, CROSS_CHECK_SLACK = 1.05, 1e-6
+
+
+@dataclass(frozen=True)
+class KernelTimed:
+    samples: tuple[float, ...]
+    mode: str
+    note: str = ""
+    events_seconds: float | None = None
+    span_seconds: float | None = None
+    gap_seconds: float | None = None
+    hidden_work: str = ""
+
+
+def kernel_timed(events_samples: tuple[float, ...], traced: tuple[Any, ...], batch: int, mode: str) -> KernelTimed:
+    """The samples from the device's kernel timestamps where every kept sample has them and they
+    pass the cross-check against the events; else the events' samples, with why (pure)."""
+    if not traced or all(t is None for t in traced):
+        return KernelTimed(events_samples, mode)
+    hidden = next((t.hidden for t in traced if t is not None and t.hidden), "")
+    events_median = stats.median(list(events_samples))
+    if any(t is None for t in traced):
+        missing = sum(t is None for t in traced)
+        return KernelTimed(events_samples, mode, f"timed with events: {missing} of {len(traced)} samples had no kernel "
+                           "timestamps in the profiler's trace", hidden_work=hidden)
+    samples = tuple(t.busy_seconds / batch for t in traced)
+    median = stats.median(list(samples))
+    if median > events_median * CROSS_CHECK_RATIO + CROSS_CHECK_SLACK:
+        return KernelTimed(events_samples, mode, f"timed with events: the kernel timestamps add up to {median * 1e6:.3g} us "
+                           f"a call, more than the {events_median * 1e6:.3g} us the events saw around them", hidden_work=hidden)
+    return KernelTimed(samples, KERNEL_TIMESTAMPS, "", events_median,
+                       stats.median([t.span_seconds / batch for t in traced]),
+                       stats.median([t.gap_seconds / batch for t in traced]), hidden)
 
 
 def take_timing(
@@ -73,10 +119,11 @@ def take_timing(
     backend.steady()
     plan = phases.plan(fn, backend, settings, warm, rotation_sets, bytes_per_call)
     taken = phases.take_samples(plan, backend, settings, rule or NoiseTarget.of(settings), throttle_check, clock, pause)
+    timed = kernel_timed(taken.seconds, taken.traced, plan.batch, plan.mode)
     return Timing(
-        seconds=stats.median(list(taken.seconds)),
-        samples=taken.seconds,
-        noise=stats.relative_half_width(list(taken.seconds)),
+        seconds=stats.median(list(timed.samples)),
+        samples=timed.samples,
+        noise=stats.relative_half_width(list(timed.samples)),
         batch=plan.batch,
         warmup_calls=len(warm.device_seconds),
         noisy=taken.noisy,
@@ -87,9 +134,13 @@ def take_timing(
         throttled=taken.throttled,
         dropped_samples=taken.dropped,
         sm_clock_mhz=stats.mean(list(taken.clocks)) if taken.clocks else None,
-        mode=plan.mode,
+        mode=timed.mode,
         telemetry=phases.summarize_telemetry(list(taken.telemetry)),
         telemetry_note=backend.telemetry_note,
-        notes=phases.notes(plan, backend, taken),
+        notes=phases.notes(plan, backend, taken) + ((timed.note,) if timed.note else ()),
         probe_seconds=stats.median(list(taken.probes)) if taken.probes else None,
+        events_seconds=timed.events_seconds,
+        span_seconds=timed.span_seconds,
+        gap_seconds=timed.gap_seconds,
+        hidden_work=timed.hidden_work,
     )

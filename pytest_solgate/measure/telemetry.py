@@ -47,6 +47,21 @@ class NvmlReader:
             return None
         return lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(handle)
 
+    def other_processes(self, own_pid: int) -> list[str]:
+        """The other compute processes NVML lists on the device ('pid 123 (python)'), for the
+        energy counter counts their work too; [] where NVML cannot list them."""
+        nvml, handle = self._nvml, self._handle
+        running = self._safe(lambda: nvml.nvmlDeviceGetComputeRunningProcesses(handle)) or []
+        named = []
+        for process in running:
+            pid = getattr(process, "pid", None)
+            if pid is None or pid == own_pid:
+                continue
+            name = self._safe(lambda pid=pid: nvml.nvmlSystemGetProcessName(pid))
+            name = name.decode() if isinstance(name, bytes) else name
+            named.append(f"pid {pid}" + (f" ({name})" if name else ""))
+        return named
+
     def nvml_handle(self) -> tuple[Any, Any]:
         """(pynvml, the device's handle), for the clock lock (measure/clocks.py)."""
         return self._nvml, self._handle

@@ -137,10 +137,15 @@ MEASUREMENT = {
         "ceilings_id": _text(100),
         "sm_clock_mhz": _nullable(_number(1e5)),
         "sol_at_clock": _nullable(_number(FINITE)),
-        # events-capture-off: events because an earlier capture of the session failed; the last two: CPU timers
-        # the last two: a whole step's operators under torch.profiler (sol.measure_step, measure/step.py)
-        "timing_mode": {"enum": ["events", "cuda-graph", "events-capture-off", "thread-cpu-time", "perf-counter",
-                                 "profiler-cpu", "profiler-kernels"]},
+        "sol_clock_mhz": _number(1e5),  # the clock sol's compute peaks are at, when clocks were locked
+        # events-capture-off: events because an earlier capture of the session failed; kernel-timestamps: the
+        # device's own kernel start/end (CUPTI, through torch.profiler); thread-cpu-time, perf-counter: CPU
+        # timers; profiler-*: a whole step's operators under torch.profiler (sol.measure_step, measure/step.py)
+        "timing_mode": {"enum": ["events", "cuda-graph", "events-capture-off", "kernel-timestamps", "thread-cpu-time",
+                                 "perf-counter", "profiler-cpu", "profiler-kernels"]},
+        "events_seconds": _number(MAX_SECONDS),  # kernel-timestamps: the CUDA events' median per call (the cross-check)
+        "kernel_span_seconds": _number(MAX_SECONDS),  # kernel-timestamps: first kernel start to last kernel end
+        "kernel_gap_seconds": _number(MAX_SECONDS),  # kernel-timestamps: host time between a call's kernels
         "contended": _text(1_000),
         "probe_seconds": _nullable(_number(MAX_SECONDS)),  # 0 where a clock did not advance (the fake clock)
         "joules": _number(FINITE),  # energy per call (NVML), only where measured

@@ -30,6 +30,10 @@ class Score:
     # SOL against ceilings scaled to the SM clock the device ran at (see ``sol_at_clock``); None
     # without a measured clock. Reported beside SOL; the gate uses ``sol``.
     sol_at_clock: float | None = None
+    # The SM clock ``sol``'s compute peaks are at: None for the profile's own (its datasheet or
+    # calibration clocks); under --sol-lock-clocks the clock the SMs held, so that a budget is
+    # applied like with like (a kernel at base clock against peaks at base clock)
+    sol_clock_mhz: float | None = None
 
 
 @dataclass(frozen=True)
@@ -77,12 +81,26 @@ def speed_of_light(work: Work, profile: HardwareProfile) -> Floor:
     )
 
 
-def score(work: Work, seconds: float, profile: HardwareProfile, sm_clock_mhz: float | None = None) -> Score:
+def score(work: Work, seconds: float, profile: HardwareProfile, sm_clock_mhz: float | None = None,
+          clocks_locked: bool = False) -> Score:
     """``seconds`` is the measured median per-call time; it must be positive. ``sm_clock_mhz`` is
-    the mean SM clock measured while the samples ran, when the backend reads one."""
+    the mean SM clock measured while the samples ran, when the backend reads one. With
+    ``clocks_locked`` (--sol-lock-clocks) and a measured clock, the SOL is against peaks at that
+    clock: a locked clock is the run's condition, not the kernel's fault."""
     if not seconds > 0:
         raise ValueError(f"measured time must be positive, got {seconds!r}")
     floor = speed_of_light(work, profile)
+    at_clock = _sol_at_clock(work, floor, seconds, profile, sm_clock_mhz)
+    if clocks_locked and at_clock is not None:
+        running = min(sm_clock_mhz, profile.device.boost_clock_mhz)
+        compute_time = _compute_time_at(work, profile, running)
+        return Score(
+            t_sol=at_clock * seconds, sol=at_clock, mfu=compute_time / seconds,
+            bound="memory" if floor.memory_time >= compute_time else "compute",
+            tflops=work.total_flops / seconds / 1e12, gbps=work.bytes / seconds / 1e9,
+            intensity=floor.intensity, ridge=floor.ridge, dominant_precision=floor.dominant_precision,
+            sol_at_clock=at_clock, sol_clock_mhz=running,
+        )
     return Score(
         t_sol=floor.t_sol,
         sol=floor.t_sol / seconds,
@@ -93,7 +111,7 @@ def score(work: Work, seconds: float, profile: HardwareProfile, sm_clock_mhz: fl
         intensity=floor.intensity,
         ridge=floor.ridge,
         dominant_precision=floor.dominant_precision,
-        sol_at_clock=_sol_at_clock(work, floor, seconds, profile, sm_clock_mhz),
+        sol_at_clock=at_clock,
     )
 
 
@@ -110,9 +128,14 @@ def _sol_at_clock(
     boost = profile.device.boost_clock_mhz
     if not sm_clock_mhz or not boost:
         return None
-    running = min(sm_clock_mhz, boost)
-    compute_time = max(
-        (count / (profile.peak_flops(p) * running / (profile.roof_clock_mhz(p) or boost)) for p, count in work.flops.items()),
+    compute_time = _compute_time_at(work, profile, min(sm_clock_mhz, boost))
+    return max(floor.memory_time, compute_time) / seconds
+
+
+def _compute_time_at(work: Work, profile: HardwareProfile, running_mhz: float) -> float:
+    """The declared FLOPs' time at peaks scaled from their own clocks to ``running_mhz``."""
+    boost = profile.device.boost_clock_mhz
+    return max(
+        (count / (profile.peak_flops(p) * running_mhz / (profile.roof_clock_mhz(p) or boost)) for p, count in work.flops.items()),
         default=0.0,
     )
-    return max(floor.memory_time, compute_time) / seconds
