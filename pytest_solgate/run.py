@@ -371,8 +371,8 @@ class Run:
 
 
 class SolFixture:
-    """What a test receives as ``sol``: ``measure``, ``speed_of_light``, ``nbytes``, ``count_flops``,
-    ``device``, ``profile``."""
+    """What a test receives as ``sol``: ``measure``, ``measure_step``, ``speed_of_light``, ``nbytes``,
+    ``count_flops``, ``device``, ``profile``."""
 
     def __init__(self, engine: Any, test: str, warn: Callable[[str], None]) -> None:
         self._engine = engine
