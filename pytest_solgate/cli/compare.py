@@ -117,6 +117,10 @@ def cmd_accept(args: argparse.Namespace) -> int:
     from pytest_solgate.record import gitinfo
 
     reason = args.reason.strip()
+    try:
+        reason.encode("utf-8")
+    except UnicodeEncodeError:  # bytes the locale could not decode reach us as lone surrogates
+        raise UsageFailure("accept: --reason is not UTF-8 text; give it in UTF-8 (it is kept in the history)") from None
     if not reason:
         raise UsageFailure("accept: --reason is empty; say why the slowdown is accepted (it is kept in the history)")
     try:
@@ -136,13 +140,19 @@ def cmd_accept(args: argparse.Namespace) -> int:
         who = ""
     accept = {"commit_sha": sha, "pattern": args.pattern, "reason": reason, "accepted_by": who,
               "accepted_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    with common.open_history(common.history_path(args), create=True) as store:
+    with common.open_history(common.history_path(args)) as store:  # an accept amends a history, never starts one
         matched = _accepted_tests(args.pattern, store.tests(), store.location)
         store.record_accept(accept)
         location = store.location
     scope = "every test" if args.pattern == "*" else f"{args.pattern!r} ({len(matched)} recorded test(s): {_listed(matched)})"
-    print(f"accepted the level at {sha[:10]} for {scope} in {location}: baselines start there from now on ({reason})")
+    print(f"accepted the level at {sha[:10]} for {scope} in {location}: baselines start there from now on ({_first_line(reason)})")
     return 0
+
+
+def _first_line(text: str) -> str:
+    """The reason as echoed: its first line (the history keeps it whole)."""
+    lines = text.splitlines()
+    return lines[0] + (f" [+{len(lines) - 1} more line(s)]" if len(lines) > 1 else "")
 
 
 def _accepted_tests(pattern: str, tests: list[str], location: str) -> list[str]:
