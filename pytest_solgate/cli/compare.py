@@ -104,7 +104,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"{label:<60} {units.sol_fine(result.centre):>7} {units.sol_fine(h.score.sol):>7} {units.percent(result.change, True):>8} {floor:>7}  "
               f"{result.verdict}")
     print(f"{regressed} regressed between {base_sha[:10]} and {head_sha[:10]} "
-          f"(base: up to {args.window} clean runs along its first-parent ancestry; not re-measured)")
+          f"(base: up to {units.plural(args.window, 'clean run')} along its first-parent ancestry; not re-measured)")
     return 1 if regressed else 0
 
 
