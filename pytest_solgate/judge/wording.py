@@ -65,7 +65,7 @@ LED_WIDTH = WIDTH - len("below-budget: ")
 
 def headline(lead: str, name: str, rest: str, width: int = LED_WIDTH) -> str:
     """``lead + name + rest`` within ``width`` columns, the name (a test id) cut from the middle."""
-    return lead + units.cut_middle(name, max(width - len(lead) - len(rest), 24)) + rest
+    return lead + units.cut_middle(name, max(width - len(lead) - len(rest), 40)) + rest
 
 
 def short(commit: str | None) -> str:
@@ -280,9 +280,9 @@ def not_confirmed(first: Measurement, second: Measurement) -> str:
 
 
 def speedup(m: Measurement, reference: Measurement, achieved: float, required: float) -> str:
-    head = headline("", label(m), f" is {achieved:.3g}x as fast as '{reference.name}', budget {required:g}x")
-    return (f"{head}\n  median {units.seconds(m.timing.seconds)} vs {units.seconds(reference.timing.seconds)} "
-            f"on {m.profile}")
+    head = headline("", label(m), f" is {achieved:.3g}x as fast as '{reference.name}'")
+    return (f"{head}\n  budget {required:g}x on {m.profile}, median {units.seconds(m.timing.seconds)} vs "
+            f"{units.seconds(reference.timing.seconds)}")
 
 
 def speedup_within_noise(text: str, noise: float) -> str:
