@@ -127,3 +127,39 @@ def test_compare_over_a_one_run_window_says_one_run(sqlite_repo):
     done = solgate("compare", "HEAD~1", "HEAD", "--window", "1", cwd=sqlite_repo.path)
     assert "up to 1 clean run along" in done.stdout, done.stdout
     assert "1 clean runs" not in done.stdout
+
+
+def test_history_changes_names_what_the_gate_failed_even_when_it_is_no_step(sqlite_repo):
+    from test_history import STEADY
+
+    sqlite_repo.seed(STEADY)
+    slower = sqlite_repo.commit("slower", seconds=1.25e-3)
+    _, verdicts, _ = sqlite_repo.run()
+    assert verdicts["test_kernel"]["verdict"] == "regressed"
+    # the same commit again, as fast as before (a noisy machine): one run of two regressed
+    sqlite_repo.git("update-index", "--assume-unchanged", "speed.json")  # a clean run, however fast
+    sqlite_repo.set_speed(seconds=1e-3)
+    sqlite_repo.run()
+    done = solgate("history", "--changes", cwd=sqlite_repo.path)
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stdout.splitlines() if line.startswith(slower[:10])]
+    # listed as a step or apart from them, the line says what the gate did there
+    assert said and "test_kernel" in said[0] and "the gate failed it as regressed in 1 of 2 runs" in said[0], done.stdout
+
+
+def test_an_outlier_far_below_prints_its_sol_in_significant_digits(sqlite_repo):
+    commits = sqlite_repo.seed([0.39, 0.40, 0.39, 0.0004, 0.40, 0.39, 0.40])
+    done = solgate("history", "--changes", cwd=sqlite_repo.path)
+    line = next(line for line in done.stdout.splitlines() if line.startswith(commits[3][:10]))
+    assert "SOL 0.0004" in line and "SOL 0.000 " not in line, line
+
+
+def test_compare_over_a_one_run_window_says_why_there_is_no_floor(sqlite_repo):
+    sqlite_repo.seed([0.39])
+    sqlite_repo.commit("slower", seconds=1.3e-3)
+    _, verdicts, _ = sqlite_repo.run()
+    assert verdicts["test_kernel"]["verdict"] == "ambiguous"
+    done = solgate("compare", "HEAD~1", "HEAD", cwd=sqlite_repo.path)
+    row = next(line for line in done.stdout.splitlines() if "test_kernel" in line)
+    assert "?" not in row and "1 run" in row and "ambiguous" in row, done.stdout
+    assert "one run" in done.stdout.splitlines()[-2]  # what the gate says: the window shows no spread

@@ -86,7 +86,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         itself = " other than HEAD's own (a commit is never in its own window)" if base_sha == head_sha else ""
         raise UsageFailure(f"compare: no clean results for '{args.base}' or its ancestors in {history_path}{itself}")
     settings = verdict.JudgeSettings(gate="fail", commit=head_sha, max_regression=ini.max_regression)
-    regressed = 0
+    regressed, one_run = 0, False
     print(f"{'test [name]':<60} {'base':>7} {'head':>7} {'change':>8} {'floor':>7}  verdict")
     for key, h in sorted(head.items()):
         label = f"{key[0]} [{key[1]}]"
@@ -100,12 +100,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
             continue
         result = verdict.rejudge(h, window, settings, args.max_regression)
         regressed += result.verdict == results.REGRESSED
-        floor = units.percent(result.floor) if result.floor is not None else "?"
+        floor = units.percent(result.floor) if result.floor is not None else ONE_RUN_FLOOR
+        one_run |= result.floor is None
         print(f"{label:<60} {units.sol_fine(result.centre):>7} {units.sol_fine(h.score.sol):>7} {units.percent(result.change, True):>8} {floor:>7}  "
               f"{result.verdict}")
+    if one_run:  # as the gate words it: no spread, so no floor, and the change cannot fail
+        print(f"floor '{ONE_RUN_FLOOR}': the window has one run, which shows no run-to-run noise; such a change is "
+              "ambiguous until two runs of ancestors are recorded, as the gate says")
     print(f"{regressed} regressed between {base_sha[:10]} and {head_sha[:10]} "
           f"(base: up to {units.plural(args.window, 'clean run')} along its first-parent ancestry; not re-measured)")
     return 1 if regressed else 0
+
+
+ONE_RUN_FLOOR = "1 run"
 
 
 def cmd_accept(args: argparse.Namespace) -> int:

@@ -92,14 +92,14 @@ def comparison_text(facts: ComparisonFacts) -> str:
     head = f"{facts.verdict}: {facts.label}{change}, {bounds}"
     lines = [head] if len(head) <= WIDTH else [headline(f"{facts.verdict}: ", facts.label, change, WIDTH), f"  {bounds}"]
     lines.append(
-        f"  SOL {facts.sol:.3f} at {short(facts.commit)}{' (dirty)' if facts.dirty else ''} vs {facts.centre:.3f} over "
+        f"  SOL {units.sol_fine(facts.sol)} at {short(facts.commit)}{' (dirty)' if facts.dirty else ''} vs {units.sol_fine(facts.centre)} over "
         f"{_window(facts)}{_at_memory_speed(facts.raw_change)}" + (f" ({'; '.join(notes)})" if notes else ""))
     lines += [f"  {line}" for line in _why(facts, floor)]
     return "\n".join(lines)
 
 
 def _runs(runs: tuple[tuple[str, float], ...], joiner: str) -> str:
-    return joiner.join(f"{short(commit)} (SOL {sol:.3f})" for commit, sol in runs)
+    return joiner.join(f"{short(commit)} (SOL {units.sol_fine(sol)})" for commit, sol in runs)
 
 
 def _window(facts: ComparisonFacts) -> str:
@@ -271,12 +271,12 @@ def passed(m: Measurement, comparison: str | None) -> str:
 
 
 def confirmed(reason: str, first: Measurement, second: Measurement) -> str:
-    return f"{reason}; confirmed by a re-measurement (SOL {first.score.sol:.3f}, then {second.score.sol:.3f})"
+    return f"{reason}; confirmed by a re-measurement (SOL {units.sol_fine(first.score.sol)}, then {units.sol_fine(second.score.sol)})"
 
 
 def not_confirmed(first: Measurement, second: Measurement) -> str:
-    return (f"a first block of samples read SOL {first.score.sol:.3f} (a suspected regression); "
-            f"the re-measurement read {second.score.sol:.3f} and did not confirm it")
+    return (f"a first block of samples read SOL {units.sol_fine(first.score.sol)} (a suspected regression); "
+            f"the re-measurement read {units.sol_fine(second.score.sol)} and did not confirm it")
 
 
 def speedup(m: Measurement, reference: Measurement, achieved: float, required: float) -> str:
