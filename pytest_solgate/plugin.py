@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from pytest_solgate.support.errors import OptionError, SolgateError, warn_at_users_code
+from pytest_solgate.support.errors import SolgateError, warn_at_users_code
+from pytest_solgate.support.inifile import ini_type, sol_values
 from pytest_solgate.support.locations import one_line, redact
 from pytest_solgate.support.settings import OPTIONS, Settings, naming_history, parse_settings
 
@@ -42,27 +43,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             group.addoption(option.flag, nargs="?", const="sol-report.html", default=None, dest=option.name, metavar="PATH", help=text)
         else:
             group.addoption(option.flag, default=None, dest=option.name, help=text)
-        parser.addini(option.name, help=option.help, default=None, type="bool" if option.kind == "bool" else "string")
+        parser.addini(option.name, help=option.help, default=None, type=ini_type(option))
 
 
 def _raw_settings(config: pytest.Config) -> dict[str, Any]:
+    ini = sol_values(config)  # read as the `solgate` command reads it (support/inifile.py)
     raw = {}
     for option in OPTIONS:
         value = config.getoption(option.name)
         if value is None and option.environment:
             value = os.environ.get(option.environment) or None
-        if value is None:
-            try:
-                value = config.getini(option.name) or None
-            except (ValueError, pytest.UsageError) as exc:  # pytest's reading of an ini boolean names no option
-                raise OptionError(f"ini option {option.name}: {exc}; give true or false") from None
-            if value is not None and not isinstance(value, (str, bool, int, float)):
-                # A TOML list or table where one value belongs: never a file named "['h.db']".
-                raise OptionError(
-                    f"ini option {option.name} = {value!r}: give one {'true or false' if option.kind == 'bool' else 'value'} "
-                    f"(a string such as {option.name} = \"{option.default or '...'}\"), not a {type(value).__name__}"
-                )
-        raw[option.name] = value
+        raw[option.name] = ini.get(option.name) if value is None else value
     return raw
 
 

@@ -34,9 +34,8 @@ def test_below_budget_fails_in_the_call_phase_with_an_actionable_message(suite):
             sol.measure(lambda: busy(1e-3), bytes=0.5e6)
     """, fake_clock=True)  # exactly 1 ms a call, however loaded the machine
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "*test_slow SOL 0.50 < budget 0.85 on synthetic: 500 MB/s of 1 GB/s (memory-bound), median 1 ms ±0.0% over * samples",
-    ])
+    # the figures to act on on the first line; the profile and what was measured below it
+    result.stdout.fnmatch_lines(["*test_slow SOL 0.50 < budget 0.85", "*on synthetic: 500 MB/s of 1 GB/s*median 1 ms*"])
     result.stdout.no_fnmatch_line("*teardown*")
     result.stdout.no_fnmatch_line("*pytest_solgate/*")  # no traceback from our internals
 
@@ -48,7 +47,7 @@ def test_above_sol_fails_and_can_warn(suite):
     """
     result = suite(body, fake_clock=True)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*SOL ?.?? > 1.05 on synthetic is impossible*check the declared bytes/flops*"])
+    result.stdout.fnmatch_lines(["*test_impossible SOL ?.?? > 1.05 is impossible", "*on synthetic*", "*check the declared bytes/flops*"])
     warned = suite(body, "--sol-above-one=warn", fake_clock=True)
     warned.assert_outcomes(passed=1, warnings=1)
     warned.stdout.fnmatch_lines(["*SolgateWarning: above-sol*"])
@@ -136,7 +135,7 @@ def test_mfu_budget_and_profile_glob_budgets(suite):
             sol.measure(lambda: busy(1e-3), bytes=0.1e6)
     """, fake_clock=True)
     result.assert_outcomes(failed=1, passed=1)
-    result.stdout.fnmatch_lines(["*test_compute MFU 0.?? < budget 0.80 on synthetic*compute-bound*"])
+    result.stdout.fnmatch_lines(["*test_compute MFU 0.?? < budget 0.80", "*on synthetic*compute-bound*"])
 
 
 def test_several_measurements_and_json_contents(suite, pytester):
@@ -459,7 +458,7 @@ def test_speedup_gates_against_the_reference(suite, pytester):
     slow = data[("test_not_fast_enough", "triton")]
     assert slow["verdict"] == "below-budget" and slow["budget"]["achieved_speedup"] == pytest.approx(1.25)
     result.stdout.fnmatch_lines([
-        "*test_not_fast_enough 'triton' is 1.*x as fast as 'torch' (median * ms vs * ms), budget 1.8x on synthetic: too slow*",
+        "*test_not_fast_enough 'triton' is 1.*x as fast as 'torch'", "*budget 1.8x on synthetic*too slow*",
         "*test_which_reference: a speedup budget needs one reference: pass reference= one of torch, eager*",
     ])
     assert data[("test_budget_for_another_gpu", "triton")]["verdict"] == "pass"  # h100* does not match synthetic

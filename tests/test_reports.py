@@ -11,6 +11,7 @@ from pytest_solgate.declare.profiles import HardwareProfile
 from pytest_solgate.record import schema
 from pytest_solgate.report import html, machine, markdown, roofline, terminal
 from pytest_solgate.results import Measurement, RunInfo
+from pytest_solgate.support import units
 
 PROFILE = HardwareProfile(id="synthetic", name="Synthetic", kind="cpu", memory_bandwidth_gbps=1,
                           peak_tflops={"fp32": 0.001}, ceilings="measured", source="tests")
@@ -73,7 +74,8 @@ def test_data_movement_goes_on_the_bandwidth_chart_and_references_join_their_ker
     assert kernel_point.label.text == "test_gemm [triton]" and reference_point.label.text == "torch"
     (bar,) = chart.bandwidth.bars
     assert bar.label == "t.py::test_copy [default]" and bar.fraction == 0.5 and bar.value.endswith("(50%)")
-    assert chart.left_out == ("t.py::test_empty [default]",)  # no bytes: on neither chart
+    (left_out,) = chart.left_out  # no bytes: on neither chart, and why
+    assert left_out.startswith("t.py::test_empty [default]") and "no bytes" in left_out
     page = html.render_report(RUN, [copy, nothing, kernel, reference], {"synthetic": PROFILE})
     assert page.count('class="point kernel"') == 1 and page.count('class="point reference"') == 1
     assert page.count('class="link"') == 1 and page.count('<tr class="bar kernel">') == 1
@@ -229,7 +231,7 @@ def test_the_terminal_table_fits_80_columns():
     assert max(len(line) for line in wide) > 80  # the table as is
     narrow = terminal.render(ms, width=80)
     assert max(len(line) for line in narrow) <= 80
-    assert narrow[0] == terminal.shorten(f"{long_id} [default]", 80) and "…" in narrow[0]
+    assert narrow[0] == units.cut_middle(f"{long_id} [default]", 80) and "…" in narrow[0]
     assert narrow[0].startswith("kernels/test_attention.py::") and narrow[0].endswith("dim128] [default]")
     assert narrow[1].startswith("    below-budget  SOL 0.50 (budget >= 0.40)")
     assert terminal.render(ms, width=400) == wide  # a wide terminal keeps one row per measurement

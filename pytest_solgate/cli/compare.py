@@ -86,7 +86,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         itself = " other than HEAD's own (a commit is never in its own window)" if base_sha == head_sha else ""
         raise UsageFailure(f"compare: no clean results for '{args.base}' or its ancestors in {history_path}{itself}")
     settings = verdict.JudgeSettings(gate="fail", commit=head_sha, max_regression=ini.max_regression)
-    regressed = 0
+    regressed, one_run = 0, False
     print(f"{'test [name]':<60} {'base':>7} {'head':>7} {'change':>8} {'floor':>7}  verdict")
     for key, h in sorted(head.items()):
         label = f"{key[0]} [{key[1]}]"
@@ -100,12 +100,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
             continue
         result = verdict.rejudge(h, window, settings, args.max_regression)
         regressed += result.verdict == results.REGRESSED
-        floor = units.percent(result.floor) if result.floor is not None else "?"
+        floor = units.percent(result.floor) if result.floor is not None else ONE_RUN_FLOOR
+        one_run |= result.floor is None
         print(f"{label:<60} {units.sol_fine(result.centre):>7} {units.sol_fine(h.score.sol):>7} {units.percent(result.change, True):>8} {floor:>7}  "
               f"{result.verdict}")
+    if one_run:  # as the gate words it: no spread, so no floor, and the change cannot fail
+        print(f"floor '{ONE_RUN_FLOOR}': the window has one run, which shows no run-to-run noise; such a change is "
+              "ambiguous until two runs of ancestors are recorded, as the gate says")
     print(f"{regressed} regressed between {base_sha[:10]} and {head_sha[:10]} "
-          f"(base: up to {args.window} clean runs along its first-parent ancestry; not re-measured)")
+          f"(base: up to {units.plural(args.window, 'clean run')} along its first-parent ancestry; not re-measured)")
     return 1 if regressed else 0
+
+
+ONE_RUN_FLOOR = "1 run"
 
 
 def cmd_accept(args: argparse.Namespace) -> int:
@@ -117,6 +124,10 @@ def cmd_accept(args: argparse.Namespace) -> int:
     from pytest_solgate.record import gitinfo
 
     reason = args.reason.strip()
+    try:
+        reason.encode("utf-8")
+    except UnicodeEncodeError:  # bytes the locale could not decode reach us as lone surrogates
+        raise UsageFailure("accept: --reason is not UTF-8 text; give it in UTF-8 (it is kept in the history)") from None
     if not reason:
         raise UsageFailure("accept: --reason is empty; say why the slowdown is accepted (it is kept in the history)")
     try:
@@ -136,13 +147,19 @@ def cmd_accept(args: argparse.Namespace) -> int:
         who = ""
     accept = {"commit_sha": sha, "pattern": args.pattern, "reason": reason, "accepted_by": who,
               "accepted_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    with common.open_history(common.history_path(args), create=True) as store:
+    with common.open_history(common.history_path(args)) as store:  # an accept amends a history, never starts one
         matched = _accepted_tests(args.pattern, store.tests(), store.location)
         store.record_accept(accept)
         location = store.location
     scope = "every test" if args.pattern == "*" else f"{args.pattern!r} ({len(matched)} recorded test(s): {_listed(matched)})"
-    print(f"accepted the level at {sha[:10]} for {scope} in {location}: baselines start there from now on ({reason})")
+    print(f"accepted the level at {sha[:10]} for {scope} in {location}: baselines start there from now on ({_first_line(reason)})")
     return 0
+
+
+def _first_line(text: str) -> str:
+    """The reason as echoed: its first line (the history keeps it whole)."""
+    lines = text.splitlines()
+    return lines[0] + (f" [+{len(lines) - 1} more line(s)]" if len(lines) > 1 else "")
 
 
 def _accepted_tests(pattern: str, tests: list[str], location: str) -> list[str]:

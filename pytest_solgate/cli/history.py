@@ -77,7 +77,26 @@ def _changes_json(test: str, name: str, profile: str, points: list, changes: Any
         "outliers": [{"commit": points[o.index]["commit"], "sol": o.value, "level": o.level, "change": o.change}
                      for o in changes.outliers],
         "skipped": [points[i]["commit"] for i in changes.skipped],
+        "regressed_apart": [points[i]["commit"] for i in _failed_unlisted(points, changes)],  # failed, not a step
     }
+
+
+def _failed_unlisted(points: list[dict[str, Any]], changes: Any) -> list[int]:
+    """The commits where the gate failed the measurement as regressed in some run, that the change
+    points do not list: said beside them, so that `--changes` never reads as if nothing failed."""
+    listed = {cp.index for cp in changes.points} | {o.index for o in changes.outliers}
+    return [i for i, p in enumerate(points) if "regressed" in p.get("verdicts", ()) and i not in listed]
+
+
+def _gate_said(point: dict[str, Any], every_run: bool) -> str:
+    """What the gate said at a commit, in the words it used: the runs it failed as regressed."""
+    from pytest_solgate.support import units
+
+    verdicts = point.get("verdicts", [])
+    failed = verdicts.count("regressed")
+    if every_run or (failed and failed == len(verdicts)):
+        return "; the gate failed it as regressed"
+    return f"; the gate failed it as regressed in {failed} of {units.plural(len(verdicts), 'run')}" if failed else ""
 
 
 def _print_changes(results: list, min_change: float, as_json: bool = False) -> int:
@@ -85,7 +104,7 @@ def _print_changes(results: list, min_change: float, as_json: bool = False) -> i
 
     from pytest_solgate.support import units
 
-    found = 0
+    found = gated = 0
     notes = []
     listed = []
     for (test, name, profile, _ceilings), points in sorted(_series(results).items()):
@@ -100,23 +119,31 @@ def _print_changes(results: list, min_change: float, as_json: bool = False) -> i
                 f"{at['commit'][:10]} {units.percent(cp.change, signed=True):>8}  SOL {units.sol_fine(cp.before)} -> {units.sol_fine(cp.after)}  "
                 f"{test} [{name}] {profile} (after {before['commit'][:10]}, {at['commit_time'][:10]})"
                 + ("  provisional: the newest commit; the next one confirms it" if cp.provisional else "")
-                + ("; the gate failed it as regressed" if cp.by_gate else "")
+                + _gate_said(at, cp.by_gate)
             )
         for outlier in changes.outliers:
             found += 1
             at = points[outlier.index]
             print(
-                f"{at['commit'][:10]} {units.percent(outlier.change, signed=True):>8}  SOL {outlier.value:.3f} "
-                f"(level {outlier.level:.3f})  {test} [{name}] {profile} ({at['commit_time'][:10]})  outlier: one commit "
+                f"{at['commit'][:10]} {units.percent(outlier.change, signed=True):>8}  SOL {units.sol_fine(outlier.value)} "
+                f"(level {units.sol_fine(outlier.level)})  {test} [{name}] {profile} ({at['commit_time'][:10]})  outlier: one commit "
                 "off its level, not a step"
             )
+        for i in _failed_unlisted(points, changes):
+            gated += 1
+            at = points[i]
+            print(f"{at['commit'][:10]} {'':>8}  SOL {units.sol_fine(at['sol'])}  {test} [{name}] {profile} "
+                  f"({at['commit_time'][:10]})  not a step of {units.percent(min_change)} over the commits"
+                  + _gate_said(at, False)
+                  + (f" (see `solgate compare {points[i - 1]['commit'][:10]} {at['commit'][:10]}`)" if i else ""))
         if changes.note:
             notes.append(f"{test} [{name}] {profile}: {changes.note}")
     if as_json:
         print(json.dumps({"min_change": min_change, "measurements": listed}, indent=1))
         return 0
     if not found:
-        print(f"no change points: no measurement's SOL stepped by {units.percent(min_change)} or more over the recorded commits")
+        print(f"no change points: no measurement's SOL stepped by {units.percent(min_change)} or more over the recorded "
+              "commits" + (f"; the gate's {units.plural(gated, 'regression')} above stand apart from them" if gated else ""))
     for note in notes:
         print(f"note: {note}")
     return 0

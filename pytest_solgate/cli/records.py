@@ -36,6 +36,9 @@ def cmd_import(args: argparse.Namespace) -> int:
         raise UsageFailure("import: give a --sol-json FILE, or --spool (not both)")
     history_path = common.history_path(args)  # a bad location is refused before the file is read
     if args.spool:
+        if not spool.waiting(common.state_dir()):  # nothing to send: no history is created for it
+            print(f"no spooled runs in {spool.folder(common.state_dir())}: nothing to import")
+            return 0
         with common.open_history(history_path, create=True) as store:
             sent = spool.send(store, common.state_dir())
             location = store.location

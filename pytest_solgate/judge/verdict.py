@@ -112,7 +112,7 @@ def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, setting
         return done(results.NOT_GATED, wording.GATE_OFF)
     ratio = dram_ratio(m)
     if sol > ABOVE_SOL_LIMIT:
-        return done(results.ABOVE_SOL, wording.above_sol(m, ABOVE_SOL_LIMIT, ratio))
+        return done(results.ABOVE_SOL, wording.above_sol(m, ABOVE_SOL_LIMIT, ratio, fitting_class(m)))
     if min_sol is not None and sol < min_sol:
         excess = ratio if ratio is not None and ratio > DRAM_EXCESS else None
         return done(results.BELOW_BUDGET, wording.below_min(m, min_sol, excess))
@@ -125,6 +125,13 @@ def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, setting
     if min_sol is None and min_mfu is None and versus is None:
         return done(results.PASS, wording.no_budget(m, unmatched))
     return done(results.PASS, wording.passed(m, versus.text if versus is not None else None))
+
+
+def fitting_class(m: Measurement) -> tuple[str, float] | None:
+    """The tensor-core class whose peak the declared FLOPs fit (SOL within the limit there), when
+    the declared class reads above the speed of light: the precision was likely declared wrong."""
+    other = m.score.tensor_class
+    return other if other is not None and other[1] <= ABOVE_SOL_LIMIT else None
 
 
 def judged(m: Measurement) -> bool:

@@ -57,6 +57,17 @@ class ComparisonFacts:
     probe_beyond: bool = False  # a regression beyond the machine's shift by the memory probe too
 
 
+# A verdict's first line fits 80 columns; its details follow, indented, on the lines below. A
+# measurement's own verdicts leave room for the verdict the run puts before them ("below-budget: ").
+WIDTH = 80
+LED_WIDTH = WIDTH - len("below-budget: ")
+
+
+def headline(lead: str, name: str, rest: str, width: int = LED_WIDTH) -> str:
+    """``lead + name + rest`` within ``width`` columns, the name (a test id) cut from the middle."""
+    return lead + units.cut_middle(name, max(width - len(lead) - len(rest), 40)) + rest
+
+
 def short(commit: str | None) -> str:
     return (commit or "unknown")[:10]
 
@@ -76,23 +87,24 @@ def comparison_text(facts: ComparisonFacts) -> str:
         notes.append(f"the SM clock moved {units.percent(moved, signed=True)}: {mhz:.0f} MHz over this run's timed "
                      f"region vs {centre:.0f} MHz over the window's; clocks unlocked: --sol-lock-clocks=base compares "
                      "at one clock")
-    lines = [
-        f"{facts.verdict}: {facts.label} {units.percent(facts.change, signed=True)}, "
-        f"tolerance {units.percent(facts.tolerance)}, noise floor {floor}",
-        f"  SOL {facts.sol:.3f} at {short(facts.commit)}{' (dirty)' if facts.dirty else ''} vs {facts.centre:.3f} over "
-        f"{_window(facts)}{_at_memory_speed(facts.raw_change)}" + (f" ({'; '.join(notes)})" if notes else ""),
-    ]
+    change = f" {units.percent(facts.change, signed=True)}"
+    bounds = f"tolerance {units.percent(facts.tolerance)}, noise floor {floor}"
+    head = f"{facts.verdict}: {facts.label}{change}, {bounds}"
+    lines = [head] if len(head) <= WIDTH else [headline(f"{facts.verdict}: ", facts.label, change, WIDTH), f"  {bounds}"]
+    lines.append(
+        f"  SOL {units.sol_fine(facts.sol)} at {short(facts.commit)}{' (dirty)' if facts.dirty else ''} vs {units.sol_fine(facts.centre)} over "
+        f"{_window(facts)}{_at_memory_speed(facts.raw_change)}" + (f" ({'; '.join(notes)})" if notes else ""))
     lines += [f"  {line}" for line in _why(facts, floor)]
     return "\n".join(lines)
 
 
 def _runs(runs: tuple[tuple[str, float], ...], joiner: str) -> str:
-    return joiner.join(f"{short(commit)} (SOL {sol:.3f})" for commit, sol in runs)
+    return joiner.join(f"{short(commit)} (SOL {units.sol_fine(sol)})" for commit, sol in runs)
 
 
 def _window(facts: ComparisonFacts) -> str:
     newest, oldest = short(facts.newest), short(facts.oldest)
-    runs = f"{facts.window_runs} baseline run{'s' if facts.window_runs != 1 else ''}"
+    runs = units.plural(facts.window_runs, "baseline run")
     return f"{runs} at {newest}" if newest == oldest else f"{runs} from {oldest} to {newest}"
 
 
@@ -148,7 +160,8 @@ def _why(facts: ComparisonFacts, floor: str) -> list[str]:
         return [f"would be an improvement, but {_memory_moved(facts)}"]
     if facts.verdict == "regressed":
         beyond = " and the machine's shift by the memory probe" if facts.probe_beyond else ""
-        return [f"regressed (beyond the tolerance and the noise: 99 % t prediction bound over {facts.runs} runs{beyond})"]
+        return [f"regressed (beyond the tolerance and the noise: 99 % t prediction bound over "
+                f"{units.plural(facts.runs, 'run')}{beyond})"]
     return []
 
 
@@ -156,13 +169,16 @@ def _why(facts: ComparisonFacts, floor: str) -> list[str]:
 
 
 def describe(m: Measurement) -> str:
-    """'2.38 TB/s of 3.35 TB/s (memory-bound)' from a scored measurement and its ceilings."""
+    """'2.38 TB/s of 3.35 TB/s (memory-bound)' from a scored measurement and its ceilings; the
+    declared FLOPs' rate follows a memory-bound one, by class: '; 14.2 TFLOP/s fp16_tensor'."""
     scored = m.score
     if scored.bound == "memory":
         ceiling = m.work.bytes / scored.t_sol / 1e9 if scored.t_sol > 0 else 0
-        return f"{units.bandwidth(scored.gbps)} of {units.bandwidth(ceiling)} (memory-bound)"
+        flops = f"; {units.flop_rate(scored.tflops)} {'+'.join(m.work.flops)}" if m.work.total_flops else ""
+        return f"{units.bandwidth(scored.gbps)} of {units.bandwidth(ceiling)} (memory-bound{flops})"
     ceiling = m.work.total_flops / scored.t_sol / 1e12 if scored.t_sol > 0 else 0
-    return f"{units.flop_rate(scored.tflops)} of {units.flop_rate(ceiling)} (compute-bound)"
+    classes = f" {'+'.join(m.work.flops)}" if m.work.flops else ""
+    return f"{units.flop_rate(scored.tflops)} of {units.flop_rate(ceiling)}{classes} (compute-bound)"
 
 
 def dram_phrase(m: Measurement, ratio: float | None) -> str:
@@ -174,11 +190,14 @@ def dram_phrase(m: Measurement, ratio: float | None) -> str:
             f"{ratio:.2f}x the {units.count(m.work.bytes)}B declared")
 
 
+NOISY = "noisy"  # the time budget ran out before the noise target: said once per session (report/terminal.py)
+
+
 def timing_phrase(m: Measurement) -> str:
     timing = m.timing
-    phrase = f"median {units.seconds(timing.seconds)} {units.noise(timing.noise)} over {len(timing.samples)} samples"
+    phrase = f"median {units.seconds(timing.seconds)} {units.noise(timing.noise)} over {units.plural(len(timing.samples), 'sample')}"
     if timing.noisy:
-        phrase += " (noisy: the time budget ran out first)"
+        phrase += f" ({NOISY})"
     if timing.throttled:
         phrase += " (throttled: clocks fell or a power/thermal limit was hit)"
     return phrase
@@ -187,67 +206,83 @@ def timing_phrase(m: Measurement) -> str:
 NOT_JUDGED = "gate=False: recorded for reference, not judged"
 INTERPRETED = "TRITON_INTERPRET=1: the Triton interpreter's timings mean nothing"
 GATE_OFF = "--sol-gate=off"
+CHECK_DECLARED = "check the declared bytes/flops and the profile's ceilings, or whether the cache served the data"
+
+
+def _facts(m: Measurement) -> str:
+    return f"  on {m.profile}: {describe(m)}, {timing_phrase(m)}"
 
 
 def impossible_reference(m: Measurement, limit: float) -> str:
-    return (f"{NOT_JUDGED}; note: SOL {units.sol(m.score.sol)} > {limit} on {m.profile} is impossible: {describe(m)}; "
-            "check the declared bytes/flops and the profile's ceilings, or whether the cache served the data")
+    return (f"{NOT_JUDGED}\n  note: SOL {units.sol(m.score.sol)} > {limit} on {m.profile} is impossible: {describe(m)}; "
+            f"{CHECK_DECLARED}")
 
 
-def above_sol(m: Measurement, limit: float, ratio: float | None) -> str:
+def above_sol(m: Measurement, limit: float, ratio: float | None, fitting: tuple[str, float] | None = None) -> str:
+    """``fitting``: the tensor-core class the declared FLOPs fit, and the SOL they read there
+    (``verdict.fitting_class``)."""
     if ratio is not None and ratio < 1:
         why = f"{dram_phrase(m, ratio)}: the cache served the rest of the data (give each call cold inputs: rotating buffer sets)"
     elif ratio is not None:
         why = f"{dram_phrase(m, ratio)}, so the data did come from DRAM: check the profile's bandwidth and peak ceilings"
     else:
-        why = "check the declared bytes/flops and the profile's ceilings, or whether the cache served the data"
-    return f"{label(m)} SOL {m.score.sol:.2f} > {limit} on {m.profile} is impossible: {describe(m)}; {why}"
+        why = CHECK_DECLARED
+    if fitting is not None:
+        declared = m.score.dominant_precision or "the declared class"
+        why = (f"its {declared} FLOPs fit {fitting[0]} (SOL {units.sol(fitting[1])} there): if it runs on the tensor "
+               f"cores, declare flops={{'{fitting[0]}': ...}}\n  else {why}")
+    head = headline("", label(m), f" SOL {units.sol(m.score.sol)} > {limit} is impossible")
+    return f"{head}\n  on {m.profile}: {describe(m)}\n  {why}"
 
 
 def below_min(m: Measurement, min_sol: float, excess_ratio: float | None) -> str:
     """``excess_ratio``: the DRAM ratio when the kernel moves more than it declares, else None."""
     moved = ""
     if excess_ratio is not None:
-        moved = (f"; it moves more than it declares: {dram_phrase(m, excess_ratio)}, so the traffic beyond the fused "
+        moved = (f"\n  it moves more than it declares: {dram_phrase(m, excess_ratio)}, so the traffic beyond the fused "
                  "minimum (re-reads, spills, an unfused intermediate) costs it time")
-    return f"{label(m)} SOL {m.score.sol:.2f} < budget {min_sol:.2f} on {m.profile}: {describe(m)}, {timing_phrase(m)}{moved}"
+    head = headline("", label(m), f" SOL {units.sol(m.score.sol)} < budget {units.sol(min_sol)}")
+    return f"{head}\n{_facts(m)}{moved}"
 
 
 def mfu_without_flops(m: Measurement, min_mfu: float) -> str:
-    return (f"{label(m)} has an MFU budget of {min_mfu:.2f} on {m.profile} but declares no FLOPs, so its MFU is 0 "
-            "(count_flops counts pointwise ops, softmax and norms as 0): pass flops= or drop mfu= from the marker")
+    head = headline("", label(m), f" has an MFU budget of {units.sol(min_mfu)} but declares no FLOPs")
+    return (f"{head}\n  so its MFU on {m.profile} is 0 (count_flops counts pointwise ops, softmax and norms as 0): "
+            "pass flops= or drop mfu= from the marker")
 
 
 def below_mfu(m: Measurement, min_mfu: float) -> str:
-    return f"{label(m)} MFU {m.score.mfu:.2f} < budget {min_mfu:.2f} on {m.profile}: {describe(m)}, {timing_phrase(m)}"
+    head = headline("", label(m), f" MFU {units.sol(m.score.mfu)} < budget {units.sol(min_mfu)}")
+    return f"{head}\n{_facts(m)}"
 
 
 def no_budget(m: Measurement, unmatched: tuple[str, ...]) -> str:
     if unmatched:
-        return (f"no budget on {m.profile}: the marker's {' and '.join(f'{k}=' for k in unmatched)} "
-                "globs match other profiles only; no baseline: recorded")
+        return (f"no budget on {m.profile} and no baseline: recorded\n  the marker's "
+                f"{' and '.join(f'{k}=' for k in unmatched)} globs match other profiles only")
     return f"no budget for {m.profile} and no baseline: recorded"
 
 
 def passed(m: Measurement, comparison: str | None) -> str:
     """A pass: the comparison's short first line leads when there was one; the measurement's facts follow."""
     if comparison is not None:
-        return f"{comparison}\n  {describe(m)} on {m.profile}, {timing_phrase(m)}"
-    return f"{label(m)} SOL {m.score.sol:.2f} on {m.profile}: {describe(m)}, {timing_phrase(m)}"
+        return f"{comparison}\n{_facts(m)}"
+    return f"{headline('', label(m), f' SOL {units.sol(m.score.sol)}')}\n{_facts(m)}"
 
 
 def confirmed(reason: str, first: Measurement, second: Measurement) -> str:
-    return f"{reason}; confirmed by a re-measurement (SOL {first.score.sol:.3f}, then {second.score.sol:.3f})"
+    return f"{reason}; confirmed by a re-measurement (SOL {units.sol_fine(first.score.sol)}, then {units.sol_fine(second.score.sol)})"
 
 
 def not_confirmed(first: Measurement, second: Measurement) -> str:
-    return (f"a first block of samples read SOL {first.score.sol:.3f} (a suspected regression); "
-            f"the re-measurement read {second.score.sol:.3f} and did not confirm it")
+    return (f"a first block of samples read SOL {units.sol_fine(first.score.sol)} (a suspected regression); "
+            f"the re-measurement read {units.sol_fine(second.score.sol)} and did not confirm it")
 
 
 def speedup(m: Measurement, reference: Measurement, achieved: float, required: float) -> str:
-    return (f"{label(m)} is {achieved:.3g}x as fast as '{reference.name}' (median {units.seconds(m.timing.seconds)} vs "
-            f"{units.seconds(reference.timing.seconds)}), budget {required:g}x on {m.profile}")
+    head = headline("", label(m), f" is {achieved:.3g}x as fast as '{reference.name}'")
+    return (f"{head}\n  budget {required:g}x on {m.profile}, median {units.seconds(m.timing.seconds)} vs "
+            f"{units.seconds(reference.timing.seconds)}")
 
 
 def speedup_within_noise(text: str, noise: float) -> str:

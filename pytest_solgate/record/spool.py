@@ -42,9 +42,14 @@ class Sent:
     problems: tuple[str, ...] = ()
 
 
+def waiting(state_dir: Path) -> list[Path]:
+    """The spooled runs, oldest first."""
+    return sorted(folder(state_dir).glob("*.json"), key=lambda p: (p.stat().st_mtime, p.name))
+
+
 def send(store: Store, state_dir: Path) -> Sent:
     """Send every spooled run to ``store``; stop (keeping the rest) when the server goes away."""
-    files = sorted(folder(state_dir).glob("*.json"), key=lambda p: (p.stat().st_mtime, p.name))
+    files = waiting(state_dir)
     sent = already = 0
     problems: list[str] = []
     for i, path in enumerate(files):

@@ -14,6 +14,7 @@ from pytest_solgate import results
 from pytest_solgate.declare.profiles import HardwareProfile
 from pytest_solgate.report import table
 from pytest_solgate.results import Measurement
+from pytest_solgate.support import units
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,7 @@ class Chart:
     roofs: tuple[Roof, ...]
     x_ticks: tuple[Tick, ...]
     y_ticks: tuple[Tick, ...]
-    left_out: tuple[str, ...]  # measurements on neither chart (no bytes declared)
+    left_out: tuple[str, ...]  # measurements on neither chart, each with why (why_left_out)
     links: tuple[Link, ...] = ()
     bandwidth: BandwidthChart | None = None
     verdicts: tuple[str, ...] = ()  # the verdicts of the points drawn: the legend names each colour
@@ -155,6 +156,15 @@ def plottable(m: Measurement) -> bool:
     return bool(intensity) and intensity > 0 and m.score.tflops > 0 and math.isfinite(intensity)
 
 
+def why_left_out(m: Measurement) -> str:
+    """Why a measurement is on neither chart, by what it declared."""
+    if not m.work.bytes and not m.work.total_flops:
+        return "no bytes or FLOPs declared"
+    if not m.work.bytes:
+        return "no bytes declared"
+    return "no achieved FLOP rate to place"
+
+
 def data_movement(m: Measurement) -> bool:
     """Bytes and no FLOPs: its place is the bandwidth chart."""
     return m.work.bytes > 0 and not m.work.total_flops
@@ -168,7 +178,6 @@ def bandwidth_chart(profile: HardwareProfile, measurements: Sequence[Measurement
     rows = [(i, m) for i, m in enumerate(measurements) if data_movement(m)]
     if not rows:
         return None
-    from pytest_solgate.support import units
 
     return BandwidthChart(
         ceiling=units.bandwidth(profile.memory_bandwidth_gbps),
@@ -227,7 +236,7 @@ def roofline(profile: HardwareProfile, measurements: Sequence[Measurement], fram
             y=py(m.score.tflops * 1e12),
             verdict=str(table.verdict(m)),
             title=f"{kind(m)} {m.test} [{m.name}]: {m.score.intensity:.3g} FLOP/B, {m.score.tflops:.3g} TFLOP/s, "
-                  f"SOL {m.score.sol:.2f}, {table.verdict(m)}",
+                  f"SOL {units.sol(m.score.sol)}, {table.verdict(m)}",
             index=i,
             kind=kind(m),
         )
@@ -244,7 +253,8 @@ def roofline(profile: HardwareProfile, measurements: Sequence[Measurement], fram
         for (other_test, _), reference in placed.items() if reference.kind == "reference" and other_test == test
     )
     points = tuple(_labelled(placed_points, measurements, frame, roofs, memory_label, links))
-    left_out = tuple(f"{m.test} [{m.name}]" for m in measurements if not plottable(m) and not data_movement(m))
+    left_out = tuple(f"{m.test} [{m.name}] ({why_left_out(m)})" for m in measurements
+                     if not plottable(m) and not data_movement(m))
     return Chart(
         profile=profile.id,
         frame=frame,
@@ -269,7 +279,6 @@ NEAR = 3  # rounds out from the mark within which a label keeps clear of other p
 
 def _memory_label(profile: HardwareProfile, start: tuple[float, float], ridge: tuple[float, float]) -> SlopeLabel:
     """The memory roof's name along its slope, 30 % of the way from its start, just above it."""
-    from pytest_solgate.support import units
 
     (x1, y1), (x2, y2) = start, ridge
     angle = math.degrees(math.atan2(y2 - y1, x2 - x1))

@@ -45,8 +45,13 @@ def ordered(measurements: Iterable[Measurement]) -> list[Measurement]:
 
 
 def achieved(m: Measurement) -> str:
+    """The bound's rate first; the declared FLOPs' rate, by class, beside a memory-bound one."""
     scored = m.score
-    rate = units.bandwidth(scored.gbps) if scored.bound == "memory" else units.flop_rate(scored.tflops)
+    flops = f"{units.flop_rate(scored.tflops)} {'+'.join(m.work.flops)}"
+    if scored.bound != "memory":
+        rate = flops
+    else:
+        rate = units.bandwidth(scored.gbps) + (f", {flops}" if m.work.total_flops else "")
     measured = measured_text(m)
     return f"{rate}; {measured}" if measured else rate
 
@@ -70,9 +75,9 @@ def budget_text(m: Measurement) -> str:
     budget = m.judgement.budget
     parts = []
     if budget.min is not None:
-        parts.append(f">= {budget.min:.2f}")
+        parts.append(f">= {units.sol(budget.min)}")
     if budget.mfu is not None:
-        parts.append(f"MFU >= {budget.mfu:.2f}")
+        parts.append(f"MFU >= {units.sol(budget.mfu)}")
     if budget.speedup is not None:
         parts.append(f"{budget.speedup:g}x {budget.reference or 'reference'}")
     if not parts and budget.unmatched:

@@ -13,6 +13,7 @@ from pytest_solgate.measure.backends import is_gated
 from pytest_solgate.report.steps import terminal_lines
 from pytest_solgate.report.table import HEADERS, Row, counts, ordered, row
 from pytest_solgate.results import Measurement
+from pytest_solgate.support import units
 
 INDENT = "    "
 
@@ -23,12 +24,12 @@ def render(measurements: Sequence[Measurement], width: int | None = None) -> lis
     rows = [row(m, measurements) for m in ordered(measurements)]
     table = _table(rows)
     if width is None or max(len(line) for line in table) <= width:
-        return table + [_totals(measurements)] + terminal_lines(measurements)
+        return table + [_totals(measurements), *_noisy(measurements)] + terminal_lines(measurements)
     lines = []
     for r in rows:
-        lines.append(shorten(f"{r.test} [{r.name}]", width))
+        lines.append(units.cut_middle(f"{r.test} [{r.name}]", width))
         lines += _wrap(_figures(r), width - len(INDENT), INDENT)
-    return lines + [_totals(measurements)] + terminal_lines(measurements)
+    return lines + [_totals(measurements), *_noisy(measurements)] + terminal_lines(measurements)
 
 
 def _table(rows: Sequence[Row]) -> list[str]:
@@ -67,14 +68,6 @@ def _wrap(parts: Sequence[str], width: int, indent: str) -> list[str]:
     return lines
 
 
-def shorten(text: str, width: int) -> str:
-    """``text`` cut from the middle to ``width`` characters: both ends of a test id say most."""
-    if len(text) <= width or width < 5:
-        return text
-    keep = width - 1
-    return text[: (keep + 1) // 2] + "…" + text[len(text) - keep // 2:]
-
-
 def _totals(measurements: Sequence[Measurement]) -> str:
     totals = ", ".join(f"{n} {verdict}" for verdict, n in counts(measurements).items())
     # The README's main job on a machine without a GPU: say once why the kernels are not gated.
@@ -84,3 +77,13 @@ def _totals(measurements: Sequence[Measurement]) -> str:
         totals += (f"; {interpreted} kernel(s) ran in the Triton interpreter (no GPU here), whose timings mean "
                    "nothing, so they are not gated (their correctness is); on a GPU the same command times and gates them")
     return totals
+
+
+def _noisy(measurements: Sequence[Measurement]) -> list[str]:
+    """Once a session, not on every verdict: what to change when measurements ran out of time
+    before their noise target (every default CPU measurement on a small shared machine)."""
+    noisy = sum(m.timing.noisy for m in measurements)
+    if not noisy:
+        return []
+    return [f"{noisy} of {units.plural(len(measurements), 'measurement')} noisy: the time budget ran out before the "
+            "median's noise reached its target; give more --sol-max-time, or a wider --sol-noise on a shared machine"]

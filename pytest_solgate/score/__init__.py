@@ -9,6 +9,7 @@ No torch, no pytest: this is tested in microseconds.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from pytest_solgate.declare.profiles import HardwareProfile
@@ -34,6 +35,13 @@ class Score:
     # calibration clocks); under --sol-lock-clocks the clock the SMs held, so that a budget is
     # applied like with like (a kernel at base clock against peaks at base clock)
     sol_clock_mhz: float | None = None
+    # The dominant precision's tensor-core class and the SOL its FLOPs read there, where the
+    # profile has one (a bf16 GEMM declared "bf16" that ran on the tensor cores); not recorded.
+    tensor_class: tuple[str, float] | None = None
+
+
+# A vector precision class and the tensor-core class the same arithmetic runs at on a GPU.
+TENSOR_CLASS = {"fp64": "fp64_tensor", "fp32": "tf32_tensor", "fp16": "fp16_tensor", "bf16": "bf16_tensor"}
 
 
 @dataclass(frozen=True)
@@ -112,7 +120,19 @@ def score(work: Work, seconds: float, profile: HardwareProfile, sm_clock_mhz: fl
         ridge=floor.ridge,
         dominant_precision=floor.dominant_precision,
         sol_at_clock=at_clock,
+        tensor_class=_tensor_class(work, floor, seconds, profile),
     )
+
+
+def _tensor_class(work: Work, floor: Floor, seconds: float, profile: HardwareProfile) -> tuple[str, float] | None:
+    """The dominant precision's tensor-core class, and the SOL with its FLOPs counted there."""
+    vector = floor.dominant_precision
+    tensor = TENSOR_CLASS.get(vector or "")
+    if tensor is None or tensor not in profile.peak_tflops:
+        return None
+    flops = dict(work.flops)
+    flops[tensor] = flops.get(tensor, 0) + flops.pop(vector)
+    return tensor, speed_of_light(dataclasses.replace(work, flops=flops), profile).t_sol / seconds
 
 
 def _sol_at_clock(

@@ -1,11 +1,13 @@
-"""Support: the ini options pytest would read here, for the ``solgate`` command.
+"""Support: the ``sol_*`` ini options as pytest reads them, for the plugin and the ``solgate`` command.
 
 ``solgate history --changes`` must report the ``sol_min_change`` that ``pytest`` would use, and
-``solgate accept`` must write to the ``sol_history`` that ``pytest`` records in. pytest finds its
-configuration file (the rootdir's ``pytest.ini``, ``pyproject.toml``, ``tox.ini``, ``setup.cfg``,
-in that order, the first that has a pytest section) with ``determine_setup``; it is not public API
-but it is the rule itself, so it is used where its shape is the known one, and the same files are
-read the same way where it is not.
+``solgate accept`` must write to the ``sol_history`` that ``pytest`` records in. So the command
+reads the ini the way pytest does, with pytest's own code: ``determine_setup`` finds the file (the
+rootdir's ``pytest.ini``, ``pyproject.toml``, ``tox.ini``, ``setup.cfg``, the first with a pytest
+section, and refuses a ``[pytest]`` section in ``setup.cfg``), and ``Config.getini`` reads each value
+with the type the plugin registers (in pytest 9's native ``[tool.pytest]`` table, ``sol_min_change =
+0.4`` is refused: the option is a string). Neither is public API, but each is the rule itself; a
+pytest whose rule has another shape is read by hand (``_by_reading``).
 """
 
 from __future__ import annotations
@@ -16,21 +18,54 @@ from pathlib import Path
 from typing import Any
 
 from pytest_solgate.support.errors import OptionError
+from pytest_solgate.support.settings import OPTIONS, Option
+
+
+def ini_type(option: Option) -> str:
+    """The type the plugin registers ``option`` with (``parser.addini``): what pytest checks."""
+    return "bool" if option.kind == "bool" else "string"
+
+
+def sol_values(config: Any) -> dict[str, Any]:
+    """Each ``sol_*`` option set in the ini of a pytest ``Config``, as ``getini`` returns it; a value
+    pytest refuses is one OptionError with pytest's message (which names the file and the option)."""
+    import pytest
+
+    values = {}
+    for option in OPTIONS:
+        try:
+            value = config.getini(option.name)
+        except TypeError as exc:  # pytest's own rule ([tool.pytest]: a value of another TOML type)
+            raise OptionError(str(exc)) from None
+        except (ValueError, pytest.UsageError) as exc:  # pytest's reading of an ini boolean names no option
+            raise OptionError(f"ini option {option.name}: {exc}; give true or false") from None
+        if not value:  # unset (or false: the same as unset, as the plugin has always read it)
+            continue
+        if not isinstance(value, (str, bool, int, float)):
+            # A list where one value belongs ([tool.pytest.ini_options]): never a file named "['h.db']".
+            raise OptionError(
+                f"ini option {option.name} = {value!r}: give one {'true or false' if option.kind == 'bool' else 'value'} "
+                f"(a string such as {option.name} = \"{option.default or '...'}\"), not a {type(value).__name__}"
+            )
+        values[option.name] = value
+    return values
 
 
 def sol_options(start: Path) -> tuple[dict[str, Any], Path | None]:
-    """The ``sol_*`` ini values found from ``start`` (as given, strings or TOML values), and the
-    file they came from (None when there is none)."""
+    """The ``sol_*`` ini values pytest would read when started in ``start``, and the file they came
+    from (None when there is none). Raises OptionError, one line naming the file, where pytest
+    would refuse the file or a value in it."""
     found = _by_pytest(start)
     if found is None:
         found = _by_reading(start)
-    values, path = found
-    return {k: v for k, v in values.items() if k.startswith("sol_")}, path
+    return found
 
 
 def _by_pytest(start: Path) -> tuple[dict[str, Any], Path | None] | None:
     try:
+        from _pytest.config import Config, PytestPluginManager
         from _pytest.config.findpaths import determine_setup
+        from _pytest.outcomes import OutcomeException
     except ImportError:
         return None
     wanted = {"inifile": None, "override_ini": None, "args": [str(start)], "rootdir_cmd_arg": None,
@@ -40,11 +75,24 @@ def _by_pytest(start: Path) -> tuple[dict[str, Any], Path | None] | None:
         return None  # a pytest whose rule takes something we do not know to give
     try:
         found = determine_setup(**{k: v for k, v in wanted.items() if k in accepted})
+    except OutcomeException as exc:  # pytest.fail: a [pytest] section in setup.cfg
+        raise OptionError(f"{_nearest(start, 'setup.cfg') or 'setup.cfg'}: {exc.msg}") from None
     except Exception as exc:  # pytest's own error for a broken file (a TOML syntax error)
         raise OptionError(f"the pytest configuration file here cannot be read: {exc}") from None
-    path, config = found[1], found[2]
-    # pytest 9 wraps each value (ConfigValue(value=..., origin=...)); earlier ones give it bare
-    return {key: getattr(value, "value", value) for key, value in dict(config).items()}, path
+    rootpath, path, inicfg = found[0], found[1], found[2]
+    try:
+        config = Config(PytestPluginManager(), invocation_params=Config.InvocationParams(args=(), plugins=None, dir=start))
+        for option in OPTIONS:
+            config._parser.addini(option.name, help=option.help, default=None, type=ini_type(option))
+        config._rootpath, config._inipath, config._inicfg = rootpath, path, inicfg
+    except (AttributeError, TypeError):
+        # a pytest whose Config has another shape: its values as given (pytest 9 wraps each one)
+        return {k: getattr(v, "value", v) for k, v in dict(inicfg).items() if k.startswith("sol_")}, path
+    return sol_values(config), path
+
+
+def _nearest(start: Path, name: str) -> Path | None:
+    return next((folder / name for folder in (start, *start.parents) if (folder / name).is_file()), None)
 
 
 SECTIONS = (("pytest.ini", "pytest"), ("pyproject.toml", None), ("tox.ini", "pytest"), ("setup.cfg", "tool:pytest"))
@@ -63,12 +111,12 @@ def _by_reading(start: Path) -> tuple[dict[str, Any], Path | None]:
 
                 table = tomllib.loads(path.read_text()).get("tool", {}).get("pytest", {}).get("ini_options")
                 if table is not None:
-                    return dict(table), path
+                    return {k: v for k, v in table.items() if k.startswith("sol_")}, path
                 continue
             parser = configparser.ConfigParser(interpolation=None)
             parser.read(path)
             if parser.has_section(section):
-                return dict(parser.items(section)), path
+                return {k: v for k, v in parser.items(section) if k.startswith("sol_")}, path
             if name == "pytest.ini":
                 return {}, path
     return {}, None

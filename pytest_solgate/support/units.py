@@ -8,18 +8,18 @@ import math
 def seconds(value: float | None) -> str:
     if value is None or not math.isfinite(value):
         return "-"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
-        if value >= scale or unit == "ns":
-            return f"{value / scale:.3g} {unit}"
-    return f"{value:.3g} s"
+    return _scaled(value, (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)))
 
 
-def _scaled(value: float, units: tuple[tuple[str, float], ...]) -> str:
+def _scaled(value: float, units: tuple[tuple[str, float], ...], space: str = " ") -> str:
+    """Three significant digits in the largest unit the value reaches once rounded: 999999 is
+    '1M', never '1e+03k'. ``units`` run from the largest scale down."""
+    rounded = float(f"{value:.3g}")
     for unit, scale in units:
-        if value >= scale:
-            return f"{value / scale:.3g} {unit}"
+        if rounded >= scale:
+            return f"{rounded / scale:.3g}{space}{unit}"
     unit, scale = units[-1]
-    return f"{value / scale:.3g} {unit}"
+    return f"{value / scale:.3g}{space}{unit}"
 
 
 def bandwidth(gbps: float) -> str:
@@ -46,11 +46,21 @@ def noise(fraction: float) -> str:
 
 
 def count(value: float) -> str:
-    """1.5e9 -> '1.5G'."""
-    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if value >= scale:
-            return f"{value / scale:.3g}{unit}"
-    return f"{value:.3g}"
+    """1.5e9 -> '1.5G'; 999999 -> '1M'."""
+    return _scaled(value, (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3), ("", 1.0)), space="")
+
+
+def plural(n: int, word: str) -> str:
+    """'1 run', '2 runs'."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def cut_middle(text: str, width: int) -> str:
+    """``text`` cut from the middle to ``width`` characters: both ends of a test id say most."""
+    if len(text) <= width or width < 5:
+        return text
+    keep = width - 1
+    return text[: (keep + 1) // 2] + "…" + text[len(text) - keep // 2:]
 
 
 def sol(value: float) -> str:
