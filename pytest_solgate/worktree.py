@@ -149,13 +149,13 @@ class Runner:
         if cached.is_dir():
             shutil.copytree(cached, gitinfo.state_dir(folder) / "profiles", dirs_exist_ok=True)
 
-    def collect(self, commit: str | None) -> tuple[list[str], str]:
+    def collect(self, commit: str | None, paths: Sequence[str] = ()) -> tuple[list[str], str]:
         """The node ids pytest collects at ``commit``, or why it collects none. They are taken from
         the collected items themselves (``COLLECT``), not parsed from output that ``-q`` or ``-v``
         in the project's addopts would reshape."""
         listed = self.scratch / "collected.json"
         listed.unlink(missing_ok=True)
-        done = subprocess.run([sys.executable, "-c", COLLECT, str(listed), *self._arguments([], "--collect-only")],
+        done = subprocess.run([sys.executable, "-c", COLLECT, str(listed), *self._arguments(paths, "--collect-only")],
                               cwd=self.folder(commit), env=self._environment(False), capture_output=True, text=True,
                               check=False)
         ids = json.loads(listed.read_text(encoding="utf-8")) if listed.exists() else []
