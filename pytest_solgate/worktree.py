@@ -193,6 +193,11 @@ def _failure(code: int, output: str, folder: Path) -> str:
     temporary worktree's path left out: it is gone once the command ends)."""
     lines = [line.strip("= ") for line in output.replace(f"{folder}{os.sep}", "").strip().splitlines() if line.strip()]
     last = lines[-1] if lines else "no output"
+    # the cause, not only pytest's tally: the first failing test or error, and its first E line
+    cause = next((line for line in lines if line.startswith(("FAILED ", "ERROR "))), "")
+    error = next((line.removeprefix("E").strip() for line in lines if line.startswith("E ")), "")
+    if cause and cause != last:
+        last = f"{cause}{f' ({error})' if error and error not in cause else ''}; {last}"
     if code == 4 and "found no collectors" in output:  # a node id in a module that no longer imports
         code = 2
     what = {1: "tests failed", 2: "the tests do not collect (or were interrupted)", 3: "pytest internal error",
