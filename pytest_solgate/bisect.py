@@ -37,7 +37,7 @@ from pytest_solgate import worktree
 from pytest_solgate.judge import verdict
 from pytest_solgate.judge.window import BaselineRun
 from pytest_solgate.record import baseline, gitinfo, history, store
-from pytest_solgate.results import REGRESSED, Measurement
+from pytest_solgate.results import AMBIGUOUS, REGRESSED, Measurement
 from pytest_solgate.support.errors import SolgateError
 
 Key = tuple[str, str, str, str]  # test, name, profile, ceilings: the history's series key
@@ -85,6 +85,12 @@ class Probe:
     def bad(self) -> bool:
         return not self.skipped and any(r.below for r in self.readings)
 
+    @property
+    def ambiguous(self) -> bool:
+        """Not bad, but a reading the gate would not pass either (within GOOD's noise, another
+        environment, a busy machine): never read as "at GOOD's level"."""
+        return not self.skipped and not self.bad and any(r.verdict == AMBIGUOUS.value for r in self.readings)
+
 
 @dataclass(frozen=True)
 class Level:
@@ -110,6 +116,7 @@ class Bisection:
     skipped: tuple[str, ...] = ()  # commits that could not be judged
     good_runs_made: int = 0  # runs made at GOOD for its level
     flaky: tuple[str, ...] = ()  # commits read bad once and not again on their confirmation
+    unclear: tuple[str, ...] = ()  # commits read ambiguous twice: neither good nor bad, skipped
 
     @property
     def found(self) -> bool:
@@ -256,7 +263,8 @@ class GoodLevel:
                 return None
         raise BisectError(f"bisect: GOOD {self.good[:10]}'s runs of {key[0]} [{key[1]}] were disturbed (noisy or "
                           f"contended) run after run: {len(runs)} of {self.good_runs} usable after {self.made} runs; "
-                          "bisect on a quieter machine, or give fewer --good-runs")
+                          "a noisy run's time budget ran out first: raise it (solgate bisect ... -- --sol-max-time=30), "
+                          "or bisect on a quieter machine")
 
     def levels(self) -> tuple[Level, ...]:
         facts = []
@@ -287,6 +295,7 @@ class Search:
         self.probes: list[Probe] = []
         self.skipped: set[int] = set()
         self.flaky: list[str] = []
+        self.unclear: list[str] = []
 
     def read(self, newest: Mapping[Key, tuple[dict[str, Any], Measurement, bool]], commit: str) -> tuple[Reading, ...]:
         """Each measurement of ``newest`` judged against GOOD's level by the gate's own rule."""
@@ -356,6 +365,12 @@ class Search:
             position = self.pick(low, high)
             if position is not None:
                 probe = self.look(position)
+                if probe.ambiguous:  # measured again, as the gate re-measures, never taken as good
+                    probe = self.look(position, confirmation=True)
+                    if probe.ambiguous:
+                        self.unclear.append(probe.commit)
+                        self.skipped.add(position)
+                        continue
                 if probe.skipped:
                     self.skipped.add(position)
                 elif probe.bad:
@@ -439,5 +454,5 @@ def bisect(
         culprit=first_bad if first_bad and not between else None,
         candidates=(*between, first_bad) if first_bad and between else (),
         skipped=tuple(span.commits[p - 1] for p in sorted(search.skipped)), good_runs_made=level.made,
-        flaky=tuple(search.flaky),
+        flaky=tuple(search.flaky), unclear=tuple(search.unclear),
     )

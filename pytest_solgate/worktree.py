@@ -149,13 +149,13 @@ class Runner:
         if cached.is_dir():
             shutil.copytree(cached, gitinfo.state_dir(folder) / "profiles", dirs_exist_ok=True)
 
-    def collect(self, commit: str | None) -> tuple[list[str], str]:
+    def collect(self, commit: str | None, paths: Sequence[str] = ()) -> tuple[list[str], str]:
         """The node ids pytest collects at ``commit``, or why it collects none. They are taken from
         the collected items themselves (``COLLECT``), not parsed from output that ``-q`` or ``-v``
         in the project's addopts would reshape."""
         listed = self.scratch / "collected.json"
         listed.unlink(missing_ok=True)
-        done = subprocess.run([sys.executable, "-c", COLLECT, str(listed), *self._arguments([], "--collect-only")],
+        done = subprocess.run([sys.executable, "-c", COLLECT, str(listed), *self._arguments(paths, "--collect-only")],
                               cwd=self.folder(commit), env=self._environment(False), capture_output=True, text=True,
                               check=False)
         ids = json.loads(listed.read_text(encoding="utf-8")) if listed.exists() else []
@@ -193,6 +193,11 @@ def _failure(code: int, output: str, folder: Path) -> str:
     temporary worktree's path left out: it is gone once the command ends)."""
     lines = [line.strip("= ") for line in output.replace(f"{folder}{os.sep}", "").strip().splitlines() if line.strip()]
     last = lines[-1] if lines else "no output"
+    # the cause, not only pytest's tally: the first failing test or error, and its first E line
+    cause = next((line for line in lines if line.startswith(("FAILED ", "ERROR "))), "")
+    error = next((line.removeprefix("E").strip() for line in lines if line.startswith("E ")), "")
+    if cause and cause != last:
+        last = f"{cause}{f' ({error})' if error and error not in cause else ''}; {last}"
     if code == 4 and "found no collectors" in output:  # a node id in a module that no longer imports
         code = 2
     what = {1: "tests failed", 2: "the tests do not collect (or were interrupted)", 3: "pytest internal error",

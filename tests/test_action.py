@@ -228,6 +228,8 @@ def test_the_first_step_checks_the_inputs_and_the_defaults_pass(tmp_path):
     ("github-token", ""),
     ("leg", "h100 / cuda 12"),
     ("import-runs", "many"),
+    ("ab", "sometimes"),
+    ("ab-max-time", "0"),
 ])
 def test_a_bad_input_is_one_error_line_naming_it_and_the_step_fails(tmp_path, name, value):
     done = _validate(tmp_path, **{name.replace("-", "_"): value})
@@ -418,3 +420,40 @@ def test_the_run_step_names_an_empty_output_dir(tmp_path):
     assert ran.returncode != 0
     (error,) = [line for line in ran.stdout.splitlines() if line.startswith("::error")]
     assert "input 'output-dir'" in error and "mkdir" not in ran.stderr
+
+
+# --- the paired A/B on a pull request (issue 36 item 2) --------------------------------------------
+def _solgate_shim(folder: Path) -> Path:
+    """A stand-in for the action's environment: bin/solgate runs this checkout's command."""
+    (folder / "bin").mkdir(parents=True)
+    shim = folder / "bin" / "solgate"
+    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m pytest_solgate.cli \"$@\"\n")
+    shim.chmod(0o755)
+    return folder
+
+
+def test_on_a_pull_request_the_ab_step_runs_against_the_merge_base_and_its_table_joins_the_comment(tmp_path):
+    from test_bisect import Repo
+
+    path = tmp_path / "project"
+    path.mkdir()
+    repo = Repo(path)
+    base = repo.commit("main", seconds=1e-3)
+    repo.commit("the pull request: 1.2x slower", seconds=1.2e-3)
+    venv = _solgate_shim(tmp_path / "venv")
+    (path / "sol-gate").mkdir()
+    (path / "sol-gate" / "sol-summary.md").write_text("the suite's summary\n")
+    contexts = {"runner.temp": str(tmp_path), "github.event_name": "pull_request",
+                "github.event.pull_request.base.sha": base}
+    env = {**_step_env("ab", _inputs(test_path="test_kernels.py", ab_max_time="300"), contexts),
+           "SOLGATE_VENV": str(venv), "TMPDIR": str(repo.scratch), "PYTHONPATH": str(ROOT)}
+    done = _run_step("ab", env, path, tmp_path / "ab.out")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "exit-code=1" in (tmp_path / "ab.out").read_text()
+    summary = (path / "sol-gate" / "sol-summary.md").read_text()
+    assert summary.startswith("the suite's summary") and f"A/B against the base {base[:10]}: 1 regressed" in summary
+    assert "| -16.7% |" in summary and "**regressed**" in summary
+    assert not (path / ".solgate" / "history.db").exists()  # a pull request writes no history
+    # a push (ab: auto) does not run it
+    pushed = _run_step("ab", {**env, "SOLGATE_EVENT": "push"}, path, tmp_path / "push.out")
+    assert pushed.returncode == 0 and "no A/B on a push event" in pushed.stdout

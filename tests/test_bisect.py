@@ -220,3 +220,23 @@ def test_ctrl_c_and_a_failing_good_leave_no_worktree(repo):
     _, stderr = started.communicate(timeout=60)
     assert started.returncode == 130 and "Traceback" not in stderr, stderr
     assert repo.state() == before and not list(repo.scratch.glob("solgate-bisect-*"))
+
+
+def test_good_and_bad_swapped_are_said_and_a_failing_commits_cause_is_kept(repo):
+    slow = repo.commit("the slow one, given as GOOD", seconds=1.2e-3)
+    repo.commit("fast", seconds=1e-3)
+    repo.commit("fast too", seconds=1e-3)
+    done = repo.solgate("bisect", slow, "HEAD", "*::test_kernel", "--good-runs", "2")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "are GOOD and BAD swapped?" in done.stdout
+
+
+def test_a_commit_whose_test_fails_is_skipped_with_its_cause(repo, tmp_path):
+    from pytest_solgate.worktree import _failure
+
+    output = ("F\n=== FAILURES ===\n___ test_kernel ___\nE   AssertionError: the kernel's output is wrong\n"
+              "=== short test summary info ===\nFAILED test_kernels.py::test_kernel - AssertionError\n"
+              "=== 1 failed in 0.31s ===\n")
+    said = _failure(1, output, tmp_path)
+    assert said.startswith("tests failed: FAILED test_kernels.py::test_kernel - AssertionError")
+    assert "the kernel's output is wrong" in said and "1 failed in 0.31s" in said

@@ -747,3 +747,17 @@ def test_a_run_on_a_machine_in_a_state_the_window_never_saw_is_ambiguous_not_reg
     repo.commit("the machine is back", seconds=1e-3, probe=1e-3)
     result, verdicts, _ = repo.run()
     assert verdicts["test_kernel"]["verdict"] == "pass", verdicts["test_kernel"]["reason"]
+
+
+def test_after_an_unaccepted_regression_the_next_commit_stays_red_and_names_where_the_level_fell(sqlite_repo):
+    repo = sqlite_repo
+    repo.seed(STEADY)
+    c = repo.commit("C: slower", seconds=1.25e-3)
+    _, verdicts, _ = repo.run()
+    assert verdicts["test_kernel"]["verdict"] == "regressed", verdicts["test_kernel"]["reason"]
+    assert "the level fell at" not in verdicts["test_kernel"]["reason"]  # C itself: the fall is its own
+    repo.commit("D: an innocent change on top", seconds=1.25e-3)
+    _, verdicts, _ = repo.run()
+    kernel = verdicts["test_kernel"]
+    assert kernel["verdict"] == "regressed", kernel["reason"]
+    assert f"the level fell at {c[:10]} (regressed there, neither reverted nor accepted" in kernel["reason"], kernel["reason"]

@@ -32,6 +32,8 @@ def add_parsers(sub: Any) -> None:
                    help="seconds of rounds after which it judges on what it has (default: %(default)s)")
     p.add_argument("--max-regression", type=float, default=None,
                    help="tolerance where the test's marker gives none (default: sol_max_regression, else 0.05)")
+    p.add_argument("--path", action="append", default=[],
+                   help="a folder, file or node id pytest collects from (repeat for several; default: its testpaths)")
     p.add_argument("--no-record", action="store_true", help="do not save HEAD's runs into the history (a pull request)")
     p.add_argument("--markdown", default=None, help="also write the table as Markdown here (the PR comment's)")
     common.history_arg(p)
@@ -52,7 +54,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     tolerance = args.max_regression if args.max_regression is not None else common.ini()[1].max_regression
     result = ab.ab(
         ".", args.base, args.pattern, common.history_path(args), record=not args.no_record, rounds=args.rounds,
-        max_time=args.max_time, tolerance=tolerance, pytest_args=args.pytest_args,
+        max_time=args.max_time, tolerance=tolerance, pytest_args=args.pytest_args, paths=args.path,
         announce=lambda round_, side, state: print(words.progress(round_, side, state), file=sys.stderr, flush=True),
     )
     print("\n".join(words.lines(result)))

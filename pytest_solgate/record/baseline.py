@@ -102,6 +102,7 @@ def level(
     kept: list[BaselineRun] = []
     noisy: list[BaselineRun] = []
     left: dict[str, int] = {}
+    fell: list[int] = []  # chain positions of the runs left out as regressed
     for run in runs:
         where = position.get(run.commit, len(commits))
         if where > start:
@@ -111,6 +112,8 @@ def level(
             "regressed" if run.verdict == "regressed" and against <= start else
             "outlier" if run.commit in outliers else ""
         )
+        if run.verdict == "regressed" and against <= start:  # also a disturbed run's: it was reported so
+            fell.append(where)
         if why == "noisy":
             noisy.append(run)
         elif why:
@@ -127,7 +130,22 @@ def level(
         kept = sorted(kept + noisy, key=lambda r: order[id(r)])
         return _finish(kept[:window_size], commits, start, since, left,
                        (f"{len(noisy)} runs flagged noisy kept: too few quiet ones", *unavailable))
-    return _finish(kept[:window_size], commits, start, since, left, unavailable)
+    return _finish(kept[:window_size], commits, start, since, left, (*_fallen(kept, fell, commits, position), *unavailable))
+
+
+def _fallen(kept: Sequence[BaselineRun], fell: Sequence[int], commits: Sequence[str],
+            position: Mapping[str, int]) -> tuple[str, ...]:
+    """Where the level fell and stayed down: the oldest commit whose run regressed against this
+    level when no kept run is newer than it (nothing since read at the level: not reverted, not
+    accepted). Every later message names it, so that an innocent commit on top is not blamed."""
+    if not fell:
+        return ()
+    oldest = max(fell)
+    if any(position.get(run.commit, len(commits)) < oldest for run in kept):
+        return ()  # a run since then read at the level: reverted (or a flaky reading)
+    commit = run_commit(commits, oldest)
+    return (f"the level fell at {commit} (regressed there, neither reverted nor accepted: revert it, or "
+            f"`solgate accept {commit}` if the slowdown is meant)",)
 
 
 def _finish(kept: list[BaselineRun], commits: Sequence[str], start: int, since: str, left: dict[str, int],

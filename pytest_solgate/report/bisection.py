@@ -48,6 +48,19 @@ def _named(commit: str, subjects: Any) -> str:
     return f"{short(commit)} {subject!r}" if subject else short(commit)
 
 
+def _why_not_found(b: Any) -> list[str]:
+    """What BAD's own readings say when nothing was found: GOOD and BAD swapped (BAD reads faster),
+    or a drop GOOD's noise hides (measure longer)."""
+    readings = [r for p in b.probes if p.commit == b.bad and not p.skipped for r in p.readings]
+    if any(r.verdict == "improved" for r in readings):
+        return ["  BAD reads faster than GOOD, beyond the noise: are GOOD and BAD swapped? "
+                "(solgate bisect GOOD BAD: the fast commit first)"]
+    if any(r.verdict == "ambiguous" for r in readings):
+        return ["  BAD's drop is within GOOD's run-to-run noise: measure longer (pass --sol-max-time=SECONDS "
+                "after --) or give more --good-runs"]
+    return []
+
+
 def lines(bisection: Any) -> list[str]:
     """The whole answer: the range, GOOD's level, the evidence per commit, the culprit, the cost."""
     b = bisection
@@ -71,12 +84,16 @@ def lines(bisection: Any) -> list[str]:
     else:
         out.append(f"not found: BAD {short(b.bad)} is not below GOOD's level by more than the tolerance and the "
                    "noise floor" + (" once re-measured" if b.flaky else ""))
+        out += _why_not_found(b)
     if b.skipped:
         out.append("skipped (tests fail, do not collect, or measure nothing selected): "
                    + ", ".join(short(c) for c in b.skipped))
     if b.flaky:
         out.append("read below once, not on re-measurement (flaky; taken as good): "
                    + ", ".join(short(c) for c in b.flaky))
+    if b.unclear:
+        out.append("read ambiguous twice (within GOOD's noise or disturbed; never taken as GOOD's level, skipped): "
+                   + ", ".join(short(c) for c in b.unclear))
     looked = len({p.commit for p in b.probes})
     out.append(f"{b.runs} run(s): {b.good_runs_made} at GOOD for its level, {b.runs - b.good_runs_made} at "
                f"{looked} of {len(b.commits)} commit(s) looked at; {b.reused} reading(s) reused from the history")

@@ -1,0 +1,124 @@
+"""How often ``solgate ab`` catches a real slowdown, and how often it cries wolf, measured the way
+a pull request meets it: a computing torch kernel in a temporary git repository, the base checked
+out in a worktree and HEAD in the tree, each run its own pytest process.
+
+The repository holds one compute-bound CPU kernel (a chain of float32 matmuls, one torch thread)
+and a profile with high ceilings (only the A/B is judged). Two kinds of trial:
+
+1. Slowdown: HEAD does 1.2x the matmuls of the base while declaring the same FLOPs (a change
+   that makes the kernel 1.2x slower). A trial catches it when ``solgate ab`` exits 1
+   (``regressed``). Target: at least 9 of 10.
+2. A/A: HEAD is an empty commit on the base. A trial passes when ``solgate ab`` exits 0.
+   Target: at least 19 of 20.
+
+    python benchmarks/ab_power.py [--slow-trials 10] [--same-trials 20] [--rounds 10] [--max-time 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import machine  # noqa: E402
+
+PROFILE = """
+id = "ab-bench"
+name = "High ceilings: only the A/B is judged"
+kind = "cpu"
+memory_bandwidth_gbps = 1000
+ceilings = "measured"
+source = "benchmarks/ab_power.py"
+
+[peak_tflops]
+fp32 = 100
+"""
+
+KERNEL = """
+import json, pathlib
+
+import pytest
+import torch
+
+torch.set_num_threads(1)
+CHAIN = json.loads(pathlib.Path(__file__).with_name("chain.json").read_text())["matmuls"]
+N = 192
+
+
+@pytest.mark.sol(max_regression=0.05)
+def test_matmul_chain(sol):
+    a, b = torch.rand(N, N), torch.rand(N, N)
+    out = torch.empty(N, N)
+
+    def chain():
+        for _ in range(CHAIN):
+            torch.mm(a, b, out=out)
+
+    sol.measure(chain, flops={"fp32": 2 * N**3 * 10})
+"""
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def make_repo(folder: Path) -> Path:
+    repo = folder / "project"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "bench@example.com")
+    git(repo, "config", "user.name", "bench")
+    (repo / "bench.toml").write_text(PROFILE)
+    (repo / "pytest.ini").write_text("[pytest]\naddopts = -q --sol-profile=bench.toml --sol-min-time=0.5\n")
+    (repo / ".gitignore").write_text(".solgate/\n")
+    (repo / "test_chain.py").write_text(KERNEL)
+    (repo / "chain.json").write_text(json.dumps({"matmuls": 10}))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    return repo
+
+
+def trial(repo: Path, base: str, head_matmuls: int, rounds: int, max_time: float) -> tuple[int, str]:
+    """One A/B: HEAD a new commit with ``head_matmuls`` on the base; its exit status and verdict line."""
+    git(repo, "checkout", "-q", "--detach", base)
+    (repo / "chain.json").write_text(json.dumps({"matmuls": head_matmuls}))
+    git(repo, "commit", "-q", "--allow-empty", "-am", f"head {head_matmuls}")
+    done = subprocess.run([sys.executable, "-m", "pytest_solgate.cli", "ab", base, "--no-record", "--rounds",
+                           str(rounds), "--max-time", str(max_time)], cwd=repo, capture_output=True, text=True)
+    row = next((line for line in done.stdout.splitlines() if "test_matmul_chain" in line), done.stderr.strip()[-200:])
+    return done.returncode, " ".join(row.split()[1:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--slow-trials", type=int, default=10)
+    parser.add_argument("--same-trials", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--max-time", type=float, default=300)
+    args = parser.parse_args()
+    print(f"machine: {machine()}")
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix="solgate-ab-bench-") as folder:
+        repo = make_repo(Path(folder))
+        base = git(repo, "rev-parse", "HEAD")
+        caught = passed = 0
+        for i in range(args.slow_trials):
+            code, row = trial(repo, base, 12, args.rounds, args.max_time)
+            caught += code == 1
+            print(f"slow {i + 1}: exit {code}  {row}", flush=True)
+        for i in range(args.same_trials):
+            code, row = trial(repo, base, 10, args.rounds, args.max_time)
+            passed += code == 0
+            print(f"same {i + 1}: exit {code}  {row}", flush=True)
+    print(f"1.2x slower caught {caught} of {args.slow_trials} (target >= 90 %); unchanged passed {passed} of "
+          f"{args.same_trials} (target >= 95 %); {time.time() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
