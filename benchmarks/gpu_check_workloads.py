@@ -8,7 +8,7 @@
   and the events' medians go to $SOLGATE_WORKLOADS_OUT, one JSON line per workload.
 - ``test_side_stream``: a callable that launches its add under ``torch.cuda.stream(side)``, all of
   its work or a small part beside a larger kernel on the timed stream: the plugin must fail it and
-  name the cause (DESIGN.md, "How a measurement is taken", item 6).
+  name the cause (docs/measurement.md).
 - ``test_energy``: the plugin's energy per call of a 1 GiB copy (``joules`` in ``--sol-json``)
   beside NVML's total-energy counter over about 2 s of back-to-back copies (no flush between them).
 

@@ -1,7 +1,7 @@
 """Drive (after the stages, before the command): ``solgate bisect``, the first commit at which the
 selected measurements fall below GOOD's level.
 
-The search returns facts (``Bisection``); ``cli.py`` words them. Nothing here knows argparse.
+The search returns facts (``Bisection``); ``cli/bisect.py`` and ``report/bisection.py`` word them. Nothing here knows argparse.
 
 How it decides, top to bottom:
 

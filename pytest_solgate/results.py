@@ -4,7 +4,7 @@ A ``Measurement`` is composed of one typed part per stage, each the stage's own 
 
 - declare: ``Work`` (``work.py``): FLOPs by precision and bytes;
 - measure: ``Timing`` (``measure/sampling.py``): the median, the samples and how they were taken;
-- score: ``Score`` (``score.py``): T_SOL, SOL, MFU and the bound, against the profile named here;
+- score: ``Score`` (``score/__init__.py``): T_SOL, SOL, MFU and the bound, against the profile named here;
 - judge: ``Judgement`` (below): the ``Verdict``, its reason, the budget applied and the
   ``BaselineComparison``; ``None`` until judged;
 - record: ``trend``, the history of the same measurement, oldest first.

@@ -1,6 +1,6 @@
 """Drive (after the stages, before the command): run the selected tests at a git ref in a temporary
 worktree, with the user's pytest options, and collect their results: what ``solgate bisect`` and
-``solgate ab`` share (DESIGN.md "Architecture").
+``solgate ab`` share (docs/reference.md, "How it works").
 
 Each run is one pytest subprocess with the plugin, in one detached ``git worktree`` outside the
 user's tree, moved from commit to commit; the user's work tree, index and HEAD are never touched,

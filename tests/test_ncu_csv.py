@@ -1,4 +1,4 @@
-"""Nsight Compute's CSV as ncu writes it (tests/data/ncu-*.csv), and the child pytest that ncu
+"""Nsight Compute's CSV as ncu writes it (the ncu CSV samples in tests/data), and the child pytest that ncu
 runs registering the plugin itself where the project is not installed (issue 35 item 7)."""
 
 import os

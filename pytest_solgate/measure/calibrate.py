@@ -1,7 +1,7 @@
 """Measure: ceilings measured on this machine (``solgate calibrate``), cached under ``.solgate/``.
 
-A measured ceiling is what this machine reaches, so no honest kernel may read above it (DESIGN.md,
-"How a measurement is taken", item 7): memory bandwidth is the best of several access patterns (a
+A measured ceiling is what this machine reaches, so no honest kernel may read above it (docs/measurement.md):
+memory bandwidth is the best of several access patterns (a
 read-only reduction, two reads and a write, a copy; on a CPU also STREAM's triad), and
 compute the best of the library's tuned matmuls per precision (torch.mm: cuBLAS on a GPU) over
 more than one size. A copy alone was not enough: on an H200 it measured 4220 GB/s, and a Triton

@@ -24,7 +24,7 @@ comma: a row is read by the names of the columns it has, never dropped for being
 header (issue 35: every metric of a real report with sections was lost so). Rule rows (an empty
 "Metric Name") are not metrics. ``--print-units base`` keeps values in bytes and nanoseconds, but
 other units are converted too. The raw page (``--page raw``: one row per kernel, metric names as
-columns, a units row under the header) is read as well. tests/data/ncu-*.csv are samples of both.
+columns, a units row under the header) is read as well. the ncu CSV files in tests/data are samples of both.
 
 The child pytest registers the plugin by name (``-p pytest_solgate.plugin``, the entry point
 blocked so that an installed copy is not registered twice) and finds the package on PYTHONPATH:
