@@ -161,7 +161,8 @@ def test_several_measurements_and_json_contents(suite, pytester):
     assert gemm["test"] == "test_kernels.py::test_many" and gemm["profile"] == "synthetic"
     assert gemm["backend"] == "cpu" and gemm["bound"] == "compute" and gemm["flops"] == {"bf16_tensor": 1.5e6}
     assert gemm["t_sol"] == pytest.approx(0.75e-3)
-    assert gemm["seconds"] == pytest.approx(1e-3, rel=0.15) and len(gemm["samples"]) >= 10
+    # The fake clock times the kernel; the flush between samples takes real time, so a busy machine gets fewer.
+    assert gemm["seconds"] == pytest.approx(1e-3, rel=0.15) and len(gemm["samples"]) >= 5
     assert gemm["budget"]["min"] == 0.5 and gemm["verdict"] == "pass"
 
 
