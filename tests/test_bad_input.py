@@ -182,7 +182,7 @@ TEST_FAILURES = [
     ("name-with-newline", "sol.measure(lambda: busy(1e-4), bytes=1e3, name='a\\nb')",
      "holds a newline or control character; every report shows names on one line"),
     ("mfu-without-flops", "sol.measure(lambda: busy(1e-4), bytes=1e3)",
-     "has an MFU budget of 0.10 on synthetic but declares no FLOPs"),
+     "has an MFU budget of 0.10 but declares no FLOPs"),
     ("work-beyond-any-float", "sol.measure(lambda: busy(1e-4), bytes=10**400)",
      "WorkError: bytes=10**400 is more than any kernel does (the limit is 1e+60); declare the real count"),
     # One rule for what cannot be timed: refused before anything runs, saying what to pass instead.
@@ -265,7 +265,7 @@ def test_the_tests_own_error_stays_its_failure_and_the_verdict_is_a_note(suite):
         "gate=False measurement named so (it has: none)",
     ])
     result.stdout.fnmatch_lines(["E       AssertionError: wrong result", "E       assert 1 == 2",
-                                 "E       solgate: below-budget: test_wrong_result_after_measuring SOL 0.40 < budget 0.90 on synthetic*"])
+                                 "E       solgate: below-budget: test_wrong_result_after_measuring SOL 0.40 < budget 0.90"])
     result.stdout.fnmatch_lines(["FAILED test_kernels.py::test_reference_raises - ValueError: reference broke",
                                  "FAILED test_kernels.py::test_wrong_result_after_measuring - AssertionError: wrong result"])
     said = [line for line in result.stdout.lines if line.startswith("test_kernels.py::test_no_reference: a speedup budget needs one reference")]

@@ -70,7 +70,7 @@ def test_declared_tensor_flops_are_on_the_terminal_line_of_a_memory_bound_kernel
             sol.measure(lambda: busy(1e-3), flops={"bf16_tensor": 1e3}, bytes=0.5e6)
     """, fake_clock=True)
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*500 MB/s, 1 MFLOP/s bf16_tensor*memory*test_fused"])
+    result.stdout.fnmatch_lines(["*memory*500 MB/s, 1 MFLOP/s bf16_tensor*test_fused"])
 
 
 def test_noisy_measurements_say_what_to_change_once_per_session(suite):
@@ -163,3 +163,18 @@ def test_compare_over_a_one_run_window_says_why_there_is_no_floor(sqlite_repo):
     row = next(line for line in done.stdout.splitlines() if "test_kernel" in line)
     assert "?" not in row and "1 run" in row and "ambiguous" in row, done.stdout
     assert "one run" in done.stdout.splitlines()[-2]  # what the gate says: the window shows no spread
+
+
+def test_flops_in_a_class_the_profile_lacks_are_named_not_lost_nor_called_missing_bytes():
+    # The Triton interpreter's case (engine._scorable): a kernel's fp16_tensor FLOPs on a CPU
+    # profile with no such roof are left out of its score; the terminal line and the roofline say
+    # so, beside the bytes it declared, as they render a recorded run.
+    from pytest_solgate.report import roofline, terminal
+    from test_reports import PROFILE, record
+
+    m = record(test="t.py::test_norm", flops={"fp16_tensor": 1e3}, bytes=0.5e6, tflops=0.0, intensity=0.0,
+               gbps=0.5, backend="triton-interpreter")
+    (row,) = [line for line in terminal.render([m]) if "test_norm" in line]
+    assert "fp16_tensor FLOPs unscored (no roof on synthetic)" in row, row
+    (left_out,) = roofline.roofline(PROFILE, [m]).left_out
+    assert "no bytes" not in left_out and "fp16_tensor" in left_out, left_out

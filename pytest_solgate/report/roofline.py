@@ -162,7 +162,7 @@ def why_left_out(m: Measurement) -> str:
         return "no bytes or FLOPs declared"
     if not m.work.bytes:
         return "no bytes declared"
-    return "no achieved FLOP rate to place"
+    return table.unscored_flops(m) or "no achieved FLOP rate to place"
 
 
 def data_movement(m: Measurement) -> bool:

@@ -47,13 +47,21 @@ def ordered(measurements: Iterable[Measurement]) -> list[Measurement]:
 def achieved(m: Measurement) -> str:
     """The bound's rate first; the declared FLOPs' rate, by class, beside a memory-bound one."""
     scored = m.score
-    flops = f"{units.flop_rate(scored.tflops)} {'+'.join(m.work.flops)}"
+    flops = unscored_flops(m) or f"{units.flop_rate(scored.tflops)} {'+'.join(m.work.flops)}"
     if scored.bound != "memory":
         rate = flops
     else:
         rate = units.bandwidth(scored.gbps) + (f", {flops}" if m.work.total_flops else "")
     measured = measured_text(m)
     return f"{rate}; {measured}" if measured else rate
+
+
+def unscored_flops(m: Measurement) -> str:
+    """'fp16_tensor FLOPs unscored (no roof on cpu-...)' where the declared FLOPs were left out of
+    the score (a reference or an interpreted kernel on a profile without their class), else ''."""
+    if not m.work.total_flops or m.score.tflops > 0:
+        return ""
+    return f"{'+'.join(m.work.flops)} FLOPs unscored (no roof on {m.profile})"
 
 
 def measured_text(m: Measurement) -> str:

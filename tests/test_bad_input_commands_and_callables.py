@@ -1,6 +1,8 @@
 # ruff: noqa: F811  (test_history's repo fixtures are imported, and taken as arguments)
-"""Bad input, round four (issue 30 section 2, issue 31 item 6): each case through the real CLI,
-real git repositories and real pytest runs, refused in one line that names the thing at fault."""
+"""Bad input to the commands and to ``sol.measure``: commits the commands are given (ambiguous
+short shas, accepts that could never apply), the ini options they read as pytest does, arguments
+checked before a history is opened, and callables that cannot be timed. Each case through the real
+CLI, real git repositories and real pytest runs, refused in one line that names the thing at fault."""
 
 import collections
 import json
