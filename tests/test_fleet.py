@@ -50,7 +50,7 @@ def test_fixed_runners_taking_commits_in_turn_catch_a_slowdown(fleet):
     result, kernel = fleet("runner-b", "1.3x slower", FIXED["runner-b"] * 1.3)
     assert kernel["verdict"] == "regressed", kernel["reason"]
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    assert "4 hosts, spread " in kernel["reason"] and "between per-host levels" in kernel["reason"]
+    assert "4 hosts: spread between hosts 2.6% (per-host levels), in the noise floor" in kernel["reason"]
 
 
 def test_an_ephemeral_runner_fails_a_slowdown_and_names_the_host_spread(fleet):
@@ -59,7 +59,7 @@ def test_an_ephemeral_runner_fails_a_slowdown_and_names_the_host_spread(fleet):
     assert kernel["verdict"] == "regressed", kernel["reason"]
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     reason = kernel["reason"]
-    assert re.search(r"[56] hosts, spread [1-9]\.\d% run to run", reason) and "host ephemeral-new is new to it" in reason, reason
+    assert re.search(r"6 hosts: spread between hosts [1-9]\.\d% \(run to run\)", reason) and "host ephemeral-new is new to it" in reason, reason
     assert "the host spread of " in reason and "another environment" not in reason, reason
 
 

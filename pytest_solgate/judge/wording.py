@@ -113,9 +113,9 @@ def _window(facts: ComparisonFacts) -> str:
 
 
 def _hosts(fleet: HostSpread) -> str:
-    how = "between per-host levels" if fleet.per_host else "run to run, each host's runs included"
+    how = "per-host levels" if fleet.per_host else "run to run"
     new = f"; host {fleet.new_host} is new to it" if fleet.new_host else ""
-    return f"{fleet.hosts} hosts, spread {units.percent(fleet.between)} {how}, in the noise floor{new}"
+    return f"{fleet.hosts} hosts: spread between hosts {units.percent(fleet.between)} ({how}), in the noise floor{new}"
 
 
 def _at_memory_speed(raw_change: float | None) -> str:
