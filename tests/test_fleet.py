@@ -6,8 +6,10 @@ is exact, so a runner a few percent off the others is that and nothing else); th
 run records is set per run, as an ephemeral runner gets a new one every job.
 """
 
+import math
 import re
 import socket
+import statistics
 
 import pytest
 from test_history import Repo
@@ -69,3 +71,21 @@ def test_an_ephemeral_runner_passes_an_unchanged_commit(fleet):
     assert kernel["verdict"] == "pass", kernel["reason"]
     assert result.ret == pytest.ExitCode.OK
     assert "host ephemeral-new is new to it" in kernel["reason"], kernel["reason"]
+
+
+def test_per_host_levels_measure_the_spread_a_pooled_window_hides():
+    from pytest_solgate.judge import hosts
+
+    # Eight runs of one runner and two of another 6 % slower: run to run the window spreads 2.5 %,
+    # but a run on a third, unseen runner may be as far off as the two runners are from each other.
+    values = [0.0] * 8 + [math.log(0.94)] * 2
+    named = ["runner-a"] * 8 + ["runner-b"] * 2
+    fleet = hosts.between_hosts(values, named, "runner-new")
+    assert fleet.per_host and fleet.hosts == 2 and fleet.new_host == "runner-new"
+    assert fleet.between == pytest.approx(abs(math.log(0.94)) / math.sqrt(2))
+    assert fleet.sd > 1.5 * statistics.stdev(values)
+    # One host (or none named) has no spread between hosts; a host with one run has no level of its own.
+    assert hosts.between_hosts(values, ["runner-a"] * 10, "runner-a") is None
+    assert hosts.between_hosts(values, [""] * 10, "") is None
+    single = hosts.between_hosts(values[:3], ["x", "y", "z"], "y")
+    assert not single.per_host and single.new_host == "" and single.sd == pytest.approx(statistics.stdev(values[:3]))
