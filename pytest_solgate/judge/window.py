@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from pytest_solgate.judge import wording
+from pytest_solgate.judge import hosts, wording
 from pytest_solgate.measure import clocks
 from pytest_solgate.results import AMBIGUOUS, IMPROVED, PASS, REGRESSED, BaselineComparison, Measurement, Verdict
 from pytest_solgate.support import stats
@@ -244,7 +244,7 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
         relative = follows_probe([raw_values[i] for i in usable], [scaled[i] for i in usable], within)
         values = scaled if relative else raw_values
     keep, left_out = usable, []
-    spread = floor_log = raw_change = None
+    spread = floor_log = raw_change = fleet = None
     if not usable or sol <= 0:
         centre, change = (math.exp(values[usable[0]]) if usable else 0.0), 0.0
     else:
@@ -253,7 +253,10 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
             keep_local, sd_kept = robust_values(kept_values, within)
             keep = [usable[i] for i in keep_local]
             left_out = [usable[i] for i in range(len(usable)) if i not in keep_local]
-            sd = max(sd_kept, within)
+            # runners of one environment differ (judge/hosts.py): this run's may be one the window never saw
+            fleet = hosts.between_hosts([values[i] for i in keep], [window.runs[i].environment.get("host", "") for i in keep],
+                                        str(m.environment.get("host", "")))
+            sd = max(sd_kept, within, fleet.sd if fleet else 0.0)
             spread = sd
             window_term = stats.prediction_bound_99(sd, len(keep)) if len(keep) >= 2 else None
             # This run's own precision, when it is worse than usual (a disturbed block of samples),
@@ -275,7 +278,7 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
         label=wording.label(m), verdict=PASS.value, change=change, tolerance=tolerance, floor=floor, sol=sol,
         centre=centre, commit=settings.commit or "", dirty=settings.dirty, newest=window.runs[0].commit,
         oldest=window.runs[-1].commit, window_runs=len(window.runs), notes=window.notes, left_out=runs_at(left_out),
-        clock=_clock_moved(m, [window.runs[i] for i in keep]), raw_change=raw_change, runs=len(keep),
+        clock=_clock_moved(m, [window.runs[i] for i in keep]), raw_change=raw_change, runs=len(keep), hosts=fleet,
     )
 
     def result(verdict: Verdict, held_back: str = "", **more: object) -> Comparison:

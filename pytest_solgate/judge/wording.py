@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from pytest_solgate.judge.hosts import HostSpread
 from pytest_solgate.results import Measurement
 from pytest_solgate.support import units
 
@@ -55,6 +56,7 @@ class ComparisonFacts:
     spread: float = 0.0  # the run-to-run standard deviation (log)
     runs: int = 0  # runs kept in the window
     probe_beyond: bool = False  # a regression beyond the machine's shift by the memory probe too
+    hosts: HostSpread | None = None  # the spread between the runners of the window, when it has two or more
 
 
 # A verdict's first line fits 80 columns; its details follow, indented, on the lines below. A
@@ -82,6 +84,8 @@ def comparison_text(facts: ComparisonFacts) -> str:
     notes = list(facts.notes)
     if facts.left_out:
         notes.append("left out as far off the others: " + _runs(facts.left_out, ", "))
+    if facts.hosts is not None:
+        notes.append(_hosts(facts.hosts))
     if facts.clock is not None:
         moved, mhz, centre = facts.clock
         notes.append(f"the SM clock moved {units.percent(moved, signed=True)}: {mhz:.0f} MHz over this run's timed "
@@ -106,6 +110,12 @@ def _window(facts: ComparisonFacts) -> str:
     newest, oldest = short(facts.newest), short(facts.oldest)
     runs = units.plural(facts.window_runs, "baseline run")
     return f"{runs} at {newest}" if newest == oldest else f"{runs} from {oldest} to {newest}"
+
+
+def _hosts(fleet: HostSpread) -> str:
+    how = "per-host levels" if fleet.per_host else "run to run"
+    new = f"; host {fleet.new_host} is new to it" if fleet.new_host else ""
+    return f"{fleet.hosts} hosts: spread between hosts {units.percent(fleet.between)} ({how}), in the noise floor{new}"
 
 
 def _at_memory_speed(raw_change: float | None) -> str:
@@ -160,6 +170,7 @@ def _why(facts: ComparisonFacts, floor: str) -> list[str]:
         return [f"would be an improvement, but {_memory_moved(facts)}"]
     if facts.verdict == "regressed":
         beyond = " and the machine's shift by the memory probe" if facts.probe_beyond else ""
+        beyond += f", the host spread of {units.percent(facts.hosts.between)} included" if facts.hosts else ""
         return [f"regressed (beyond the tolerance and the noise: 99 % t prediction bound over "
                 f"{units.plural(facts.runs, 'run')}{beyond})"]
     return []

@@ -15,6 +15,11 @@ from importlib import metadata
 # The facts, in the order messages list them.
 # sm_clocks: unlocked, or locked by --sol-lock-clocks (measure/clocks.py); GPU runs only.
 KEYS = ("host", "device", "device_uuid", "driver", "cuda", "torch", "triton", "python", "sm_clocks")
+# Which runner of a fleet ran it: recorded and shown, but runners alike in everything else are one
+# environment for baselines (ephemeral runners get a new host name every job); the spread between
+# them enters the noise floor instead (judge/hosts.py).
+RUNNER_KEYS = ("host", "device_uuid")
+BASELINE_KEYS = tuple(k for k in KEYS if k not in RUNNER_KEYS)
 
 
 def package_version(name: str) -> str:
@@ -56,7 +61,7 @@ def describe(device: str, device_uuid: str | None, on_gpu: bool) -> dict[str, st
     return {k: v for k, v in facts.items() if v}
 
 
-def differences(head: dict[str, str] | None, base: dict[str, str] | None) -> list[str]:
-    """'torch 2.12.0 -> 2.13.0' for each fact both know and that differs; unknown facts never differ."""
+def differences(head: dict[str, str] | None, base: dict[str, str] | None, keys: tuple[str, ...] = KEYS) -> list[str]:
+    """'torch 2.12.0 -> 2.13.0' for each fact of ``keys`` both know and that differs; unknown facts never differ."""
     head, base = head or {}, base or {}
-    return [f"{k} {base[k]} -> {head[k]}" for k in KEYS if head.get(k) and base.get(k) and head[k] != base[k]]
+    return [f"{k} {base[k]} -> {head[k]}" for k in keys if head.get(k) and base.get(k) and head[k] != base[k]]

@@ -15,9 +15,12 @@ measurement name, profile and ceilings mode along the first-parent ancestry of t
 
 ``auto`` starts at HEAD when the tree is dirty (the change against the commit it sits on), else at
 HEAD's first parent. Dirty runs are never in a window. Like with like: when at least two runs of
-the window ran in this run's environment (host, device, driver, CUDA, torch, triton, Python), only
-those are kept; otherwise the window is kept whole and the differences are named, so that the
-verdict can say so (judge/window.py turns such a regression into ``ambiguous``).
+the window ran in this run's environment (device, driver, CUDA, torch, triton, Python, clock
+setting: ``environment.BASELINE_KEYS``), only those are kept; otherwise the window is kept whole
+and the differences are named, so that the verdict can say so (judge/window.py turns such a
+regression into ``ambiguous``). The host and GPU UUID are not part of it: a fleet of runners, a
+new host every job included, is one environment, and the spread between its hosts enters the
+noise floor (judge/hosts.py).
 
 The plugin, ``solgate compare`` and the reports all come here; ``judge/`` then compares.
 """
@@ -161,11 +164,13 @@ def run_commit(commits: Sequence[str], at: int) -> str:
 
 def select(runs: Sequence[BaselineRun], head_environment: Mapping[str, str], notes: Sequence[str] = ()) -> BaselineWindow | None:
     """Keep the runs of this environment when there are enough of them; else keep all, and name
-    what differs between this run and the newest baseline run of another environment."""
+    what differs between this run and the newest baseline run of another environment (its host
+    too: a changed torch on another runner names both)."""
     if not runs:
         return None
     from pytest_solgate.judge.window import BaselineWindow
-    same = [r for r in runs if not environment.differences(dict(head_environment), dict(r.environment))]
+    same = [r for r in runs
+            if not environment.differences(dict(head_environment), dict(r.environment), environment.BASELINE_KEYS)]
     if len(same) >= MIN_SAME_ENVIRONMENT or len(same) == len(runs):
         return BaselineWindow(runs=tuple(same), notes=tuple(notes))
     other = next(r for r in runs if r not in same)
