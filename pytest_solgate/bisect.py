@@ -7,7 +7,8 @@ How it decides, top to bottom:
 
 - **The range** is BAD's first-parent line back to GOOD (GOOD excluded); GOOD must lie on it.
 - **GOOD's level** is GOOD's own clean, undisturbed runs of each selected measurement: those the
-  history holds, topped up with runs made here until there are ``good_runs`` of them.
+  history holds, topped up with runs made here until there are ``good_runs`` of them; one run of
+  GOOD tops up every test short of runs (40 commits, two tests, nothing recorded: 10 runs).
 - **A commit is bad** when one of its measurements, judged against that level by the gate's own
   rule (``verdict.rejudge``: beyond the tolerance and beyond the noise floor of the 99 %
   t prediction bound), reads ``regressed``. ``ambiguous`` (within the floor, or another
@@ -257,7 +258,7 @@ class GoodLevel:
             runs = [run for run, _ in self._runs(key)]
             if len(runs) >= self.good_runs:
                 return runs
-            self._run([key[0]])
+            self._run(self._short_of_runs(key))
             if key not in self.keys():  # e.g. a measurement added after GOOD, or another profile's
                 self.absent.add(key)
                 return None
@@ -265,6 +266,13 @@ class GoodLevel:
                           f"contended) run after run: {len(runs)} of {self.good_runs} usable after {self.made} runs; "
                           "a noisy run's time budget ran out first: raise it (solgate bisect ... -- --sol-max-time=30), "
                           "or bisect on a quieter machine")
+
+    def _short_of_runs(self, key: Key) -> list[str]:
+        """The tests to run at GOOD to top up ``key``: its own, and every other test whose level
+        is short of runs too, so that one run of GOOD tops up all of them (not one run per test)."""
+        short = {other[0] for other in self.keys()
+                 if other not in self.absent and other[0] in self.evidence.tests and len(self._runs(other)) < self.good_runs}
+        return sorted(short | {key[0]})
 
     def levels(self) -> tuple[Level, ...]:
         facts = []

@@ -240,3 +240,24 @@ def test_a_commit_whose_test_fails_is_skipped_with_its_cause(repo, tmp_path):
     said = _failure(1, output, tmp_path)
     assert said.startswith("tests failed: FAILED test_kernels.py::test_kernel - AssertionError")
     assert "the kernel's output is wrong" in said and "1 failed in 0.31s" in said
+
+
+SECOND_TEST = FAKE_CLOCK_KERNELS + '''
+def test_second_kernel(sol):
+    sol.measure(lambda: busy(5e-4), bytes=0.2e6)
+'''
+
+
+def test_forty_commits_with_nothing_recorded_take_about_log2_n_plus_4_runs_with_two_tests(repo):
+    (repo.path / "test_second.py").write_text(SECOND_TEST)  # a second measuring test: GOOD's level is topped up for both at once
+    good = repo.commit("GOOD", seconds=1e-3)
+    step = 27
+    for i in range(1, 41):
+        repo.commit(f"commit {i}", seconds=1.2e-3 if i >= step else 1e-3)
+    done = repo.solgate("bisect", good, "HEAD", "*kernel*")
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert f"first bad commit: {repo.commits[step][:10]} 'commit {step}'" in done.stdout, done.stdout
+    runs, at_good, reused = run_counts(done.stdout)
+    # GOOD three times for both tests' levels (not 1 + 2 per test), BAD, 5 halvings to step 27, the confirmation
+    assert (runs, at_good, reused) == (3 + 1 + 5 + 1, 3, 0), done.stdout
+    assert runs <= math.log2(40) + 5  # 12 before: GOOD was topped up one test at a time
