@@ -104,6 +104,20 @@ class Level:
 
 
 @dataclass(frozen=True)
+class Drift:
+    """A measurement whose level fell over several commits, not at the first bad one: the step at
+    that commit is less than half of BAD's whole drop against GOOD."""
+
+    key: Key
+    total: float  # BAD's relative SOL change against GOOD's level
+    step: float  # the relative change at the first bad commit, against the newest commit read at the level before it
+    since: str  # that commit (GOOD when no commit between was read at the level)
+
+
+DRIFT_SHARE = 0.5  # a step under this share of the whole drop: the level fell gradually
+
+
+@dataclass(frozen=True)
 class Bisection:
     good: str
     bad: str
@@ -118,6 +132,7 @@ class Bisection:
     good_runs_made: int = 0  # runs made at GOOD for its level
     flaky: tuple[str, ...] = ()  # commits read bad once and not again on their confirmation
     unclear: tuple[str, ...] = ()  # commits read ambiguous twice: neither good nor bad, skipped
+    drift: tuple[Drift, ...] = ()  # measurements whose level fell gradually rather than at the culprit
 
     @property
     def found(self) -> bool:
@@ -395,6 +410,33 @@ class Search:
         return low, 0
 
 
+def drifts(probes: Sequence[Probe], good: str, culprit: str | None, bad: str) -> tuple[Drift, ...]:
+    """The measurements below at ``culprit`` whose drop there, against the newest commit read at
+    GOOD's level before it, is under ``DRIFT_SHARE`` of BAD's whole drop: a gradual drift."""
+    first = {p.commit: p for p in reversed(probes) if not p.skipped and not p.confirmation}
+    if culprit is None or culprit not in first or bad not in first:
+        return ()
+    at = first[culprit]
+    found = []
+    for reading in at.readings:
+        total = next((r.change for r in first[bad].readings if r.key == reading.key), None)
+        if not reading.below or total is None or total >= 0:
+            continue
+        before = [(p.position, p.commit, r.sol) for p in first.values() if p.position < at.position
+                  for r in p.readings if r.key == reading.key and not r.below]
+        since, sol = next(((c, v) for _, c, v in sorted(before, reverse=True)), (good, reading.level))
+        step = reading.sol / sol - 1
+        if _log_share(step, total) < DRIFT_SHARE:
+            found.append(Drift(reading.key, total, step, since))
+    return tuple(found)
+
+
+def _log_share(step: float, total: float) -> float:
+    import math
+
+    return math.log1p(step) / math.log1p(total)
+
+
 def merged(runs: Sequence[Mapping[Key, Any]], skip: int) -> dict[Key, Any]:
     """Each measurement's newest reading among ``runs`` (oldest first), leaving out the newest
     ``skip`` readings of each: skip=1 gives the reading before the newest, for a confirmation."""
@@ -463,4 +505,5 @@ def bisect(
         candidates=(*between, first_bad) if first_bad and between else (),
         skipped=tuple(span.commits[p - 1] for p in sorted(search.skipped)), good_runs_made=level.made,
         flaky=tuple(search.flaky), unclear=tuple(search.unclear),
+        drift=drifts(search.probes, span.good, first_bad if not between else None, span.bad),
     )
