@@ -20,6 +20,8 @@ How it decides, top to bottom:
 - **Confirmation**, as the gate confirms a regression by re-measuring: the commit the search ends
   on must read bad twice (its two newest runs). A second reading that is not bad makes it a good
   commit (a flaky reading), and the search goes on above it.
+- **Drift**: when the drop at the first bad commit is under half of BAD's whole drop, the level
+  fell over several commits, and the answer says so (``drifts``).
 - **Reuse**: a commit's clean runs already in the history (same test, name, profile and ceilings)
   are readings like the ones made here; a commit is run only for the node ids it lacks.
 
