@@ -7,7 +7,8 @@ How it decides, top to bottom:
 
 - **The range** is BAD's first-parent line back to GOOD (GOOD excluded); GOOD must lie on it.
 - **GOOD's level** is GOOD's own clean, undisturbed runs of each selected measurement: those the
-  history holds, topped up with runs made here until there are ``good_runs`` of them.
+  history holds, topped up with runs made here until there are ``good_runs`` of them; one run of
+  GOOD tops up every test short of runs (40 commits, two tests, nothing recorded: 10 runs).
 - **A commit is bad** when one of its measurements, judged against that level by the gate's own
   rule (``verdict.rejudge``: beyond the tolerance and beyond the noise floor of the 99 %
   t prediction bound), reads ``regressed``. ``ambiguous`` (within the floor, or another
@@ -19,6 +20,8 @@ How it decides, top to bottom:
 - **Confirmation**, as the gate confirms a regression by re-measuring: the commit the search ends
   on must read bad twice (its two newest runs). A second reading that is not bad makes it a good
   commit (a flaky reading), and the search goes on above it.
+- **Drift**: when the drop at the first bad commit is under half of BAD's whole drop, the level
+  fell over several commits, and the answer says so (``drifts``).
 - **Reuse**: a commit's clean runs already in the history (same test, name, profile and ceilings)
   are readings like the ones made here; a commit is run only for the node ids it lacks.
 
@@ -103,6 +106,20 @@ class Level:
 
 
 @dataclass(frozen=True)
+class Drift:
+    """A measurement whose level fell over several commits, not at the first bad one: the step at
+    that commit is less than half of BAD's whole drop against GOOD."""
+
+    key: Key
+    total: float  # BAD's relative SOL change against GOOD's level
+    step: float  # the relative change at the first bad commit, against the newest commit read at the level before it
+    since: str  # that commit (GOOD when no commit between was read at the level)
+
+
+DRIFT_SHARE = 0.5  # a step under this share of the whole drop: the level fell gradually
+
+
+@dataclass(frozen=True)
 class Bisection:
     good: str
     bad: str
@@ -117,6 +134,7 @@ class Bisection:
     good_runs_made: int = 0  # runs made at GOOD for its level
     flaky: tuple[str, ...] = ()  # commits read bad once and not again on their confirmation
     unclear: tuple[str, ...] = ()  # commits read ambiguous twice: neither good nor bad, skipped
+    drift: tuple[Drift, ...] = ()  # measurements whose level fell gradually rather than at the culprit
 
     @property
     def found(self) -> bool:
@@ -257,7 +275,7 @@ class GoodLevel:
             runs = [run for run, _ in self._runs(key)]
             if len(runs) >= self.good_runs:
                 return runs
-            self._run([key[0]])
+            self._run(self._short_of_runs(key))
             if key not in self.keys():  # e.g. a measurement added after GOOD, or another profile's
                 self.absent.add(key)
                 return None
@@ -265,6 +283,13 @@ class GoodLevel:
                           f"contended) run after run: {len(runs)} of {self.good_runs} usable after {self.made} runs; "
                           "a noisy run's time budget ran out first: raise it (solgate bisect ... -- --sol-max-time=30), "
                           "or bisect on a quieter machine")
+
+    def _short_of_runs(self, key: Key) -> list[str]:
+        """The tests to run at GOOD to top up ``key``: its own, and every other test whose level
+        is short of runs too, so that one run of GOOD tops up all of them (not one run per test)."""
+        short = {other[0] for other in self.keys()
+                 if other not in self.absent and other[0] in self.evidence.tests and len(self._runs(other)) < self.good_runs}
+        return sorted(short | {key[0]})
 
     def levels(self) -> tuple[Level, ...]:
         facts = []
@@ -387,6 +412,33 @@ class Search:
         return low, 0
 
 
+def drifts(probes: Sequence[Probe], good: str, culprit: str | None, bad: str) -> tuple[Drift, ...]:
+    """The measurements below at ``culprit`` whose drop there, against the newest commit read at
+    GOOD's level before it, is under ``DRIFT_SHARE`` of BAD's whole drop: a gradual drift."""
+    first = {p.commit: p for p in reversed(probes) if not p.skipped and not p.confirmation}
+    if culprit is None or culprit not in first or bad not in first:
+        return ()
+    at = first[culprit]
+    found = []
+    for reading in at.readings:
+        total = next((r.change for r in first[bad].readings if r.key == reading.key), None)
+        if not reading.below or total is None or total >= 0:
+            continue
+        before = [(p.position, p.commit, r.sol) for p in first.values() if p.position < at.position
+                  for r in p.readings if r.key == reading.key and not r.below]
+        since, sol = next(((c, v) for _, c, v in sorted(before, reverse=True)), (good, reading.level))
+        step = reading.sol / sol - 1
+        if _log_share(step, total) < DRIFT_SHARE:
+            found.append(Drift(reading.key, total, step, since))
+    return tuple(found)
+
+
+def _log_share(step: float, total: float) -> float:
+    import math
+
+    return math.log1p(step) / math.log1p(total)
+
+
 def merged(runs: Sequence[Mapping[Key, Any]], skip: int) -> dict[Key, Any]:
     """Each measurement's newest reading among ``runs`` (oldest first), leaving out the newest
     ``skip`` readings of each: skip=1 gives the reading before the newest, for a confirmation."""
@@ -455,4 +507,5 @@ def bisect(
         candidates=(*between, first_bad) if first_bad and between else (),
         skipped=tuple(span.commits[p - 1] for p in sorted(search.skipped)), good_runs_made=level.made,
         flaky=tuple(search.flaky), unclear=tuple(search.unclear),
+        drift=drifts(search.probes, span.good, first_bad if not between else None, span.bad),
     )

@@ -116,6 +116,7 @@ def test_a_step_in_thirty_commits_is_found_in_about_log2_runs_and_reused_after(r
     evidence = [line for line in done.stdout.splitlines() if line.startswith(("  ", " 1", " 2", " 3"))]
     bad_line = next(line for line in evidence if line.split()[1] == culprit[:10])
     assert "below    SOL 0.333 vs 0.400  -16.7%  tolerance 5.0%, floor 0.0%" in bad_line
+    assert "drift" not in done.stdout  # one step: the culprit alone
     assert "test_plain" not in done.stdout.split("test(s):")[1].splitlines()[0]
     assert repo.state() == before  # status, HEAD, worktree list, branch, untracked file: untouched
     assert not list(repo.scratch.glob("solgate-bisect-*"))  # the temporary worktree and scratch files are gone
@@ -240,3 +241,36 @@ def test_a_commit_whose_test_fails_is_skipped_with_its_cause(repo, tmp_path):
     said = _failure(1, output, tmp_path)
     assert said.startswith("tests failed: FAILED test_kernels.py::test_kernel - AssertionError")
     assert "the kernel's output is wrong" in said and "1 failed in 0.31s" in said
+
+
+SECOND_TEST = FAKE_CLOCK_KERNELS + '''
+def test_second_kernel(sol):
+    sol.measure(lambda: busy(5e-4), bytes=0.2e6)
+'''
+
+
+def test_forty_commits_with_nothing_recorded_take_about_log2_n_plus_4_runs_with_two_tests(repo):
+    (repo.path / "test_second.py").write_text(SECOND_TEST)  # a second measuring test: GOOD's level is topped up for both at once
+    good = repo.commit("GOOD", seconds=1e-3)
+    step = 27
+    for i in range(1, 41):
+        repo.commit(f"commit {i}", seconds=1.2e-3 if i >= step else 1e-3)
+    done = repo.solgate("bisect", good, "HEAD", "*kernel*")
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert f"first bad commit: {repo.commits[step][:10]} 'commit {step}'" in done.stdout, done.stdout
+    runs, at_good, reused = run_counts(done.stdout)
+    # GOOD three times for both tests' levels (not 1 + 2 per test), BAD, 5 halvings to step 27, the confirmation
+    assert (runs, at_good, reused) == (3 + 1 + 5 + 1, 3, 0), done.stdout
+    assert runs <= math.log2(40) + 5  # 12 before: GOOD was topped up one test at a time
+
+
+def test_a_gradual_drift_is_said_not_only_one_commit_named(repo):
+    good = repo.commit("GOOD", seconds=1e-3)
+    for i in range(1, 25):
+        repo.commit(f"commit {i}: 1 % slower", seconds=1e-3 * 1.01 ** i)
+    done = repo.solgate("bisect", good, "HEAD", "*::test_kernel", "--good-runs", "2")
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "first bad commit:" in done.stdout, done.stdout
+    drift = next(line for line in done.stdout.splitlines() if "gradual drift" in line)
+    assert "test_kernels.py::test_kernel [default] synthetic fell -21.2% from GOOD to BAD, and only -1.0% at this commit" \
+        in drift, done.stdout

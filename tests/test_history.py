@@ -761,3 +761,28 @@ def test_after_an_unaccepted_regression_the_next_commit_stays_red_and_names_wher
     kernel = verdicts["test_kernel"]
     assert kernel["verdict"] == "regressed", kernel["reason"]
     assert f"the level fell at {c[:10]} (regressed there, neither reverted nor accepted" in kernel["reason"], kernel["reason"]
+
+
+def test_on_a_pull_request_a_regression_inherited_from_the_base_is_named_and_does_not_fail_it(sqlite_repo, monkeypatch):
+    repo = sqlite_repo
+    repo.seed(STEADY)
+    c = repo.commit("C: slower, landed unaccepted", seconds=1.25e-3)
+    for _ in range(2):  # main's job, and a re-run of it
+        _, verdicts, _ = repo.run()
+        assert verdicts["test_kernel"]["verdict"] == "regressed", verdicts["test_kernel"]["reason"]
+    base = repo.commit("D: on main, not measured yet (one run at the new level: the step is not confirmed)", seconds=1.25e-3)
+    repo.git("checkout", "-q", "-b", "feature")
+    monkeypatch.setenv("GITHUB_EVENT_NAME", "pull_request")
+    repo.commit("E: the PR's own change, no slower than its base", seconds=1.25e-3)
+    result, verdicts, _ = repo.run(f"--sol-baseline={base}")
+    kernel = verdicts["test_kernel"]
+    assert kernel["verdict"] == "pass", kernel["reason"]
+    assert f"the level fell at {c[:10]} in the base" in kernel["reason"], kernel["reason"]
+    assert result.ret == 0
+    repo.commit("F: the PR slows it further", seconds=1.6e-3)
+    _, verdicts, _ = repo.run(f"--sol-baseline={base}")
+    assert verdicts["test_kernel"]["verdict"] == "regressed", verdicts["test_kernel"]["reason"]  # its own change still fails
+    monkeypatch.delenv("GITHUB_EVENT_NAME")
+    repo.commit("G: back to the base's speed", seconds=1.25e-3)
+    _, verdicts, _ = repo.run(f"--sol-baseline={base}")
+    assert verdicts["test_kernel"]["verdict"] == "regressed", verdicts["test_kernel"]["reason"]  # not a PR: red as on main

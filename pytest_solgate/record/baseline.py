@@ -72,13 +72,15 @@ def start_commit(root: Path, spec: str, head: gitinfo.GitFacts) -> str | None:
 
 def level(
     runs: Sequence[BaselineRun], commits: Sequence[str], accepted: Sequence[str], window_size: int,
-    min_change: float = MIN_CHANGE,
+    min_change: float = MIN_CHANGE, inherit: bool = False,
 ) -> tuple[list[BaselineRun], tuple[str, ...]]:
     """The baseline runs of the current level (newest first, at most ``window_size``) among
     ``runs`` (nearest commit first, as the store returns them), and what was left out and why.
 
     ``commits`` is the first-parent chain the runs were read along (nearest first); ``accepted``
-    the commits where a slowdown of this measurement was accepted.
+    the commits where a slowdown of this measurement was accepted. ``inherit`` (a pull request's
+    run): where the level fell in the base and stayed down, the window is the base's level since
+    the fall, so that the verdict is about the PR's own change and the fall is named, not failed.
     """
     position = {commit: i for i, commit in enumerate(commits)}
     # One value per commit, oldest first: the median SOL of its undisturbed runs.
@@ -133,22 +135,37 @@ def level(
         kept = sorted(kept + noisy, key=lambda r: order[id(r)])
         return _finish(kept[:window_size], commits, start, since, left,
                        (f"{len(noisy)} runs flagged noisy kept: too few quiet ones", *unavailable))
-    return _finish(kept[:window_size], commits, start, since, left, (*_fallen(kept, fell, commits, position), *unavailable))
+    fell_at = _fell_at(kept, fell, commits, position)
+    if fell_at is None:
+        return _finish(kept[:window_size], commits, start, since, left, unavailable)
+    commit = run_commit(commits, fell_at)
+    if inherit:
+        since_fall = [run for run in runs if not run.disturbed and position.get(run.commit, len(commits)) <= fell_at]
+        return since_fall[:window_size], (
+            f"the level fell at {commit} in the base (regressed there, neither reverted nor accepted): "
+            f"inherited, not this change's; compared with the base's level since", *unavailable)
+    return _finish(kept[:window_size], commits, start, since, left, (
+        f"the level fell at {commit} (regressed there, neither reverted nor accepted: revert it, or "
+        f"`solgate accept {commit}` if the slowdown is meant)", *unavailable))
 
 
-def _fallen(kept: Sequence[BaselineRun], fell: Sequence[int], commits: Sequence[str],
-            position: Mapping[str, int]) -> tuple[str, ...]:
-    """Where the level fell and stayed down: the oldest commit whose run regressed against this
-    level when no kept run is newer than it (nothing since read at the level: not reverted, not
-    accepted). Every later message names it, so that an innocent commit on top is not blamed."""
+def _fell_at(kept: Sequence[BaselineRun], fell: Sequence[int], commits: Sequence[str],
+             position: Mapping[str, int]) -> int | None:
+    """Where the level fell and stayed down (a chain position): the oldest commit whose run
+    regressed against this level when no kept run is newer than it (nothing since read at the
+    level: not reverted, not accepted). Every later message names it, so that an innocent commit
+    on top is not blamed."""
     if not fell:
-        return ()
+        return None
     oldest = max(fell)
     if any(position.get(run.commit, len(commits)) < oldest for run in kept):
-        return ()  # a run since then read at the level: reverted (or a flaky reading)
-    commit = run_commit(commits, oldest)
-    return (f"the level fell at {commit} (regressed there, neither reverted nor accepted: revert it, or "
-            f"`solgate accept {commit}` if the slowdown is meant)",)
+        return None  # a run since then read at the level: reverted (or a flaky reading)
+    return oldest
+
+
+def on_pull_request(environ: Mapping[str, str]) -> bool:
+    """Whether this run gates a pull request: GitHub Actions says so (docs/pull-requests.md)."""
+    return environ.get("GITHUB_EVENT_NAME", "") in ("pull_request", "pull_request_target")
 
 
 def _finish(kept: list[BaselineRun], commits: Sequence[str], start: int, since: str, left: dict[str, int],
@@ -186,12 +203,12 @@ def accepted_commits(store: Any, commits: Sequence[str], test: str) -> list[str]
 
 def window_from(
     store: Any, key: tuple[str, str, str, str], commits: Sequence[str], window_size: int,
-    head_environment: Mapping[str, str], min_change: float = MIN_CHANGE,
+    head_environment: Mapping[str, str], min_change: float = MIN_CHANGE, inherit: bool = False,
 ) -> BaselineWindow | None:
     """The baseline window of one measurement along ``commits``: what the plugin and ``solgate
     compare`` both judge against."""
     runs = store.baseline_runs(*key, commits, max(window_size * 3, LEVEL_LOOKBACK))
-    kept, notes = level(runs, commits, accepted_commits(store, commits, key[0]), window_size, min_change)
+    kept, notes = level(runs, commits, accepted_commits(store, commits, key[0]), window_size, min_change, inherit)
     return select(kept, head_environment, notes)
 
 
@@ -207,8 +224,10 @@ class BaselineChooser:
         open_store: Callable[[], Any],
         unavailable: str | None = None,
         min_change: float = MIN_CHANGE,
+        inherit: bool = False,
     ) -> None:
         self.root = root
+        self.inherit = inherit  # a pull request's run: a fall in the base is inherited, not failed
         self.spec = spec
         self.window_size = window_size
         self.min_change = min_change
@@ -236,7 +255,7 @@ class BaselineChooser:
             if store is None:
                 return None
             return window_from(store, (test, name, profile, ceilings), commits, self.window_size, head_environment,
-                               self.min_change)
+                               self.min_change, self.inherit)
         except HistoryUnavailable as exc:
             self.unavailable = str(exc)
             return None

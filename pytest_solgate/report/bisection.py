@@ -85,6 +85,11 @@ def lines(bisection: Any) -> list[str]:
         out.append(f"not found: BAD {short(b.bad)} is not below GOOD's level by more than the tolerance and the "
                    "noise floor" + (" once re-measured" if b.flaky else ""))
         out += _why_not_found(b)
+    for drift in b.drift:
+        out.append(f"  a gradual drift, not one step: {_label(drift.key)} fell {units.percent(drift.total, signed=True)} "
+                   f"from GOOD to BAD, and only {units.percent(drift.step, signed=True)} at this commit (against "
+                   f"{short(drift.since)}, read at GOOD's level); the slowdown spreads over several commits: "
+                   "look at the range, not only this one")
     if b.skipped:
         out.append("skipped (tests fail, do not collect, or measure nothing selected): "
                    + ", ".join(short(c) for c in b.skipped))
