@@ -38,7 +38,9 @@ def sol_values(config: Any) -> dict[str, Any]:
         except TypeError as exc:  # pytest's own rule ([tool.pytest]: a value of another TOML type)
             raise OptionError(str(exc)) from None
         except (ValueError, pytest.UsageError) as exc:  # pytest's reading of an ini boolean names no option
-            raise OptionError(f"ini option {option.name}: {exc}; give true or false") from None
+            # (pytest 9.2 raises its type rule for [tool.pytest] here too: no boolean's advice for those)
+            advice = "; give true or false" if option.kind == "bool" else ""
+            raise OptionError(f"ini option {option.name}: {exc}{advice}") from None
         if not value:  # unset (or false: the same as unset, as the plugin has always read it)
             continue
         if not isinstance(value, (str, bool, int, float)):
