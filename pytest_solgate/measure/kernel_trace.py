@@ -34,6 +34,8 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
+from pytest_solgate.support import stats
+
 SAMPLE = "solgate-sample-"
 HOLD = "solgate-hold-"  # the hold before a sample: the timed region starts when it ends
 DONE = "solgate-done-"
@@ -117,18 +119,6 @@ class _Ranges:
         return None
 
 
-def _union_ns(intervals: list[tuple[int, int]]) -> int:
-    total, reach = 0, None
-    for start, end in sorted(intervals):
-        if reach is None or start > reach:
-            total += end - start
-            reach = end
-        elif end > reach:
-            total += end - reach
-            reach = end
-    return total
-
-
 def sample_kernels(events: Sequence[TraceEvent]) -> dict[int, SampleKernels]:
     """Each marked sample's device work (see the module's docstring); a sample whose launches put
     nothing on the device is left out."""
@@ -155,7 +145,7 @@ def sample_kernels(events: Sequence[TraceEvent]) -> dict[int, SampleKernels]:
     for sample, work in grouped.items():
         intervals = [(e.start_ns, e.end_ns) for e in work]
         start, end = min(s for s, _ in intervals), max(e for _, e in intervals)
-        busy = _union_ns(intervals)  # the sum of the durations, where no two overlap (one stream)
+        busy = stats.covered_length(intervals)  # the sum of the durations, where no two overlap (one stream)
         found[sample] = SampleKernels(
             kernels=len(work), busy_seconds=busy / 1e9, span_seconds=(end - start) / 1e9,
             gap_seconds=(end - start - busy) / 1e9,

@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from pytest_solgate.support import stats
+
 STEP_RANGE = "solgate:step"
 MODULE_RANGE = "solgate:module:"
 COUNT_RANGE = "solgate:count#"
@@ -165,18 +167,6 @@ def top_operator(event: Any) -> tuple[Any, str, str]:
     return top, name, module
 
 
-def _union(intervals: list[tuple[float, float]]) -> float:
-    covered, end = 0.0, None
-    for start, stop in sorted(intervals):
-        if end is None or start > end:
-            covered += stop - start
-            end = stop
-        elif stop > end:
-            covered += stop - end
-            end = stop
-    return covered
-
-
 def read_runs(events: Sequence[Any], on_gpu: bool) -> list[RunReading]:
     """The runs in a profiler's event list (``prof.events()``: FunctionEvents, times in us), one per
     ``solgate:step`` range, in order. Pure over the events, so that it is tested on made-up ones."""
@@ -207,7 +197,7 @@ def read_runs(events: Sequence[Any], on_gpu: bool) -> list[RunReading]:
                 intervals.append((event.time_range.start, event.time_range.end))
         if on_gpu:  # the last kernel may end after the host's range (no synchronize inside it)
             end = max([end] + [stop for _, stop in intervals])
-        covered = _union(intervals) * 1e-6
+        covered = stats.covered_length(intervals) * 1e-6
         step_seconds = (end - start) * 1e-6
         readings.append(RunReading(
             seconds=step_seconds,

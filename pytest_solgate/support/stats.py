@@ -94,3 +94,16 @@ def stdev(values: Sequence[float]) -> float:
         return 0.0
     centre = mean(values)
     return math.sqrt(sum((v - centre) ** 2 for v in values) / (len(values) - 1))
+
+
+def covered_length(intervals: Sequence[tuple[float, float]]) -> float:
+    """How much of the line the (start, end) intervals cover, overlaps counted once (ints stay ints)."""
+    covered, reach = 0, None
+    for start, end in sorted(intervals):
+        if reach is None or start > reach:
+            covered += end - start
+            reach = end
+        elif end > reach:
+            covered += end - reach
+            reach = end
+    return covered
