@@ -200,8 +200,10 @@ def test_triton_interpreter_is_not_gated(suite, monkeypatch, pytester):
     kernel, reference, fp8 = json.loads((pytester.path / "out.json").read_text())["measurements"]
     assert kernel["backend"] == "triton-interpreter" and kernel["verdict"] == "not-gated"
     assert "TRITON_INTERPRET=1" in kernel["reason"]
-    # The torch reference in the same session is a real CPU measurement, and says so.
-    assert reference["backend"] == "cpu" and reference["seconds"] > 0.9e-3 and len(reference["samples"]) >= 10
+    # The torch reference in the same session is a real CPU measurement, and says so. On a busy
+    # machine the time budget can run out before ten samples: then the row must say it is noisy.
+    assert reference["backend"] == "cpu" and reference["seconds"] > 0.9e-3 and len(reference["samples"]) >= 3
+    assert len(reference["samples"]) >= 10 or reference["noisy"]
     assert fp8["verdict"] == "not-gated" and fp8["flops"] == {"fp8_tensor": 1e6, "fp32": 1e3}
     assert any("flops in fp8_tensor left out of the score: profile 'synthetic' has no roof" in n for n in fp8["notes"])
     # The summary says once why these rows are not gated, and what a GPU does instead.
