@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import platform
 import socket
+import subprocess
+import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from pytest_solgate.declare.profiles import HardwareProfile
 
@@ -35,3 +39,15 @@ def write_synthetic(folder: Path) -> Path:
 
 def machine() -> str:
     return f"{socket.gethostname()}, {platform.processor() or platform.machine()}, Python {platform.python_version()}"
+
+
+@contextmanager
+def cpu_load(processes: int) -> Iterator[None]:
+    """``processes`` other processes, each spinning on a core, for the duration: a loaded machine."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()

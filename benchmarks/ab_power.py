@@ -17,7 +17,6 @@ and a profile with high ceilings (only the A/B is judged). Two kinds of trial:
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -26,69 +25,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _chain_repo import git, make_repo, set_chain  # noqa: E402
 from _common import machine  # noqa: E402
-
-PROFILE = """
-id = "ab-bench"
-name = "High ceilings: only the A/B is judged"
-kind = "cpu"
-memory_bandwidth_gbps = 1000
-ceilings = "measured"
-source = "benchmarks/ab_power.py"
-
-[peak_tflops]
-fp32 = 100
-"""
-
-KERNEL = """
-import json, pathlib
-
-import pytest
-import torch
-
-torch.set_num_threads(1)
-CHAIN = json.loads(pathlib.Path(__file__).with_name("chain.json").read_text())["matmuls"]
-N = 192
-
-
-@pytest.mark.sol(max_regression=0.05)
-def test_matmul_chain(sol):
-    a, b = torch.rand(N, N), torch.rand(N, N)
-    out = torch.empty(N, N)
-
-    def chain():
-        for _ in range(CHAIN):
-            torch.mm(a, b, out=out)
-
-    sol.measure(chain, flops={"fp32": 2 * N**3 * 10})
-"""
-
-
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
-
-
-def make_repo(folder: Path) -> Path:
-    repo = folder / "project"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.email", "bench@example.com")
-    git(repo, "config", "user.name", "bench")
-    (repo / "bench.toml").write_text(PROFILE)
-    (repo / "pytest.ini").write_text("[pytest]\naddopts = -q --sol-profile=bench.toml --sol-min-time=0.5\n")
-    (repo / ".gitignore").write_text(".solgate/\n")
-    (repo / "test_chain.py").write_text(KERNEL)
-    (repo / "chain.json").write_text(json.dumps({"matmuls": 10}))
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "base")
-    return repo
 
 
 def trial(repo: Path, base: str, head_matmuls: int, rounds: int, max_time: float) -> tuple[int, str]:
     """One A/B: HEAD a new commit with ``head_matmuls`` on the base; its exit status and verdict line."""
     git(repo, "checkout", "-q", "--detach", base)
-    (repo / "chain.json").write_text(json.dumps({"matmuls": head_matmuls}))
-    git(repo, "commit", "-q", "--allow-empty", "-am", f"head {head_matmuls}")
+    set_chain(repo, head_matmuls, f"head {head_matmuls}")
     done = subprocess.run([sys.executable, "-m", "pytest_solgate.cli", "ab", base, "--no-record", "--rounds",
                            str(rounds), "--max-time", str(max_time)], cwd=repo, capture_output=True, text=True)
     row = next((line for line in done.stdout.splitlines() if "test_matmul_chain" in line), done.stderr.strip()[-200:])
