@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from solgate_testing import FAKE_CLOCK_KERNELS, FAST_TIMING, KERNELS, SYNTHETIC_PROFILE
+from solgate_testing import FAKE_CLOCK_KERNELS, FAKE_CLOCK_TIMING, FAST_TIMING, KERNELS, SYNTHETIC_PROFILE
 
 
 @pytest.fixture
@@ -20,7 +20,7 @@ def suite(pytester: pytest.Pytester):
         pytester.makepyfile(test_kernels=(FAKE_CLOCK_KERNELS if fake_clock else KERNELS) + textwrap.dedent(body))
         for name, text in (files or {}).items():
             (pytester.path / name).write_text(textwrap.dedent(text))
-        options = [*FAST_TIMING, *(["--sol-profile=synthetic.toml"] if profile else []), *args]
+        options = [*(FAKE_CLOCK_TIMING if fake_clock else FAST_TIMING), *(["--sol-profile=synthetic.toml"] if profile else []), *args]
         runner = pytester.runpytest_subprocess if subprocess else pytester.runpytest
         return runner(*options)
 

@@ -7,7 +7,14 @@ import sys
 
 import pytest
 
-from solgate_testing import FAKE_CLOCK_KERNELS, FAST_TIMING, SYNTHETIC_PROFILE, git, init_repo, recorded
+from solgate_testing import (
+    FAKE_CLOCK_KERNELS,
+    FAKE_CLOCK_TIMING,
+    SYNTHETIC_PROFILE,
+    git,
+    init_repo,
+    recorded,
+)
 
 
 def solgate(*args, cwd=None):
@@ -88,7 +95,7 @@ def two_commits(request, pytester, monkeypatch):
         git(pytester.path, "commit", "-q", "-m", f"{seconds}")
         commits.append(git(pytester.path, "rev-parse", "HEAD"))
         for _ in range(runs):
-            pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml", f"--sol-json=run-{len(commits)}.json")
+            pytester.runpytest(*FAKE_CLOCK_TIMING, "--sol-profile=synthetic.toml", f"--sol-json=run-{len(commits)}.json")
     return pytester.path, commits
 
 

@@ -10,7 +10,7 @@ import html5lib
 import junitparser
 from markdown_it import MarkdownIt
 
-from solgate_testing import FAKE_CLOCK_KERNELS, FAST_TIMING, SYNTHETIC_PROFILE
+from solgate_testing import FAKE_CLOCK_KERNELS, FAKE_CLOCK_TIMING, SYNTHETIC_PROFILE
 
 BODY = FAKE_CLOCK_KERNELS + '''  # on the fake clock: the verdicts must not depend on the machine's load
 import pytest
@@ -28,7 +28,7 @@ def test_slow(sol):
 def run_suite(pytester, *args):
     pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
     pytester.makepyfile(test_k=BODY)
-    result = pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml", *args)
+    result = pytester.runpytest(*FAKE_CLOCK_TIMING, "--sol-profile=synthetic.toml", *args)
     result.assert_outcomes(passed=1, failed=1)
     return result
 

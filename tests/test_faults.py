@@ -18,7 +18,15 @@ import pytest
 from pytest_solgate.record.history import open_store
 from pytest_solgate.record.sqlite import SqliteStore
 from pytest_solgate.results import RunInfo
-from solgate_testing import FAKE_CLOCK_KERNELS, FAST_TIMING, KERNELS, SYNTHETIC_PROFILE, git, init_repo, recorded
+from solgate_testing import (
+    FAKE_CLOCK_KERNELS,
+    FAKE_CLOCK_TIMING,
+    KERNELS,
+    SYNTHETIC_PROFILE,
+    git,
+    init_repo,
+    recorded,
+)
 
 PER_RUN = 3
 
@@ -147,9 +155,9 @@ set -e
 mount -t tmpfs none "$RO"
 cp history.db "$RO/history.db"
 mount -o remount,ro "$RO"
-"$PY" -m pytest -p no:cacheprovider --sol-device=cpu --sol-min-time=0.02 --sol-max-time=0.3 \
+"$PY" -m pytest -p no:cacheprovider --sol-device=cpu --sol-min-time=0.02 --sol-max-time=30 \
     --sol-profile=synthetic.toml --sol-history="$RO/history.db" --sol-baseline=HEAD test_k.py > pytest.out 2>&1 || echo "pytest exit $?" >> pytest.out
-"$PY" -m pytest -p no:cacheprovider --sol-device=cpu --sol-min-time=0.02 --sol-max-time=0.3 \
+"$PY" -m pytest -p no:cacheprovider --sol-device=cpu --sol-min-time=0.02 --sol-max-time=30 \
     --sol-profile=synthetic.toml --sol-history="$RO/history.db" --sol-no-save test_k.py > nosave.out 2>&1 || echo "pytest exit $?" >> nosave.out
 "$PY" -m pytest_solgate.cli history --history "$RO/history.db" > history.out 2>&1 || echo "solgate exit $?" >> history.out
 """
@@ -167,7 +175,7 @@ def test_a_read_only_history_is_still_read(pytester):
     for args in (["init", "-q", "-b", "main"], ["-c", "user.email=t@e.invalid", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "A"]):
         sp.run(["git", *args], cwd=pytester.path, check=True, capture_output=True)
     for _ in range(2):  # two runs at HEAD: a window
-        pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml", "--sol-history=history.db").assert_outcomes(passed=1)
+        pytester.runpytest(*FAKE_CLOCK_TIMING, "--sol-profile=synthetic.toml", "--sol-history=history.db").assert_outcomes(passed=1)
     (pytester.path / "ro").mkdir()
     done = sp.run(["unshare", "-rm", "sh", "-c", READ_ONLY_SCRIPT], cwd=pytester.path, capture_output=True, text=True,
                   env={**os.environ, "RO": str(pytester.path / "ro"), "PY": sys.executable})
@@ -233,7 +241,7 @@ def test_every_verdicts_json_imports_back_and_leaves_the_spool(pytester):
     pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
     (pytester.path / ".gitignore").write_text(".solgate/\n*.out\n")
     (pytester.path / "test_kernels.py").write_text(EVERY_VERDICT)
-    options = [*FAST_TIMING, "--sol-profile=synthetic.toml"]
+    options = [*FAKE_CLOCK_TIMING, "--sol-profile=synthetic.toml"]
     for speeds in ({"regressed": 1e-3, "improved": 1e-3, "ambiguous": None},
                    {"regressed": 1e-3, "improved": 1e-3, "ambiguous": 1e-3},
                    {"regressed": 1.5e-3, "improved": 0.6e-3, "ambiguous": 1.5e-3}):
