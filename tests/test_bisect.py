@@ -5,12 +5,13 @@ Each probe is a real pytest subprocess in a real temporary git worktree."""
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 
 import pytest
 
-from solgate_testing import FAKE_CLOCK_KERNELS, FAST_TIMING, SYNTHETIC_PROFILE, git, init_repo
+from solgate_testing import FAKE_CLOCK_KERNELS, FAKE_CLOCK_TIMING, SYNTHETIC_PROFILE, git, init_repo
 
 # The kernel's time comes from speed.json in the commit; "slow_once" names a file outside the
 # repository: the first run that finds it missing creates it and reads slow (a flaky reading).
@@ -45,11 +46,11 @@ class Repo:
         init_repo(path)
         (path / "synthetic.toml").write_text(SYNTHETIC_PROFILE)
         # -q in the project's addopts: with bisect's own -q, --collect-only would print no node ids at all
-        # --sol-max-time=30: on a loaded machine a 0.3 s budget can run out in wall time, the run is
-        # flagged noisy (never a level), and GOOD is rightly run once more: the counts asserted below
-        # are the algorithm's, not the machine's
+        # the fake clock's timing: on a loaded machine a 0.3 s budget could run out in wall time, the
+        # run be flagged noisy (never a level), and GOOD rightly run once more: the counts asserted
+        # below are the algorithm's, not the machine's
         (path / "pytest.ini").write_text("[pytest]\naddopts = -q " + " ".join(
-            [*FAST_TIMING, "--sol-max-time=30", "--sol-profile=synthetic.toml"]) + "\n")
+            [*FAKE_CLOCK_TIMING, "--sol-profile=synthetic.toml"]) + "\n")
         (path / ".gitignore").write_text(".solgate/\n")
         (path / "test_kernels.py").write_text(KERNEL_TEST)
         self.commits = []
@@ -274,3 +275,41 @@ def test_a_gradual_drift_is_said_not_only_one_commit_named(repo):
     drift = next(line for line in done.stdout.splitlines() if "gradual drift" in line)
     assert "test_kernels.py::test_kernel [default] synthetic fell -21.2% from GOOD to BAD, and only -1.0% at this commit" \
         in drift, done.stdout
+
+
+@pytest.mark.parametrize("seed", [3, 11])
+def test_bisects_probes_and_the_gate_agree_on_every_commit_of_a_seeded_series(repo, seed):
+    # A/A commits within +-2 % (under the 5 % tolerance), a 1.2x step at a seeded commit, more
+    # A/A after it: bisect's probes (fresh runs in its worktree) and the gate (a recorded pytest
+    # run at every commit, in order) must call the same commits below GOOD's level.
+    rng = random.Random(seed)
+    step = rng.randrange(4, 14)
+    good = repo.commit("GOOD", seconds=1e-3)
+    for i in range(1, 17):
+        repo.commit(f"commit {i}", seconds=1e-3 * (1.2 if i >= step else 1) * math.exp(rng.uniform(-0.02, 0.02)))
+    culprit = repo.commits[step]
+
+    done = repo.solgate("bisect", good, "HEAD", "*::test_kernel", "--good-runs", "2")
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert f"first bad commit: {culprit[:10]} 'commit {step}'" in done.stdout, done.stdout
+    probes = {}
+    for line in done.stdout.splitlines():
+        words = line.split()
+        if len(words) > 2 and words[1] in {c[:10] for c in repo.commits[1:]}:
+            probes[words[1]] = words[2]
+    assert len(probes) >= 4, done.stdout
+
+    gate = {}
+    for commit in repo.commits:
+        git(repo.path, "checkout", "-q", commit)
+        ran = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--sol-json=gate.json"],
+                             cwd=repo.path, capture_output=True, text=True)
+        (kernel,) = [m for m in json.loads((repo.path / "gate.json").read_text())["measurements"]
+                     if m["test"].endswith("::test_kernel")]
+        gate[commit[:10]] = kernel["verdict"]
+        assert ran.returncode == (1 if kernel["verdict"] == "regressed" else 0), ran.stdout
+    git(repo.path, "checkout", "-q", "main")
+    for short, probe in probes.items():
+        assert (probe == "below") == (gate[short] == "regressed"), (short, probe, gate[short], done.stdout)
+    # and the gate, alone, fails the culprit first: every commit before it passes, every one from it fails
+    assert [gate[c[:10]] == "regressed" for c in repo.commits] == [i >= step for i in range(len(repo.commits))], gate

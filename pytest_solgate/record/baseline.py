@@ -9,8 +9,9 @@ measurement name, profile and ceilings mode along the first-parent ancestry of t
   at the newest accepted slowdown (``solgate accept``), whichever is nearer;
 - runs that were interrupted, contended or noisy are recorded but never in a window;
 - a run judged ``regressed`` against this same level is not a baseline (one regression must not
-  widen the window until it is reverted); one that regressed against an older level is the new
-  level, once a confirmed change point (or an accept) says the level moved;
+  widen the window until it is reverted); a confirmed change point whose runs the gate failed as
+  ``regressed`` does not start a new level: main stays red, every later message naming the commit
+  where the level fell, until it is reverted (a later change point) or accepted;
 - the runs of a one-commit excursion (an outlier of the series) are left out.
 
 ``auto`` starts at HEAD when the tree is dirty (the change against the commit it sits on), else at
@@ -95,9 +96,11 @@ def level(
         changes = changepoints.find([stats.median(by_commit[c]) for c in series], min_change)
     except changepoints.ChangePointsUnavailable as exc:
         changes, unavailable = changepoints.Changes(), (f"one level not told apart: {exc}",)
-    confirmed = [cp for cp in changes.points if not cp.provisional]
-    if confirmed:
-        start = position[series[confirmed[-1].index]]
+    confirmed = [position[series[cp.index]] for cp in changes.points if not cp.provisional]
+    gated_falls = _gated_falls(runs, confirmed, position, len(commits))
+    moved = [at for at in confirmed if at not in gated_falls]
+    if moved:
+        start = min(moved)  # the nearest confirmed change the gate did not fail
     outliers = {series[o.index] for o in changes.outliers}
     since = "the last confirmed change point" if confirmed else ""
     for commit in accepted:
@@ -147,6 +150,24 @@ def level(
     return _finish(kept[:window_size], commits, start, since, left, (
         f"the level fell at {commit} (regressed there, neither reverted nor accepted: revert it, or "
         f"`solgate accept {commit}` if the slowdown is meant)", *unavailable))
+
+
+def _gated_falls(runs: Sequence[BaselineRun], changes: Sequence[int], position: Mapping[str, int],
+                 unknown: int) -> set[int]:
+    """The change points (chain positions) that are falls the gate failed: a run of their level
+    was judged ``regressed`` against a level before them. Such a fall does not become the level
+    when it is confirmed: main stays red until it is reverted (a later change) or accepted."""
+    bounds = sorted(changes)  # nearest first: a level runs from its change down to the next nearer one
+    falls = set()
+    for i, at in enumerate(bounds):
+        nearer = bounds[i - 1] if i else -1
+        for run in runs:
+            where = position.get(run.commit, unknown)
+            against = position.get(run.judged_against, unknown) if run.judged_against else unknown
+            if run.verdict == "regressed" and nearer < where <= at < against:
+                falls.add(at)
+                break
+    return falls
 
 
 def _fell_at(kept: Sequence[BaselineRun], fell: Sequence[int], commits: Sequence[str],
