@@ -3,7 +3,13 @@ thread, each tool in N fresh processes; the spread of each size's median across 
 (CV) and each tool's wall time per run. Target: the plugin's CV at most half of
 pytest-benchmark's, at no more than twice its wall time.
 
-    python benchmarks/cpu_lead.py [--runs 6] [--sizes 65536,1048576,16777216]
+    python benchmarks/cpu_lead.py [--runs 6] [--sizes 65536,1048576,16777216] [--cold]
+
+The plugin times cold calls (the cache flushed before each sample), pytest-benchmark warm ones by
+default: for data that fits a cache they time different things. ``--cold`` compares like with
+like: pytest-benchmark's ``pedantic`` with a setup that writes the same flush buffer as the plugin
+(twice the last-level cache the plugin counts) before each round of one call, ``--cold-rounds``
+rounds (outside the timed call, as the plugin's flush is).
 
 Each run is a fresh ``python -m pytest`` on a test file of its own: the plugin's with
 ``-p no:benchmark`` and a synthetic CPU profile (no calibration in the timed wall), pytest-benchmark's
@@ -53,6 +59,26 @@ def test_add(benchmark, n):
     benchmark(lambda: torch.add(x, y, out=out))
 """
 
+COLD_BENCHMARK_TEST = SETUP + """
+import ctypes
+
+import pytest
+from pytest_solgate.measure.devices import last_level_cache_bytes
+
+FLUSH = (ctypes.c_char * (2 * last_level_cache_bytes()))()  # the plugin's flush size
+ROUNDS = {rounds}
+
+def flush():
+    ctypes.memset(FLUSH, flush.value, len(FLUSH))
+    flush.value = (flush.value + 1) % 256
+flush.value = 1
+
+@pytest.mark.parametrize("n", SIZES)
+def test_add(benchmark, n):
+    x, y, out = tensors(n)
+    benchmark.pedantic(lambda: torch.add(x, y, out=out), setup=flush, rounds=ROUNDS, iterations=1, warmup_rounds=2)
+"""
+
 
 def run(folder: Path, test: str, *options: str) -> tuple[float, dict[int, float]]:
     """One fresh process: its wall time and each size's median (seconds)."""
@@ -79,11 +105,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=6)
     parser.add_argument("--sizes", default="65536,1048576,16777216")
+    parser.add_argument("--cold", action="store_true", help="pytest-benchmark flushes the cache before each call too")
+    parser.add_argument("--cold-rounds", type=int, default=100, help="pytest-benchmark's rounds under --cold")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     folder = Path(tempfile.mkdtemp(prefix="cpu-lead-"))
     (folder / "test_sol.py").write_text(PLUGIN_TEST.format(sizes=sizes))
-    (folder / "test_pb.py").write_text(BENCHMARK_TEST.format(sizes=sizes))
+    benchmark_test = COLD_BENCHMARK_TEST.format(sizes=sizes, rounds=args.cold_rounds) if args.cold else \
+        BENCHMARK_TEST.format(sizes=sizes)
+    (folder / "test_pb.py").write_text(benchmark_test)
     profile = write_synthetic(folder)
     plugin_options = ("-p", "no:benchmark", "--sol-device=cpu", f"--sol-profile={profile}", "--sol-no-save",
                       "--sol-gate=off", "--sol-json=out.json")
@@ -97,7 +127,9 @@ def main() -> None:
             walls[tool].append(wall)
             for n in sizes:
                 medians[tool][n].append(found[n])
-    print(f"machine: {machine()}, {os.cpu_count()} cores; {args.runs} fresh processes per tool; one thread")
+    calls = f"cold calls for both (pytest-benchmark: {args.cold_rounds} flushed rounds)" if args.cold else \
+        "the plugin's calls cold, pytest-benchmark's warm"
+    print(f"machine: {machine()}, {os.cpu_count()} cores; {args.runs} fresh processes per tool; one thread; {calls}")
     print(f"{'size':>10} {'plugin median':>14} {'CV':>7} {'pytest-benchmark median':>24} {'CV':>7} {'CV ratio':>9}")
     ratios = []
     for n in sizes:
