@@ -3,7 +3,7 @@ thread, each tool in N fresh processes; the spread of each size's median across 
 (CV) and each tool's wall time per run. Target: the plugin's CV at most half of
 pytest-benchmark's, at no more than twice its wall time.
 
-    python benchmarks/cpu_lead.py [--runs 6] [--sizes 65536,1048576,16777216] [--cold]
+    python benchmarks/cpu_lead.py [--runs 6] [--sizes 65536,1048576,16777216] [--cold] [--load N]
 
 The plugin times cold calls (the cache flushed before each sample), pytest-benchmark warm ones by
 default: for data that fits a cache they time different things. ``--cold`` compares like with
@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import machine, write_synthetic  # noqa: E402
+from _common import cpu_load, machine, write_synthetic  # noqa: E402
 
 SETUP = """
 import torch
@@ -107,6 +107,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="65536,1048576,16777216")
     parser.add_argument("--cold", action="store_true", help="pytest-benchmark flushes the cache before each call too")
     parser.add_argument("--cold-rounds", type=int, default=100, help="pytest-benchmark's rounds under --cold")
+    parser.add_argument("--load", type=int, default=0, help="other processes spinning on the cores throughout")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     folder = Path(tempfile.mkdtemp(prefix="cpu-lead-"))
@@ -120,16 +121,18 @@ def main() -> None:
     benchmark_options = ("-p", "no:solgate", "--benchmark-json=out.json")
     walls: dict[str, list[float]] = {"plugin": [], "pytest-benchmark": []}
     medians: dict[str, dict[int, list[float]]] = {"plugin": {n: [] for n in sizes}, "pytest-benchmark": {n: [] for n in sizes}}
-    for _ in range(args.runs):
-        for tool, test, options in (("plugin", "test_sol.py", plugin_options),
-                                    ("pytest-benchmark", "test_pb.py", benchmark_options)):
-            wall, found = run(folder, test, *options)
-            walls[tool].append(wall)
-            for n in sizes:
-                medians[tool][n].append(found[n])
+    with cpu_load(args.load):
+        for _ in range(args.runs):
+            for tool, test, options in (("plugin", "test_sol.py", plugin_options),
+                                        ("pytest-benchmark", "test_pb.py", benchmark_options)):
+                wall, found = run(folder, test, *options)
+                walls[tool].append(wall)
+                for n in sizes:
+                    medians[tool][n].append(found[n])
     calls = f"cold calls for both (pytest-benchmark: {args.cold_rounds} flushed rounds)" if args.cold else \
         "the plugin's calls cold, pytest-benchmark's warm"
-    print(f"machine: {machine()}, {os.cpu_count()} cores; {args.runs} fresh processes per tool; one thread; {calls}")
+    print(f"machine: {machine()}, {os.cpu_count()} cores; {args.runs} fresh processes per tool; one thread; {calls}; "
+          f"{args.load} other process(es) spinning")
     print(f"{'size':>10} {'plugin median':>14} {'CV':>7} {'pytest-benchmark median':>24} {'CV':>7} {'CV ratio':>9}")
     ratios = []
     for n in sizes:
