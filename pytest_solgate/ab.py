@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 from pytest_solgate import worktree
 from pytest_solgate.judge import paired, verdict
-from pytest_solgate.record import gitinfo, store
+from pytest_solgate.record import gitinfo
 from pytest_solgate.results import REGRESSED, Measurement
 from pytest_solgate.support.errors import SolgateError
 from pytest_solgate.support.settings import DEFAULT_MAX_REGRESSION
@@ -138,13 +138,7 @@ def _selected(runner: worktree.Runner, base: str, pattern: str | None, paths: Se
     """The node ids HEAD's tree collects that match ``pattern`` and exist at the base too (a test
     the change adds has nothing to be paired with). ``paths``: where pytest collects (default: its
     own testpaths)."""
-    at_head, failed = runner.collect(None, paths)
-    if failed:
-        raise ABError(f"ab: at HEAD pytest collects nothing: {failed}")
-    chosen = [test for test in at_head if store.matches(pattern, test)]
-    if not chosen:
-        raise ABError(f"ab: no test at HEAD matches '{pattern}' ({len(at_head)} collected); give a glob or text of a "
-                      "test id, e.g. 'test_matmul*'")
+    chosen = runner.matching(None, "at HEAD", pattern, paths)
     at_base, failed = runner.collect(base, paths)
     if failed:
         raise ABError(f"ab: at BASE {base[:10]} pytest collects nothing: {failed}")

@@ -456,14 +456,7 @@ def selected_tests(reader: Any, runner: worktree.Runner, good: str, pattern: str
                        if not run["dirty"] and store.matches(pattern, m.test, m.name) and verdict.judged(m)})
     if recorded:
         return recorded
-    collected, failed = runner.collect(good)
-    if failed:
-        raise BisectError(f"bisect: at GOOD {good[:10]} pytest collects nothing: {failed}")
-    chosen = [test for test in collected if store.matches(pattern, test)]
-    if not chosen:
-        raise BisectError(f"bisect: no test at GOOD {good[:10]} matches '{pattern}' ({len(collected)} collected); "
-                          "give a glob or text of a test id, e.g. 'test_matmul*'")
-    return chosen
+    return runner.matching(good, f"at GOOD {good[:10]}", pattern)
 
 
 def bisect(

@@ -123,6 +123,7 @@ class Runner:
         self.history_location = history_location
         self.record = record
         self.pytest_args = list(pytest_args)
+        self.command = command
         self.worktree = Worktree(where.root, scratch, command)
         self.count = 0
 
@@ -162,6 +163,18 @@ class Runner:
         if done.returncode not in (0, PYTEST_NO_TESTS) or not ids:
             return [], _failure(done.returncode, done.stdout + done.stderr, self.worktree.path)
         return ids, ""
+
+    def matching(self, commit: str | None, side: str, pattern: str | None, paths: Sequence[str] = ()) -> list[str]:
+        """The node ids collected at ``commit`` that match ``pattern``; ``side`` names the commit in
+        the error (``at GOOD 1a2b3c4d5e``) when pytest collects nothing there or nothing matches."""
+        collected, failed = self.collect(commit, paths)
+        if failed:
+            raise WorktreeError(f"{self.command}: {side} pytest collects nothing: {failed}")
+        chosen = [test for test in collected if store.matches(pattern, test)]
+        if not chosen:
+            raise WorktreeError(f"{self.command}: no test {side} matches '{pattern}' ({len(collected)} collected); "
+                                "give a glob or text of a test id, e.g. 'test_matmul*'")
+        return chosen
 
     def run(self, commit: str | None, tests: Sequence[str], record: bool | None = None,
             baseline: bool = True) -> RunResult:

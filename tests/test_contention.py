@@ -17,6 +17,7 @@ from test_history import STEADY, Repo, repo, sqlite_repo  # noqa: F401 (fixtures
 
 from pytest_solgate.measure import contention, extras
 from pytest_solgate.run import contended_line
+from solgate_testing import FAST_TIMING
 
 real_contention = extras.contention  # before conftest's patch (test modules are imported first)
 
@@ -33,7 +34,12 @@ CALLS = pathlib.Path(__file__).with_name("calls.out")
 
 def nap(seconds):
     FAKE_NS[0] += round(seconds * 1e9)  # the kernel's duration, on the fake clock
-    time.sleep(SPEED.get("real_sleep", 1e-3))  # it really waits: this process's share of a core is low
+    if SPEED.get("computes"):  # it really computes: this process keeps its core busy
+        end = time.thread_time() + SPEED.get("real_sleep", 1e-3)
+        while time.thread_time() < end:
+            pass
+    else:
+        time.sleep(SPEED.get("real_sleep", 1e-3))  # it really waits: this process's share of a core is low
     with CALLS.open("a") as calls:
         calls.write("call\\n")
 
@@ -72,9 +78,9 @@ class NappingRepo:
     def commit(self, message, seconds, **extra):
         self.repo.commit(message, seconds=seconds, proc=str(self.proc), **extra)
 
-    def run(self, *args):
+    def run(self, *args, **timing):
         (self.repo.path / "calls.out").unlink(missing_ok=True)
-        return self.repo.run(*args)
+        return self.repo.run(*args, **timing)
 
 
 def _napping(repo, idle_proc, monkeypatch):
@@ -96,6 +102,18 @@ def test_a_napping_kernel_on_an_idle_machine_is_not_contended_its_regression_fai
     napping.commit("re-landed as it was", seconds=1.4e-3)
     result, verdicts, _ = napping.run()
     assert verdicts["test_kernel"]["verdict"] == "regressed", verdicts["test_kernel"]["reason"]
+
+
+def test_a_computing_kernel_on_an_idle_machine_is_not_contended_its_regression_fails(repo, idle_proc, monkeypatch):
+    # The other side of the rule: a kernel that keeps its own core busy is not "contention" either;
+    # only what other processes took counts, and the fake /proc says they took nothing.
+    napping = _napping(repo, idle_proc, monkeypatch)
+    napping.commit("40 % slower, computing", seconds=1.4e-3, computes=True)
+    result, verdicts, _ = napping.run()
+    kernel = verdicts["test_kernel"]
+    assert "contended" not in kernel, kernel
+    assert kernel["verdict"] == "regressed", kernel["reason"]
+    result.assert_outcomes(failed=1)
 
 
 def test_a_napping_kernel_regression_fails_in_a_detached_head_ci_checkout(sqlite_repo, idle_proc, monkeypatch):
@@ -122,7 +140,7 @@ def test_a_long_kernel_that_reads_contended_is_not_taken_again_past_its_time_bud
     napping = NappingRepo(sqlite_repo, "", monkeypatch)
     monkeypatch.setattr(extras, "contention", lambda *args: "CPU pressure 60%: tasks waited for a CPU")
     napping.commit("one long kernel", seconds=1.0, real_sleep=1.0)
-    _, verdicts, _ = napping.run()
+    _, verdicts, _ = napping.run(timing=FAST_TIMING)  # the 0.3 s wall budget is what is under test
     assert verdicts["test_kernel"]["contended"].startswith("CPU pressure 60%")
     assert (sqlite_repo.path / "calls.out").read_text().count("call") == 3
 

@@ -351,11 +351,8 @@ def profile_step(fn: Callable[[], Any], device: str, max_time: float, runs: int 
                 with record_function(STEP_RANGE):
                     fn()
                     sync()
-    readings = read_runs(timing.events(), on_gpu)
-    if FAKE_RUN is not None:
-        readings = [FAKE_RUN(r) for r in readings]
     return StepProfile(
-        runs=tuple(readings),
+        runs=tuple(read_runs(timing.events(), on_gpu)),
         work=work,
         device=device,
         mode="profiler-kernels" if on_gpu else "profiler-cpu",
@@ -363,8 +360,3 @@ def profile_step(fn: Callable[[], Any], device: str, max_time: float, runs: int 
         started_at=started_at,
         finished_at=time.time(),
     )
-
-
-# The fake-clock tests replace the profiler's times with exact ones (a RunReading -> RunReading);
-# the profiler, the grouping and the counting still run for real.
-FAKE_RUN: Callable[[RunReading], RunReading] | None = None
