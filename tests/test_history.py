@@ -765,6 +765,25 @@ def test_after_an_unaccepted_regression_the_next_commit_stays_red_and_names_wher
         kernel = verdicts["test_kernel"]
         assert kernel["verdict"] == "regressed", (name, kernel["reason"])
         assert f"the level fell at {c[:10]} (regressed there, neither reverted nor accepted" in kernel["reason"], kernel["reason"]
+        assert " at ?" not in kernel["reason"], kernel["reason"]  # no level start named that is not one
+
+
+def test_after_a_revert_and_a_relanding_later_commits_name_the_relanding(sqlite_repo):
+    repo = sqlite_repo
+    repo.seed(STEADY)
+    repo.commit("C: slower", seconds=1.25e-3)
+    repo.run()
+    repo.commit("D: revert C", seconds=1e-3)
+    repo.run()
+    e = repo.commit("E: re-land C", seconds=1.25e-3)
+    _, verdicts, _ = repo.run()
+    assert verdicts["test_kernel"]["verdict"] == "regressed", verdicts["test_kernel"]["reason"]
+    repo.commit("F: an innocent change on top", seconds=1.25e-3)
+    _, verdicts, _ = repo.run()
+    kernel = verdicts["test_kernel"]
+    assert kernel["verdict"] == "regressed", kernel["reason"]
+    # before: C's fall ended at the revert, and nothing was named
+    assert f"the level fell at {e[:10]} (regressed there" in kernel["reason"], kernel["reason"]
 
 
 def test_on_a_pull_request_a_regression_inherited_from_the_base_is_named_and_does_not_fail_it(sqlite_repo, monkeypatch):

@@ -102,7 +102,7 @@ def level(
     if moved:
         start = min(moved)  # the nearest confirmed change the gate did not fail
     outliers = {series[o.index] for o in changes.outliers}
-    since = "the last confirmed change point" if confirmed else ""
+    since = "the last confirmed change point" if moved else ""
     for commit in accepted:
         if commit in position and position[commit] < start:
             start, since = position[commit], "the accepted slowdown"
@@ -153,17 +153,19 @@ def level(
 
 
 def _gated_falls(runs: Sequence[BaselineRun], changes: Sequence[int], position: Mapping[str, int],
-                 unknown: int) -> set[int]:
-    """The change points (chain positions) that are falls the gate failed: a run of their level
-    was judged ``regressed`` against a level before them. Such a fall does not become the level
-    when it is confirmed: main stays red until it is reverted (a later change) or accepted."""
+                 not_on_chain: int) -> set[int]:
+    """The change points (chain positions) whose level the gate failed: a run of that level (the
+    change's commit or a later one before the next change) was judged ``regressed`` against a
+    level before it. Such a change does not become the level when it is confirmed: main stays red
+    until it is reverted (a later change) or accepted. Red for as long as the lookback reaches:
+    after about LEVEL_LOOKBACK commits at the fallen level no run of the old one is read."""
     bounds = sorted(changes)  # nearest first: a level runs from its change down to the next nearer one
     falls = set()
     for i, at in enumerate(bounds):
         nearer = bounds[i - 1] if i else -1
         for run in runs:
-            where = position.get(run.commit, unknown)
-            against = position.get(run.judged_against, unknown) if run.judged_against else unknown
+            where = position.get(run.commit, not_on_chain)
+            against = position.get(run.judged_against, not_on_chain) if run.judged_against else not_on_chain
             if run.verdict == "regressed" and nearer < where <= at < against:
                 falls.add(at)
                 break
@@ -173,15 +175,12 @@ def _gated_falls(runs: Sequence[BaselineRun], changes: Sequence[int], position: 
 def _fell_at(kept: Sequence[BaselineRun], fell: Sequence[int], commits: Sequence[str],
              position: Mapping[str, int]) -> int | None:
     """Where the level fell and stayed down (a chain position): the oldest commit whose run
-    regressed against this level when no kept run is newer than it (nothing since read at the
-    level: not reverted, not accepted). Every later message names it, so that an innocent commit
-    on top is not blamed."""
-    if not fell:
-        return None
-    oldest = max(fell)
-    if any(position.get(run.commit, len(commits)) < oldest for run in kept):
-        return None  # a run since then read at the level: reverted (or a flaky reading)
-    return oldest
+    regressed against this level since the newest run read at the level (a revert, or an accept,
+    ends a fall; a re-landing after a revert is a fall of its own). Every later message names it,
+    so that an innocent commit on top is not blamed."""
+    newest_kept = min((position.get(run.commit, len(commits)) for run in kept), default=len(commits))
+    since = [at for at in fell if at < newest_kept]
+    return max(since) if since else None
 
 
 def on_pull_request(environ: Mapping[str, str]) -> bool:
