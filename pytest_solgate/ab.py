@@ -139,10 +139,8 @@ def _selected(runner: worktree.Runner, base: str, pattern: str | None, paths: Se
     the change adds has nothing to be paired with). ``paths``: where pytest collects (default: its
     own testpaths)."""
     chosen = runner.matching(None, "at HEAD", pattern, paths)
-    at_base, failed = runner.collect(base, paths)
-    if failed:
-        raise ABError(f"ab: at BASE {base[:10]} pytest collects nothing: {failed}")
-    both = [test for test in chosen if test in set(at_base)]
+    at_base = set(runner.matching(base, f"at BASE {base[:10]}", None, paths))
+    both = [test for test in chosen if test in at_base]
     if not both:
         raise ABError(f"ab: none of the {len(chosen)} selected test(s) exists at BASE {base[:10]}: nothing to pair")
     return both

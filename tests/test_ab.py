@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (test_bisect's repo fixture is imported, and taken as an argument)
 """``solgate ab``, run as users run it: the real command on a real git repository whose kernel runs
 on the fake clock (its time set by a committed speed.json, as in test_bisect.py). BASE runs in a
 real temporary git worktree, HEAD in the user's tree; each run is a real pytest subprocess."""
@@ -5,18 +6,10 @@ real temporary git worktree, HEAD in the user's tree; each run is a real pytest 
 import json
 import math
 
-import pytest
-from test_bisect import Repo
+from test_bisect import repo  # noqa: F401 (a fixture)
 
 from pytest_solgate.judge import paired
 from pytest_solgate.results import AMBIGUOUS, IMPROVED, PASS, REGRESSED
-
-
-@pytest.fixture
-def repo(tmp_path):
-    path = tmp_path / "project"
-    path.mkdir()
-    return Repo(path)
 
 
 def test_a_slower_head_regresses_and_exits_1_and_its_runs_are_recorded(repo):

@@ -96,8 +96,12 @@ def level(
         changes = changepoints.find([stats.median(by_commit[c]) for c in series], min_change)
     except changepoints.ChangePointsUnavailable as exc:
         changes, unavailable = changepoints.Changes(), (f"one level not told apart: {exc}",)
+    def at(commit: str) -> int:  # a commit's chain position; one off the chain reads as the oldest
+        return position.get(commit, len(commits)) if commit else len(commits)
+
     confirmed = [position[series[cp.index]] for cp in changes.points if not cp.provisional]
-    gated_falls = _gated_falls(runs, confirmed, position, len(commits))
+    gated_falls = _gated_falls([(at(r.commit), at(r.judged_against)) for r in runs if r.verdict == "regressed"],
+                               confirmed)
     moved = [at for at in confirmed if at not in gated_falls]
     if moved:
         start = min(moved)  # the nearest confirmed change the gate did not fail
@@ -112,10 +116,10 @@ def level(
     left: dict[str, int] = {}
     fell: list[int] = []  # chain positions of the runs left out as regressed
     for run in runs:
-        where = position.get(run.commit, len(commits))
+        where = at(run.commit)
         if where > start:
             continue  # an older level
-        against = position.get(run.judged_against, len(commits)) if run.judged_against else len(commits)
+        against = at(run.judged_against)
         why = run.disturbed or (
             "regressed" if run.verdict == "regressed" and against <= start else
             "outlier" if run.commit in outliers else ""
@@ -138,12 +142,12 @@ def level(
         kept = sorted(kept + noisy, key=lambda r: order[id(r)])
         return _finish(kept[:window_size], commits, start, since, left,
                        (f"{len(noisy)} runs flagged noisy kept: too few quiet ones", *unavailable))
-    fell_at = _fell_at(kept, fell, commits, position)
+    fell_at = _fell_at(min((at(run.commit) for run in kept), default=len(commits)), fell)
     if fell_at is None:
         return _finish(kept[:window_size], commits, start, since, left, unavailable)
     commit = run_commit(commits, fell_at)
     if inherit:
-        since_fall = [run for run in runs if not run.disturbed and position.get(run.commit, len(commits)) <= fell_at]
+        since_fall = [run for run in runs if not run.disturbed and at(run.commit) <= fell_at]
         return since_fall[:window_size], (
             f"the level fell at {commit} in the base (regressed there, neither reverted nor accepted): "
             f"inherited, not this change's; compared with the base's level since", *unavailable)
@@ -152,34 +156,25 @@ def level(
         f"`solgate accept {commit}` if the slowdown is meant)", *unavailable))
 
 
-def _gated_falls(runs: Sequence[BaselineRun], changes: Sequence[int], position: Mapping[str, int],
-                 not_on_chain: int) -> set[int]:
+def _gated_falls(regressed: Sequence[tuple[int, int]], changes: Sequence[int]) -> set[int]:
     """The change points (chain positions) whose level the gate failed: a run of that level (the
     change's commit or a later one before the next change) was judged ``regressed`` against a
-    level before it. Such a change does not become the level when it is confirmed: main stays red
-    until it is reverted (a later change) or accepted. Red for as long as the lookback reaches:
-    after about LEVEL_LOOKBACK commits at the fallen level no run of the old one is read."""
+    level before it (``regressed``: each such run's position and that of the window it was judged
+    against). Such a change does not become the level when it is confirmed: main stays red until
+    it is reverted (a later change) or accepted. Red for as long as the lookback reaches: after
+    about LEVEL_LOOKBACK commits at the fallen level no run of the old one is read."""
     bounds = sorted(changes)  # nearest first: a level runs from its change down to the next nearer one
-    falls = set()
-    for i, at in enumerate(bounds):
-        nearer = bounds[i - 1] if i else -1
-        for run in runs:
-            where = position.get(run.commit, not_on_chain)
-            against = position.get(run.judged_against, not_on_chain) if run.judged_against else not_on_chain
-            if run.verdict == "regressed" and nearer < where <= at < against:
-                falls.add(at)
-                break
-    return falls
+    nearer = [-1, *bounds[:-1]]
+    return {change for change, next_nearer in zip(bounds, nearer)
+            if any(next_nearer < where <= change < against for where, against in regressed)}
 
 
-def _fell_at(kept: Sequence[BaselineRun], fell: Sequence[int], commits: Sequence[str],
-             position: Mapping[str, int]) -> int | None:
-    """Where the level fell and stayed down (a chain position): the oldest commit whose run
-    regressed against this level since the newest run read at the level (a revert, or an accept,
-    ends a fall; a re-landing after a revert is a fall of its own). Every later message names it,
-    so that an innocent commit on top is not blamed."""
-    newest_kept = min((position.get(run.commit, len(commits)) for run in kept), default=len(commits))
-    since = [at for at in fell if at < newest_kept]
+def _fell_at(newest_kept: int, fell: Sequence[int]) -> int | None:
+    """Where the level fell and stayed down (a chain position): the oldest of the runs left out as
+    regressed (``fell``) that is newer than the newest run read at the level (``newest_kept``; a
+    revert, or an accept, ends a fall, and a re-landing after a revert is a fall of its own).
+    Every later message names it, so that an innocent commit on top is not blamed."""
+    since = [where for where in fell if where < newest_kept]
     return max(since) if since else None
 
 
