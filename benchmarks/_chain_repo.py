@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 PROFILE = """
@@ -70,3 +71,12 @@ def set_chain(repo: Path, matmuls: int, message: str) -> str:
     (repo / "chain.json").write_text(json.dumps({"matmuls": matmuls}))
     git(repo, "commit", "-q", "--allow-empty", "-am", message)
     return git(repo, "rev-parse", "HEAD")
+
+
+def solgate_ab(repo: Path, base: str, rounds: int, max_time: float) -> tuple[int, str]:
+    """``solgate ab BASE --no-record`` in ``repo``: its exit status and the kernel's row (without
+    the test id), or the end of its error."""
+    done = subprocess.run([sys.executable, "-m", "pytest_solgate.cli", "ab", base, "--no-record", "--rounds",
+                           str(rounds), "--max-time", str(max_time)], cwd=repo, capture_output=True, text=True)
+    row = next((line for line in done.stdout.splitlines() if "test_matmul_chain" in line), done.stderr.strip()[-300:])
+    return done.returncode, " ".join(row.split()[1:])

@@ -17,7 +17,6 @@ and a profile with high ceilings (only the A/B is judged). Two kinds of trial:
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _chain_repo import git, make_repo, set_chain  # noqa: E402
+from _chain_repo import git, make_repo, set_chain, solgate_ab  # noqa: E402
 from _common import machine  # noqa: E402
 
 
@@ -33,10 +32,7 @@ def trial(repo: Path, base: str, head_matmuls: int, rounds: int, max_time: float
     """One A/B: HEAD a new commit with ``head_matmuls`` on the base; its exit status and verdict line."""
     git(repo, "checkout", "-q", "--detach", base)
     set_chain(repo, head_matmuls, f"head {head_matmuls}")
-    done = subprocess.run([sys.executable, "-m", "pytest_solgate.cli", "ab", base, "--no-record", "--rounds",
-                           str(rounds), "--max-time", str(max_time)], cwd=repo, capture_output=True, text=True)
-    row = next((line for line in done.stdout.splitlines() if "test_matmul_chain" in line), done.stderr.strip()[-200:])
-    return done.returncode, " ".join(row.split()[1:])
+    return solgate_ab(repo, base, rounds, max_time)
 
 
 def main() -> None:

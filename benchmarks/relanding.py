@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _chain_repo import make_repo, set_chain  # noqa: E402
+from _chain_repo import make_repo, set_chain, solgate_ab  # noqa: E402
 from _common import cpu_load, machine  # noqa: E402
 
 SEQUENCE = (("slow", 12, 1), ("revert", 10, 0), ("re-land", 12, 1))  # step, matmuls, expected exit
@@ -43,13 +43,6 @@ def run_gate(repo: Path) -> tuple[int, str]:
     return done.returncode, said
 
 
-def run_ab(repo: Path, rounds: int, max_time: float) -> tuple[int, str]:
-    done = subprocess.run([sys.executable, "-m", "pytest_solgate.cli", "ab", "HEAD~1", "--no-record", "--rounds",
-                           str(rounds), "--max-time", str(max_time)], cwd=repo, capture_output=True, text=True)
-    row = next((line for line in done.stdout.splitlines() if "test_matmul_chain" in line), done.stderr.strip()[-300:])
-    return done.returncode, " ".join(row.split())
-
-
 def sequence(args: argparse.Namespace) -> bool:
     """One slow / revert / re-land sequence in a new repository; whether every step read as expected."""
     with tempfile.TemporaryDirectory(prefix="solgate-relanding-") as folder:
@@ -62,7 +55,7 @@ def sequence(args: argparse.Namespace) -> bool:
         right = True
         for step, matmuls, expected in SEQUENCE:
             set_chain(repo, matmuls, step)
-            code, said = run_gate(repo) if args.mode == "history" else run_ab(repo, args.rounds, args.max_time)
+            code, said = run_gate(repo) if args.mode == "history" else solgate_ab(repo, "HEAD~1", args.rounds, args.max_time)
             right &= code == expected
             print(f"  {step}: exit {code} (expected {expected})  {said}", flush=True)
         return right
