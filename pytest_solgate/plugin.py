@@ -25,7 +25,7 @@ from pytest_solgate.support.settings import OPTIONS, Settings, naming_history, p
 # Only what every run needs is imported here and in run.py: a suite that never measures must not pay
 # for the engine, the history or the reports (benchmarks/overhead.py keeps us honest).
 BUDGET_KEY = pytest.StashKey[Any]()
-FIXTURE_KEY = pytest.StashKey[Any]()  # the test's run.SolFixture
+FIXTURE_KEY = pytest.StashKey[Any]()  # the test's fixture.SolFixture
 RECORDS_KEY = pytest.StashKey[list]()
 
 

@@ -17,14 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from pytest_solgate.declare.work import measurement_name
+from pytest_solgate.fixture import SolFixture
 from pytest_solgate.record import gitinfo
 from pytest_solgate.support.errors import (
     HistoryElsewhere,
     HistoryError,
     HistoryUnavailable,
     MarkerError,
-    MeasureError,
     SolgateError,
 )
 from pytest_solgate.support.locations import (
@@ -368,115 +367,6 @@ class Run:
             self.profile_option, [scored] if scored is not None else [],
         )
         return self.history_lost
-
-
-class SolFixture:
-    """What a test receives as ``sol``: ``measure``, ``measure_step``, ``speed_of_light``, ``nbytes``,
-    ``count_flops``, ``device``, ``profile``."""
-
-    def __init__(self, engine: Any, test: str, warn: Callable[[str], None]) -> None:
-        self._engine = engine
-        self._test = test
-        self._warn = warn
-        self._closed = False
-        self.measurements: list[Measurement] = []
-
-    @staticmethod
-    def nbytes(*arrays: Any) -> int:
-        """Sum of ``nbytes`` of tensors or arrays: the usual way to write total fused bytes."""
-        from pytest_solgate.declare.work import nbytes
-
-        return nbytes(*arrays)
-
-    def count_flops(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, int]:
-        """FLOPs of ``fn(*args, **kwargs)`` by precision, through FlopCounterMode (meta tensors work);
-        float64 matmuls count as ``fp64_tensor`` on profiles that have FP64 tensor cores."""
-        from pytest_solgate.declare.work import count_flops, float64_on_tensor_cores
-
-        counted = count_flops(fn, *args, **kwargs)
-        if not counted:
-            self._warn(
-                f"{self._test}: sol.count_flops counted 0 FLOPs: FlopCounterMode counts only matmuls, convolutions "
-                "and attention, not pointwise ops, reductions, softmax or norms; declare flops= yourself "
-                "(e.g. about 5 per element for a softmax)")
-        if "fp64" not in counted:
-            return counted
-        return float64_on_tensor_cores(counted, self.profile.peak_tflops)
-
-    @property
-    def device(self) -> Any:
-        place = str(self._engine.context().device)
-        try:
-            import torch
-        except ImportError:
-            return place
-        return torch.device(place)
-
-    @property
-    def profile(self) -> Any:
-        return self._engine.context().profile
-
-    def measure(
-        self,
-        fn: Callable[[], Any],
-        *positional: Any,
-        flops: Any = None,
-        bytes: Any = None,
-        precision: str | None = None,
-        name: str | None = None,
-        gate: bool = True,
-    ) -> Measurement:
-        __tracebackhide__ = True
-        if positional:
-            raise MeasureError(
-                f"{self._test}: sol.measure(fn, {', '.join(repr(p) for p in positional)}): after the kernel it takes "
-                "keywords only: flops=, bytes=, precision=, name=, gate= (e.g. sol.measure(fn, bytes=1e6))"
-            )
-        if self._closed:
-            raise MeasureError(
-                f"sol.measure called after the body of {self._test} returned (in a fixture's teardown?); it would "
-                "never be judged: call it inside the test body"
-            )
-        try:
-            name = measurement_name(self._test, name, {m.name for m in self.measurements})
-            measurement = self._engine.measure(
-                self._test, fn, flops=flops, bytes=bytes, precision=precision, name=name, gate=bool(gate)
-            )
-        except SolgateError as exc:
-            raise exc.with_traceback(None) from None
-        self.measurements.append(measurement)
-        return measurement
-
-    def measure_step(self, fn: Callable[[], Any], *, name: str | None = None, flops: Any = None, bytes: Any = None,
-                     precision: str | None = None, gate: bool = True, top: int = 5) -> Measurement:
-        """A whole step (a forward, a forward and backward, a decode step) under the profiler: its
-        time, MFU, idle share and operators ranked by time lost (``m.step``); its record and its ``top``
-        operators' records are judged with the test's (docs/steps.md)."""
-        __tracebackhide__ = True
-        if self._closed:
-            raise MeasureError(f"sol.measure_step called after the body of {self._test} returned; call it inside the test body")
-        from pytest_solgate import steps
-
-        try:
-            name = measurement_name(self._test, "step" if name is None else name, {m.name for m in self.measurements})
-            measured = steps.measure(self._engine, self._test, fn, name=name, flops=flops, bytes=bytes,
-                                     precision=precision, gate=bool(gate), top=top)
-        except SolgateError as exc:
-            raise exc.with_traceback(None) from None
-        self.measurements += measured
-        return measured[0]
-
-    def speed_of_light(self, *, flops: Any = None, bytes: Any = None, precision: str | None = None) -> Any:
-        """The floor of declared work on this session's profile, without running anything:
-        ``.t_sol`` (seconds), ``.bound``, ``.intensity`` (FLOP/byte) and ``.ridge``."""
-        __tracebackhide__ = True
-        try:
-            return self._engine.speed_of_light(flops=flops, bytes=bytes, precision=precision)
-        except SolgateError as exc:
-            raise exc.with_traceback(None) from None
-
-    def close(self) -> None:
-        self._closed = True
 
 
 def _relative_prefix(rootdir: Path, top: Path) -> str:

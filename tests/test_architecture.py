@@ -13,8 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pytest_solgate"
 ORDER = ["support", "declare", "measure", "score", "results", "judge", "record", "report", "engine", "run", "wiring"]
 # The stages that are one module, and the pieces that drive the stages, at the top of the package
 # (a folder named here, like the command's ``cli/``, is that piece split into modules).
-TOP_LEVEL = {"score": "score", "results": "results", "engine": "engine", "steps": "engine", "run": "run", "bisect": "run", "ab": "run",
-             "worktree": "run",
+TOP_LEVEL = {"score": "score", "results": "results", "engine": "engine", "run": "run", "fixture": "run", "revisions": "run",
              "plugin": "wiring", "cli": "wiring", "__init__": "wiring", "__main__": "wiring"}
 # The judge decides in budget, window and verdict and words in wording; the command is one module
 # per command group: a module of either that grows past this many lines does two things again.

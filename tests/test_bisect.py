@@ -234,7 +234,7 @@ def test_good_and_bad_swapped_are_said_and_a_failing_commits_cause_is_kept(repo)
 
 
 def test_a_commit_whose_test_fails_is_skipped_with_its_cause(repo, tmp_path):
-    from pytest_solgate.worktree import _failure
+    from pytest_solgate.revisions.worktree import _failure
 
     output = ("F\n=== FAILURES ===\n___ test_kernel ___\nE   AssertionError: the kernel's output is wrong\n"
               "=== short test summary info ===\nFAILED test_kernels.py::test_kernel - AssertionError\n"

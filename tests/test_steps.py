@@ -150,7 +150,7 @@ def context(profile):
 
 
 def step_records(profile, top=5):
-    from pytest_solgate import steps
+    from pytest_solgate.engine import steps
 
     measured = profiled([reading(1e-3, 2e-3, 0.5e-3)] * 6, WORK)
     return steps.records(context(profile), "t.py::test_step", "block", measured,

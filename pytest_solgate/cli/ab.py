@@ -12,7 +12,7 @@ from pytest_solgate.cli.common import UsageFailure
 
 
 def add_parsers(sub: Any) -> None:
-    from pytest_solgate import ab
+    from pytest_solgate.revisions import ab
 
     p = sub.add_parser(
         "ab", help="a paired A/B of HEAD against BASE on this machine; exit 1 on a regression",
@@ -41,8 +41,8 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
-    from pytest_solgate import ab
     from pytest_solgate.report import ab as words
+    from pytest_solgate.revisions import ab
     from pytest_solgate.support import atomic
 
     if args.rounds < 3:

@@ -1,4 +1,4 @@
-"""Wiring (the ``solgate`` command): ``bisect`` (the search is pytest_solgate/bisect.py; its words
+"""Wiring (the ``solgate`` command): ``bisect`` (the search is pytest_solgate/revisions/bisection.py; its words
 report/bisection.py)."""
 
 from __future__ import annotations
@@ -38,21 +38,21 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
-    from pytest_solgate import bisect
-    from pytest_solgate.report import bisection
+    from pytest_solgate.report import bisection as report
+    from pytest_solgate.revisions import bisection
 
-    good_runs = bisect.DEFAULT_GOOD_RUNS if args.good_runs is None else args.good_runs
+    good_runs = bisection.DEFAULT_GOOD_RUNS if args.good_runs is None else args.good_runs
     if not 2 <= good_runs <= 50:
         raise UsageFailure(f"bisect: --good-runs={good_runs}: give 2 to 50 (one run shows no run-to-run noise)")
     if args.max_regression is not None and not 0 <= args.max_regression < 1:
         raise UsageFailure(f"--max-regression={args.max_regression}: give a fraction in [0, 1)")
-    span = bisect.resolve_span(".", args.good, args.bad)  # refs checked before the history is opened
-    found = bisect.bisect(
+    span = bisection.resolve_span(".", args.good, args.bad)  # refs checked before the history is opened
+    found = bisection.bisect(
         ".", args.good, args.bad, args.pattern, common.history_path(args), record=args.record, good_runs=good_runs,
         tolerance=args.max_regression, pytest_args=args.pytest_args,
-        announce=lambda probe: print(bisection.progress(probe, len(span.commits)), file=sys.stderr, flush=True),
+        announce=lambda probe: print(report.progress(probe, len(span.commits)), file=sys.stderr, flush=True),
     )
-    print("\n".join(bisection.lines(found)))
+    print("\n".join(report.lines(found)))
     return 0 if found.found else 1
 
 

@@ -1,4 +1,4 @@
-"""Report: the words of ``solgate ab``: the facts of a paired A/B (``pytest_solgate.ab``), as lines
+"""Report: the words of ``solgate ab``: the facts of a paired A/B (``pytest_solgate.revisions.ab``), as lines
 for the terminal and as the Markdown table the pull-request comment shows. Pure: facts in, text out."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Report: the words of ``solgate bisect``: the facts of a bisection (``pytest_solgate.bisect``),
+"""Report: the words of ``solgate bisect``: the facts of a bisection (``pytest_solgate.revisions.bisection``),
 as lines for the terminal. Pure: a bisection in, text out."""
 
 from __future__ import annotations

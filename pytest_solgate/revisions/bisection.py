@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from pytest_solgate import worktree
 from pytest_solgate.judge import verdict
 from pytest_solgate.judge.window import BaselineRun
 from pytest_solgate.record import baseline, gitinfo, history, store
 from pytest_solgate.results import AMBIGUOUS, REGRESSED, Measurement
+from pytest_solgate.revisions import worktree
 from pytest_solgate.support.errors import SolgateError
 
 Key = tuple[str, str, str, str]  # test, name, profile, ceilings: the history's series key

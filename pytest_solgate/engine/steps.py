@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-from pytest_solgate import engine as engines
 from pytest_solgate.declare.work import Work, make_work
+from pytest_solgate.engine import kernels as engines
 from pytest_solgate.measure import callables, extras, locking, sampling
 from pytest_solgate.measure import contention as machine
 from pytest_solgate.measure import context as measure_context

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from pytest_solgate import worktree
 from pytest_solgate.judge import paired, verdict
 from pytest_solgate.record import gitinfo
 from pytest_solgate.results import REGRESSED, Measurement
+from pytest_solgate.revisions import worktree
 from pytest_solgate.support.errors import SolgateError
 from pytest_solgate.support.settings import DEFAULT_MAX_REGRESSION
 
