@@ -1,5 +1,5 @@
 """Wiring (the ``solgate`` command): ``ab``, a paired A/B of HEAD against a base (the runs are
-pytest_solgate/ab.py's; the words report/ab.py's)."""
+pytest_solgate/revisions/ab.py's; the words report/ab.py's)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Drive (after the stages, before the command): ``solgate ab BASE``, a paired A/B of HEAD against
 a base on the same machine in the same job.
 
-The base is checked out in a temporary worktree (pytest_solgate/worktree.py, as ``solgate bisect``
+The base is checked out in a temporary worktree (pytest_solgate/revisions/worktree.py, as ``solgate bisect``
 does); HEAD is the user's tree as it is. Rounds alternate which side runs first (HEAD, base; base,
 HEAD; ...), each run its own pytest process, until every measurement's paired difference is
 tight (judge/paired.py) or the time budget is spent. HEAD's runs are recorded in the history like

@@ -25,7 +25,7 @@ How it decides, top to bottom:
 - **Reuse**: a commit's clean runs already in the history (same test, name, profile and ceilings)
   are readings like the ones made here; a commit is run only for the node ids it lacks.
 
-Each run happens in one temporary ``git worktree`` (pytest_solgate/worktree.py, shared with
+Each run happens in one temporary ``git worktree`` (pytest_solgate/revisions/worktree.py, shared with
 ``solgate ab``), checked out at the probed commit; the user's work tree, index and HEAD are never
 touched, and the worktree is removed afterwards, also on a failure or Ctrl-C.
 """

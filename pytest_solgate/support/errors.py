@@ -61,7 +61,7 @@ class ImportFileError(SolgateError):
 
 def warn_at_users_code(warning: Warning) -> None:
     """Warn at the first line outside this package that led here (a test's ``sol.measure`` call),
-    never at a line of the plugin (engine.py): that is where the user can act."""
+    never at a line of the plugin (engine/kernels.py): that is where the user can act."""
     frame, level = sys._getframe(1), 2  # stacklevel 2 is this function's caller
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_FOLDER):
         frame, level = frame.f_back, level + 1
