@@ -27,7 +27,7 @@ def earlier_records():
     return json.loads(EARLIER.read_text())["measurements"]
 
 
-# Fields this version adds after the earlier file's (docs/results.md, "The memory probe"): a reader
+# Fields this version adds after the earlier file's (docs/measurement-cpu.md, "The memory probe"): a reader
 # of the earlier fields finds them all, in their order, with their types.
 ADDED_FIELDS = {"probe_seconds", "by_probe", "raw_change"}
 
