@@ -191,3 +191,41 @@ def test_the_scan_finds_a_page_or_module_that_is_not_there(tmp_path):
 def test_shell_lines_of_the_readme_parse():
     for command in readme_commands():
         shlex.split(command)
+
+
+# --- what a newcomer copies (issue 44) -------------------------------------------------------------
+
+
+def test_the_quickstarts_gitignore_covers_what_a_session_writes():
+    """The quickstart's venv, history, report and trend page are never committed by a newcomer who
+    copies its `.gitignore` (it once left out `.venv/` and `sol-trend.html`)."""
+    text = (ROOT / "docs" / "quickstart.md").read_text()
+    block = text.split("`.gitignore`:", 1)[1].split("```", 2)[1]
+    ignored = set(block.split())
+    assert {".venv/", ".solgate/", "sol-report.html", "sol-trend.html"} <= ignored, ignored
+
+
+def test_no_install_line_fetches_torchs_cuda_build_by_accident():
+    """A bare `pip install torch` resolves to a CUDA build of several GB on Linux: every install
+    line in the README and docs pins the version or names the CPU index."""
+    bare = []
+    for page in [README, *sorted((ROOT / "docs").rglob("*.md"))]:
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if re.search(r"pip install (?:--\S+ )*torch(?:\s|$)", code) and "--index-url" not in code:
+                bare.append(f"{page.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not bare, "pin torch (torch==2.13.0) or name the CPU index:\n" + "\n".join(bare)
+
+
+def test_profiles_and_results_cite_only_what_a_reader_can_open():
+    """hw_profiles/ once cited a file outside the repository, and the results cited scripts under
+    /tmp: every path they cite is a file of this repository."""
+    cited = []
+    for page in sorted((ROOT / "hw_profiles").glob("*.toml")):
+        for path in re.findall(r"[\w./-]+/[\w.-]+\.(?:md|py|toml)", page.read_text()):
+            if not (ROOT / path).exists():
+                cited.append(f"{page.name}: {path}")
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        for path in re.findall(r"/tmp/[\w./-]+\.(?:sh|py)\b", page.read_text()):
+            cited.append(f"{page.relative_to(ROOT)}: {path}")
+    assert not cited, "cite a file of the repository (benchmarks/ holds the scripts):\n" + "\n".join(cited)
