@@ -1,4 +1,4 @@
-"""Run: one session's lifecycle, with no pytest in it.
+"""Run: one session's lifecycle (a pytest session, or another driver's), with no pytest in it.
 
 A ``Run`` opens the history at the start (a foreign or misconfigured one is refused before any test
 runs; a server that cannot be reached is remembered, not fatal), knows the commit being measured,
@@ -63,11 +63,13 @@ def new_run_id() -> str:
 
 
 class Run:
-    """One session. ``rootdir`` is where the tests' ids start, ``invocation_dir`` where relative
-    output paths start, ``history_source`` which setting named the history (for its messages),
-    ``outputs`` the other files the session writes ((flag, path) pairs, --junitxml say), so that none
-    of them can overwrite the history. ``announce`` prints a line now, ``warn`` warns at the code
-    being run, ``warn_at_start`` warns before any test runs."""
+    """One session, start to end: the history, the baselines, the ``sol`` objects, the records and
+    the outputs; its measurements are its engine's (engine/, built on first use). ``rootdir`` is
+    where the tests' ids start, ``invocation_dir`` where relative output paths start,
+    ``history_source`` which setting named the history (for its messages), ``outputs`` the other
+    files the session writes ((flag, path) pairs, --junitxml say), so that none of them can
+    overwrite the history. ``announce`` prints a line now, ``warn`` warns at the code being run,
+    ``warn_at_start`` warns before any test runs."""
 
     def __init__(
         self,

@@ -150,3 +150,36 @@ def test_a_compiling_first_call_stays_out_of_the_estimate_and_the_samples():
     assert t.warmup_calls > 4  # not just the compiling call
     assert t.batch == 10  # batched from the 10 us estimate, not from the 2 s compile
     assert t.seconds == pytest.approx(10e-6) and max(t.samples) == pytest.approx(10e-6)
+
+
+def test_the_pipeline_keeps_the_calmer_attempt_with_what_it_read(tmp_path, monkeypatch):
+    """A disturbed attempt is taken again, and the calmer one stands whole: its timing and what its
+    timer read beside it (a step's profile), never one attempt's timing with the other's reading."""
+    from types import SimpleNamespace
+
+    from pytest_solgate.measure import pipeline
+    from pytest_solgate.measure.extras import Findings
+    from pytest_solgate.measure.sampling import Timing
+
+    monkeypatch.setenv("SOLGATE_LOCK_DIR", str(tmp_path))
+    context = SimpleNamespace(lock_key="cpu", device=SimpleNamespace(kind="cpu"))
+    attempts = iter([(2e-3, "first reading", 5.0), (1e-3, "second reading", 1.0)])
+    ranks = []
+
+    def attempt():
+        seconds, read, rank = next(attempts)
+        ranks.append(rank)
+        return Timing(seconds=seconds, samples=(seconds,), noise=0.0, batch=1, warmup_calls=1, noisy=False,
+                      backend="fake", started_at=0.0, finished_at=0.0, wall_seconds=0.0), read
+
+    class Disturbed:
+        holds_device = True
+
+        def before(self):
+            pass
+
+        def after(self, taken):
+            return Findings(fields={"contended": "busy"}, retake=True, rank=ranks[-1])
+
+    measured = pipeline.measure("t", "k", lambda: None, context, attempt, [Disturbed()], "me", max_time=1.0)
+    assert (measured.timing.seconds, measured.read) == (1e-3, "second reading")

@@ -292,6 +292,58 @@ def test_bad_top(sol):
     assert "Traceback" not in result.stdout.str() and "steps.py" not in result.stdout.str()
 
 
+def test_a_step_that_raises_shows_its_own_frames_not_ours(pytester):
+    pytester.makefile(".toml", synthetic=FAST_PROFILE)
+    pytester.makepyfile(test_raises='''
+def step():
+    raise ValueError("bad shape")
+
+def test_forward(sol):
+    sol.measure_step(step)
+''')
+    result = pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml", "--sol-no-save")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*sol.measure_step(step)", '*raise ValueError("bad shape")', "E       ValueError: bad shape"])
+    assert "pytest_solgate/" not in result.stdout.str()  # none of our frames: not engine/steps.py, not measure/step.py
+
+
+def test_a_step_that_runs_no_operator_fails_in_one_line_instead_of_passing_at_sol_zero(pytester):
+    pytester.makefile(".toml", synthetic=FAST_PROFILE)
+    pytester.makepyfile(test_empty='''
+def test_forward(sol):
+    sol.measure_step(lambda: None, name="net")
+''')
+    result = pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml", "--sol-no-save")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["E   *MeasureError: test_empty.py::test_forward 'net': the step ran no PyTorch operator, so it "
+                                 "has no speed of light to hold it to; pass the callable that runs the model (e.g. lambda: model(x))"])
+    assert "pytest_solgate/" not in result.stdout.str()
+
+
+def test_a_contended_step_is_taken_again_like_a_kernel(pytester, monkeypatch):
+    from pytest_solgate.measure import extras
+
+    monkeypatch.setattr(extras, "contention", lambda *args: "CPU pressure 60%: tasks waited for a CPU")
+    pytester.makefile(".toml", synthetic=FAST_PROFILE)
+    pytester.makepyfile(test_contended=MODEL + '''
+CALLS = [0]
+
+def step():
+    CALLS[0] += 1
+    return NET(X)
+
+def test_forward(sol):
+    with torch.no_grad():
+        m = sol.measure_step(step, name="net")
+    assert m.contended.startswith("CPU pressure 60%") and any(n.startswith("contended: CPU") for n in m.notes)
+    one_attempt = m.timing.warmup_calls + 1 + len(m.timing.samples)  # warm-up, the counting pass, the runs
+    assert CALLS[0] > one_attempt, (CALLS[0], one_attempt)  # taken again: the retake ran it too
+''')
+    # A wall budget the retake never runs past (the pipeline takes no retake beyond 1.5x of it).
+    result = pytester.runpytest(*FAST_TIMING, "--sol-max-time=30", "--sol-profile=synthetic.toml", "--sol-no-save")
+    result.assert_outcomes(passed=1)
+
+
 # The operators' times on the fake clock: each call of an operator takes what speed.json says (a
 # default for the rest), plus a fixed idle; the profiler, the grouping and the counting run for real.
 FAKE_CONFTEST = '''
@@ -355,3 +407,18 @@ def test_forward(sol):
     named = [line for line in listing.stdout.splitlines() if line.startswith(commits[-1][:10])]
     assert any("[net: aten::softmax in Net]" in line for line in named), listing.stdout
     assert not any("aten::linear" in line for line in named), listing.stdout
+
+
+def test_a_step_longer_than_the_time_budget_warns_like_a_kernel(pytester):
+    (pytester.path / "conftest.py").write_text(FAKE_CONFTEST)
+    (pytester.path / "speed.json").write_text(json.dumps({"aten::linear": 0.5, "scale": 1}))  # a 0.5 s step
+    pytester.makefile(".toml", synthetic=FAST_PROFILE)
+    pytester.makepyfile(test_long=MODEL + '''
+def test_forward(sol):
+    with torch.no_grad():
+        sol.measure_step(lambda: NET(X), name="net")
+''')
+    result = pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml", "--sol-no-save")  # --sol-max-time=0.3
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_forward 'net': one call takes 0.5 s, longer than the time budget "
+                                 "--sol-max-time=0.3; raise it for more samples"])

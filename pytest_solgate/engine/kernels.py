@@ -1,10 +1,15 @@
-"""Engine: drives declare -> measure -> score -> judge for one session, knowing nothing of pytest.
+"""Engine: the measuring half of a run (``run.py``'s ``Run`` owns one), knowing nothing of pytest.
 
-The pytest plugin and the benchmarks drive it. One measurement is:
+It resolves the device context once, takes every measurement of the session through one path, and
+judges each test's measurements. A measurement, a kernel's (``Engine.measure``, here) or a whole
+step's (``engine/steps.py``), is:
 
-    sol.measure(fn, ...) -> declared work -> context (device, profile, backend; resolved once)
-    -> measure/pipeline.py (device lock, timing, extras: contention, energy and hidden work, --sol-ncu)
-    -> score -> Measurement; judge_test then judges a test's measurements (judge/verdict.py).
+    Engine.begin   refused inside another measurement (before the lock it would wait on forever);
+                   the context (device, profile, backend: resolved once), its warnings said once
+    -> Engine.take measure/pipeline.py (device lock, timing, extras: contention and its retake,
+                   energy and hidden work, --sol-ncu); the notes and warnings every kind shares
+    -> score -> Measurement (``provenance`` for the fields every kind shares);
+       Engine.keep what re-measures it; judge_test then judges a test's measurements (judge/verdict.py).
 
 The context is resolved lazily, on the first measurement, so that a session that measures
 nothing never imports torch.
@@ -15,15 +20,16 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Generic, Mapping, Sequence
 
 from pytest_solgate import results, score
 from pytest_solgate.declare.profiles import HardwareProfile, ProfileOption, resolve_profile_option
 from pytest_solgate.declare.work import make_work
 from pytest_solgate.judge import steps as step_budgets
 from pytest_solgate.judge import verdict
-from pytest_solgate.measure import backends, callables, clocks, extras, ncu_child, phases, pipeline
+from pytest_solgate.measure import backends, callables, clocks, extras, ncu_child, phases, pipeline, sampling
 from pytest_solgate.measure import context as measure_context
 from pytest_solgate.measure.context import Context
 from pytest_solgate.results import Measurement
@@ -39,9 +45,27 @@ NO_BYTES = ("declares flops= but no bytes=, so it is scored as compute-bound wha
 
 # (test, name, profile, ceilings mode, environment) -> the baseline window, or None
 BaselineFinder = Callable[[str, str, str, str, Mapping[str, str]], "verdict.BaselineWindow | None"]
+# (test, measurement name) -> what measures it again, for the confirmation of a suspected regression
+Retakes = Mapping[tuple[str, str], Callable[[], Measurement]]
+
+
+@dataclass(frozen=True)
+class Timed(Generic[pipeline.Read]):
+    """One measurement through the engine's pipeline: what a kernel's or a step's records are built from."""
+
+    context: Context
+    timing: sampling.Timing
+    read: pipeline.Read  # what the attempt read beside its timing (a step's profile; None for a kernel)
+    contended: str  # why it was not alone on its device ('' when it was)
+    notes: tuple[str, ...]  # for its record: contention, a call over the time budget, the extras' findings
+    fields: Mapping[str, Any]  # Measurement fields the extras found (joules, measured_bytes)
 
 
 class Engine:
+    """The measuring engine of one ``Run``: the device context, the measurements of every test
+    (``measure`` a kernel's; engine/steps.py a step's, through ``begin``/``take``/``keep``), what
+    re-measures them, and their verdicts."""
+
     def __init__(
         self,
         settings: Settings,
@@ -69,7 +93,9 @@ class Engine:
         # What each measurement needs to be taken again, for the confirmation of a suspected
         # regression; dropped when its test is done (see forget), so no tensor outlives its test.
         self._retake: dict[tuple[str, str], Callable[[], Measurement]] = {}
-        self._measuring = ""  # the name of the measurement being taken: nesting would deadlock on the lock
+        # (call, name) of the measurement being taken: a measurement inside its callable would wait
+        # forever on the device lock this one holds
+        self._measuring: tuple[str, str] | None = None
         self._context_error: SolgateError | None = None
         self.profile_option = profile_option or resolve_profile_option(settings.profile)
         self.explicit_profile = self.profile_option.profile
@@ -121,16 +147,9 @@ class Engine:
         gate: bool = True,
     ) -> Measurement:
         __tracebackhide__ = True
-        if self._measuring:
-            raise MeasureError(
-                f"{test}: sol.measure called inside the kernel of another measurement ({self._measuring!r}); "
-                "measure each kernel on its own, from the test body"
-            )
         fn, rotation = callables.timeable(fn, test)  # refused before anything runs when it cannot be timed
         work = make_work(flops, bytes, precision or self.settings.precision)
-        context = self.context()
-        while self._unsaid:
-            self.warn(self._unsaid.pop(0))
+        context = self.begin(test, "sol.measure")
         if context.backend.gated:
             score.check_precisions(work, context.profile)  # before timing: a declaration error fails fast
         sampling_settings = self.settings.sampling
@@ -140,48 +159,36 @@ class Engine:
             if context.on_gpu and ncu_child.child_target() == (test, name):
                 with measure_context.device_scope(context):
                     ncu_child.profile_one_call(fn, context.backend, *ncu_child.cuda_profiler())
-        wrapped: list[extras.Extra] = [self._contention]
+        wrapped: list[extras.Extra] = []
         if context.on_gpu and not child:
             wrapped.append(self._block)
             if gate and self._dram is not None and self._dram.usable:
                 wrapped.append(self._dram)
-        self._measuring = name
-        try:
-            measured = pipeline.measure(test, name, fn, context, sampling_settings, wrapped,
-                                        f"run {self.run_id} pid {os.getpid()}", rotation or 1, work.bytes)
-        finally:
-            self._measuring = ""
-        timing, found = measured.timing, measured.findings
+
+        def time_once() -> tuple[sampling.Timing, None]:
+            __tracebackhide__ = True
+            return pipeline.time_once(fn, context, sampling_settings, rotation or 1, work.bytes), None
+
+        timed = self.take(test, name, "sol.measure", fn, time_once, sampling_settings.max_time, wrapped)
+        timing = timed.timing
         timed_for_real = backends.is_gated(timing.backend)  # not the interpreter's timing of a Triton kernel
         scorable, unscored = self._scorable(work, context.profile, gate and timed_for_real)
-        contended = found.fields.get("contended", "")
         notes = list(timing.notes)
         if unscored:
             notes.append(unscored)
-        if contended:  # said in the reports and once at the end of the session (plugin.py), not per test
-            notes.append(f"contended: {contended}; recorded, never a baseline, and it cannot fail as regressed")
         if not work.bytes and work.total_flops:
             notes.append(NO_BYTES)
             self.warn(f"{test} '{name}' {NO_BYTES}")
         if rotation:
             # Whether the rotation kept batched calls cold is the timing's own note (calls_per_sample).
             notes.append(f"rotating inputs: {rotation} buffer sets, called in turn")
-        # Said from the call's own time: a loaded machine stretches the wall time of a 4 us kernel
-        # past the budget too, and a warning that load alone raises fails a `-W error` run.
-        # A call longer than the whole budget overruns it however many samples a round then took.
-        if timed_for_real and timing.seconds > sampling_settings.max_time:
-            notes.append(
-                f"one call takes {timing.seconds:.3g} s, longer than the time budget "
-                f"--sol-max-time={sampling_settings.max_time:g}; raise it for more samples"
-            )
-            self.warn(f"{test} '{name}': {notes[-1]}")
-        notes += found.notes
+        notes += timed.notes
         scored = score.score(scorable, timing.seconds, context.profile, timing.sm_clock_mhz, context.backend.clocks_locked)
         if scored.sol_clock_mhz is not None:
             notes.append(locked_clock_note(context.environment.get(clocks.ENVIRONMENT_KEY, ""), scored))
-        self._retake[(test, name)] = lambda: self.measure(
+        self.keep({(test, name): lambda: self.measure(
             test, fn, flops=flops, bytes=bytes, precision=precision, name=name, gate=gate
-        )
+        )})
         if timing.throttled:
             reasons = ", ".join((timing.telemetry or {}).get("throttle_reasons", [])) or "SM clock under 75% of its max"
             self.warn(
@@ -192,21 +199,62 @@ class Engine:
         return Measurement(
             test=test,
             name=name,
-            profile=context.profile.id,
             work=work,
             timing=timing,
             score=scored,
             gate=gate,
-            ceilings=context.ceilings,
-            ceilings_id=context.profile.ceilings_id,
-            environment=dict(context.environment),
-            device=context.device_name,
-            worker=os.environ.get("PYTEST_XDIST_WORKER", ""),
             notes=tuple(notes),
-            contended=contended,
-            joules=found.fields.get("joules"),
-            measured_bytes=found.fields.get("measured_bytes"),
+            joules=timed.fields.get("joules"),
+            measured_bytes=timed.fields.get("measured_bytes"),
+            **provenance(context, timed.contended),
         )
+
+    # --- what every measurement goes through, a kernel's or a step's ----------------------------
+
+    def begin(self, test: str, call: str) -> Context:
+        """The start of a measurement by ``call`` ("sol.measure", "sol.measure_step"): refused inside
+        the callable of another (it would wait forever on the device lock that one holds), then the
+        session's context, whose warnings the first measurement says."""
+        __tracebackhide__ = True
+        if self._measuring is not None:
+            raise MeasureError(nested_message(test, call, *self._measuring))
+        context = self.context()
+        while self._unsaid:
+            self.warn(self._unsaid.pop(0))
+        return context
+
+    def take(self, test: str, name: str, call: str, fn: Callable[[], Any],
+             time_once: Callable[[], tuple[sampling.Timing, pipeline.Read]], max_time: float,
+             wrapped: Sequence[extras.Extra] = ()) -> Timed[pipeline.Read]:
+        """``time_once`` through measure/pipeline.py on the session's device: under its lock, with
+        the contention reading (a contended attempt is taken again) and the ``wrapped`` extras; the notes and
+        warnings of what every measurement can be (contended, one call longer than ``max_time``)."""
+        __tracebackhide__ = True
+        context = self.context()
+        self._measuring = (call, name)
+        try:
+            measured = pipeline.measure(test, name, fn, context, time_once, [self._contention, *wrapped],
+                                        f"run {self.run_id} pid {os.getpid()}", max_time)
+        finally:
+            self._measuring = None
+        timing, found = measured.timing, measured.findings
+        contended = found.fields.get("contended", "")
+        notes = []
+        if contended:  # said in the reports and once at the end of the session (plugin.py), not per test
+            notes.append(contended_note(contended))
+        # Said from the call's own time: a loaded machine stretches the wall time of a 4 us kernel
+        # past the budget too, and a warning that load alone raises fails a `-W error` run.
+        # A call longer than the whole budget overruns it however many samples a round then took.
+        if backends.is_gated(timing.backend) and timing.seconds > max_time:
+            notes.append(f"one call takes {timing.seconds:.3g} s, longer than the time budget "
+                         f"--sol-max-time={max_time:g}; raise it for more samples")
+            self.warn(f"{test} '{name}': {notes[-1]}")
+        fields = {key: value for key, value in found.fields.items() if key != "contended"}
+        return Timed(context, timing, measured.read, contended, (*notes, *found.notes), fields)
+
+    def keep(self, retakes: Retakes) -> None:
+        """Keep what measures each of these measurements again, until its test is judged (see forget)."""
+        self._retake.update(retakes)
 
     def _scorable(self, work: Any, profile: HardwareProfile, gated: bool) -> tuple[Any, str]:
         """The work to score, and a note. FLOPs in a precision the profile lacks are an error when
@@ -272,6 +320,23 @@ class Engine:
         """Drop what was kept to re-measure ``test``'s measurements (its callables and tensors)."""
         for key in [key for key in self._retake if key[0] == test]:
             del self._retake[key]
+
+
+def provenance(context: Context, contended: str) -> dict[str, Any]:
+    """The Measurement fields that say where and how any measurement of the session was taken."""
+    return dict(profile=context.profile.id, ceilings=context.ceilings, ceilings_id=context.profile.ceilings_id,
+                environment=dict(context.environment), device=context.device_name,
+                worker=os.environ.get("PYTEST_XDIST_WORKER", ""), contended=contended)
+
+
+def contended_note(contended: str) -> str:
+    return f"contended: {contended}; recorded, never a baseline, and it cannot fail as regressed"
+
+
+def nested_message(test: str, call: str, outer_call: str, outer_name: str) -> str:
+    what = "step" if outer_call == "sol.measure_step" else "kernel"
+    return (f"{test}: {call} called inside the {what} of another measurement ({outer_name!r}); "
+            "measure each on its own, from the test body")
 
 
 def locked_clock_note(state: str, scored: score.Score) -> str:

@@ -14,14 +14,11 @@ A step becomes ``Measurement`` records, so that budgets, baselines, verdicts, th
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable
 
 from pytest_solgate.declare.work import Work, make_work
 from pytest_solgate.engine import kernels as engines
-from pytest_solgate.measure import callables, extras, locking, sampling
-from pytest_solgate.measure import contention as machine
-from pytest_solgate.measure import context as measure_context
+from pytest_solgate.measure import callables, sampling
 from pytest_solgate.measure import step as profiling
 from pytest_solgate.results import Measurement
 from pytest_solgate.score import Score
@@ -54,7 +51,8 @@ def declared_work(flops: Any, bytes: Any, precision: str) -> Work | None:
 def measure(engine: engines.Engine, test: str, fn: Callable[[], Any], *, name: str, flops: Any = None,
             bytes: Any = None, precision: str | None = None, gate: bool = True, top: int = DEFAULT_TOP
             ) -> list[Measurement]:
-    """``sol.measure_step`` in ``engine``'s session: the step's record, then its top operators'. What
+    """``sol.measure_step`` in ``engine``'s session, through the engine's pipeline like a kernel (its
+    lock, the contention reading and its retake): the step's record, then its top operators'. What
     confirms a suspected regression of any of them is kept with the engine's other retakes."""
     __tracebackhide__ = True
     fn, rotation = callables.timeable(fn, test)  # refused before the device is resolved (a CPU calibrates)
@@ -62,45 +60,40 @@ def measure(engine: engines.Engine, test: str, fn: Callable[[], Any], *, name: s
         raise MeasureError(f"{test}: sol.measure_step takes one callable (the step), not a list of buffer sets")
     top = check_top(test, top)
     declared = declared_work(flops, bytes, precision or engine.settings.precision)
-    context = engine.context()
-    while engine._unsaid:  # the context's warnings, said by the first measurement as sol.measure says them
-        engine.warn(engine._unsaid.pop(0))
+    max_time = engine.settings.sampling.max_time
 
     def again(count: int) -> list[Measurement]:
-        return measure_step(context, engine.settings, test, fn, name=name, declared=declared, gate=gate,
-                            top=count, run_id=engine.run_id)
+        __tracebackhide__ = True
+        context = engine.begin(test, "sol.measure_step")
+        device = "cuda" if context.device.kind == "cuda" else "cpu"
+
+        def profile_once() -> tuple[sampling.Timing, profiling.StepProfile]:
+            __tracebackhide__ = True
+            measured = profiling.profile_step(fn, device, max_time)
+            samples = tuple(run.seconds for run in measured.runs)
+            return _timing(measured, stats.median(samples) if samples else 0.0, samples), measured
+
+        # The synchronized block and --sol-ncu are a kernel's: the block holds the events of the
+        # current stream against the device's wall time, and a step's other streams are part of it
+        # (its profile reads every stream's kernels); ncu's child profiles one kernel call.
+        timed = engine.take(test, name, "sol.measure_step", fn, profile_once, max_time)
+        if not any(run.operators for run in timed.read.runs):
+            raise MeasureError(f"{test} '{name}': the step ran no PyTorch operator, so it has no speed of light to "
+                               "hold it to; pass the callable that runs the model (e.g. lambda: model(x))")
+        breakdown = scoring.score_step(timed.read, timed.context.profile, declared)
+        return records(timed.context, test, name, timed.read, breakdown, gate, count, timed.contended, timed.notes)
 
     measured = again(top)
-    engine._retake.update(retakes(measured, lambda: again(10**6)))  # a retake finds every operator's series
+    engine.keep(retakes(measured, lambda: again(10**6)))  # a retake finds every operator's series
     return measured
 
 
-def measure_step(context: Any, settings: Any, test: str, fn: Callable[[], Any], *, name: str,
-                 declared: Work | None, gate: bool, top: int, run_id: str = "") -> list[Measurement]:
-    """Profile ``fn`` on the session's device, under its lock, and return the step's record then its
-    top operators' records."""
-    __tracebackhide__ = True
-    device = "cuda" if context.device.kind == "cuda" else "cpu"
-    cpu_clock, wall_clock = extras.CPU_CLOCKS
-    with locking.device_lock(context.lock_key, f"run {run_id} pid {os.getpid()}") as waited_for, \
-            measure_context.device_scope(context):
-        before = machine.snapshot(cpu_clock, wall_clock)
-        measured = profiling.profile_step(fn, device, settings.sampling.max_time)
-        busy = machine.between(before, machine.snapshot(cpu_clock, wall_clock))
-    contended = extras.contention(waited_for, run_id, busy, device == "cpu")
-    breakdown = scoring.score_step(measured, context.profile, declared)
-    return records(context, test, name, measured, breakdown, gate, top, contended)
-
-
 def records(context: Any, test: str, name: str, measured: profiling.StepProfile, breakdown: scoring.StepBreakdown,
-            gate: bool, top: int, contended: str = "") -> list[Measurement]:
-    """The step's record, then one per top operator (pure: tested without a profiler)."""
-    notes = list(breakdown.notes)
-    if contended:
-        notes.append(f"contended: {contended}; recorded, never a baseline, and it cannot fail as regressed")
-    common = dict(test=test, profile=context.profile.id, gate=gate, ceilings=context.ceilings,
-                  ceilings_id=context.profile.ceilings_id, environment=dict(context.environment),
-                  device=context.device_name, worker=os.environ.get("PYTEST_XDIST_WORKER", ""), contended=contended)
+            gate: bool, top: int, contended: str = "", taken_notes: tuple[str, ...] = ()) -> list[Measurement]:
+    """The step's record, then one per top operator (pure: tested without a profiler). ``taken_notes``
+    are the engine's notes of how the step was taken (contended, over the time budget)."""
+    notes = [*breakdown.notes, *taken_notes]
+    common = dict(test=test, gate=gate, **engines.provenance(context, contended))
     step_samples = tuple(run.seconds for run in measured.runs)
     compute = sum(op.t_sol for op in breakdown.operators if op.bound == "compute")
     step = Measurement(

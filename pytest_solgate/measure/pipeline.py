@@ -4,15 +4,18 @@
     -> again if an extra found the attempt disturbed (CONTENTION_RETAKES), keep the calmest
     -> give the lock back -> the other extras' before()/after() (e.g. --sol-ncu's child run)
 
-Timing once is sampling.take_timing on the context's backend; in a Triton-interpreter session a
-callable that launches a Triton kernel is timed briefly (its timing means nothing and is not
-gated), and one that launches none (a torch reference) is timed again on the real CPU backend.
+"Time once" is the caller's: a kernel's is ``time_once`` (sampling.take_timing on the context's
+backend; in a Triton-interpreter session a callable that launches a Triton kernel is timed briefly,
+its timing meaning nothing and not gated, and one that launches none, a torch reference, is timed
+again on the real CPU backend); a whole step's is its profiled runs (engine/steps.py). Either
+returns its Timing and what else it read (a step's profile), kept beside the timing of the attempt
+that stands.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Generic, Sequence, TypeVar
 
 from pytest_solgate.measure import backends, locking, sampling, telemetry
 from pytest_solgate.measure import context as measure_context
@@ -29,37 +32,43 @@ INTERPRETER_SAMPLING = SamplingSettings(
 # more than its time budget (a long kernel's retake would double its cost); the calmest is kept.
 CONTENTION_RETAKES = 1
 
+Read = TypeVar("Read")  # what an attempt read beside its Timing (None for a kernel, a step's profile)
+
 
 @dataclass(frozen=True)
-class Measured:
+class Measured(Generic[Read]):
     timing: sampling.Timing
     findings: Findings
+    read: Read
 
 
-def measure(test: str, name: str, fn: Callable[[], Any], context: Context, settings: SamplingSettings,
-            extras: Sequence[Extra], holder: str, rotation_sets: int = 1, bytes_per_call: float = 0.0) -> Measured:
+def measure(test: str, name: str, fn: Callable[[], Any], context: Context,
+            attempt: Callable[[], tuple[sampling.Timing, Read]], extras: Sequence[Extra], holder: str,
+            max_time: float) -> Measured[Read]:
+    """One ``attempt`` (timing once) under the device's lock and the extras, taken again while disturbed and the
+    attempt's wall time stays within 1.5 ``max_time`` (the --sol-max-time budget)."""
     __tracebackhide__ = True  # a kernel that raises shows its own traceback, not ours
     held = [extra for extra in extras if extra.holds_device]
-    best: tuple[sampling.Timing, Findings] | None = None
+    best: tuple[sampling.Timing, Read, Findings] | None = None
     for _ in range(1 + CONTENTION_RETAKES):
         with locking.device_lock(context.lock_key, holder) as waited_for, measure_context.device_scope(context):
             for extra in held:
                 extra.before()
-            timing = time_once(fn, context, settings, rotation_sets, bytes_per_call)
+            timing, read = attempt()
             taken = Taken(test, name, fn, context, timing, waited_for)
             found = merged([extra.after(taken) for extra in held])
-        if best is None or (best[1].retake and found.rank < best[1].rank):
-            best = (timing, found)
-        if not found.retake or timing.wall_seconds > settings.max_time * 1.5:
+        if best is None or (best[2].retake and found.rank < best[2].rank):
+            best = (timing, read, found)
+        if not found.retake or timing.wall_seconds > max_time * 1.5:
             break
-    timing, found = best
+    timing, read, found = best
     if found.error:
         raise MeasureError(found.error)
     after_lock = [extra for extra in extras if not extra.holds_device]
     for extra in after_lock:
         extra.before()
     taken = Taken(test, name, fn, context, timing, "")
-    return Measured(timing, merged([found, *(extra.after(taken) for extra in after_lock)]))
+    return Measured(timing, merged([found, *(extra.after(taken) for extra in after_lock)]), read)
 
 
 def time_once(fn: Callable[[], Any], context: Context, settings: SamplingSettings,

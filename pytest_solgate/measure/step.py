@@ -318,6 +318,7 @@ def profile_step(fn: Callable[[], Any], device: str, max_time: float, runs: int 
                  clock: Callable[[], float] = time.perf_counter) -> StepProfile:
     """Warm ``fn`` up, count its work once, then profile ``runs`` runs of it (by default as many
     as fit in ``max_time`` seconds, between MIN_RUNS and MAX_RUNS)."""
+    __tracebackhide__ = True  # a step that raises shows its own traceback, not ours
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
