@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from pytest_solgate.measure import kernel_trace
 from pytest_solgate.measure import step as profiling
 from pytest_solgate.measure.step import OperatorWork, RunReading, StepProfile, add_work, operator_name
 from pytest_solgate.support import stats
@@ -71,6 +72,7 @@ class HostRange:
     thread: tuple[Any, Any]  # (pid, tid)
     start: float
     end: float
+    duration: float  # as recorded: end - start loses digits at epoch-sized timestamps
     dims: tuple[Any, ...] = ()  # ``Input Dims``, one entry per argument ([] for a non-tensor)
     types: tuple[str, ...] = ()  # ``Input type``
     strides: tuple[Any, ...] = ()  # ``Input Strides``, where recorded
@@ -96,6 +98,7 @@ class Activity:
     stream: int
     start: float
     end: float
+    duration: float
     correlation: int
 
 
@@ -144,16 +147,17 @@ def read(data: Any, path: str = "trace") -> Trace:
             if event.get("ph") != "X":
                 continue
             thread = (event.get("pid"), event.get("tid"))
-            start, end = float(event["ts"]), float(event["ts"]) + float(event.get("dur", 0.0))
+            duration = float(event.get("dur", 0.0))
+            start, end = float(event["ts"]), float(event["ts"]) + duration
             if category in HOST_CATEGORIES:
-                ranges.append(HostRange(str(event["name"]), thread, start, end, tuple(args.get("Input Dims") or ()),
+                ranges.append(HostRange(str(event["name"]), thread, start, end, duration, tuple(args.get("Input Dims") or ()),
                                         tuple(args.get("Input type") or ()), tuple(args.get("Input Strides") or ())))
             elif category in LAUNCH_CATEGORIES and "correlation" in args:
                 launches.append(Launch(str(event["name"]), thread, start, int(args["correlation"])))
             elif category in DEVICE_CATEGORIES and "correlation" in args:
                 activities.append(Activity(str(event["name"]), category, int(args.get("device", event.get("pid") or 0)),
                                            int(args.get("stream", event.get("tid") or 0)), start, end,
-                                           int(args["correlation"])))
+                                           duration, int(args["correlation"])))
     except (KeyError, TypeError, ValueError) as exc:
         raise MeasureError(f"{path}: not a PyTorch profiler trace: an event lacks a usable {exc} field") from None
     if not ranges and not activities:
@@ -468,7 +472,7 @@ def profile_trace(trace: Trace) -> StepProfile:
             own: dict[tuple[str, str], int] = {}
             intervals = [(a.start, a.end) for _, a in per_step[index]]
             for key, activity in per_step[index]:
-                times[key] = times.get(key, 0.0) + (activity.end - activity.start) * 1e-6
+                times[key] = times.get(key, 0.0) + activity.duration * 1e-6
             for key, _ in {(key, a.correlation) for key, a in per_step[index] if key not in calls}:
                 own[key] = own.get(key, 0) + 1  # a launch of its own (no operator): a call per launch
             calls.update(own)
@@ -477,7 +481,7 @@ def profile_trace(trace: Trace) -> StepProfile:
         else:
             intervals = [(n.event.start, n.event.end) for n in inside]
             for node in inside:
-                times[_key(node)] += (node.event.end - node.event.start) * 1e-6
+                times[_key(node)] += node.event.duration * 1e-6
         covered = stats.covered_length(intervals) * 1e-6
         seconds = (end - start) * 1e-6
         overlap = sum(times.values()) - covered
@@ -501,3 +505,21 @@ def profile_trace(trace: Trace) -> StepProfile:
     return StepProfile(runs=tuple(runs), work=per_run, device="cuda" if on_device else "cpu",
                        mode="trace-kernels" if on_device else "trace-cpu", warmup_calls=0,
                        started_at=0.0, finished_at=0.0, notes=tuple(notes))
+
+
+def trace_events(trace: Trace) -> list[kernel_trace.TraceEvent]:
+    """The trace's events in the fields the CUDA backend's sample reader takes (``kernel_trace``):
+    a recorded trace checks that reader as the profiler's own events feed it. Host events are on
+    their thread (a hash where kineto names it), device activities on their stream."""
+
+    def ns(us: float) -> int:
+        return round(us * 1000)
+
+    def thread(key: tuple[Any, Any]) -> int:
+        return key[1] if isinstance(key[1], int) else hash(key[1])
+
+    return ([kernel_trace.TraceEvent(r.name, False, ns(r.start), ns(r.end), 0, thread(r.thread)) for r in trace.ranges]
+            + [kernel_trace.TraceEvent(launch.name, False, ns(launch.start), ns(launch.start), launch.correlation,
+                                       thread(launch.thread)) for launch in trace.launches]
+            + [kernel_trace.TraceEvent(a.name, True, ns(a.start), ns(a.end), a.correlation, a.stream)
+               for a in trace.activities])
