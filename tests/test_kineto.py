@@ -183,24 +183,29 @@ def test_a_trace_without_shapes_is_ranked_by_time_and_says_so():
 
 
 def test_a_trace_recorded_here_reads_as_measure_step_reads_the_profile(tmp_path):
-    """The same run seen twice: kineto's JSON export read by this reader, and the profiler's own
-    events read by measure/step.py: the same top operators, calls and times (to the export's ns)."""
+    """The same runs seen twice: kineto's JSON export read by this reader, and the profiler's own
+    events read by measure/step.py (its ranges: solgate:step, solgate:module:): the same runs,
+    top operators, modules, calls and times (to the export's ns), and the counted FLOPs."""
     torch = pytest.importorskip("torch")
     from pytest_solgate.measure import step as profiling
 
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 8))
     x = torch.randn(16, 64)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
-        with torch.profiler.record_function(profiling.STEP_RANGE):
-            model(x)
+        with profiling._ModuleRanges():
+            for _ in range(2):
+                with torch.profiler.record_function(profiling.STEP_RANGE):
+                    model(x)
     prof.export_chrome_trace(str(tmp_path / "here.json"))
-    (expected,) = profiling.read_runs(prof.events(), on_gpu=False)
-    measured = kineto.profile_trace(kineto.load(tmp_path / "here.json"))
-    (run,) = measured.runs
-    assert run.calls == expected.calls
-    for key, seconds in expected.operators.items():
-        assert run.operators[key] == pytest.approx(seconds, abs=2e-9)
-    assert measured.work[("aten::linear", "")].flops == {"fp32": 2 * 16 * 64 * 64 + 2 * 16 * 64 * 8}
+    expected = profiling.read_runs(prof.events(), on_gpu=False)
+    measured = kineto.profile_trace(kineto.load(tmp_path / "here.json"), profiling.STEP_RANGE, profiling.MODULE_RANGE)
+    assert len(measured.runs) == len(expected) == 2
+    for run, seen in zip(measured.runs, expected):
+        assert run.calls == seen.calls and ("aten::linear", "Sequential.0") in run.calls
+        for key, seconds in seen.operators.items():
+            assert run.operators[key] == pytest.approx(seconds, abs=2e-9)
+        assert run.idle == pytest.approx(seen.idle, abs=1e-7)
+    assert measured.work[("aten::linear", "Sequential.2")].flops == {"fp32": 2 * 16 * 64 * 8}
 
 
 def test_the_cuda_backends_sample_reader_takes_the_amd_launches():

@@ -228,7 +228,7 @@ class _Trees:
         return node
 
 
-def _trees(ranges: Sequence[HostRange]) -> _Trees:
+def _trees(ranges: Sequence[HostRange], module_prefix: str) -> _Trees:
     nodes, by_thread = [], {}
     threads: dict[tuple[Any, Any], list[HostRange]] = {}
     for r in ranges:
@@ -242,8 +242,8 @@ def _trees(ranges: Sequence[HostRange]) -> _Trees:
                 stack.pop()
             parent = stack[-1] if stack else None
             node = _Node(event, parent, module=parent.module if parent else "")
-            if event.name.startswith(MODULE_PREFIX):
-                node.module = event.name[len(MODULE_PREFIX):]
+            if event.name.startswith(module_prefix):
+                node.module = event.name[len(module_prefix):]
             if parent is not None:
                 parent.children.append(node)
             node.top = parent.top if parent is not None and parent.top is not None else (node if node.operator else None)
@@ -415,20 +415,22 @@ def _key(node: _Node) -> tuple[str, str]:
     return top.operator or top.event.name, top.module
 
 
-def _steps(trace: Trace) -> tuple[list[tuple[float, float]], str]:
+def _steps(trace: Trace, step_prefix: str) -> tuple[list[tuple[float, float]], str]:
     """The step ranges (start, end in us), and a note when there are none (the trace is one step)."""
-    steps = sorted((r.start, r.end) for r in trace.ranges if r.name.startswith(STEP_PREFIX))
+    steps = sorted((r.start, r.end) for r in trace.ranges if r.name.startswith(step_prefix))
     if steps:
         return steps, ""
     times = [t for r in trace.ranges for t in (r.start, r.end)] + [t for a in trace.activities for t in (a.start, a.end)]
-    return [(min(times), max(times))], (f"{trace.path}: no {STEP_PREFIX}N range (a torch.profiler schedule's step "
+    return [(min(times), max(times))], (f"{trace.path}: no {step_prefix}N range (a torch.profiler schedule's step "
                                         "marks): the whole trace is read as one step")
 
 
-def profile_trace(trace: Trace) -> StepProfile:
-    """The trace as ``measure_step`` would have profiled it: one run per step range."""
-    trees = _trees(trace.ranges)
-    steps, note = _steps(trace)
+def profile_trace(trace: Trace, step_prefix: str = STEP_PREFIX, module_prefix: str = MODULE_PREFIX) -> StepProfile:
+    """The trace as ``measure_step`` would have profiled it: one run per step range (named
+    ``step_prefix...``; measure_step's own are ``solgate:step``), modules from the ranges named
+    ``module_prefix<name>`` (measure_step's: ``solgate:module:``)."""
+    trees = _trees(trace.ranges, module_prefix)
+    steps, note = _steps(trace, step_prefix)
     notes = [note] if note else []
     on_device = bool(trace.activities)
     launches = {launch.correlation: launch for launch in trace.launches}
@@ -449,7 +451,7 @@ def profile_trace(trace: Trace) -> StepProfile:
         if node is not None and node.top is not None:
             key = _key(node)
         else:  # no operator around the launch: it is the launch's own, in the range around it
-            key = (launch.name, node.event.name if node is not None and not node.event.name.startswith(STEP_PREFIX) else "")
+            key = (launch.name, node.event.name if node is not None and not node.event.name.startswith(step_prefix) else "")
         per_step[index].append((key, activity))
     if orphans:
         notes.append(f"{orphans} device activities have no launch in the trace (no runtime event or ac2g flow with "
