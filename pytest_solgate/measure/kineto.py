@@ -25,10 +25,10 @@ Work, where the trace has shapes (``record_shapes=True``: ``Input Dims``, ``Inpu
 FLOPs by torch's FlopCounterMode formulas, taken at the first operator down each tree that has
 one (``aten::linear`` is counted at its ``aten::addmm``), in the precision class of its first
 floating input (fp32 as recorded: whether TF32 was allowed is not in the trace); bytes at the
-operators that did the work (GPU: those that launched device activity; CPU: the innermost
-operators, views left out): their tensor inputs, and their output as the trace does not record it:
-an in-place op writes its first input, a matmul its ``m x n``, a reduction little (not counted),
-any other op as much as its largest input. Work is a mean per step.
+calls that reach the dispatcher whole, as measure_step's counting mode sees them (composite ops such
+as ``aten::linear`` opened, views left out): their tensor inputs, and their output as the trace does
+not record it: an in-place op writes its first input, a matmul its ``m x n``, a reduction little
+(not counted), any other op as much as its largest input. Work is a mean per step.
 """
 
 from __future__ import annotations
