@@ -282,3 +282,10 @@ def test_a_missing_file_an_empty_folder_and_an_unknown_profile_are_one_line_each
     unknown = solgate("step", trace, "--profile", "mi251")
     assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1
     assert trace in unknown.stderr and "no profile with id 'mi251'" in unknown.stderr
+
+
+def test_the_command_has_help_and_wants_a_profile():
+    assert "usage: solgate step" in solgate("step", "--help").stdout
+    done = solgate("step", str(TRACES / "amd_mi250_train.json.gz"))
+    assert done.returncode == 2 and "the following arguments are required: --profile" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
