@@ -37,6 +37,7 @@ def cmd_step(args: argparse.Namespace) -> int:
     for path in kineto.rank_files(found) if found.is_dir() else [found]:
         trace = kineto.load(path)
         read.append((trace, score_step(kineto.profile_trace(trace), profile)))
+    read.sort(key=lambda pair: (pair[0].rank is None, pair[0].rank or 0))  # rank-10 after rank-9, not rank-1
     if args.json:
         print(json.dumps([{"trace": t.path, "rank": t.rank, "device": t.device_name, "profile": profile.id, **b.to_dict()}
                           for t, b in read], indent=1))
