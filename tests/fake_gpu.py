@@ -35,8 +35,12 @@ class FakeGpu:
 
     LAUNCH_SECONDS = 4e-6
 
-    def __init__(self, l2_bytes=50_000_000, dram_bytes_per_s=4.0e12, l2_bytes_per_s=12.0e12, clock_mhz=1980):
+    def __init__(self, l2_bytes=50_000_000, dram_bytes_per_s=4.0e12, l2_bytes_per_s=12.0e12, clock_mhz=1980,
+                 runtime="cuda"):
         self.now = 0.0
+        # The runtime whose calls the profiler records: "cuda" (cudaLaunchKernel), or "hip" as torch
+        # on ROCm names them (hipLaunchKernel, hipGraphLaunch: tests/data/traces/amd_mi250_train.json.gz).
+        self.runtime = runtime
         self.l2_bytes, self.dram_rate, self.l2_rate = l2_bytes, dram_bytes_per_s, l2_bytes_per_s
         self.clock_mhz = clock_mhz
         self.sm_mhz = clock_mhz
@@ -86,7 +90,7 @@ class FakeGpu:
         if self.capturing is not None:
             self.capturing.ops.append((what, device_seconds))
             return
-        correlation = self.host_launch("cudaLaunchKernel")
+        correlation = self.host_launch(f"{self.runtime}LaunchKernel")
         self.enqueue(stream or self.current, what, device_seconds, correlation)
 
     def host_launch(self, name):
@@ -203,7 +207,7 @@ class FakeGraph:
 
     def replay(self):
         gpu = self.gpu
-        correlation = gpu.host_launch("cudaGraphLaunch")  # one launch for the whole graph
+        correlation = gpu.host_launch(f"{gpu.runtime}GraphLaunch")  # one launch for the whole graph
         gpu.log.append(f"replay {len(self.ops)}")
         for what, device_seconds in self.ops:
             gpu.enqueue(gpu.current, what, device_seconds, correlation)  # its kernels share the launch's id (CUPTI)

@@ -39,9 +39,11 @@ from pytest_solgate.support import stats
 SAMPLE = "solgate-sample-"
 HOLD = "solgate-hold-"  # the hold before a sample: the timed region starts when it ends
 DONE = "solgate-done-"
-# Host calls that put work on the device: their correlation id is the activity's (CUPTI).
+# Host calls that put work on the device: their correlation id is the activity's (CUPTI; on ROCm,
+# roctracer's, and the calls are HIP's: hipLaunchKernel, hipExtModuleLaunchKernel, hipMemcpyWithStream).
 LAUNCHES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch", "cudaMemcpy", "cudaMemset", "cuMemcpy",
-            "cuMemset")
+            "cuMemset", "hipLaunch", "hipExtLaunch", "hipModuleLaunch", "hipExtModuleLaunch", "hipGraphLaunch",
+            "hipMemcpy", "hipMemset")
 
 
 @dataclass(frozen=True)

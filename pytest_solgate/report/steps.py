@@ -27,9 +27,13 @@ def steps(measurements: Sequence[Measurement]) -> list[Measurement]:
 def headline(m: Measurement) -> str:
     """One line for a step: its time, MFU, idle share and floor."""
     step: StepBreakdown = m.step  # type: ignore[assignment]
+    return f"step {m.name} of {m.test}: {_figures(step, m.score.sol)}"
+
+
+def _figures(step: StepBreakdown, sol: float) -> str:
     precision = f" ({step.precision})" if step.precision else ""
-    return (f"step {m.name} of {m.test}: {units.seconds(step.seconds)} per step, MFU {units.percent(step.mfu)}{precision}, "
-            f"idle {units.percent(step.idle_share)}, T_SOL {units.seconds(step.t_sol)} (SOL {units.sol(m.score.sol)})")
+    return (f"{units.seconds(step.seconds)} per step, MFU {units.percent(step.mfu)}{precision}, "
+            f"idle {units.percent(step.idle_share)}, T_SOL {units.seconds(step.t_sol)} (SOL {units.sol(sol)})")
 
 
 def identity(step: StepBreakdown) -> str:
@@ -44,15 +48,37 @@ def terminal_lines(measurements: Sequence[Measurement], top: int = TERMINAL_TOP)
     """For each step: its headline, its ``top`` operators by time lost, and the sum."""
     lines: list[str] = []
     for m in steps(measurements):
-        step: StepBreakdown = m.step  # type: ignore[assignment]
-        lines += ["", headline(m), "  where it loses time (time - T_SOL), largest first:"]
-        width = max((len(op.label) for op in step.operators[:top]), default=0)
-        for rank, op in enumerate(step.operators[:top], 1):
-            share = op.lost / step.seconds if step.seconds > 0 else 0.0
-            lines.append(f"  {rank}. {op.label.ljust(width)}  lost {units.seconds(op.lost):>9} ({units.percent(share)})"
-                         f"  time {units.seconds(op.seconds)}  SOL {units.sol(op.sol)}  {op.calls} call(s)  {op.kind}")
-        lines.append(f"  {identity(step)}")
+        lines += ["", headline(m), *ranking(m.step, top)]  # type: ignore[arg-type]
     return lines
+
+
+def ranking(step: StepBreakdown, top: int) -> list[str]:
+    """The ``top`` operators by time lost, and the sum."""
+    lines = ["  where it loses time (time - T_SOL), largest first:"]
+    width = max((len(op.label) for op in step.operators[:top]), default=0)
+    for rank, op in enumerate(step.operators[:top], 1):
+        share = op.lost / step.seconds if step.seconds > 0 else 0.0
+        lines.append(f"  {rank}. {op.label.ljust(width)}  lost {units.seconds(op.lost):>9} ({units.percent(share)})"
+                     f"  time {units.seconds(op.seconds)}  SOL {units.sol(op.sol)}  {op.calls} call(s)  {op.kind}")
+    if not step.operators:
+        lines.append("  (no operator ran in the step)")
+    return lines + [f"  {identity(step)}"]
+
+
+TRACE_TIMES = {"trace-kernels": "an operator's time is the device time of the kernels, copies and memsets it launched "
+                                "(joined by correlation id); idle is the step's span no device activity covers",
+               "trace-cpu": "no device activity in the trace: an operator's time is its host range; idle is the step's "
+                            "time no top operator covers"}
+
+
+def trace_lines(trace: str, where: str, profile: str, step: StepBreakdown, top: int) -> list[str]:
+    """A recorded trace's step (``solgate step``): its headline against ``profile``, how it was
+    read, its ranking and the sum, and the reading's notes. ``where`` says whose trace it is
+    (rank, device), or ''."""
+    sol = step.t_sol / step.seconds if step.seconds > 0 else 0.0
+    lines = [f"trace {trace}{f' ({where})' if where else ''} on {profile}: {_figures(step, sol)}",
+             f"  {TRACE_TIMES.get(step.mode, step.mode)}", *ranking(step, top)]
+    return lines + [f"  note: {note}" for note in step.notes]
 
 
 def section(m: Measurement, top: int = HTML_TOP) -> dict[str, Any]:

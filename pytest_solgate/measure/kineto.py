@@ -1,0 +1,527 @@
+"""Measure (a recorded trace): a PyTorch profiler trace (the Chrome JSON that
+``torch.profiler`` exports through kineto, ``prof.export_chrome_trace`` or
+``tensorboard_trace_handler``, plain or gzipped) read into what ``sol.measure_step`` measures: a
+``StepProfile`` of runs (one per ``ProfilerStep#N`` range) and the counted work of each operator.
+
+The trace's events, as kineto writes them (``ph: X`` complete events, times in us):
+
+- host ranges (``cat`` ``cpu_op``, ``user_annotation``, ``python_function``) on a thread
+  (``pid``, ``tid``): nested by time, they make each thread's tree; the outermost operator of a
+  tree is the top operator (``measure/step.py: operator_name``, as ``measure_step`` picks it);
+- runtime and driver calls (``cuda_runtime``, ``cuda_driver``; HIP calls under the same names on
+  AMD) with ``args.correlation``, and the device activities (``kernel``, ``gpu_memcpy``,
+  ``gpu_memset``) with the same correlation id, on ``args.stream``; where a launch's runtime event
+  is missing, the ``ac2g`` flow start with that id says where the launch was. A CUDA graph's
+  kernels all carry the graph launch's correlation id: the replay is the launching operator's.
+
+Each device activity is the top operator's around its launch (its thread, its time); where no
+operator is around it (a graph replayed from Python, a Triton kernel launched directly) it is the
+launch's: ``cudaGraphLaunch in CompiledFunction`` (the range around it). With device activities,
+an operator's time is the sum of its activities' durations, and idle is the step's span (host range,
+stretched to its last activity) that no activity covers; without any (a CPU-only trace), the
+top operators' own ranges and the gaps between them, as ``measure_step`` reads a CPU.
+
+Work, where the trace has shapes (``record_shapes=True``: ``Input Dims``, ``Input type``):
+FLOPs by torch's FlopCounterMode formulas, taken at the first operator down each tree that has
+one (``aten::linear`` is counted at its ``aten::addmm``), in the precision class of its first
+floating input (fp32 as recorded: whether TF32 was allowed is not in the trace); bytes at the
+calls that reach the dispatcher whole, as measure_step's counting mode sees them (composite ops such
+as ``aten::linear`` opened, views left out): their tensor inputs, and their output as the trace does
+not record it: an in-place op writes its first input, a matmul its ``m x n``, a reduction little
+(not counted), any other op as much as its largest input. Work is a mean per step.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import gzip
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from pytest_solgate.measure import kernel_trace
+from pytest_solgate.measure import step as profiling
+from pytest_solgate.measure.step import OperatorWork, RunReading, StepProfile, add_work, operator_name
+from pytest_solgate.support import stats
+from pytest_solgate.support.errors import MeasureError
+
+STEP_PREFIX = "ProfilerStep#"
+MODULE_PREFIX = "nn.Module: "  # torch.profiler's with_modules ranges
+HOST_CATEGORIES = ("cpu_op", "user_annotation", "python_function")
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+# The element sizes of the dtypes as ``Input type`` spells them (c10's names).
+ELEMENT_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "long": 8, "int": 4,
+                 "short int": 2, "short": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
+                 "c10::complex<float>": 8, "c10::complex<double>": 16, "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1,
+                 "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1}
+_FLOATING = {"float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16"}
+_REDUCTIONS = {"sum", "mean", "amax", "amin", "max", "min", "norm", "argmax", "argmin", "prod", "var", "std", "any",
+               "all", "linalg_vector_norm", "logsumexp", "nansum", "count_nonzero"}
+_MATMULS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear"}
+
+
+@dataclass(frozen=True)
+class HostRange:
+    """A host range: an operator, an annotation, a Python function (times in us)."""
+
+    name: str
+    thread: tuple[Any, Any]  # (pid, tid)
+    start: float
+    end: float
+    duration: float  # as recorded: end - start loses digits at epoch-sized timestamps
+    dims: tuple[Any, ...] = ()  # ``Input Dims``, one entry per argument ([] for a non-tensor)
+    types: tuple[str, ...] = ()  # ``Input type``
+    strides: tuple[Any, ...] = ()  # ``Input Strides``, where recorded
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A runtime or driver call on the host that may have queued device work."""
+
+    name: str
+    thread: tuple[Any, Any]
+    start: float
+    correlation: int
+
+
+@dataclass(frozen=True)
+class Activity:
+    """A kernel, memcpy or memset on the device (times in us)."""
+
+    name: str
+    kind: str  # its category: kernel, gpu_memcpy, gpu_memset
+    device: int
+    stream: int
+    start: float
+    end: float
+    duration: float
+    correlation: int
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A trace's events, read from its JSON."""
+
+    path: str
+    ranges: tuple[HostRange, ...]
+    launches: tuple[Launch, ...]
+    activities: tuple[Activity, ...]
+    rank: int | None = None
+    device_name: str = ""
+    shapes: bool = False  # whether operators carry their inputs' shapes (record_shapes=True)
+
+
+# --- reading the file -------------------------------------------------------------------------------
+
+
+def load(path: str | Path) -> Trace:
+    """The trace in ``path`` (``.json`` or ``.json.gz``); every fault is one line naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise MeasureError(f"{path}: no such trace file" if not path.exists() else f"{path}: is not a file")
+    try:
+        raw = path.read_bytes()
+        text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+        data = json.loads(text)
+    except (OSError, EOFError, ValueError) as exc:  # gzip's and json's faults, unreadable files
+        raise MeasureError(f"{path}: not a PyTorch profiler trace: not JSON ({str(exc).splitlines()[0]})") from None
+    return read(data, str(path))
+
+
+def read(data: Any, path: str = "trace") -> Trace:
+    """A Trace from a trace's parsed JSON: an object with ``traceEvents`` (or a bare event list)."""
+    events = data.get("traceEvents") if isinstance(data, dict) else data
+    if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+        raise MeasureError(f"{path}: not a PyTorch profiler trace: no traceEvents list of events (export one with "
+                           "prof.export_chrome_trace(PATH) or torch.profiler.tensorboard_trace_handler)")
+    ranges, launches, activities, flows = [], [], [], {}
+    try:
+        for event in events:
+            category, args = event.get("cat"), event.get("args") or {}
+            if category == "ac2g" and event.get("ph") == "s":
+                flows[int(event["id"])] = ((event.get("pid"), event.get("tid")), float(event["ts"]))
+            if event.get("ph") != "X":
+                continue
+            thread = (event.get("pid"), event.get("tid"))
+            duration = float(event.get("dur", 0.0))
+            start, end = float(event["ts"]), float(event["ts"]) + duration
+            if category in HOST_CATEGORIES:
+                ranges.append(HostRange(str(event["name"]), thread, start, end, duration, tuple(args.get("Input Dims") or ()),
+                                        tuple(args.get("Input type") or ()), tuple(args.get("Input Strides") or ())))
+            elif category in LAUNCH_CATEGORIES and "correlation" in args:
+                launches.append(Launch(str(event["name"]), thread, start, int(args["correlation"])))
+            elif category in DEVICE_CATEGORIES and "correlation" in args:
+                activities.append(Activity(str(event["name"]), category, int(args.get("device", event.get("pid") or 0)),
+                                           int(args.get("stream", event.get("tid") or 0)), start, end,
+                                           duration, int(args["correlation"])))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MeasureError(f"{path}: not a PyTorch profiler trace: an event lacks a usable {exc} field") from None
+    if not ranges and not activities:
+        raise MeasureError(f"{path}: not a PyTorch profiler trace: none of its {len(events)} events is an operator, "
+                           "an annotation or a device activity")
+    known = {launch.correlation for launch in launches}
+    launches += [Launch("ac2g", thread, ts, correlation) for correlation, (thread, ts) in flows.items()
+                 if correlation not in known]  # a launch seen only through its flow arrow
+    info = data.get("distributedInfo") if isinstance(data, dict) else None
+    rank = info.get("rank") if isinstance(info, dict) else None
+    return Trace(path=path, ranges=tuple(ranges), launches=tuple(launches), activities=tuple(activities),
+                 rank=int(rank) if isinstance(rank, int) else None, device_name=_device_name(data, activities),
+                 shapes=any(r.dims for r in ranges))
+
+
+def _device_name(data: Any, activities: Sequence[Activity]) -> str:
+    properties = data.get("deviceProperties") if isinstance(data, dict) else None
+    if not isinstance(properties, list) or not properties:
+        return ""
+    device = activities[0].device if activities else None
+    for entry in properties:
+        if isinstance(entry, dict) and (device is None or entry.get("id") == device):
+            return str(entry.get("name") or "")
+    return ""
+
+
+def rank_files(folder: str | Path) -> list[Path]:
+    """The trace files of a multi-rank run's folder (one per rank), in name order."""
+    folder = Path(folder)
+    found = sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz")))
+    if not found:
+        raise MeasureError(f"{folder}: a folder with no trace in it (*.json or *.json.gz, one per rank)")
+    return found
+
+
+# --- the trees --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Node:
+    """A host range in its thread's tree, with the top operator it belongs to (``top``)."""
+
+    event: HostRange
+    parent: _Node | None = None
+    children: list[_Node] = field(default_factory=list)
+    top: _Node | None = None  # the outermost operator at or above it
+    module: str = ""  # the nearest nn.Module range around it
+
+    @property
+    def operator(self) -> str | None:
+        return operator_name(self.event.name)
+
+
+@dataclass(frozen=True)
+class _Trees:
+    """Every thread's tree, and per thread its ranges by start for finding what holds a time."""
+
+    nodes: list[_Node]
+    by_thread: dict[tuple[Any, Any], tuple[list[float], list[_Node]]]
+
+    def innermost(self, thread: tuple[Any, Any], at: float) -> _Node | None:
+        """The innermost range on ``thread`` that holds time ``at``."""
+        starts, nodes = self.by_thread.get(thread, ([], []))
+        index = bisect.bisect_right(starts, at) - 1
+        node = nodes[index] if index >= 0 else None
+        while node is not None and not node.event.start <= at < max(node.event.end, node.event.start + 1e-9):
+            node = node.parent
+        return node
+
+
+def _trees(ranges: Sequence[HostRange], module_prefix: str) -> _Trees:
+    nodes, by_thread = [], {}
+    threads: dict[tuple[Any, Any], list[HostRange]] = {}
+    for r in ranges:
+        threads.setdefault(r.thread, []).append(r)
+    for thread, events in threads.items():
+        events.sort(key=lambda r: (r.start, -r.end))
+        stack: list[_Node] = []
+        ordered = []
+        for event in events:
+            while stack and stack[-1].event.end <= event.start:
+                stack.pop()
+            parent = stack[-1] if stack else None
+            node = _Node(event, parent, module=parent.module if parent else "")
+            if event.name.startswith(module_prefix):
+                node.module = event.name[len(module_prefix):]
+            if parent is not None:
+                parent.children.append(node)
+            node.top = parent.top if parent is not None and parent.top is not None else (node if node.operator else None)
+            stack.append(node)
+            ordered.append(node)
+        nodes += ordered
+        by_thread[thread] = ([n.event.start for n in ordered], ordered)
+    return _Trees(nodes, by_thread)
+
+
+# --- the work ---------------------------------------------------------------------------------------
+
+
+def _base(name: str) -> str:
+    return name.split("::")[-1].split(".")[0]
+
+
+def _aten(name: str) -> Any:
+    """torch's overload packet for an ``aten::`` name, or None (another namespace, no torch)."""
+    if not name.startswith("aten::"):
+        return None
+    try:
+        import torch
+    except ImportError:
+        return None
+    return getattr(torch.ops.aten, _base(name), None)
+
+
+def _element_bytes(types: Sequence[str]) -> int:
+    return next((ELEMENT_BYTES[t] for t in types if t in ELEMENT_BYTES), 4)
+
+
+def _elements(dims: Any, strides: Any) -> int:
+    """A tensor's stored elements: its storage extent where strides say it is expanded."""
+    if any(d == 0 for d in dims):
+        return 0
+    if isinstance(strides, list) and len(strides) == len(dims) and all(isinstance(s, int) for s in strides):
+        return 1 + sum((d - 1) * abs(s) for d, s in zip(dims, strides))
+    return math.prod(dims)
+
+
+def _tensors(r: HostRange) -> list[tuple[int, int]]:
+    """(elements, element bytes) of each tensor input of a range, TensorLists opened."""
+    fallback = _element_bytes(r.types)
+    found = []
+    for i, dims in enumerate(r.dims):
+        kind = r.types[i] if i < len(r.types) else ""
+        strides = r.strides[i] if i < len(r.strides) else None
+        if kind == "TensorList" and isinstance(dims, list):
+            lists = strides if isinstance(strides, list) and len(strides) == len(dims) else [None] * len(dims)
+            found += [(_elements(d, s), fallback) for d, s in zip(dims, lists) if isinstance(d, list) and d]
+        elif kind in ELEMENT_BYTES and isinstance(dims, list) and all(isinstance(d, int) for d in dims):
+            found.append((_elements(dims, strides), ELEMENT_BYTES[kind]))
+    return found
+
+
+def range_bytes(r: HostRange) -> float:
+    """The bytes one operator call reads and writes, from its inputs (see the module docstring)."""
+    tensors = _tensors(r)
+    if not tensors:
+        return 0.0
+    read = sum(n * size for n, size in tensors)
+    base = _base(r.name)
+    if base.endswith("_") and not base.startswith("__"):
+        return float(read + tensors[0][0] * tensors[0][1])  # in place: the first input is written too
+    if base in _REDUCTIONS:
+        return float(read)
+    if base in _MATMULS:
+        shapes = [d for d, kind in zip(r.dims, r.types) if kind in ELEMENT_BYTES and isinstance(d, list) and len(d) >= 2]
+        if len(shapes) >= 2:
+            a, b = shapes[-2], shapes[-1]
+            out = math.prod(a[:-1]) * (b[0] if base == "linear" else b[-1])
+            return float(read + out * tensors[0][1])
+    return float(read + max(n * size for n, size in tensors))
+
+
+def range_flops(r: HostRange) -> tuple[str, float] | None:
+    """(precision, FLOPs) of one call by torch's formula from its recorded shapes, or None (no
+    formula, no shapes, or a formula that needs what the trace does not hold: a convolution's output)."""
+    packet = _aten(r.name)
+    if packet is None or not r.dims:
+        return None
+
+    class Call:  # what flop_formula reads of an aten call
+        overloadpacket = packet
+
+    formula = profiling.flop_formula(Call)
+    if formula is None:
+        return None
+    shapes = [tuple(d) if kind in ELEMENT_BYTES and isinstance(d, list) else None
+              for d, kind in zip(r.dims, r.types + ("",) * (len(r.dims) - len(r.types)))]
+    while shapes and shapes[-1] is None:  # the scalars after the tensors (beta, alpha) are no formula's
+        shapes.pop()
+    try:
+        count = formula(*shapes, out_val=None)
+    except Exception:  # noqa: BLE001 - a formula that needs the output's shape, or arguments the trace lacks
+        return None
+    floating = next((_FLOATING[t] for t in r.types if t in _FLOATING), None)
+    if floating is None or not count:
+        return None
+    import torch
+
+    from pytest_solgate.declare.work import _precision_of_dtype
+
+    precision = _precision_of_dtype(getattr(torch, floating), False)
+    return (precision, float(count)) if precision else None
+
+
+def _flops_below(node: _Node) -> list[tuple[str, float]]:
+    """The FLOPs of a tree: each branch counted at its first operator that has a formula."""
+    counted = range_flops(node.event)
+    if counted is not None:
+        return [counted]
+    return [found for child in node.children for found in _flops_below(child)]
+
+
+@functools.lru_cache(maxsize=None)
+def _overload(name: str) -> Any:
+    """The first overload torch resolves of an aten op (``default`` where there is one), or None."""
+    packet = _aten(name)
+    if packet is None:
+        return None
+    for overload in sorted(packet.overloads(), key=lambda o: o != "default"):
+        try:
+            found = getattr(packet, overload)
+            found.name()
+            return found
+        except (AttributeError, RuntimeError):  # an overload listed but not registered here
+            continue
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _opened(name: str) -> bool:
+    """Whether the bytes of a call are counted in the calls inside it: a range that is no aten
+    kernel (a backward node, an annotation) or a composite op (``aten::linear``, ``aten::to``),
+    as measure_step's counting mode sees them decomposed. A custom op (``fbgemm::...``) is counted whole."""
+    if operator_name(name) is None or name.startswith((profiling.BACKWARD_PREFIX, "torch::autograd::")):
+        return True
+    overload = _overload(name)
+    if overload is None:
+        return False
+    import torch
+
+    try:
+        return bool(overload.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd))
+    except RuntimeError:
+        return False
+
+
+def _counted_calls(node: _Node) -> Iterable[_Node]:
+    """The calls of a tree whose bytes are counted: the first that is a kernel down each branch
+    (its own calls inside are its business, as in measure_step), views left out."""
+    if _opened(node.event.name):
+        for child in node.children:
+            yield from _counted_calls(child)
+        return
+    overload = _overload(node.event.name)
+    if not getattr(overload, "is_view", False):
+        yield node
+
+
+# --- the runs ---------------------------------------------------------------------------------------
+
+
+def _key(node: _Node) -> tuple[str, str]:
+    top = node.top
+    assert top is not None
+    return top.operator or top.event.name, top.module
+
+
+def _steps(trace: Trace, step_prefix: str) -> tuple[list[tuple[float, float]], str]:
+    """The step ranges (start, end in us), and a note when there are none (the trace is one step)."""
+    steps = sorted((r.start, r.end) for r in trace.ranges if r.name.startswith(step_prefix))
+    if steps:
+        return steps, ""
+    times = [t for r in trace.ranges for t in (r.start, r.end)] + [t for a in trace.activities for t in (a.start, a.end)]
+    return [(min(times), max(times))], (f"{trace.path}: no {step_prefix}N range (a torch.profiler schedule's step "
+                                        "marks): the whole trace is read as one step")
+
+
+def profile_trace(trace: Trace, step_prefix: str = STEP_PREFIX, module_prefix: str = MODULE_PREFIX) -> StepProfile:
+    """The trace as ``measure_step`` would have profiled it: one run per step range (named
+    ``step_prefix...``; measure_step's own are ``solgate:step``), modules from the ranges named
+    ``module_prefix<name>`` (measure_step's: ``solgate:module:``)."""
+    trees = _trees(trace.ranges, module_prefix)
+    steps, note = _steps(trace, step_prefix)
+    notes = [note] if note else []
+    on_device = bool(trace.activities)
+    launches = {launch.correlation: launch for launch in trace.launches}
+    at = [(launch, trees.innermost(launch.thread, launch.start)) for launch in launches.values()]
+    placed = {launch.correlation: node for launch, node in at}
+    orphans = 0
+    per_step: list[list[tuple[tuple[str, str], Activity]]] = [[] for _ in steps]
+    starts = [start for start, _ in steps]
+    for activity in trace.activities:
+        launch = launches.get(activity.correlation)
+        if launch is None:
+            orphans += 1
+            continue
+        index = bisect.bisect_right(starts, launch.start) - 1
+        if index < 0 or launch.start >= steps[index][1]:
+            continue  # launched outside every step
+        node = placed[activity.correlation]
+        if node is not None and node.top is not None:
+            key = _key(node)
+        else:  # no operator around the launch: it is the launch's own, in the range around it
+            key = (launch.name, node.event.name if node is not None and not node.event.name.startswith(step_prefix) else "")
+        per_step[index].append((key, activity))
+    if orphans:
+        notes.append(f"{orphans} device activities have no launch in the trace (no runtime event or ac2g flow with "
+                     "their correlation id): left out")
+
+    tops = [n for n in trees.nodes if n.top is n]
+    runs = []
+    work: dict[tuple[str, str], OperatorWork] = {}
+    for index, (start, end) in enumerate(steps):
+        inside = [n for n in tops if start <= n.event.start < end]
+        calls: dict[tuple[str, str], int] = {}
+        times: dict[tuple[str, str], float] = {}
+        for node in inside:
+            key = _key(node)
+            calls[key] = calls.get(key, 0) + 1
+            times.setdefault(key, 0.0)
+            for precision, count in _flops_below(node):
+                work[key] = add_work(work.get(key, OperatorWork()), OperatorWork(flops={precision: count}))
+        if on_device:
+            own: dict[tuple[str, str], int] = {}
+            intervals = [(a.start, a.end) for _, a in per_step[index]]
+            for key, activity in per_step[index]:
+                times[key] = times.get(key, 0.0) + activity.duration * 1e-6
+            for key, _ in {(key, a.correlation) for key, a in per_step[index] if key not in calls}:
+                own[key] = own.get(key, 0) + 1  # a launch of its own (no operator): a call per launch
+            calls.update(own)
+            end = max([end] + [stop for _, stop in intervals])
+            start = min([start] + [begin for begin, _ in intervals])
+        else:
+            intervals = [(n.event.start, n.event.end) for n in inside]
+            for node in inside:
+                times[_key(node)] += node.event.duration * 1e-6
+        covered = stats.covered_length(intervals) * 1e-6
+        seconds = (end - start) * 1e-6
+        overlap = sum(times.values()) - covered
+        runs.append(RunReading(seconds=seconds, operators=times, calls=calls, idle=max(seconds - covered, 0.0),
+                               overlap=overlap if overlap >= 1e-9 else 0.0))
+        for top in inside:
+            nbytes = sum(range_bytes(node.event) for node in _counted_calls(top))
+            if nbytes:
+                key = _key(top)
+                work[key] = add_work(work.get(key, OperatorWork()), OperatorWork(bytes=nbytes))
+    empty = [i for i, run in enumerate(runs) if not run.calls]
+    if empty and len(empty) < len(runs):  # a step the profiler stopped in, or one that ran nothing
+        notes.append(f"{len(empty)} of the {len(runs)} steps ran no operator (the last one the profiler stopped in, "
+                     "often): left out")
+        runs = [run for run in runs if run.calls]
+    if not trace.shapes:
+        notes.append(f"{trace.path}: no input shapes (record with torch.profiler.profile(record_shapes=True)): no "
+                     "FLOPs or bytes counted, operators ranked by time, T_SOL 0")
+    per_run = {key: OperatorWork(flops={p: n / len(runs) for p, n in w.flops.items()}, bytes=w.bytes / len(runs))
+               for key, w in work.items()}
+    return StepProfile(runs=tuple(runs), work=per_run, device="cuda" if on_device else "cpu",
+                       mode="trace-kernels" if on_device else "trace-cpu", warmup_calls=0,
+                       started_at=0.0, finished_at=0.0, notes=tuple(notes))
+
+
+def trace_events(trace: Trace) -> list[kernel_trace.TraceEvent]:
+    """The trace's events in the fields the CUDA backend's sample reader takes (``kernel_trace``):
+    a recorded trace checks that reader as the profiler's own events feed it. Host events are on
+    their thread (a hash where kineto names it), device activities on their stream."""
+
+    def ns(us: float) -> int:
+        return round(us * 1000)
+
+    def thread(key: tuple[Any, Any]) -> int:
+        return key[1] if isinstance(key[1], int) else hash(key[1])
+
+    return ([kernel_trace.TraceEvent(r.name, False, ns(r.start), ns(r.end), 0, thread(r.thread)) for r in trace.ranges]
+            + [kernel_trace.TraceEvent(launch.name, False, ns(launch.start), ns(launch.start), launch.correlation,
+                                       thread(launch.thread)) for launch in trace.launches]
+            + [kernel_trace.TraceEvent(a.name, True, ns(a.start), ns(a.end), a.correlation, a.stream)
+               for a in trace.activities])

@@ -1,0 +1,291 @@
+"""Issue 43 item 5: steps scored from PyTorch profiler traces recorded by others on real GPUs
+(tests/data/traces/README.md: NVIDIA A100s and an AMD MI250, from HolisticTraceAnalysis's test data).
+
+Each real trace's reading is checked against sums the test makes itself from the raw JSON: every
+kernel, copy and memset given to the outermost operator on the thread that launched it, at the time
+it launched (found through the ac2g flow arrow where the trace has one, else the runtime call with
+its correlation id). The command is run as a user runs it (`python -m pytest_solgate.cli step`).
+"""
+
+import gzip
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fake_gpu import FakeGpu, cuda_backend, quick
+
+from pytest_solgate.declare.profiles import find_profile
+from pytest_solgate.measure import kernel_trace, kineto
+from pytest_solgate.measure.sampling import KERNEL_TIMESTAMPS, take_timing
+from pytest_solgate.score.step import score_step
+
+TRACES = Path(__file__).parent / "data" / "traces"
+GPU_TRACES = ["amd_mi250_train.json.gz", "a100_multi_stream.json.gz", "a100_graphs_rank0.json.gz",
+              "ranks/rank-0.json.gz", "ranks/rank-1.json.gz"]
+DEVICE = ("kernel", "gpu_memcpy", "gpu_memset")
+BACKWARD = "autograd::engine::evaluate_function: "
+
+
+def raw(name):
+    with gzip.open(TRACES / name, "rt") as f:
+        return json.load(f)["traceEvents"]
+
+
+def solgate(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "pytest_solgate.cli", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def is_operator(name):
+    return name.startswith(BACKWARD) or ("::" in name and not name.startswith(("autograd::", "cuda")))
+
+
+def expected_device_time(events):
+    """Seconds of device activity per top operator, from the raw events alone: each activity's
+    launch (flow start, else runtime call by correlation id) inside a ProfilerStep range (or any),
+    given to the outermost operator range on the launch's thread that holds it."""
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name", "").startswith("ProfilerStep#")]
+    flows = {e["id"]: (e["pid"], e["tid"], e["ts"]) for e in events if e.get("cat") == "ac2g" and e.get("ph") == "s"}
+    calls = {e["args"]["correlation"]: (e["pid"], e["tid"], e["ts"]) for e in events
+             if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    ops = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation") and is_operator(e["name"])]
+    total = {}
+    for activity in (e for e in events if e.get("ph") == "X" and e.get("cat") in DEVICE):
+        pid, tid, at = flows.get(activity["args"]["correlation"]) or calls[activity["args"]["correlation"]]
+        if steps and not any(start <= at < end for start, end in steps):
+            continue
+        holding = [op for op in ops if (op["pid"], op["tid"]) == (pid, tid) and op["ts"] <= at < op["ts"] + op["dur"]]
+        outermost = min(holding, key=lambda op: (op["ts"], -op["dur"]))["name"] if holding else None
+        name = outermost[len(BACKWARD):] if outermost and outermost.startswith(BACKWARD) else outermost
+        total[name] = total.get(name, 0.0) + activity["dur"] * 1e-6
+    return total
+
+
+def read(name, profile="a100-sxm4-80gb"):
+    trace = kineto.load(TRACES / name)
+    measured = kineto.profile_trace(trace)
+    return trace, measured, score_step(measured, find_profile(profile))
+
+
+@pytest.mark.parametrize("name", GPU_TRACES)
+def test_each_operators_kernel_time_is_the_sum_of_the_kernels_it_launched(name):
+    expected = expected_device_time(raw(name))
+    trace, measured, breakdown = read(name)
+    assert measured.mode == "trace-kernels"
+    got = {}
+    for run in measured.runs:
+        for (operator, _), seconds in run.operators.items():
+            operator = operator if is_operator(operator) or operator in {k for k in expected if k} else None
+            got[operator] = got.get(operator, 0.0) + seconds
+    unattributed = got.pop(None, 0.0)  # launches with no operator around them are named by their launch
+    assert unattributed == pytest.approx(expected.pop(None, 0.0), abs=1e-12)
+    assert {k for k, v in got.items() if v > 0} == {k for k, v in expected.items() if v > 0}
+    for operator, seconds in expected.items():
+        assert got[operator] == pytest.approx(seconds, rel=1e-9), operator
+
+
+@pytest.mark.parametrize("name", GPU_TRACES)
+def test_idle_is_the_span_no_activity_covers_and_the_sum_holds(name):
+    trace, measured, breakdown = read(name)
+    (run,) = measured.runs  # each real trace here holds one step that ran operators
+    assert 0 <= breakdown.idle_share < 1
+    covered = sum(run.operators.values()) - run.overlap
+    # To a ns per activity: a float of us at epoch-sized timestamps holds about 1 ns
+    assert run.idle == pytest.approx(run.seconds - covered, abs=1e-9 * len(trace.activities))
+    assert abs(breakdown.identity_gap) * breakdown.seconds < 1e-9 * len(trace.activities)
+    lost = [op.lost for op in breakdown.operators]
+    assert lost == sorted(lost, reverse=True)
+
+
+def test_kernels_of_several_streams_at_once_are_overlap():
+    events = raw("ranks/rank-0.json.gz")
+    streams = {e["args"]["stream"] for e in events if e.get("cat") == "kernel"}
+    trace, measured, breakdown = read("ranks/rank-0.json.gz")
+    assert len(streams) == 4 and trace.rank == 0
+    assert breakdown.overlap > 0.001  # NCCL and compute streams ran together
+    assert read("ranks/rank-1.json.gz")[0].rank == 1
+
+
+def test_a_cuda_graph_replay_is_the_launching_ranges_whole():
+    """A100, torch.compile with CUDA graphs: every activity of a cudaGraphLaunch carries its
+    correlation id. The forward's 7 launches have no operator around them (CompiledFunction is an
+    autograd Function's range): their replays are the launch's own, named with that range, one call
+    per launch; the backward's 7 are inside the autograd node CompiledFunctionBackward, its time."""
+    events = raw("a100_graphs_rank0.json.gz")
+    launches = [e for e in events if e.get("name") == "cudaGraphLaunch"]
+    forward = {e["args"]["correlation"] for e in launches if e["tid"] == 4515}
+    replayed = [e for e in events if e.get("cat") in DEVICE and e["args"]["correlation"] in forward]
+    assert len(launches) == 14 and len(forward) == 7 and len(replayed) > len(forward)
+    trace, measured, breakdown = read("a100_graphs_rank0.json.gz")
+    (graph,) = [op for op in breakdown.operators if op.operator == "cudaGraphLaunch"]
+    assert graph.label == "cudaGraphLaunch in CompiledFunction" and graph.calls == 7
+    assert graph.seconds == pytest.approx(sum(e["dur"] for e in replayed) * 1e-6, rel=1e-9)
+    backward = {e["args"]["correlation"] for e in launches} - forward
+    replayed_backward = sum(e["dur"] for e in events if e.get("cat") in DEVICE and e["args"]["correlation"] in backward)
+    (node,) = [op for op in breakdown.operators if op.operator == "CompiledFunctionBackward"]
+    assert node.seconds >= replayed_backward * 1e-6 > 0
+    assert trace.device_name == "NVIDIA A100-SXM4-80GB"
+
+
+def test_flops_and_mfu_come_from_the_recorded_shapes_on_the_amd_trace():
+    """The MI250 toy step: a Linear(128, 128) on a 5 x 128 batch, forward and backward."""
+    trace, measured, breakdown = read("amd_mi250_train.json.gz", "mi250x")
+    by_name = {op.operator: op for op in breakdown.operators}
+    assert by_name["aten::linear"].flops == {"fp32": 2 * 5 * 128 * 128}  # counted at its aten::addmm
+    assert by_name["AddmmBackward0"].flops == {"fp32": 2 * 128 * 5 * 128}  # the weight's gradient, an mm
+    profile = find_profile("mi250x")
+    assert breakdown.mfu == pytest.approx(2 * 2 * 5 * 128 * 128 / (breakdown.seconds * profile.peak_flops("fp32")))
+    assert by_name["aten::relu"].bytes == 2 * 5 * 128 * 4  # reads its input, writes as much
+    assert any("ran no operator" in note for note in breakdown.notes)  # ProfilerStep#2, where the profiler stopped
+
+
+def test_the_cpu_side_reading_when_the_trace_has_no_kernels():
+    """A step of operators only (a GPU job's trace with its device events taken out): each top
+    operator's time is its ranges', idle the step no top operator covers, FLOPs from the shapes."""
+    events = raw("cpu_ops_no_kernels.json.gz")
+    (step,) = [e for e in events if e["name"].startswith("ProfilerStep#")]
+    ops = sorted((e for e in events if e["cat"] == "cpu_op" and step["ts"] <= e["ts"] < step["ts"] + step["dur"]),
+                 key=lambda e: (e["ts"], -e["dur"]))
+    tops, end = [], -math.inf
+    for op in ops:
+        if is_operator(op["name"]) and op["ts"] >= end:
+            tops.append(op)
+            end = op["ts"] + op["dur"]
+    linear = sum(e["dur"] for e in tops if e["name"] == "aten::linear") * 1e-6
+    inside_linear = [e for e in ops if e["name"] in ("aten::addmm", "aten::mm") and any(
+        t["name"] == "aten::linear" and t["ts"] <= e["ts"] < t["ts"] + t["dur"] for t in tops)]
+    trace, measured, breakdown = read("cpu_ops_no_kernels.json.gz")
+    (run,) = measured.runs
+    assert measured.mode == "trace-cpu" and sum(run.calls.values()) == len(tops)
+    assert run.operators[("aten::linear", "")] == pytest.approx(linear, rel=1e-9)
+    assert run.idle == pytest.approx(step["dur"] * 1e-6 - sum(e["dur"] for e in tops) * 1e-6, rel=1e-9)
+    flops = 0
+    for call in inside_linear:  # 2 m k n of each (bias,) a, b
+        a, b = [d for d in call["args"]["Input Dims"] if len(d) == 2][-2:]
+        flops += 2 * a[0] * a[1] * b[1]
+    assert flops > 0 and breakdown.operators[[op.operator for op in breakdown.operators].index("aten::linear")].flops == {
+        "fp32": pytest.approx(flops)}
+
+
+def test_a_step_with_no_operator_is_all_idle():
+    trace, measured, breakdown = read("cpu_only_rank34.json.gz")
+    assert trace.rank == 34 and breakdown.operators == () and breakdown.idle_share == 1.0
+
+
+def test_a_trace_without_shapes_is_ranked_by_time_and_says_so():
+    trace, measured, breakdown = read("a100_multi_stream.json.gz")
+    (matmul,) = breakdown.operators
+    assert matmul.operator == "aten::matmul" and matmul.calls == 3 and matmul.t_sol == 0
+    assert any("record_shapes=True" in note for note in breakdown.notes)
+    assert any("whole trace is read as one step" in note for note in breakdown.notes)
+
+
+def test_a_trace_recorded_here_reads_as_measure_step_reads_the_profile(tmp_path):
+    """The same runs seen twice: kineto's JSON export read by this reader, and the profiler's own
+    events read by measure/step.py (its ranges: solgate:step, solgate:module:): the same runs,
+    top operators, modules, calls and times (to the export's ns), and the counted FLOPs."""
+    torch = pytest.importorskip("torch")
+    from pytest_solgate.measure import step as profiling
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 8))
+    x = torch.randn(16, 64)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+        with profiling._ModuleRanges():
+            for _ in range(2):
+                with torch.profiler.record_function(profiling.STEP_RANGE):
+                    model(x)
+    prof.export_chrome_trace(str(tmp_path / "here.json"))
+    expected = profiling.read_runs(prof.events(), on_gpu=False)
+    measured = kineto.profile_trace(kineto.load(tmp_path / "here.json"), profiling.STEP_RANGE, profiling.MODULE_RANGE)
+    assert len(measured.runs) == len(expected) == 2
+    for run, seen in zip(measured.runs, expected):
+        assert run.calls == seen.calls and ("aten::linear", "Sequential.0") in run.calls
+        for key, seconds in seen.operators.items():
+            assert run.operators[key] == pytest.approx(seconds, abs=2e-9)
+        assert run.idle == pytest.approx(seen.idle, abs=1e-7)
+    assert measured.work[("aten::linear", "Sequential.2")].flops == {"fp32": 2 * 16 * 64 * 8}
+
+
+def test_the_cuda_backends_sample_reader_takes_the_amd_launches():
+    """On ROCm the profiler names the launches hipLaunchKernel, hipExtModuleLaunchKernel and
+    hipMemcpyWithStream: the CUDA backend's kernel timestamps must know them, or an AMD GPU's every
+    sample reads no kernels (it did: kernel_trace.LAUNCHES named CUDA's calls only)."""
+    trace = kineto.load(TRACES / "amd_mi250_train.json.gz")
+    events = kineto.trace_events(trace)
+    (step,) = [r for r in trace.ranges if r.name == "ProfilerStep#1"]
+    sample = kernel_trace.TraceEvent(f"{kernel_trace.SAMPLE}0", False, round(step.start * 1000), round(step.end * 1000),
+                                     0, 0)
+    found = kernel_trace.sample_kernels(events + [sample])
+    assert found[0].kernels == len(trace.activities) == 16
+    assert found[0].busy_seconds == pytest.approx(sum(a.duration for a in trace.activities) * 1e-6, abs=16e-9)
+
+
+def test_a_gpu_whose_runtime_is_hip_is_timed_from_its_kernel_timestamps(monkeypatch):
+    """The fake GPU names its launches as ROCm's torch does (runtime="hip"): the sampling phase
+    still reads each sample's kernels from the device's timestamps."""
+    gpu = FakeGpu(runtime="hip")
+    gpu.event_seconds = 3e-6
+    backend = cuda_backend(gpu, monkeypatch, kernel_timestamps=True)
+    timing = take_timing(lambda: gpu.kernel(2e-6), backend, **quick(gpu))
+    assert timing.mode == KERNEL_TIMESTAMPS and timing.seconds == pytest.approx(2e-6, rel=0.03)
+
+
+# --- the command ------------------------------------------------------------------------------------
+
+
+def test_the_command_ranks_a_trace_and_each_rank_of_a_folder():
+    done = solgate("step", str(TRACES / "amd_mi250_train.json.gz"), "--profile", "mi250x", "--top", "3")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"trace {TRACES / 'amd_mi250_train.json.gz'} (AMD Radeon Graphics) on mi250x: ")
+    assert "MFU" in lines[0] and "idle 98" in lines[0]
+    assert "device time of the kernels" in lines[1] and lines[3].lstrip().startswith("1. aten::to")
+    ranks = solgate("step", str(TRACES / "ranks"), "--profile", "a100-sxm4-80gb", "--top", "2")
+    assert ranks.returncode == 0, ranks.stderr
+    assert [line.split(" on ")[0] for line in ranks.stdout.splitlines() if line.startswith("trace ")] == [
+        f"trace {TRACES / 'ranks' / 'rank-0.json.gz'} (rank 0)", f"trace {TRACES / 'ranks' / 'rank-1.json.gz'} (rank 1)"]
+    as_json = solgate("step", str(TRACES / "ranks"), "--profile", "a100-sxm4-80gb", "--json")
+    assert [entry["rank"] for entry in json.loads(as_json.stdout)] == [0, 1]
+
+
+def test_the_command_on_a_step_with_no_operator_and_on_a_trace_without_shapes():
+    empty = solgate("step", str(TRACES / "cpu_only_rank34.json.gz"), "--profile", "h100")
+    assert empty.returncode == 0 and "(no operator ran in the step)" in empty.stdout and "idle 100" in empty.stdout
+    assert "host range" in empty.stdout
+    bare = solgate("step", str(TRACES / "a100_multi_stream.json.gz"), "--profile", "a100-sxm4-80gb")
+    assert "note: " in bare.stdout and "record_shapes=True" in bare.stdout
+
+
+@pytest.mark.parametrize("content, says", [
+    (b"not json at all", "not JSON"),
+    (gzip.compress(b"{\"traceEvents\": [trunc"), "not JSON"),
+    (b"{\"schemaVersion\": 1}", "no traceEvents list"),
+    (b"{\"traceEvents\": [{\"ph\": \"M\", \"name\": \"process_name\"}]}", "none of its 1 events"),
+    (b"{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"aten::mm\"}]}", "lacks a usable"),
+])
+def test_bad_input_is_one_line_naming_the_file(tmp_path, content, says):
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    done = solgate("step", str(path), "--profile", "h100")
+    assert done.returncode == 2 and done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1 and str(path) in done.stderr and says in done.stderr
+
+
+def test_a_missing_file_an_empty_folder_and_an_unknown_profile_are_one_line_each(tmp_path):
+    missing = solgate("step", str(tmp_path / "nowhere.json.gz"), "--profile", "h100")
+    assert missing.returncode == 2 and "nowhere.json.gz: no such trace file" in missing.stderr
+    empty = solgate("step", str(tmp_path), "--profile", "h100")
+    assert empty.returncode == 2 and f"{tmp_path}: a folder with no trace in it" in empty.stderr
+    trace = str(TRACES / "amd_mi250_train.json.gz")
+    unknown = solgate("step", trace, "--profile", "mi251")
+    assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1
+    assert trace in unknown.stderr and "no profile with id 'mi251'" in unknown.stderr
+
+
+def test_the_command_has_help_and_wants_a_profile():
+    assert "usage: solgate step" in solgate("step", "--help").stdout
+    done = solgate("step", str(TRACES / "amd_mi250_train.json.gz"))
+    assert done.returncode == 2 and "the following arguments are required: --profile" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
