@@ -19,14 +19,13 @@ from typing import Any, Callable
 
 from pytest_solgate.declare.work import Work, make_work
 from pytest_solgate.engine import kernels as engines
-from pytest_solgate.measure import callables, extras, locking, sampling
+from pytest_solgate.measure import calibrate, callables, extras, locking, sampling
 from pytest_solgate.measure import contention as machine
 from pytest_solgate.measure import context as measure_context
 from pytest_solgate.measure import step as profiling
 from pytest_solgate.results import Measurement
 from pytest_solgate.score import Score
 from pytest_solgate.score import step as scoring
-from pytest_solgate.support import stats
 from pytest_solgate.support.errors import MeasureError
 
 DEFAULT_TOP = 5
@@ -85,10 +84,11 @@ def measure_step(context: Any, settings: Any, test: str, fn: Callable[[], Any], 
     with locking.device_lock(context.lock_key, f"run {run_id} pid {os.getpid()}") as waited_for, \
             measure_context.device_scope(context):
         before = machine.snapshot(cpu_clock, wall_clock)
-        measured = profiling.profile_step(fn, device, settings.sampling.max_time)
+        measured = profiling.profile_step(fn, device, settings.sampling.max_time, min_time=settings.sampling.min_time,
+                                          noise=settings.sampling.noise)
         busy = machine.between(before, machine.snapshot(cpu_clock, wall_clock))
     contended = extras.contention(waited_for, run_id, busy, device == "cpu")
-    breakdown = scoring.score_step(measured, context.profile, declared)
+    breakdown = scoring.score_step(measured, calibrate.cpu_caches(context.profile), declared)
     return records(context, test, name, measured, breakdown, gate, top, contended)
 
 
@@ -106,7 +106,7 @@ def records(context: Any, test: str, name: str, measured: profiling.StepProfile,
     step = Measurement(
         name=name,
         work=Work(flops=dict(breakdown.flops), bytes=breakdown.bytes),
-        timing=_timing(measured, breakdown.seconds, step_samples),
+        timing=_timing(measured, breakdown.seconds, step_samples, breakdown.noise),
         score=Score(
             t_sol=breakdown.t_sol,
             sol=breakdown.t_sol / breakdown.seconds,
@@ -128,7 +128,7 @@ def records(context: Any, test: str, name: str, measured: profiling.StepProfile,
         series.append(Measurement(
             name=series_name(name, op),
             work=Work(flops=dict(op.flops), bytes=op.bytes),
-            timing=_timing(measured, op.seconds, op.samples),
+            timing=_timing(measured, op.seconds, op.samples, op.noise),
             score=Score(t_sol=op.t_sol, sol=op.sol, mfu=_operator_mfu(op, context.profile), bound=op.bound,
                         tflops=sum(op.flops.values()) / op.seconds / 1e12, gbps=op.bytes / op.seconds / 1e9,
                         intensity=sum(op.flops.values()) / op.bytes if op.bytes else None, ridge=None),
@@ -145,11 +145,11 @@ def _operator_mfu(op: scoring.OperatorScore, profile: Any) -> float:
     return op.flops[precision] / (op.seconds * profile.peak_flops(precision)) if precision else 0.0
 
 
-def _timing(measured: profiling.StepProfile, seconds: float, samples: tuple[float, ...]) -> sampling.Timing:
+def _timing(measured: profiling.StepProfile, seconds: float, samples: tuple[float, ...], noise: float) -> sampling.Timing:
     return sampling.Timing(
         seconds=seconds,
         samples=samples,
-        noise=stats.relative_half_width(samples),
+        noise=noise,  # of the faster-half mean the record carries, not of all its samples
         batch=1,
         warmup_calls=measured.warmup_calls,
         noisy=False,
