@@ -50,7 +50,7 @@ def terminal_lines(measurements: Sequence[Measurement], top: int = TERMINAL_TOP)
         for rank, op in enumerate(step.operators[:top], 1):
             share = op.lost / step.seconds if step.seconds > 0 else 0.0
             lines.append(f"  {rank}. {op.label.ljust(width)}  lost {units.seconds(op.lost):>9} ({units.percent(share)})"
-                         f"  time {units.seconds(op.seconds)}  SOL {units.sol(op.sol)}  {op.calls} call(s)  {op.kind}")
+                         f"  time {units.seconds(op.seconds)}  SOL {units.sol(op.sol)}  {op.floor}  {op.calls} call(s)  {op.kind}")
         lines.append(f"  {identity(step)}")
     return lines
 
