@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _chain_repo import git
+from _chain_repo import empty_repo, git
 
 PROFILE = """
 id = "step-bench"
@@ -93,11 +93,7 @@ def _blind_to_contention(monkeypatch):
 
 
 def make_repo(folder: Path, min_time: float, max_time: float, blind: bool = False) -> Path:
-    repo = folder / "project"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.email", "bench@example.com")
-    git(repo, "config", "user.name", "bench")
+    repo = empty_repo(folder)
     (repo / "bench.toml").write_text(PROFILE)
     (repo / "pytest.ini").write_text(f"[pytest]\naddopts = -q -p no:randomly --sol-profile=bench.toml "
                                      f"--sol-min-time={min_time} --sol-max-time={max_time}\n")

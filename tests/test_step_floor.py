@@ -266,3 +266,22 @@ def test_a_plain_mlp_a_decoder_block_and_a_gelu_by_hand_pass_out_of_the_box(pyte
             assert op["sol"] <= 1 and op["lost"] >= 0, op
             assert op["floor"].endswith("-bound"), op
     assert any(op["floor"] in ("L1-bound", "L2-bound") for step in steps for op in step["step"]["operators"])
+
+
+def test_this_cpus_cache_levels_are_measured_once_and_kept_in_its_cached_profile(tmp_path, profile):
+    import torch
+
+    from pytest_solgate.measure import calibrate
+
+    key = calibrate.fingerprint_key(calibrate.cpu_fingerprint(torch))
+    levels = (CacheLevel("L1", 0.032768, 50.0, "fake"), CacheLevel("L2", 1.04858, 40.0, "fake"))
+    mine = dataclasses.replace(profile, id=f"cpu-{key}", caches=())
+    measured = calibrate.cpu_caches(mine, lambda text: None, measure=lambda torch: levels)
+    assert measured.caches == levels
+    cached = calibrate.cached_profile(calibrate.cpu_profile_path(calibrate.user_cache_dir(), key))
+    assert cached is not None and cached.caches == levels
+    # Measured once: a profile with its levels, or one that is not this CPU's calibration, is kept as it is.
+    refuse = lambda torch: pytest.fail("measured again")  # noqa: E731
+    assert calibrate.cpu_caches(measured, lambda text: None, measure=refuse) is measured
+    synthetic = dataclasses.replace(profile, caches=())
+    assert calibrate.cpu_caches(synthetic, lambda text: None, measure=refuse) is synthetic
