@@ -50,12 +50,18 @@ def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def make_repo(folder: Path) -> Path:
+def empty_repo(folder: Path) -> Path:
+    """A new git repository ``folder/project`` on branch main, with a committer set."""
     repo = folder / "project"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
     git(repo, "config", "user.email", "bench@example.com")
     git(repo, "config", "user.name", "bench")
+    return repo
+
+
+def make_repo(folder: Path) -> Path:
+    repo = empty_repo(folder)
     (repo / "bench.toml").write_text(PROFILE)
     (repo / "pytest.ini").write_text("[pytest]\naddopts = -q --sol-profile=bench.toml --sol-min-time=0.5\n")
     (repo / ".gitignore").write_text(".solgate/\n")

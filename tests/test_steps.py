@@ -407,6 +407,12 @@ def test_forward(sol):
     named = [line for line in listing.stdout.splitlines() if line.startswith(commits[-1][:10])]
     assert any("[net: aten::softmax in Net]" in line for line in named), listing.stdout
     assert not any("aten::linear" in line for line in named), listing.stdout
+    # One matcher: what `history PATTERN` lists, `accept COMMIT PATTERN` accepts (it matched nothing).
+    assert "[net: aten::softmax in Net]" in solgate("history", "*aten::softmax*", cwd=path).stdout
+    accepted = solgate("accept", "HEAD", "*aten::softmax*", "--reason", "the transposed view is meant", cwd=path)
+    assert accepted.returncode == 0 and "test_forward" in accepted.stdout, accepted.stderr
+    result, verdicts = commit_and_run("after the accept", 240e-6)
+    assert verdicts["net: aten::softmax in Net"]["verdict"] == "pass", verdicts["net: aten::softmax in Net"]["reason"]
 
 
 def test_a_step_longer_than_the_time_budget_warns_like_a_kernel(pytester):

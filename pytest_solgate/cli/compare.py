@@ -148,7 +148,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
     accept = {"commit_sha": sha, "pattern": args.pattern, "reason": reason, "accepted_by": who,
               "accepted_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     with common.open_history(common.history_path(args)) as store:  # an accept amends a history, never starts one
-        matched = _accepted_tests(args.pattern, store.tests(), store.location)
+        matched = _accepted_tests(args.pattern, store.series(), store.location)
         store.record_accept(accept)
         location = store.location
     scope = "every test" if args.pattern == "*" else f"{args.pattern!r} ({len(matched)} recorded test(s): {_listed(matched)})"
@@ -162,14 +162,16 @@ def _first_line(text: str) -> str:
     return lines[0] + (f" [+{len(lines) - 1} more line(s)]" if len(lines) > 1 else "")
 
 
-def _accepted_tests(pattern: str, tests: list[str], location: str) -> list[str]:
-    """The recorded tests an accept's pattern matches; none is refused, with the close matches
-    (an accept that matches nothing would never apply, and would say it did)."""
+def _accepted_tests(pattern: str, series: list[tuple[str, str]], location: str) -> list[str]:
+    """The recorded tests an accept's pattern matches, on the test or a measurement's name as
+    ``solgate history PATTERN`` matches them (record/store.py: matches); none is refused, with the
+    close matches (an accept that matches nothing would never apply, and would say it did)."""
     import difflib
 
     from pytest_solgate.record.store import matches
 
-    matched = [test for test in tests if matches(pattern, test)]
+    matched = sorted({test for test, name in series if matches(pattern, test, name)})
+    tests = sorted({test for test, _ in series})
     if matched or pattern == "*":
         return matched
     names = sorted({test.split("::")[-1] for test in tests})

@@ -38,11 +38,33 @@ TOP_LEVEL_KEYS = {
     "peak_tflops",
     "peak_clock_mhz",
     "device",
+    "cache",
 }
 REQUIRED_KEYS = ("id", "name", "kind", "memory_bandwidth_gbps", "peak_tflops")
 DEVICE_NUMBER_KEYS = ("sm_count", "boost_clock_mhz", "l2_cache_mb", "memory_gb")
 DEVICE_KEYS = set(DEVICE_NUMBER_KEYS) | {"arch"}
 CEILINGS = ("datasheet", "measured")
+CACHE_KEYS = {"size_mb", "bandwidth_gbps", "source"}
+
+
+@dataclass(frozen=True)
+class CacheLevel:
+    """One level of the memory hierarchy above DRAM (the cache-aware roofline's roofs): its size and
+    the read-plus-write bandwidth a working set that fits in it reaches (``[cache.L2]`` in TOML)."""
+
+    name: str  # "L1", "L2", "L3"
+    size_mb: float
+    bandwidth_gbps: float
+    source: str = ""  # where the figure comes from: a citation, or "measured by ..."
+
+    @property
+    def size_bytes(self) -> float:
+        return self.size_mb * 1e6
+
+    @property
+    def bandwidth(self) -> float:
+        """Bytes per second."""
+        return self.bandwidth_gbps * 1e9
 
 
 @dataclass(frozen=True)
@@ -76,6 +98,10 @@ class HardwareProfile:
     # The SM clock each peak was quoted (datasheet) or measured (calibration) at, when it is not
     # the boost clock: Hopper's tensor-core peaks are quoted at 1830 MHz, not its 1980 MHz boost.
     peak_clock_mhz: Mapping[str, float] = field(default_factory=dict)
+    # The cache levels, smallest first (empty: every byte is held against DRAM's bandwidth). Only a
+    # whole step's operators are scored against them (score/step.py); sol.measure flushes the
+    # cache, so its floor stays DRAM's, and they are left out of ceilings_id.
+    caches: tuple[CacheLevel, ...] = ()
     path: str = field(default="", compare=False)
 
     @property
@@ -202,6 +228,7 @@ def parse_profile(data: Mapping[str, Any], path: str) -> HardwareProfile:
     if "arch" in device_table:
         facts["arch"] = _string(path, "device.arch", device_table["arch"])
 
+    caches = _cache_levels(path, data.get("cache", {}))
     return HardwareProfile(
         id=profile_id,
         name=_string(path, "name", data["name"]),
@@ -218,8 +245,29 @@ def parse_profile(data: Mapping[str, Any], path: str) -> HardwareProfile:
         measured_at=_string(path, "measured_at", data.get("measured_at", "")),
         device=DeviceFacts(**facts),
         peak_clock_mhz=peak_clock_mhz,
+        caches=caches,
         path=path,
     )
+
+
+def _cache_levels(path: str, table: Any) -> tuple[CacheLevel, ...]:
+    """``[cache.NAME]`` tables (size_mb, bandwidth_gbps, source), smallest first."""
+    if not isinstance(table, dict):
+        raise ProfileError(f"{path}: field 'cache' must be a table of levels, e.g. [cache.L2] with size_mb and bandwidth_gbps")
+    levels = []
+    for name, level in table.items():
+        if not isinstance(level, dict):
+            raise ProfileError(f"{path}: field 'cache.{name}' must be a table with size_mb and bandwidth_gbps")
+        unknown = sorted(set(level) - CACHE_KEYS)
+        if unknown:
+            raise ProfileError(f"{path}: unknown field 'cache.{name}.{unknown[0]}'; allowed: {', '.join(sorted(CACHE_KEYS))}")
+        for key in ("size_mb", "bandwidth_gbps"):
+            if key not in level:
+                raise ProfileError(f"{path}: missing field 'cache.{name}.{key}'")
+        levels.append(CacheLevel(name=name, size_mb=_positive_number(path, f"cache.{name}.size_mb", level["size_mb"]),
+                                 bandwidth_gbps=_positive_number(path, f"cache.{name}.bandwidth_gbps", level["bandwidth_gbps"]),
+                                 source=_string(path, f"cache.{name}.source", level.get("source", ""))))
+    return tuple(sorted(levels, key=lambda level: level.size_mb))
 
 
 def load_profile(path: str | Path) -> HardwareProfile:
@@ -400,6 +448,11 @@ def profile_to_toml(profile: HardwareProfile) -> str:
     if facts:
         lines += ["", "[device]"]
         lines += [f"{k} = {_toml_value(v)}" for k, v in facts.items()]
+    for level in profile.caches:
+        lines += ["", f"[cache.{level.name}]", f"size_mb = {_toml_value(level.size_mb)}",
+                  f"bandwidth_gbps = {_toml_value(level.bandwidth_gbps)}"]
+        if level.source:
+            lines.append(f"source = {_toml_value(level.source)}")
     return "\n".join(lines) + "\n"
 
 

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from pytest_solgate.declare.work import Work, make_work
 from pytest_solgate.engine import kernels as engines
-from pytest_solgate.measure import callables, sampling
+from pytest_solgate.measure import calibrate, callables, sampling
 from pytest_solgate.measure import step as profiling
 from pytest_solgate.results import Measurement
 from pytest_solgate.score import Score
@@ -69,9 +69,11 @@ def measure(engine: engines.Engine, test: str, fn: Callable[[], Any], *, name: s
 
         def profile_once() -> tuple[sampling.Timing, profiling.StepProfile]:
             __tracebackhide__ = True
-            measured = profiling.profile_step(fn, device, max_time)
+            measured = profiling.profile_step(fn, device, max_time, min_time=engine.settings.sampling.min_time,
+                                              noise=engine.settings.sampling.noise)
             samples = tuple(run.seconds for run in measured.runs)
-            return _timing(measured, stats.median(samples) if samples else 0.0, samples), measured
+            median = stats.median(samples) if samples else 0.0
+            return _timing(measured, median, samples, stats.relative_half_width(samples)), measured
 
         # The synchronized block and --sol-ncu are a kernel's: the block holds the events of the
         # current stream against the device's wall time, and a step's other streams are part of it
@@ -80,7 +82,7 @@ def measure(engine: engines.Engine, test: str, fn: Callable[[], Any], *, name: s
         if not any(run.operators for run in timed.read.runs):
             raise MeasureError(f"{test} '{name}': the step ran no PyTorch operator, so it has no speed of light to "
                                "hold it to; pass the callable that runs the model (e.g. lambda: model(x))")
-        breakdown = scoring.score_step(timed.read, timed.context.profile, declared)
+        breakdown = scoring.score_step(timed.read, calibrate.cpu_caches(timed.context.profile), declared)
         return records(timed.context, test, name, timed.read, breakdown, gate, count, timed.contended, timed.notes)
 
     measured = again(top)
@@ -99,7 +101,7 @@ def records(context: Any, test: str, name: str, measured: profiling.StepProfile,
     step = Measurement(
         name=name,
         work=Work(flops=dict(breakdown.flops), bytes=breakdown.bytes),
-        timing=_timing(measured, breakdown.seconds, step_samples),
+        timing=_timing(measured, breakdown.seconds, step_samples, breakdown.noise),
         score=Score(
             t_sol=breakdown.t_sol,
             sol=breakdown.t_sol / breakdown.seconds,
@@ -121,7 +123,7 @@ def records(context: Any, test: str, name: str, measured: profiling.StepProfile,
         series.append(Measurement(
             name=series_name(name, op),
             work=Work(flops=dict(op.flops), bytes=op.bytes),
-            timing=_timing(measured, op.seconds, op.samples),
+            timing=_timing(measured, op.seconds, op.samples, op.noise),
             score=Score(t_sol=op.t_sol, sol=op.sol, mfu=_operator_mfu(op, context.profile), bound=op.bound,
                         tflops=sum(op.flops.values()) / op.seconds / 1e12, gbps=op.bytes / op.seconds / 1e9,
                         intensity=sum(op.flops.values()) / op.bytes if op.bytes else None, ridge=None),
@@ -138,11 +140,11 @@ def _operator_mfu(op: scoring.OperatorScore, profile: Any) -> float:
     return op.flops[precision] / (op.seconds * profile.peak_flops(precision)) if precision else 0.0
 
 
-def _timing(measured: profiling.StepProfile, seconds: float, samples: tuple[float, ...]) -> sampling.Timing:
+def _timing(measured: profiling.StepProfile, seconds: float, samples: tuple[float, ...], noise: float) -> sampling.Timing:
     return sampling.Timing(
         seconds=seconds,
         samples=samples,
-        noise=stats.relative_half_width(samples),
+        noise=noise,  # of the faster-half mean the record carries, not of all its samples
         batch=1,
         warmup_calls=measured.warmup_calls,
         noisy=False,

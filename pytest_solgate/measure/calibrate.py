@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from pytest_solgate.declare.profiles import DeviceFacts, HardwareProfile, load_profile, profile_to_toml
-from pytest_solgate.measure.devices import MIB, last_level_cache_bytes
+from pytest_solgate.declare.profiles import CacheLevel, DeviceFacts, HardwareProfile, load_profile, profile_to_toml
+from pytest_solgate.measure.devices import MIB, cpu_data_caches, last_level_cache_bytes
 from pytest_solgate.support import atomic, stats
 from pytest_solgate.support.atomic import ReportWriteError
 from pytest_solgate.support.errors import ProfileError
@@ -141,6 +141,70 @@ def repeated_cpu_calibration(
     peaks = {k: max(run[2][k] for run in runs) for k in runs[0][2]}
     spreads = {"bandwidth": spread(bandwidths), **{k: spread([run[2][k] for run in runs]) for k in runs[0][2]}}
     return max(bandwidths), per_pattern, peaks, spreads
+
+
+# The cache levels' bandwidth (the cache-aware roofline's roofs, scored against by a whole step's
+# operators: score/step.py): the same streaming patterns over working sets that fit in each level,
+# a quarter and a half of it (a torch call on a few KiB is mostly dispatch: the larger working set
+# is what a level can give), each briefly, best of CPU_REPETITIONS.
+CACHE_SHARES = (0.25, 0.5)
+CACHE_SECONDS = 0.05
+
+
+def level_bandwidth(torch: Any, size_bytes: int, seconds: float = CACHE_SECONDS) -> float:
+    """GB/s (bytes read plus written) of the best streaming pattern over working sets that fit in a
+    cache of ``size_bytes``."""
+    best = 0.0
+    for share in CACHE_SHARES:
+        n = max(int(size_bytes * share) // 12, 256)  # float32 elements: three buffers fill the share
+        best = max(best, *_streaming_bandwidth(torch, n, seconds).values())
+    return best
+
+
+def measure_cpu_caches(torch: Any, repetitions: int = CPU_REPETITIONS,
+                       caches: dict[str, int] | None = None) -> tuple[CacheLevel, ...]:
+    """This CPU's data caches (sysfs) with the bandwidth each reaches, best of ``repetitions``."""
+    sizes = cpu_data_caches() if caches is None else caches
+    return tuple(
+        CacheLevel(name=name, size_mb=size / 1e6,
+                   bandwidth_gbps=max(level_bandwidth(torch, size) for _ in range(repetitions)),
+                   source=f"measured by pytest-solgate: streaming patterns over {', '.join(f'{s:.0%}' for s in CACHE_SHARES)}"
+                          f" of the level, best of {repetitions}")
+        for name, size in sizes.items())
+
+
+def with_caches(profile: HardwareProfile, caches: tuple[CacheLevel, ...]) -> HardwareProfile:
+    """``profile`` with its cache levels' bandwidths raised to ``caches``' where higher (new levels
+    added); the same object when nothing changed. Like the other ceilings, they only rise."""
+    known = {level.name: level for level in profile.caches}
+    merged = {**known}
+    for level in caches:
+        old = known.get(level.name)
+        if old is None or level.bandwidth_gbps > old.bandwidth_gbps:
+            merged[level.name] = level
+    if merged == known:
+        return profile
+    return dataclasses.replace(profile, caches=tuple(sorted(merged.values(), key=lambda level: level.size_mb)))
+
+
+def cpu_caches(profile: HardwareProfile, announce: Callable[[str], None] = print,
+               measure: Callable[[Any], tuple[CacheLevel, ...]] | None = None) -> HardwareProfile:
+    """``profile`` with this CPU's cache levels: measured the first time a whole step is scored on
+    this CPU's calibration (a few seconds), then kept in its cached profile. Only steps ask: a
+    kernel's floor is DRAM's (sol.measure flushes the cache). A profile that is not this CPU's
+    calibration (a file passed with --sol-profile) is returned as it is."""
+    import torch
+
+    if profile.kind != "cpu" or profile.caches or profile.ceilings != "measured":
+        return profile
+    key = fingerprint_key(cpu_fingerprint(torch))
+    path = cpu_profile_path(user_cache_dir(), key)
+    if profile.id != f"cpu-{key}":
+        return profile
+    announce(f"solgate: measuring this CPU's cache bandwidths once, for the steps' cache-aware floors (cached in {path}) ...")
+    measured = with_caches(profile, (measure or measure_cpu_caches)(torch))
+    _cache(path, measured, announce)
+    return measured
 
 
 # Each session that finds a cached CPU profile measures the streaming patterns and matmuls once

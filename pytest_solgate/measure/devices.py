@@ -112,11 +112,33 @@ def last_level_cache_bytes(cache_dir: Path = Path("/sys/devices/system/cpu/cpu0/
             text = (index / "size").read_text().strip()
         except OSError:
             continue
-        scale = {"K": 1024, "M": MIB, "G": 1024 * MIB}.get(text[-1:], 1)
-        digits = text.rstrip("KMG")
-        if digits.isdigit():
-            sizes.append(min(int(digits) * scale, MAX_CACHE_PER_CPU * _sharing_cpus(index)))
+        size = cache_size_bytes(text)
+        if size is not None:
+            sizes.append(min(size, MAX_CACHE_PER_CPU * _sharing_cpus(index)))
     return max(sizes) if sizes else 32 * MIB
+
+
+def cache_size_bytes(text: str) -> int | None:
+    """A cache size as sysfs writes it ("32K", "1024K", "32M"), in bytes; None when unreadable."""
+    scale = {"K": 1024, "M": MIB, "G": 1024 * MIB}.get(text[-1:], 1)
+    digits = text.rstrip("KMG")
+    return int(digits) * scale if digits.isdigit() else None
+
+
+def cpu_data_caches(cache_dir: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> dict[str, int]:
+    """cpu0's data (and unified) caches by level, {"L1": bytes, "L2": ..., "L3": ...}; empty when
+    the kernel reports none."""
+    levels = {}
+    for index in cache_dir.glob("index*"):
+        try:
+            kind = (index / "type").read_text().strip()
+            level = (index / "level").read_text().strip()
+            size = cache_size_bytes((index / "size").read_text().strip())
+        except OSError:
+            continue
+        if kind in ("Data", "Unified") and level.isdigit() and size:
+            levels[f"L{level}"] = size
+    return dict(sorted(levels.items()))
 
 
 def _sharing_cpus(index: Path) -> int:

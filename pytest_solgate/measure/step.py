@@ -21,6 +21,7 @@ parent's name, a dot, and its attribute name (``Block.attn.proj``). No torch at 
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -31,7 +32,7 @@ STEP_RANGE = "solgate:step"
 MODULE_RANGE = "solgate:module:"
 COUNT_RANGE = "solgate:count#"
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
-MAX_RUNS = 20
+MAX_RUNS = 200  # a bound on the profiler's memory; --sol-max-time bounds the time
 MIN_RUNS = 6  # the fewest for a confidence interval of the median (support/stats.py)
 
 
@@ -109,8 +110,7 @@ def call_work(func: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out: An
         precision = _precision_of_dtype(first_dtype(args), tf32)
         if count and precision is not None:
             flops[precision] = float(count)
-    moved = 0 if getattr(func, "is_view", False) else tensor_bytes(args) + tensor_bytes(kwargs) + tensor_bytes(out)
-    return OperatorWork(flops=flops, bytes=float(moved))
+    return OperatorWork(flops=flops, bytes=float(moved_bytes(func, args, kwargs, out)))
 
 
 def flop_formula(func: Any) -> Callable[..., Any] | None:
@@ -127,11 +127,59 @@ def flop_formula(func: Any) -> Callable[..., Any] | None:
     return None
 
 
+# Ops that allocate and write nothing (their output is uninitialized memory) and ops that overwrite
+# their first argument without reading it: counting every tensor they touch read an ``empty_like``
+# at SOL 1.95 (issue 43).
+ALLOCATES_ONLY = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "resize_", "set_"}
+WRITES_FIRST = {"copy_", "fill_", "zero_", "uniform_", "normal_", "random_", "bernoulli_", "exponential_", "index_fill_"}
+
+
+def moved_bytes(func: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out: Any) -> int:
+    """Bytes an aten kernel call reads and writes: its tensor inputs plus outputs; none for a view
+    or an allocation, and the first argument once (written, not read) for an op that overwrites it."""
+    name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else str(func)
+    if getattr(func, "is_view", False) or name in ALLOCATES_ONLY:
+        return 0
+    if name in WRITES_FIRST and args:
+        return tensor_bytes(args[1:]) + tensor_bytes(kwargs) + tensor_bytes(out)
+    return tensor_bytes(args) + tensor_bytes(kwargs) + tensor_bytes(out)
+
+
 def add_work(a: OperatorWork, b: OperatorWork) -> OperatorWork:
     flops = dict(a.flops)
     for precision, count in b.flops.items():
         flops[precision] = flops.get(precision, 0.0) + count
     return OperatorWork(flops=flops, bytes=a.bytes + b.bytes)
+
+
+# --- the noise of the figure the gate compares ------------------------------------------------------
+
+RESAMPLES = 200
+
+
+def faster_half_noise(step_seconds: Sequence[float], values: Sequence[float], resamples: int = RESAMPLES) -> float:
+    """The relative 95 % half-width of the figure every record of a step carries: the mean of
+    ``values`` (one per run) over the faster half of the runs by step time. Bootstrapped over the
+    runs (a fixed seed: the same runs give the same noise), so a bimodal operator whose slow mode
+    falls in the slower half (page faults on fresh buffers in some runs) carries the steadiness of
+    what the gate compares, not its whole spread. inf under MIN_RUNS runs, as a median's interval."""
+    import random
+
+    runs = list(zip(step_seconds, values))
+    if len(runs) < MIN_RUNS:
+        return math.inf
+
+    def figure(sample: Sequence[tuple[float, float]]) -> float:
+        ordered = sorted(sample, key=lambda run: run[0])
+        kept = ordered[:max(1, (len(ordered) + 1) // 2)]
+        return sum(value for _, value in kept) / len(kept)
+
+    centre = figure(runs)
+    if centre <= 0:
+        return math.inf
+    draw = random.Random(0)
+    figures = [figure([runs[draw.randrange(len(runs))] for _ in runs]) for _ in range(resamples)]
+    return (stats.quantile(figures, 0.975) - stats.quantile(figures, 0.025)) / 2 / centre
 
 
 # --- the profiler's tree ----------------------------------------------------------------------------
@@ -315,9 +363,12 @@ def _counting_mode(counted: list[OperatorWork], tf32: bool) -> Any:
 
 
 def profile_step(fn: Callable[[], Any], device: str, max_time: float, runs: int | None = None,
-                 clock: Callable[[], float] = time.perf_counter) -> StepProfile:
-    """Warm ``fn`` up, count its work once, then profile ``runs`` runs of it (by default as many
-    as fit in ``max_time`` seconds, between MIN_RUNS and MAX_RUNS)."""
+                 clock: Callable[[], float] = time.perf_counter, min_time: float = 0.0, noise: float = 0.0
+                 ) -> StepProfile:
+    """Warm ``fn`` up, count its work once, then profile ``runs`` runs of it; by default blocks of
+    runs until the figures the gate compares are steady (``steady``: within ``noise``) after at
+    least ``min_time`` seconds, or ``max_time`` seconds have passed (at least MIN_RUNS runs, at most
+    MAX_RUNS)."""
     __tracebackhide__ = True  # a step that raises shows its own traceback, not ours
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
@@ -335,8 +386,6 @@ def profile_step(fn: Callable[[], Any], device: str, max_time: float, runs: int 
         fn()
         sync()
         warmup = 2
-    if runs is None:
-        runs = int(min(MAX_RUNS, max(MIN_RUNS, max_time / once)))
 
     counted: list[OperatorWork] = []
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
@@ -346,14 +395,26 @@ def profile_step(fn: Callable[[], Any], device: str, max_time: float, runs: int 
         sync()
     work = read_work(counting.events(), counted)
 
-    with profile(activities=activities) as timing:
-        with _ModuleRanges():
-            for _ in range(runs):
-                with record_function(STEP_RANGE):
-                    fn()
-                    sync()
+    readings: list[RunReading] = []
+    timed_from = clock()
+    block = runs if runs is not None else MIN_RUNS
+    while block > 0:
+        with profile(activities=activities) as timing:  # one profiler session a block: read as it goes
+            with _ModuleRanges():
+                for _ in range(block):
+                    with record_function(STEP_RANGE):
+                        fn()
+                        sync()
+        readings += read_runs(timing.events(), on_gpu)
+        elapsed = clock() - timed_from
+        if runs is not None or len(readings) >= MAX_RUNS or elapsed >= max_time:
+            break
+        if elapsed >= min_time and steady(readings, noise):
+            break
+        per_run = elapsed / max(len(readings), 1)
+        block = min(max(1, len(readings) // 2), MAX_RUNS - len(readings), int((max_time - elapsed) / per_run))
     return StepProfile(
-        runs=tuple(read_runs(timing.events(), on_gpu)),
+        runs=tuple(readings),
         work=work,
         device=device,
         mode="profiler-kernels" if on_gpu else "profiler-cpu",
@@ -361,3 +422,20 @@ def profile_step(fn: Callable[[], Any], device: str, max_time: float, runs: int 
         started_at=started_at,
         finished_at=time.time(),
     )
+
+
+STEADY_SHARE = 0.05  # operators that take this share of the step or more must be steady to stop
+
+
+def steady(readings: Sequence[RunReading], target: float) -> bool:
+    """Whether the step's time and every operator's that takes STEADY_SHARE of it or more are
+    known within ``target`` (faster_half_noise): the figures the step's records carry."""
+    step_seconds = [run.seconds for run in readings]
+    if faster_half_noise(step_seconds, step_seconds) > target:
+        return False
+    total = sum(step_seconds) or 1.0
+    for key in {key for run in readings for key in run.operators}:
+        values = [run.operators.get(key, 0.0) for run in readings]
+        if sum(values) / total >= STEADY_SHARE and faster_half_noise(step_seconds, values) > target:
+            return False
+    return True

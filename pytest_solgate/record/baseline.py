@@ -210,10 +210,12 @@ def select(runs: Sequence[BaselineRun], head_environment: Mapping[str, str], not
     return BaselineWindow(runs=tuple(runs), environment_differs=tuple(differs), notes=tuple(notes))
 
 
-def accepted_commits(store: Any, commits: Sequence[str], test: str) -> list[str]:
-    """The commits of ``commits`` where a slowdown of ``test`` was accepted (``solgate accept``)."""
+def accepted_commits(store: Any, commits: Sequence[str], test: str, name: str = "") -> list[str]:
+    """The commits of ``commits`` where a slowdown of measurement ``name`` of ``test`` was accepted
+    (``solgate accept``), its pattern matched as ``solgate history`` matches it (one matcher: a
+    pattern on a step's operator series, ``'*aten::softmax*'``, once matched nothing here)."""
     from pytest_solgate.record.store import matches
-    return [a["commit_sha"] for a in store.accepts(commits) if matches(a["pattern"], test)]
+    return [a["commit_sha"] for a in store.accepts(commits) if matches(a["pattern"], test, name)]
 
 
 def window_from(
@@ -223,7 +225,7 @@ def window_from(
     """The baseline window of one measurement along ``commits``: what the plugin and ``solgate
     compare`` both judge against."""
     runs = store.baseline_runs(*key, commits, max(window_size * 3, LEVEL_LOOKBACK))
-    kept, notes = level(runs, commits, accepted_commits(store, commits, key[0]), window_size, min_change, inherit)
+    kept, notes = level(runs, commits, accepted_commits(store, commits, key[0], key[1]), window_size, min_change, inherit)
     return select(kept, head_environment, notes)
 
 

@@ -233,6 +233,10 @@ class Store:
         """Every test id with a recorded measurement (an index-only scan)."""
         return [row[0] for row in self._rows("SELECT DISTINCT test FROM measurements ORDER BY test")]
 
+    def series(self) -> list[tuple[str, str]]:
+        """Every recorded (test id, measurement name)."""
+        return [(test, name) for test, name in self._rows("SELECT DISTINCT test, name FROM measurements ORDER BY test, name")]
+
     def results(self, pattern: str | None = None) -> list[tuple[dict[str, Any], Measurement]]:
         """(run facts, measurement) pairs, oldest first, optionally filtered by a glob on test ids.
         Only the matching tests' measurements are read (through the index on test)."""
@@ -245,8 +249,7 @@ class Store:
     def _matching(self, pattern: str | None, read: Any) -> list[Any]:
         if not pattern:
             return read("", ())
-        keys = {(test, name) for test, name in self._rows("SELECT DISTINCT test, name FROM measurements")
-                if matches(pattern, test, name)}
+        keys = {(test, name) for test, name in self.series() if matches(pattern, test, name)}
         tests = sorted({test for test, _ in keys})
         found = []
         for start in range(0, len(tests), IN_LIST):

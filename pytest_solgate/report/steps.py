@@ -59,7 +59,7 @@ def ranking(step: StepBreakdown, top: int) -> list[str]:
     for rank, op in enumerate(step.operators[:top], 1):
         share = op.lost / step.seconds if step.seconds > 0 else 0.0
         lines.append(f"  {rank}. {op.label.ljust(width)}  lost {units.seconds(op.lost):>9} ({units.percent(share)})"
-                     f"  time {units.seconds(op.seconds)}  SOL {units.sol(op.sol)}  {op.calls} call(s)  {op.kind}")
+                     f"  time {units.seconds(op.seconds)}  SOL {units.sol(op.sol)}  {op.floor}  {op.calls} call(s)  {op.kind}")
     if not step.operators:
         lines.append("  (no operator ran in the step)")
     return lines + [f"  {identity(step)}"]

@@ -26,16 +26,18 @@ torch, no pytest.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from pytest_solgate.declare.profiles import HardwareProfile
 from pytest_solgate.declare.work import Work
-from pytest_solgate.measure.step import RunReading, StepProfile
+from pytest_solgate.measure.step import RunReading, StepProfile, faster_half_noise
 from pytest_solgate.support import stats
 
 IDLE = "idle"
+DRAM = "DRAM"  # the level past the last cache
 # The classes the report's bar shows, in its order (idle last).
 CLASSES = ("matmul", "attention", "normalization", "elementwise", "copies")
 _MATMUL = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear", "mv", "addmv", "dot", "einsum",
@@ -87,22 +89,34 @@ class OperatorScore:
     sol: float
     lost: float  # seconds - t_sol
     bound: str  # "memory" or "compute"
+    level: str = DRAM  # the memory level its bytes are held against ("L1", "L2", "L3", "DRAM")
+    noise: float = math.inf  # relative 95 % half-width of ``seconds`` (measure/step.py: faster_half_noise)
 
     @property
     def label(self) -> str:
         return f"{self.operator} in {self.module}" if self.module else self.operator
 
+    @property
+    def floor(self) -> str:
+        """The roof its T_SOL is taken against, as the row names it: "compute-bound", "L2-bound", "DRAM-bound"."""
+        return "compute-bound" if self.bound == "compute" else f"{self.level}-bound"
+
     def to_dict(self) -> dict[str, Any]:
-        return {"operator": self.operator, "module": self.module, "class": self.kind, "calls": self.calls,
+        return {"operator": self.operator, "module": self.module, "kind": self.kind, "calls": self.calls,
                 "seconds": self.seconds, "samples": list(self.samples), "flops": dict(self.flops),
-                "bytes": self.bytes, "t_sol": self.t_sol, "sol": self.sol, "lost": self.lost, "bound": self.bound}
+                "bytes": self.bytes, "t_sol": self.t_sol, "sol": self.sol, "lost": self.lost, "bound": self.bound,
+                "level": self.level, "floor": self.floor, "noise": self.noise if math.isfinite(self.noise) else None}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "OperatorScore":
-        return cls(operator=data["operator"], module=data.get("module") or "", kind=data.get("class") or "elementwise",
+        """``class`` is read where an earlier record wrote it for ``kind``."""
+        noise = data.get("noise")
+        return cls(operator=data["operator"], module=data.get("module") or "",
+                   kind=data.get("kind") or data.get("class") or "elementwise",
                    calls=data.get("calls") or 0, seconds=data["seconds"], samples=tuple(data.get("samples") or ()),
                    flops=dict(data.get("flops") or {}), bytes=data.get("bytes") or 0.0, t_sol=data.get("t_sol") or 0.0,
-                   sol=data.get("sol") or 0.0, lost=data.get("lost") or 0.0, bound=data.get("bound") or "memory")
+                   sol=data.get("sol") or 0.0, lost=data.get("lost") or 0.0, bound=data.get("bound") or "memory",
+                   level=data.get("level") or DRAM, noise=math.inf if noise is None else float(noise))
 
 
 @dataclass(frozen=True)
@@ -123,6 +137,7 @@ class StepBreakdown:
     kept: int = 0  # the faster runs the figures are means over
     declared: bool = False  # the FLOPs or bytes were declared, not counted
     notes: tuple[str, ...] = field(default_factory=tuple)
+    noise: float = math.inf  # relative 95 % half-width of ``seconds`` (measure/step.py: faster_half_noise)
 
     @property
     def idle_share(self) -> float:
@@ -155,6 +170,7 @@ class StepBreakdown:
                 "overlap": self.overlap, "lost": self.lost, "identity_gap": self.identity_gap, "runs": self.runs,
                 "kept": self.kept,
                 "mode": self.mode, "declared": self.declared, "by_class": self.by_class(), "notes": list(self.notes),
+                "noise": self.noise if math.isfinite(self.noise) else None,
                 "operators": [op.to_dict() for op in self.operators]}
 
     @classmethod
@@ -165,15 +181,31 @@ class StepBreakdown:
                    idle=data.get("idle") or 0.0, overlap=data.get("overlap") or 0.0,
                    operators=tuple(OperatorScore.from_dict(op) for op in data.get("operators") or ()),
                    runs=data.get("runs") or 0, kept=data.get("kept") or 0, mode=data.get("mode") or "", declared=bool(data.get("declared")),
-                   notes=tuple(data.get("notes") or ()))
+                   notes=tuple(data.get("notes") or ()),
+                   noise=math.inf if data.get("noise") is None else float(data["noise"]))
 
 
-def operator_floor(flops: Mapping[str, float], nbytes: float, profile: HardwareProfile) -> tuple[float, str, list[str]]:
-    """T_SOL and bound of one operator's counted work, and the precisions left out (no roof on the profile)."""
+def memory_level(working_set: float, profile: HardwareProfile) -> tuple[str, float]:
+    """The level a working set of ``working_set`` bytes fits in when the step runs warm (the
+    smallest cache at least that large; DRAM beyond the last), and the bandwidth held against it
+    (bytes/s): that level's, or a larger level's where that is higher (a few-KiB torch call is mostly
+    dispatch, so a small level can measure slower than the next), never under DRAM's."""
+    fits = [cache for cache in profile.caches if working_set <= cache.size_bytes]  # smallest first
+    if not fits:
+        return DRAM, profile.memory_bandwidth
+    return fits[0].name, max([profile.memory_bandwidth] + [cache.bandwidth for cache in fits])
+
+
+def operator_floor(flops: Mapping[str, float], nbytes: float, profile: HardwareProfile, calls: int = 1
+                   ) -> tuple[float, str, list[str], str]:
+    """T_SOL and bound of one operator's counted work, the precisions left out (no roof on the
+    profile), and the memory level its bytes are held against: the one each call's working set
+    (its bytes over its calls) fits in (``memory_level``; DRAM when the profile has no caches)."""
     missing = [p for p in flops if p not in profile.peak_tflops]
     compute = max((count / profile.peak_flops(p) for p, count in flops.items() if p not in missing), default=0.0)
-    memory = nbytes / profile.memory_bandwidth
-    return max(memory, compute), ("memory" if memory >= compute else "compute"), missing
+    level, bandwidth = memory_level(nbytes / max(calls, 1), profile)
+    memory = nbytes / bandwidth
+    return max(memory, compute), ("memory" if memory >= compute else "compute"), missing, level
 
 
 def main_precision(flops: Mapping[str, float], profile: HardwareProfile) -> str | None:
@@ -202,18 +234,20 @@ def score_step(measured: StepProfile, profile: HardwareProfile, declared: Work |
     kept = faster_runs(runs)
     keys = sorted({key for run in runs for key in run.operators})
     operators, notes, left_out = [], list(measured.notes), set()
+    step_samples = [run.seconds for run in runs]
     for key in keys:
         samples = tuple(run.operators.get(key, 0.0) for run in runs)
         seconds = _mean([run.operators.get(key, 0.0) for run in kept])
         work = measured.work.get(key)
         flops, nbytes = (dict(work.flops), work.bytes) if work is not None else ({}, 0.0)
-        t_sol, bound, missing = operator_floor(flops, nbytes, profile)
+        calls = round(stats.median([run.calls.get(key, 0) for run in kept]))
+        t_sol, bound, missing, level = operator_floor(flops, nbytes, profile, calls)
         left_out.update(missing)
         operators.append(OperatorScore(
             operator=key[0], module=key[1], kind=operator_class(key[0]),
-            calls=round(stats.median([run.calls.get(key, 0) for run in kept])), seconds=seconds, samples=samples,
+            calls=calls, seconds=seconds, samples=samples,
             flops=flops, bytes=nbytes, t_sol=t_sol, sol=t_sol / seconds if seconds > 0 else 0.0,
-            lost=seconds - t_sol, bound=bound,
+            lost=seconds - t_sol, bound=bound, level=level, noise=faster_half_noise(step_samples, samples),
         ))
     if left_out:
         notes.append(f"FLOPs in {', '.join(sorted(left_out))} left out of the operators' T_SOL: profile "
@@ -233,4 +267,5 @@ def score_step(measured: StepProfile, profile: HardwareProfile, declared: Work |
         precision=precision, idle=_mean([run.idle for run in kept]), overlap=_mean([run.overlap for run in kept]),
         operators=tuple(operators), runs=len(runs), kept=len(kept),
         mode=measured.mode, declared=declared is not None, notes=tuple(notes),
+        noise=faster_half_noise(step_samples, step_samples),
     )

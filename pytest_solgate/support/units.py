@@ -8,6 +8,8 @@ import math
 def seconds(value: float | None) -> str:
     if value is None or not math.isfinite(value):
         return "-"
+    if value < 0:  # a time lost below the floor: the same units as its magnitude, not '-5.32e+03 ns'
+        return "-" + seconds(-value)
     return _scaled(value, (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)))
 
 
