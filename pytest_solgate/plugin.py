@@ -174,7 +174,7 @@ class SolgateSession:
     def _judge_item(self, item: pytest.Item, body_failed: bool) -> list[str]:
         """Judge the test's measurements (run.judge_test), keep the records for the report, warn at
         the test, and return why the verdicts fail it."""
-        from pytest_solgate.report import machine
+        from pytest_solgate.report import ci_formats
 
         fixture = item.stash.get(FIXTURE_KEY, None)
         try:
@@ -185,7 +185,7 @@ class SolgateSession:
                 fixture.close()  # a measurement after judging (a fixture's teardown) would be lost: refuse it
         item.stash[RECORDS_KEY] = verdicts.records
         for m in verdicts.records:
-            item.user_properties.extend(machine.junit_properties(m))
+            item.user_properties.extend(ci_formats.junit_properties(m))
         path, line, _ = item.location  # warnings point at the test, not at this line of the plugin
         for text in verdicts.warnings:
             warnings.warn_explicit(SolgateWarning(text), SolgateWarning, str(self.config.rootpath / path), (line or 0) + 1)

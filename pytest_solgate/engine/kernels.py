@@ -21,8 +21,7 @@ from typing import Any, Callable, Mapping
 from pytest_solgate import results, score
 from pytest_solgate.declare.profiles import HardwareProfile, ProfileOption, resolve_profile_option
 from pytest_solgate.declare.work import make_work
-from pytest_solgate.judge import steps as step_budgets
-from pytest_solgate.judge import verdict
+from pytest_solgate.judge import step_budgets, verdict
 from pytest_solgate.measure import backends, callables, clocks, extras, ncu_child, phases, pipeline
 from pytest_solgate.measure import context as measure_context
 from pytest_solgate.measure.context import Context

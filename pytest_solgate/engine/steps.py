@@ -6,7 +6,7 @@ A step becomes ``Measurement`` records, so that budgets, baselines, verdicts, th
 
 - the step itself, named as given: its time, its FLOPs and bytes (declared, else counted), T_SOL =
   the sum of its operators', its MFU (judged against the marker's ``mfu=``), and the whole
-  breakdown (``Measurement.step``, a ``score.step.StepBreakdown``);
+  breakdown (``Measurement.step``, a ``score.step_breakdown.StepBreakdown``);
 - one record per top operator (the ``top`` that lose the most time), named
   ``"<step>: <operator> in <module>"`` and marked ``part_of=<step>``: its own time series, judged for
   regressions only (a marker's ``min=``/``mfu=`` are the step's budgets, not every operator's).
@@ -22,10 +22,10 @@ from pytest_solgate.engine import kernels as engines
 from pytest_solgate.measure import callables, extras, locking, sampling
 from pytest_solgate.measure import contention as machine
 from pytest_solgate.measure import context as measure_context
-from pytest_solgate.measure import step as profiling
+from pytest_solgate.measure import step_profile as profiling
 from pytest_solgate.results import Measurement
 from pytest_solgate.score import Score
-from pytest_solgate.score import step as scoring
+from pytest_solgate.score import step_breakdown as scoring
 from pytest_solgate.support import stats
 from pytest_solgate.support.errors import MeasureError
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from pytest_solgate.measure.backends import is_gated
-from pytest_solgate.report.steps import terminal_lines
+from pytest_solgate.report.step_table import terminal_lines
 from pytest_solgate.report.table import HEADERS, Row, counts, ordered, row
 from pytest_solgate.results import Measurement
 from pytest_solgate.support import units

@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 
 from pytest_solgate.declare.profiles import HardwareProfile
 from pytest_solgate.declare.work import Work
-from pytest_solgate.measure.step import RunReading, StepProfile
+from pytest_solgate.measure.step_profile import RunReading, StepProfile
 from pytest_solgate.support import stats
 
 IDLE = "idle"
