@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from pytest_solgate.declare.work import Work
+from pytest_solgate.measure.backends import INTERPRETER
 from pytest_solgate.measure.sampling import Timing
 from pytest_solgate.score import Score
 from pytest_solgate.score.step_breakdown import StepBreakdown
@@ -322,6 +323,8 @@ class Measurement:
             events_seconds=data.get("events_seconds"),
             span_seconds=data.get("kernel_span_seconds"),
             gap_seconds=data.get("kernel_gap_seconds"),
+            # A record names its backend, and the Triton interpreter's is the one whose timings are not gated.
+            gated=data["backend"] != INTERPRETER,
         )
         # The score's fields keep their names in the JSON (the dominant precision is not kept).
         scored = Score(**{f.name: data.get(f.name) for f in dataclasses.fields(Score)})

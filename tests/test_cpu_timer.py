@@ -126,6 +126,43 @@ def test_the_real_probe_copies_a_fixed_buffer_and_the_interpreter_has_none():
     assert take_timing(lambda: None, backends.CpuBackend(backends.INTERPRETER), QUICK).probe_seconds is None
 
 
+def test_reading_a_sample_records_nothing_and_every_warm_up_call_counts_once():
+    # The warm-up's calls choose the timer as they end (stop), whether or not their time is read,
+    # however often it is read: one call helped by other threads is not outvoted by rereading a clean one.
+    script = [(MS, MS, MS), (MS, MS, 4 * MS), (MS, MS, MS)]  # the first compiles; the second is helped
+    backend = ScriptedClock(lambda i: script[i])
+    backend.begin()
+    handles = []
+    for _ in script:
+        token = backend.start()
+        backend.kernel()
+        handles.append(backend.stop(token))
+    for _ in range(100):
+        assert backend.elapsed(handles[2]) == 1e-3
+    backend.steady()
+    assert backend.timer == backends.WALL_TIME and "multi-threaded kernel" in backend.timer_note
+    assert handles[1].nanoseconds == (MS, MS, 4 * MS)  # named fields, not positions
+
+
+def test_the_interpreters_timings_say_they_are_not_gated_and_a_record_says_the_same():
+    from pytest_solgate.results import Measurement
+    from solgate_testing import RECORD
+
+    timing = take_timing(lambda: None, backends.CpuBackend(backends.INTERPRETER, gated=False), QUICK)
+    assert timing.gated is False and timing.backend == backends.INTERPRETER
+    assert take_timing(lambda: None, backends.CpuBackend("cpu"), QUICK).gated is True
+    assert Measurement.from_dict({**RECORD, "backend": backends.INTERPRETER}).timing.gated is False
+    assert Measurement.from_dict(RECORD).timing.gated is True
+
+
+def test_the_cpu_calibration_times_its_calls_on_the_cpu_backend():
+    from pytest_solgate.measure import calibrate
+
+    timer = ScriptedClock(lambda i: (MS, MS, MS))
+    assert calibrate._sustained_rate(timer.kernel, 1e6, seconds=0.0, timer=timer) == 1e9  # 1e6 per 1 ms
+    assert timer.calls == 6  # one untimed call, then five timed
+
+
 def _cache(root, name, size, shared):
     index = root / name
     index.mkdir(parents=True)

@@ -22,7 +22,7 @@ from pytest_solgate import results, score
 from pytest_solgate.declare.profiles import HardwareProfile, ProfileOption, resolve_profile_option
 from pytest_solgate.declare.work import make_work
 from pytest_solgate.judge import step_budgets, verdict
-from pytest_solgate.measure import backends, callables, clocks, extras, ncu_child, phases, pipeline
+from pytest_solgate.measure import callables, clocks, extras, ncu_child, phases, pipeline
 from pytest_solgate.measure import context as measure_context
 from pytest_solgate.measure.context import Context
 from pytest_solgate.results import Measurement
@@ -151,7 +151,7 @@ class Engine:
         finally:
             self._measuring = ""
         timing, found = measured.timing, measured.findings
-        timed_for_real = backends.is_gated(timing.backend)  # not the interpreter's timing of a Triton kernel
+        timed_for_real = timing.gated  # not the interpreter's timing of a Triton kernel
         scorable, unscored = self._scorable(work, context.profile, gate and timed_for_real)
         contended = found.fields.get("contended", "")
         notes = list(timing.notes)

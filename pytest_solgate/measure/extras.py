@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
-from pytest_solgate.measure import backends, block, ncu
+from pytest_solgate.measure import block, ncu
 from pytest_solgate.measure import contention as machine
 from pytest_solgate.measure.context import Context
 from pytest_solgate.measure.sampling import Timing
@@ -97,7 +97,7 @@ class Contention:
         busy = machine.between(self._before, machine.snapshot(cpu_clock, wall_clock))
         # The interpreter's timings mean nothing whether or not the machine was busy.
         why = (contention(taken.waited_for, self.run_id, busy, taken.context.device.kind == "cpu")
-               if backends.is_gated(taken.timing.backend) else "")
+               if taken.timing.gated else "")
         rank = -busy.value if busy.source == machine.PROCESS_SHARE else busy.value  # lower: calmer
         return Findings(fields={"contended": why}, retake=bool(why), rank=rank)
 
