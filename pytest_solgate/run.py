@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from pytest_solgate.fixture import SolFixture
+from pytest_solgate.measure.contention import Readers
 from pytest_solgate.record import gitinfo
 from pytest_solgate.support.errors import (
     HistoryElsewhere,
@@ -83,6 +84,7 @@ class Run:
         announce: Callable[[str], None],
         warn: Callable[[str], None],
         warn_at_start: Callable[[str], None],
+        contention_readers: Readers = Readers(),
     ) -> None:
         self.settings = settings
         self.rootdir = rootdir
@@ -91,6 +93,7 @@ class Run:
         self.is_worker = is_worker
         self.announce = announce
         self.warn = warn
+        self.contention_readers = contention_readers  # the clocks and /proc a contention reading reads
         # The history and the calibration cache live at the git top level (else the rootdir),
         # whichever directory the session starts in; a relative --sol-history is taken from there too.
         self.project_root = gitinfo.project_root(rootdir)
@@ -141,6 +144,7 @@ class Run:
                 announce=self.announce,
                 warn=self.warn,
                 dram_profiler=self._profile_dram,
+                contention_readers=self.contention_readers,
             )
         return self._engine
 

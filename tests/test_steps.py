@@ -295,7 +295,7 @@ def test_bad_top(sol):
 FAKE_CONFTEST = '''
 import json, pathlib
 import pytest
-from pytest_solgate.measure import extras, step_profile
+from pytest_solgate.measure import step_profile
 
 @pytest.fixture(autouse=True)
 def _fake_step_clock(monkeypatch):
@@ -307,7 +307,6 @@ def _fake_step_clock(monkeypatch):
 
     profiled = step_profile.read_runs  # the profiler's readings, each replaced by its exact one
     monkeypatch.setattr(step_profile, "read_runs", lambda events, on_gpu: [exact(r) for r in profiled(events, on_gpu)])
-    monkeypatch.setattr(extras, "CPU_CLOCKS", (lambda: 0.0, lambda: 0.0))
 '''
 
 

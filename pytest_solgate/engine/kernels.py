@@ -24,6 +24,7 @@ from pytest_solgate.declare.work import make_work
 from pytest_solgate.judge import step_budgets, verdict
 from pytest_solgate.measure import callables, clocks, extras, ncu_child, phases, pipeline
 from pytest_solgate.measure import context as measure_context
+from pytest_solgate.measure.contention import Readers
 from pytest_solgate.measure.context import Context
 from pytest_solgate.results import Measurement
 from pytest_solgate.support.errors import MeasureError, SolgateError
@@ -52,6 +53,7 @@ class Engine:
         head: Callable[[], tuple[str | None, bool]] | None = None,
         run_id: str = "",
         dram_profiler: extras.DramProfiler | None = None,
+        contention_readers: Readers = Readers(),
     ) -> None:
         self.settings = settings
         self.run_id = run_id  # written into the device lock, so another run can tell it is not one of ours
@@ -61,7 +63,7 @@ class Engine:
         self.warn = warn or self.announce
         # --sol-ncu: None without it; said once and dropped when ncu proves unusable here
         self._dram = extras.DramBytes(dram_profiler, self.warn) if settings.ncu and dram_profiler else None
-        self._contention = extras.Contention(run_id)
+        self._contention = extras.Contention(run_id, contention_readers)
         self._block = extras.SynchronizedBlock()
         self._clock_lock: clocks.ClockLock | None = None
         self._context: Context | None = None
