@@ -109,6 +109,7 @@ class Run:
         self._git: Any = None
         self._store: Any = None
         self._engine: Any = None
+        self._known_ids: list[str] | None = None  # the profile ids a budget glob may name, read on first use
         unavailable = self._open_store_at_start(warn_at_start) if settings.baseline != "none" or not settings.no_save else None
         from pytest_solgate.record.baseline import BaselineChooser, on_pull_request, start_commit
 
@@ -270,7 +271,7 @@ class Run:
         """Every profile id a budget glob may name: the shipped and the user's profiles, the ones
         measured here, and the shapes of ids measured elsewhere (cpu-<key>, <id>-measured-<gpu>).
         Read once."""
-        if getattr(self, "_known_ids", None) is None:
+        if self._known_ids is None:
             from pytest_solgate.declare.profiles import builtin_profiles, known_profiles
 
             option = self.profile_option
@@ -330,7 +331,7 @@ class Run:
         from pytest_solgate.measure import ncu_child
 
         if ncu_child.is_child():
-            return  # an --sol-ncu child profiles one call: it records and writes nothing
+            return False  # an --sol-ncu child profiles one call: it records and writes nothing
         from pytest_solgate.record.runinfo import build_run_info
         from pytest_solgate.report import outputs
 
