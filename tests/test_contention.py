@@ -21,8 +21,6 @@ from solgate_testing import FAST_TIMING
 
 real_contention = extras.contention  # before conftest's patch (test modules are imported first)
 
-IDLE_PRESSURE = "some avg10=0.00 avg60=0.00 avg300=0.00 total=1000\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
-
 NAPPING_KERNEL = '''
 import json, pathlib, time
 import pytest
@@ -55,13 +53,9 @@ def test_kernel(sol):
 
 
 @pytest.fixture
-def idle_proc(tmp_path_factory):
-    """A /proc whose CPU pressure never moves: an idle machine."""
-    folder = tmp_path_factory.mktemp("proc")
-    (folder / "pressure").mkdir()
-    (folder / "pressure" / "cpu").write_text(IDLE_PRESSURE)
-    (folder / "stat").write_text("cpu  100 0 100 1000 0 0 0 0 0 0\ncpu0 100 0 100 1000 0 0 0 0 0 0\n")
-    return folder
+def idle_proc(idle_proc_root):
+    """A /proc whose CPU pressure never moves: an idle machine (conftest's, which every test reads)."""
+    return idle_proc_root
 
 
 class NappingRepo:
