@@ -109,9 +109,11 @@ class CpuBackend(Backend[CpuStamp, CpuInterval]):
     min_sample_seconds = 100e-6
     telemetry_note = "no telemetry on the CPU backend"
 
-    def __init__(self, name: str = "cpu", flush_bytes: int = 0, gated: bool = True) -> None:
+    def __init__(self, name: str = "cpu", flush_bytes: int = 0, gated: bool = True,
+                 clock: Callable[[], CpuStamp] = read_cpu_stamp) -> None:
         self.name = name
         self.gated = gated
+        self.clock = clock  # a test passes its own, as the CUDA backend takes its host clock
         self.flush_bytes = flush_bytes
         # Short CPU calls are still batched after one flush (and say so), not cold each call: the
         # flush costs about 7 ms here, so one call per sample would leave a 2 s budget a few hundred samples.
@@ -123,10 +125,9 @@ class CpuBackend(Backend[CpuStamp, CpuInterval]):
         self._warmup_calls: list[tuple[int, int, int]] | None = None  # while the warm-up runs
         self._probe_buffers: Any = None
 
-    @staticmethod
-    def now() -> CpuStamp:
-        """Wall, thread CPU and process CPU nanoseconds (the fake clock of the tests replaces this)."""
-        return read_cpu_stamp()
+    def now(self) -> CpuStamp:
+        """Wall, thread CPU and process CPU nanoseconds, from the clock passed in."""
+        return self.clock()
 
     def begin(self) -> None:
         """A new measurement: its warm-up calls are timed by wall time and choose its timer."""
