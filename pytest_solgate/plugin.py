@@ -95,6 +95,7 @@ class SolgateSession:
     Registered as a plugin so that its methods are hooks."""
 
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        from pytest_solgate.measure.contention import readers_from
         from pytest_solgate.run import Run
 
         self.config = config
@@ -112,6 +113,7 @@ class SolgateSession:
             announce=self._announce,
             warn=lambda text: warn_at_users_code(SolgateWarning(text)),
             warn_at_start=lambda text: config.issue_config_time_warning(SolgateWarning(text), stacklevel=2),
+            contention_readers=readers_from(os.environ),  # a test suite's /proc, if it names one
         )
 
     def _announce(self, text: str) -> None:
@@ -174,7 +176,7 @@ class SolgateSession:
     def _judge_item(self, item: pytest.Item, body_failed: bool) -> list[str]:
         """Judge the test's measurements (run.judge_test), keep the records for the report, warn at
         the test, and return why the verdicts fail it."""
-        from pytest_solgate.report import machine
+        from pytest_solgate.report import ci_formats
 
         fixture = item.stash.get(FIXTURE_KEY, None)
         try:
@@ -185,7 +187,7 @@ class SolgateSession:
                 fixture.close()  # a measurement after judging (a fixture's teardown) would be lost: refuse it
         item.stash[RECORDS_KEY] = verdicts.records
         for m in verdicts.records:
-            item.user_properties.extend(machine.junit_properties(m))
+            item.user_properties.extend(ci_formats.junit_properties(m))
         path, line, _ = item.location  # warnings point at the test, not at this line of the plugin
         for text in verdicts.warnings:
             warnings.warn_explicit(SolgateWarning(text), SolgateWarning, str(self.config.rootpath / path), (line or 0) + 1)

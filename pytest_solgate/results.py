@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from pytest_solgate.declare.work import Work
+from pytest_solgate.measure.backends import INTERPRETER
 from pytest_solgate.measure.sampling import Timing
 from pytest_solgate.score import Score
-from pytest_solgate.score.step import StepBreakdown
+from pytest_solgate.score.step_breakdown import StepBreakdown
 
 SCHEMA = "solgate/1"
 
@@ -205,7 +206,7 @@ class Measurement:
     joules: float | None = None
     measured_bytes: float | None = None
     # A whole step (sol.measure_step, steps.py): on the step's record, where its time went; on each
-    # of its top operators' records, the step's name (their budgets are the step's, see judge/steps.py).
+    # of its top operators' records, the step's name (their budgets are the step's, see judge/step_budgets.py).
     step: StepBreakdown | None = None
     part_of: str = ""
     # The record stage's history of this measurement, oldest first: [{"commit", "sol", "started_at"}].
@@ -322,6 +323,8 @@ class Measurement:
             events_seconds=data.get("events_seconds"),
             span_seconds=data.get("kernel_span_seconds"),
             gap_seconds=data.get("kernel_gap_seconds"),
+            # A record names its backend, and the Triton interpreter's is the one whose timings are not gated.
+            gated=data["backend"] != INTERPRETER,
         )
         # The score's fields keep their names in the JSON (the dominant precision is not kept).
         scored = Score(**{f.name: data.get(f.name) for f in dataclasses.fields(Score)})

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from pytest_solgate.fixture import SolFixture
+from pytest_solgate.measure.contention import Readers
 from pytest_solgate.record import gitinfo
 from pytest_solgate.support.errors import (
     HistoryElsewhere,
@@ -85,6 +86,7 @@ class Run:
         announce: Callable[[str], None],
         warn: Callable[[str], None],
         warn_at_start: Callable[[str], None],
+        contention_readers: Readers = Readers(),
     ) -> None:
         self.settings = settings
         self.rootdir = rootdir
@@ -93,6 +95,7 @@ class Run:
         self.is_worker = is_worker
         self.announce = announce
         self.warn = warn
+        self.contention_readers = contention_readers  # the clocks and /proc a contention reading reads
         # The history and the calibration cache live at the git top level (else the rootdir),
         # whichever directory the session starts in; a relative --sol-history is taken from there too.
         self.project_root = gitinfo.project_root(rootdir)
@@ -108,6 +111,7 @@ class Run:
         self._git: Any = None
         self._store: Any = None
         self._engine: Any = None
+        self._known_ids: list[str] | None = None  # the profile ids a budget glob may name, read on first use
         unavailable = self._open_store_at_start(warn_at_start) if settings.baseline != "none" or not settings.no_save else None
         from pytest_solgate.record.baseline import BaselineChooser, on_pull_request, start_commit
 
@@ -143,6 +147,7 @@ class Run:
                 announce=self.announce,
                 warn=self.warn,
                 dram_profiler=self._profile_dram,
+                contention_readers=self.contention_readers,
             )
         return self._engine
 
@@ -268,7 +273,7 @@ class Run:
         """Every profile id a budget glob may name: the shipped and the user's profiles, the ones
         measured here, and the shapes of ids measured elsewhere (cpu-<key>, <id>-measured-<gpu>).
         Read once."""
-        if getattr(self, "_known_ids", None) is None:
+        if self._known_ids is None:
             from pytest_solgate.declare.profiles import builtin_profiles, known_profiles
 
             option = self.profile_option
@@ -328,7 +333,7 @@ class Run:
         from pytest_solgate.measure import ncu_child
 
         if ncu_child.is_child():
-            return  # an --sol-ncu child profiles one call: it records and writes nothing
+            return False  # an --sol-ncu child profiles one call: it records and writes nothing
         from pytest_solgate.record.runinfo import build_run_info
         from pytest_solgate.report import outputs
 

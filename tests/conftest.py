@@ -37,13 +37,10 @@ def pytest_configure(config):
     # pytester restores sys.modules after each in-process run; torch cannot be imported twice in
     # one process, and psycopg's compiled core keeps raising the exception classes of its first
     # import, so both are imported once up front, before any snapshot is taken.
-    # numpy and ruptures (change points, read by every baseline lookup) likewise; and the engine,
-    # so that the fake clock's patch of extras.CPU_CLOCKS (imported by the engine) reaches the module the plugin uses (a
-    # module first imported inside a run is imported afresh by the next, and the package keeps
-    # pointing at the old one). Triton too: a fake-GPU session builds measure/sm_clock.py's Triton
+    # numpy and ruptures (change points, read by every baseline lookup) likewise. Triton too: a fake-GPU session builds measure/sm_clock.py's Triton
     # stamp kernel, and a Triton imported afresh after a pytester test aborted the next test that
     # used torch's flop counter (the xdist worker crashed in test_work.py).
-    for module in ("torch", "triton", "psycopg", "numpy", "ruptures", "pytest_solgate.engine"):
+    for module in ("torch", "triton", "psycopg", "numpy", "ruptures"):
         try:
             __import__(module)
         except ImportError:
@@ -106,6 +103,29 @@ def _cpu_share(request, tmp_path_factory):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+IDLE_PRESSURE = "some avg10=0.00 avg60=0.00 avg300=0.00 total=1000\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+
+
+@pytest.fixture(scope="session")
+def idle_proc_root(tmp_path_factory):
+    """A /proc whose CPU pressure never moves: an idle machine's."""
+    folder = tmp_path_factory.mktemp("idle-proc")
+    (folder / "pressure").mkdir()
+    (folder / "pressure" / "cpu").write_text(IDLE_PRESSURE)
+    (folder / "stat").write_text("cpu  100 0 100 1000 0 0 0 0 0 0\ncpu0 100 0 100 1000 0 0 0 0 0 0\n")
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def _an_idle_machine(monkeypatch, idle_proc_root):
+    """Every session a test starts (in process or in a subprocess) reads an idle machine's /proc,
+    passed in through the plugin's test-only variable: a verdict never depends on this machine's
+    load. The tests of contention itself point it elsewhere or remove it."""
+    from pytest_solgate.measure.contention import TEST_PROC_ROOT_VARIABLE
+
+    monkeypatch.setenv(TEST_PROC_ROOT_VARIABLE, str(idle_proc_root))
+
+
 @pytest.fixture(autouse=True)
 def _contention_is_not_judged_here(monkeypatch):
     """Whether a measurement was contended depends on how busy this machine is, and tests never
@@ -130,3 +150,16 @@ def _a_user_cache_of_its_own(monkeypatch, tmp_path):
     """The CPU's calibration is cached per user, shared by every clone (support.locations.
     user_cache_dir): each test gets its own, so that none reads another's ceilings."""
     monkeypatch.setenv("SOLGATE_CACHE_DIR", str(tmp_path / "user-cache"))
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_as_they_were():
+    """A suite run in process (pytester.runpytest) that calls torch.set_num_threads changes this
+    worker's torch too, and with it this CPU's profile id (the thread count is in its fingerprint):
+    a later test would then read another machine's id. Each test gets back the threads it found."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)

@@ -31,7 +31,6 @@ def busy(seconds):
 FAKE_CLOCK_KERNELS = '''
 import pytest
 from pytest_solgate.measure import backends
-from pytest_solgate.measure import extras
 
 FAKE_NS = [0]
 FAKE_PROBE_NS = [1_000_000]  # the memory probe reads 1 ms: the memory's usual speed, unless a test sets another
@@ -44,8 +43,6 @@ def _fake_clock(monkeypatch):
     # wall, thread CPU and process CPU time alike: the kernel runs on its thread alone, never waiting
     monkeypatch.setattr(backends.CpuBackend, "now", staticmethod(lambda: (FAKE_NS[0],) * 3))
     monkeypatch.setattr(backends.CpuBackend, "copy_probe", lambda self: FAKE_NS.__setitem__(0, FAKE_NS[0] + FAKE_PROBE_NS[0]))
-    # No time passes on the fake clock, so no other process can take the core: never contended.
-    monkeypatch.setattr(extras, "CPU_CLOCKS", (lambda: 0.0, lambda: 0.0))
 '''
 
 FAST_TIMING = ["--sol-device=cpu", "--sol-min-time=0.02", "--sol-max-time=0.3", "-p", "no:cacheprovider"]

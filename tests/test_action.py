@@ -277,13 +277,8 @@ def _their_repo(tmp_path: Path) -> Path:
     (repo / "pyproject.toml").write_text('[tool.pytest.ini_options]\nsol_profile = "ci-cpu.toml"\nsol_device = "cpu"\n')
     (repo / ".gitignore").write_text(".solgate/\nsol-gate/\n")
     # The wiring is under test, not this shared machine's load: its runs read an idle machine's
-    # counters, so the push run is never contended and is the pull request's baseline.
-    idle = tmp_path / "idle-proc"
-    (idle / "pressure").mkdir(parents=True)
-    (idle / "pressure" / "cpu").write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
-    (repo / "tests" / "conftest.py").write_text(
-        "import pathlib\nfrom pytest_solgate.measure import contention\n\n"
-        f"contention.PROC = pathlib.Path({str(idle)!r})\n")
+    # counters (conftest's SOLGATE_TEST_PROC_ROOT, which they inherit), so the push run is never
+    # contended and is the pull request's baseline.
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "a kernel and its budget")
     return repo

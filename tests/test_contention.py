@@ -21,12 +21,10 @@ from solgate_testing import FAST_TIMING
 
 real_contention = extras.contention  # before conftest's patch (test modules are imported first)
 
-IDLE_PRESSURE = "some avg10=0.00 avg60=0.00 avg300=0.00 total=1000\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
-
 NAPPING_KERNEL = '''
 import json, pathlib, time
 import pytest
-from pytest_solgate.measure import backends, contention
+from pytest_solgate.measure import backends
 
 FAKE_NS = [0]
 SPEED = json.loads(pathlib.Path(__file__).with_name("speed.json").read_text())
@@ -48,8 +46,6 @@ def _napping(monkeypatch):
     monkeypatch.setattr(backends.CpuBackend, "now", staticmethod(lambda: (FAKE_NS[0],) * 3))
     monkeypatch.setattr(backends.CpuBackend, "copy_probe", lambda self: FAKE_NS.__setitem__(0, FAKE_NS[0] + 1_000_000))
     monkeypatch.setattr(backends.CpuBackend, "flush", lambda self: None)  # no CPU work of ours between the naps
-    if SPEED.get("proc"):
-        monkeypatch.setattr(contention, "PROC", pathlib.Path(SPEED["proc"]))
 
 def test_kernel(sol):
     sol.measure(lambda: nap(SPEED["seconds"]), bytes=0.4e6)
@@ -57,13 +53,9 @@ def test_kernel(sol):
 
 
 @pytest.fixture
-def idle_proc(tmp_path_factory):
-    """A /proc whose CPU pressure never moves: an idle machine."""
-    folder = tmp_path_factory.mktemp("proc")
-    (folder / "pressure").mkdir()
-    (folder / "pressure" / "cpu").write_text(IDLE_PRESSURE)
-    (folder / "stat").write_text("cpu  100 0 100 1000 0 0 0 0 0 0\ncpu0 100 0 100 1000 0 0 0 0 0 0\n")
-    return folder
+def idle_proc(idle_proc_root):
+    """A /proc whose CPU pressure never moves: an idle machine (conftest's, which every test reads)."""
+    return idle_proc_root
 
 
 class NappingRepo:
@@ -71,6 +63,11 @@ class NappingRepo:
 
     def __init__(self, repo: Repo, proc, monkeypatch):
         monkeypatch.setattr(extras, "contention", real_contention)  # the rule itself is under test here
+        # The machine the runs read: the fake idle one, or (no proc given) this machine's own /proc.
+        if proc:
+            monkeypatch.setenv(contention.TEST_PROC_ROOT_VARIABLE, str(proc))
+        else:
+            monkeypatch.delenv(contention.TEST_PROC_ROOT_VARIABLE, raising=False)
         self.repo, self.proc = repo, proc
         (repo.path / "test_kernels.py").write_text(NAPPING_KERNEL)
         (repo.path / ".gitignore").write_text(".solgate/\n*.out\n")
@@ -222,3 +219,17 @@ def test_results_json_names_no_contention_for_a_napping_kernel_alone(sqlite_repo
     assert "contended" not in verdicts["test_kernel"]
     assert "taken while the machine was busy" not in result.stdout.str()
     assert json.dumps(data)  # the file is whole
+
+
+def test_the_readers_are_passed_in_and_a_test_suite_names_its_proc_in_one_variable(idle_proc):
+    # The engine's builder passes the clocks and /proc in (plugin.py: readers_from(os.environ));
+    # nothing replaces a module's global.
+    assert contention.readers_from({}) == contention.Readers()
+    named = contention.readers_from({contention.TEST_PROC_ROOT_VARIABLE: str(idle_proc)})
+    assert named.proc == idle_proc
+    ticks = iter(range(100))
+    readers = contention.Readers(own_cpu=lambda: 0.0, wall=lambda: float(next(ticks)), proc=idle_proc)
+    assert readers.snapshot().stall == 1e-3  # the idle folder's PSI total, 1000 us
+    assert extras.Contention("r1", readers).readers is readers
+    busy = contention.between(readers.snapshot(), readers.snapshot())
+    assert (busy.source, busy.value, busy.contended) == (contention.CPU_PRESSURE, 0.0, False)

@@ -36,25 +36,23 @@ def test_no_warm_up_calls_mean_wall_time():
 
 
 class ScriptedClock(backends.CpuBackend):
-    """A CPU backend whose three clocks advance by a script: (wall, thread, process) ns per call."""
+    """A CPU backend whose three clocks advance by a script: (wall, thread, process) ns per call,
+    passed in as its clock."""
 
     def __init__(self, per_call):
-        super().__init__("cpu")
-        self.per_call, self.clock, self.calls = per_call, [0, 0, 0], 0
-
-    def now(self):
-        return tuple(self.clock)
+        super().__init__("cpu", clock=lambda: backends.CpuStamp(*self.ns))
+        self.per_call, self.ns, self.calls = per_call, [0, 0, 0], 0
 
     def kernel(self):
         wall, thread, process = self.per_call(self.calls)
         self.calls += 1
-        self.clock = [self.clock[0] + wall, self.clock[1] + thread, self.clock[2] + process]
+        self.ns = [self.ns[0] + wall, self.ns[1] + thread, self.ns[2] + process]
 
 
 def test_samples_read_the_threads_cpu_time_and_the_record_says_so():
     # every third call is preempted: 5 ms of wall time for 1 ms of work
     backend = ScriptedClock(lambda i: (5 * MS if i % 3 == 2 else MS, MS, MS))
-    timing = take_timing(backend.kernel, backend, QUICK, clock=lambda: backend.clock[0] / 1e9)
+    timing = take_timing(backend.kernel, backend, QUICK, clock=lambda: backend.ns[0] / 1e9)
     assert timing.mode == backends.THREAD_CPU_TIME
     assert set(timing.samples) == {1e-3}  # the preempted calls read 1 ms too
     assert not any("wall time" in n for n in timing.notes)
@@ -62,13 +60,13 @@ def test_samples_read_the_threads_cpu_time_and_the_record_says_so():
 
 def test_the_timer_is_chosen_again_for_each_measurement():
     helped = ScriptedClock(lambda i: (MS, MS, 3 * MS))  # two helper threads
-    timing = take_timing(helped.kernel, helped, QUICK, clock=lambda: helped.clock[0] / 1e9)
+    timing = take_timing(helped.kernel, helped, QUICK, clock=lambda: helped.ns[0] / 1e9)
     assert timing.mode == backends.WALL_TIME and any("multi-threaded kernel" in n for n in timing.notes)
     helped.per_call = lambda i: (2 * MS, MS, MS)  # now alone, but off its core half of every call (it waits)
-    again = take_timing(helped.kernel, helped, QUICK, clock=lambda: helped.clock[0] / 1e9)
+    again = take_timing(helped.kernel, helped, QUICK, clock=lambda: helped.ns[0] / 1e9)
     assert again.mode == backends.WALL_TIME and any("on a core only 50.0%" in n for n in again.notes)
     helped.per_call = lambda i: (MS, MS, MS)
-    alone = take_timing(helped.kernel, helped, QUICK, clock=lambda: helped.clock[0] / 1e9)
+    alone = take_timing(helped.kernel, helped, QUICK, clock=lambda: helped.ns[0] / 1e9)
     assert alone.mode == backends.THREAD_CPU_TIME and alone.notes == ()
 
 
@@ -107,12 +105,12 @@ class ScriptedProbe(ScriptedClock):
 
     def probe(self):  # in place of the real backend's (a property: the copy when it flushes)
         self.probes += 1
-        self.clock = [c + self.probe_ns for c in self.clock]
+        self.ns = [c + self.probe_ns for c in self.ns]
 
 
 def test_the_memory_probe_is_timed_after_every_kept_sample_on_the_same_timer():
     backend = ScriptedProbe(lambda i: (MS, MS, MS), probe_ns=3 * MS)
-    timing = take_timing(backend.kernel, backend, QUICK, clock=lambda: backend.clock[0] / 1e9)
+    timing = take_timing(backend.kernel, backend, QUICK, clock=lambda: backend.ns[0] / 1e9)
     assert timing.probe_seconds == 3e-3
     assert backend.probes == len(timing.samples)  # one probe per sample, none in the warm-up
     assert set(timing.samples) == {1e-3}  # the probe is outside the kernel's timed region
@@ -124,6 +122,43 @@ def test_the_real_probe_copies_a_fixed_buffer_and_the_interpreter_has_none():
     assert timing.probe_seconds is not None and timing.probe_seconds > 0
     assert backends.CpuBackend(backends.INTERPRETER).probe is None
     assert take_timing(lambda: None, backends.CpuBackend(backends.INTERPRETER), QUICK).probe_seconds is None
+
+
+def test_reading_a_sample_records_nothing_and_every_warm_up_call_counts_once():
+    # The warm-up's calls choose the timer as they end (stop), whether or not their time is read,
+    # however often it is read: one call helped by other threads is not outvoted by rereading a clean one.
+    script = [(MS, MS, MS), (MS, MS, 4 * MS), (MS, MS, MS)]  # the first compiles; the second is helped
+    backend = ScriptedClock(lambda i: script[i])
+    backend.begin()
+    handles = []
+    for _ in script:
+        token = backend.start()
+        backend.kernel()
+        handles.append(backend.stop(token))
+    for _ in range(100):
+        assert backend.elapsed(handles[2]) == 1e-3
+    backend.steady()
+    assert backend.timer == backends.WALL_TIME and "multi-threaded kernel" in backend.timer_note
+    assert handles[1].nanoseconds == (MS, MS, 4 * MS)  # named fields, not positions
+
+
+def test_the_interpreters_timings_say_they_are_not_gated_and_a_record_says_the_same():
+    from pytest_solgate.results import Measurement
+    from solgate_testing import RECORD
+
+    timing = take_timing(lambda: None, backends.CpuBackend(backends.INTERPRETER, gated=False), QUICK)
+    assert timing.gated is False and timing.backend == backends.INTERPRETER
+    assert take_timing(lambda: None, backends.CpuBackend("cpu"), QUICK).gated is True
+    assert Measurement.from_dict({**RECORD, "backend": backends.INTERPRETER}).timing.gated is False
+    assert Measurement.from_dict(RECORD).timing.gated is True
+
+
+def test_the_cpu_calibration_times_its_calls_on_the_cpu_backend():
+    from pytest_solgate.measure import calibrate
+
+    timer = ScriptedClock(lambda i: (MS, MS, MS))
+    assert calibrate._sustained_rate(timer.kernel, 1e6, seconds=0.0, timer=timer) == 1e9  # 1e6 per 1 ms
+    assert timer.calls == 6  # one untimed call, then five timed
 
 
 def _cache(root, name, size, shared):

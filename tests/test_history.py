@@ -553,11 +553,14 @@ os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 """
 
 
-def test_two_runs_at_once_are_marked_contended_and_never_baselines(sqlite_repo):
+def test_two_runs_at_once_are_marked_contended_and_never_baselines(sqlite_repo, monkeypatch):
     import subprocess
     import sys
     import time
 
+    from pytest_solgate.measure.contention import TEST_PROC_ROOT_VARIABLE
+
+    monkeypatch.delenv(TEST_PROC_ROOT_VARIABLE)  # this machine's own /proc: the contention is real
     repo = sqlite_repo
     (repo.path / "conftest.py").write_text(PINNED)
     # Run B: a test that checks its results for 8 s (untimed work, outside the device lock) before

@@ -20,7 +20,7 @@ from fake_gpu import FakeGpu, cuda_backend, quick
 from pytest_solgate.declare.profiles import find_profile
 from pytest_solgate.measure import kernel_trace, kineto
 from pytest_solgate.measure.sampling import KERNEL_TIMESTAMPS, take_timing
-from pytest_solgate.score.step import score_step
+from pytest_solgate.score.step_breakdown import score_step
 
 TRACES = Path(__file__).parent / "data" / "traces"
 GPU_TRACES = ["amd_mi250_train.json.gz", "a100_multi_stream.json.gz", "a100_graphs_rank0.json.gz",
@@ -184,21 +184,21 @@ def test_a_trace_without_shapes_is_ranked_by_time_and_says_so():
 
 def test_a_trace_recorded_here_reads_as_measure_step_reads_the_profile(tmp_path):
     """The same runs seen twice: kineto's JSON export read by this reader, and the profiler's own
-    events read by measure/step.py (its ranges: solgate:step, solgate:module:): the same runs,
+    events read by measure/step_profile.py (its ranges: solgate:step, solgate:module:): the same runs,
     top operators, modules, calls and times (to the export's ns), and the counted FLOPs."""
     torch = pytest.importorskip("torch")
-    from pytest_solgate.measure import step as profiling
+    from pytest_solgate.measure import step_profile
 
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 8))
     x = torch.randn(16, 64)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
-        with profiling._ModuleRanges():
+        with step_profile._ModuleRanges():
             for _ in range(2):
-                with torch.profiler.record_function(profiling.STEP_RANGE):
+                with torch.profiler.record_function(step_profile.STEP_RANGE):
                     model(x)
     prof.export_chrome_trace(str(tmp_path / "here.json"))
-    expected = profiling.read_runs(prof.events(), on_gpu=False)
-    measured = kineto.profile_trace(kineto.load(tmp_path / "here.json"), profiling.STEP_RANGE, profiling.MODULE_RANGE)
+    expected = step_profile.read_runs(prof.events(), on_gpu=False)
+    measured = kineto.profile_trace(kineto.load(tmp_path / "here.json"), step_profile.STEP_RANGE, step_profile.MODULE_RANGE)
     assert len(measured.runs) == len(expected) == 2
     for run, seen in zip(measured.runs, expected):
         assert run.calls == seen.calls and ("aten::linear", "Sequential.0") in run.calls

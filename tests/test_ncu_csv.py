@@ -80,3 +80,19 @@ def test_the_child_pytest_registers_the_plugin_where_no_entry_point_does(tmp_pat
     unregistered = subprocess.run([sys.executable, *args[1:at], *args[at + 4:]], cwd=tmp_path, env=env,
                                   capture_output=True, text=True, timeout=300)
     assert unregistered.returncode == 4 and "--sol-no-save" in unregistered.stderr
+
+
+def test_an_ncu_child_run_finishes_without_failing_the_session(tmp_path, monkeypatch):
+    """Run.finish says whether the session fails: in an --sol-ncu child (which records nothing) it
+    is False, not a bare None."""
+    from pytest_solgate.results import Measurement
+    from pytest_solgate.run import Run
+    from pytest_solgate.support.settings import parse_settings
+    from solgate_testing import RECORD, init_repo
+
+    init_repo(tmp_path)
+    run = Run(parse_settings({}), rootdir=tmp_path, invocation_dir=tmp_path, command="pytest", history_source="",
+              announce=print, warn=print, warn_at_start=print)
+    monkeypatch.setenv(ncu.CHILD_VARIABLE, "1")
+    run.records.append(Measurement.from_dict(RECORD))
+    assert run.finish(interrupted=False) is False

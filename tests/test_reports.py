@@ -9,7 +9,7 @@ import pytest
 from pytest_solgate import results
 from pytest_solgate.declare.profiles import HardwareProfile
 from pytest_solgate.record import schema
-from pytest_solgate.report import html, machine, markdown, roofline, terminal
+from pytest_solgate.report import ci_formats, html, markdown, roofline, terminal
 from pytest_solgate.results import Measurement, RunInfo
 from pytest_solgate.support import units
 
@@ -129,7 +129,7 @@ def test_markdown_table_and_counts():
 def test_benchmark_action_format():
     """github-action-benchmark's customBiggerIsBetter: name, unit, value, range and extra, each
     from the measurement (range is the 95 % half-width in SOL units; unknown noise gives none)."""
-    entries = json.loads(machine.benchmark_action([record(), record(test="t.py::test_q", sol=0.25, noise=float("inf"))]))
+    entries = json.loads(ci_formats.benchmark_action([record(), record(test="t.py::test_q", sol=0.25, noise=float("inf"))]))
     assert entries == [
         {"name": "t.py::test_k [default]", "unit": "SOL", "value": 0.5, "range": "±0.0050",
          "extra": "median 1 ms ±1.0%; profile synthetic; memory-bound; verdict pass"},

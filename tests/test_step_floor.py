@@ -15,9 +15,9 @@ import pytest
 
 from pytest_solgate.declare.profiles import CacheLevel, load_profile, parse_profile, profile_to_toml
 from pytest_solgate.judge import wording
-from pytest_solgate.measure import step as profiling
-from pytest_solgate.measure.step import OperatorWork, RunReading, StepProfile
-from pytest_solgate.score import step as scoring
+from pytest_solgate.measure import step_profile
+from pytest_solgate.measure.step_profile import OperatorWork, RunReading, StepProfile
+from pytest_solgate.score import step_breakdown
 from pytest_solgate.support import units
 from pytest_solgate.support.errors import ProfileError
 from solgate_testing import FAST_TIMING, SYNTHETIC_PROFILE
@@ -64,24 +64,24 @@ def test_each_operator_is_held_against_the_level_its_working_set_fits_in_and_the
             big: OperatorWork(bytes=4e6),  # 4 MB in one call: DRAM
             mm: OperatorWork(flops={"fp32": 1e3}, bytes=500)}  # 500 B: fits L1, but its FLOPs take longer
     run = RunReading(seconds=10e-3, operators={mul: 1e-4, big: 5e-3, mm: 2e-6}, calls={mul: 2, big: 1, mm: 1}, idle=0.0)
-    ops = {op.operator: op for op in scoring.score_step(profiled([run], work), profile).operators}
+    ops = {op.operator: op for op in step_breakdown.score_step(profiled([run], work), profile).operators}
     assert (ops["aten::mul"].level, ops["aten::mul"].floor, ops["aten::mul"].t_sol) == ("L2", "L2-bound", pytest.approx(2e5 / 10e9))
     assert (ops["aten::add"].floor, ops["aten::add"].t_sol) == ("DRAM-bound", pytest.approx(4e6 / 1e9))
     assert ops["aten::mm"].floor == "compute-bound"
     # A small level that measured slower than the next one (a few-kB torch call is mostly dispatch)
     # takes the larger level's roof: a level's floor is never above a larger level's.
     slow_l1 = profile.__class__(**{**profile.__dict__, "caches": (CacheLevel("L1", 0.001, 0.5), *profile.caches[1:])})
-    assert scoring.memory_level(500, slow_l1) == ("L1", 10e9)
-    assert scoring.memory_level(500, profile.__class__(**{**profile.__dict__, "caches": ()})) == ("DRAM", 1e9)
+    assert step_breakdown.memory_level(500, slow_l1) == ("L1", 10e9)
+    assert step_breakdown.memory_level(500, profile.__class__(**{**profile.__dict__, "caches": ()})) == ("DRAM", 1e9)
 
 
 def test_allocations_move_no_bytes_and_an_overwritten_argument_is_written_once():
     import torch
 
     x = torch.ones(1024)
-    assert profiling.moved_bytes(torch.ops.aten.empty_like.default, (x,), {}, torch.empty_like(x)) == 0
-    assert profiling.moved_bytes(torch.ops.aten.copy_.default, (x, x.clone()), {}, x) == 2 * 4096
-    assert profiling.moved_bytes(torch.ops.aten.add.Tensor, (x, x), {}, x + x) == 3 * 4096
+    assert step_profile.moved_bytes(torch.ops.aten.empty_like.default, (x,), {}, torch.empty_like(x)) == 0
+    assert step_profile.moved_bytes(torch.ops.aten.copy_.default, (x, x.clone()), {}, x) == 2 * 4096
+    assert step_profile.moved_bytes(torch.ops.aten.add.Tensor, (x, x), {}, x + x) == 3 * 4096
 
 
 def test_an_operators_noise_is_that_of_the_faster_half_mean_the_gate_compares():
@@ -89,11 +89,11 @@ def test_an_operators_noise_is_that_of_the_faster_half_mean_the_gate_compares():
     # of the runs), and its slow mode sits in the slower runs: the mean over the faster half is steady.
     step = [1.0 + 0.001 * i for i in range(20)]
     op = [0.10 + 0.0001 * (i % 3) if i < 15 else 0.30 for i in range(20)]
-    faster = profiling.faster_half_noise(step, op)
-    assert faster < 0.01 and faster == profiling.faster_half_noise(step, op)  # steady, and the same every time
+    faster = step_profile.faster_half_noise(step, op)
+    assert faster < 0.01 and faster == step_profile.faster_half_noise(step, op)  # steady, and the same every time
     from pytest_solgate.support import stats
     assert stats.relative_half_width(op) > 0.5  # what the record carried before: the whole bimodal spread
-    assert math.isinf(profiling.faster_half_noise(step[:5], op[:5]))
+    assert math.isinf(step_profile.faster_half_noise(step[:5], op[:5]))
 
 
 def test_steps_run_until_their_noise_meets_the_target_after_the_min_time_within_the_max_time():
@@ -101,14 +101,14 @@ def test_steps_run_until_their_noise_meets_the_target_after_the_min_time_within_
     clock = lambda: next(ticks) * 0.01  # noqa: E731  every reading of the clock 10 ms on
 
     def runs(**options):
-        return len(profiling.profile_step(lambda: None, "cpu", clock=clock, **options).runs)
+        return len(step_profile.profile_step(lambda: None, "cpu", clock=clock, **options).runs)
 
-    assert runs(max_time=100.0, noise=math.inf) == profiling.MIN_RUNS  # steady at once: one block
-    assert runs(max_time=100.0, noise=math.inf, min_time=0.5) > profiling.MIN_RUNS  # --sol-min-time is read
-    assert runs(max_time=0.0, noise=0.0) == profiling.MIN_RUNS  # out of time after the first block
+    assert runs(max_time=100.0, noise=math.inf) == step_profile.MIN_RUNS  # steady at once: one block
+    assert runs(max_time=100.0, noise=math.inf, min_time=0.5) > step_profile.MIN_RUNS  # --sol-min-time is read
+    assert runs(max_time=0.0, noise=0.0) == step_profile.MIN_RUNS  # out of time after the first block
     steady = [RunReading(1.0, {("aten::mul", ""): 0.5}, {}, 0.0)] * 6
-    assert profiling.steady(steady, 0.001)
-    assert not profiling.steady([*steady[:5], RunReading(1.0, {("aten::mul", ""): 0.9}, {}, 0.0)], 0.001)
+    assert step_profile.steady(steady, 0.001)
+    assert not step_profile.steady([*steady[:5], RunReading(1.0, {("aten::mul", ""): 0.9}, {}, 0.0)], 0.001)
 
 
 def test_a_steps_reason_names_the_peak_its_mfu_is_taken_against():
@@ -130,13 +130,13 @@ def tmp_profile():
 
 
 def test_the_json_writes_kind_as_the_docs_say_and_reads_the_old_class():
-    op = scoring.OperatorScore("aten::mul", "", "elementwise", 1, 1e-6, (1e-6,), {}, 8.0, 8e-9, 0.008, 1e-6, "memory",
+    op = step_breakdown.OperatorScore("aten::mul", "", "elementwise", 1, 1e-6, (1e-6,), {}, 8.0, 8e-9, 0.008, 1e-6, "memory",
                                level="L1", noise=0.01)
     data = op.to_dict()
     assert data["kind"] == "elementwise" and "class" not in data and data["floor"] == "L1-bound"
-    assert scoring.OperatorScore.from_dict(data) == op
+    assert step_breakdown.OperatorScore.from_dict(data) == op
     legacy = {k: v for k, v in data.items() if k not in ("kind", "level", "noise")} | {"class": "copies"}
-    assert scoring.OperatorScore.from_dict(legacy).kind == "copies"
+    assert step_breakdown.OperatorScore.from_dict(legacy).kind == "copies"
 
 
 def test_negative_times_print_in_human_units():

@@ -10,13 +10,13 @@ import argparse
 import sys
 from typing import Sequence
 
-from pytest_solgate.cli import ab, bisect, compare, history, machine, records, step
+from pytest_solgate.cli import ab, bisect, compare, history, profiles, records, step
 from pytest_solgate.cli.common import Parser, UsageFailure
 from pytest_solgate.support.errors import SolgateError
 
 __all__ = ["UsageFailure", "build_parser", "main"]
 
-GROUPS = (machine, history, compare, records, bisect, ab, step)  # in the order `solgate --help` lists them
+GROUPS = (profiles, history, compare, records, bisect, ab, step)  # in the order `solgate --help` lists them
 
 
 def build_parser() -> argparse.ArgumentParser:

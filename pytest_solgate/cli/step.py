@@ -24,8 +24,8 @@ def add_parsers(sub: Any) -> None:
 def cmd_step(args: argparse.Namespace) -> int:
     from pytest_solgate.declare.profiles import find_profile, known_profiles
     from pytest_solgate.measure import kineto
-    from pytest_solgate.report import steps
-    from pytest_solgate.score.step import score_step
+    from pytest_solgate.report import step_table
+    from pytest_solgate.score.step_breakdown import score_step
     from pytest_solgate.support.errors import ProfileError
 
     try:
@@ -44,5 +44,5 @@ def cmd_step(args: argparse.Namespace) -> int:
         return 0
     for trace, breakdown in read:
         where = ", ".join(part for part in (f"rank {trace.rank}" if trace.rank is not None else "", trace.device_name) if part)
-        print("\n".join(steps.trace_lines(trace.path, where, profile.id, breakdown, args.top)))
+        print("\n".join(step_table.trace_lines(trace.path, where, profile.id, breakdown, args.top)))
     return 0

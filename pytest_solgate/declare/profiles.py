@@ -99,7 +99,7 @@ class HardwareProfile:
     # the boost clock: Hopper's tensor-core peaks are quoted at 1830 MHz, not its 1980 MHz boost.
     peak_clock_mhz: Mapping[str, float] = field(default_factory=dict)
     # The cache levels, smallest first (empty: every byte is held against DRAM's bandwidth). Only a
-    # whole step's operators are scored against them (score/step.py); sol.measure flushes the
+    # whole step's operators are scored against them (score/step_breakdown.py); sol.measure flushes the
     # cache, so its floor stays DRAM's, and they are left out of ceilings_id.
     caches: tuple[CacheLevel, ...] = ()
     path: str = field(default="", compare=False)

@@ -27,10 +27,10 @@ from typing import Any, Callable, Generic, Mapping, Sequence
 from pytest_solgate import results, score
 from pytest_solgate.declare.profiles import HardwareProfile, ProfileOption, resolve_profile_option
 from pytest_solgate.declare.work import make_work
-from pytest_solgate.judge import steps as step_budgets
-from pytest_solgate.judge import verdict
-from pytest_solgate.measure import backends, callables, clocks, extras, ncu_child, phases, pipeline, sampling
+from pytest_solgate.judge import step_budgets, verdict
+from pytest_solgate.measure import callables, clocks, extras, ncu_child, phases, pipeline, sampling
 from pytest_solgate.measure import context as measure_context
+from pytest_solgate.measure.contention import Readers
 from pytest_solgate.measure.context import Context
 from pytest_solgate.results import Measurement
 from pytest_solgate.support.errors import MeasureError, SolgateError
@@ -77,6 +77,7 @@ class Engine:
         head: Callable[[], tuple[str | None, bool]] | None = None,
         run_id: str = "",
         dram_profiler: extras.DramProfiler | None = None,
+        contention_readers: Readers = Readers(),
     ) -> None:
         self.settings = settings
         self.run_id = run_id  # written into the device lock, so another run can tell it is not one of ours
@@ -86,7 +87,7 @@ class Engine:
         self.warn = warn or self.announce
         # --sol-ncu: None without it; said once and dropped when ncu proves unusable here
         self._dram = extras.DramBytes(dram_profiler, self.warn) if settings.ncu and dram_profiler else None
-        self._contention = extras.Contention(run_id)
+        self._contention = extras.Contention(run_id, contention_readers)
         self._block = extras.SynchronizedBlock()
         self._clock_lock: clocks.ClockLock | None = None
         self._context: Context | None = None
@@ -171,7 +172,7 @@ class Engine:
 
         timed = self.take(test, name, "sol.measure", fn, time_once, sampling_settings.max_time, wrapped)
         timing = timed.timing
-        timed_for_real = backends.is_gated(timing.backend)  # not the interpreter's timing of a Triton kernel
+        timed_for_real = timing.gated  # not the interpreter's timing of a Triton kernel
         scorable, unscored = self._scorable(work, context.profile, gate and timed_for_real)
         notes = list(timing.notes)
         if unscored:
@@ -245,7 +246,7 @@ class Engine:
         # Said from the call's own time: a loaded machine stretches the wall time of a 4 us kernel
         # past the budget too, and a warning that load alone raises fails a `-W error` run.
         # A call longer than the whole budget overruns it however many samples a round then took.
-        if backends.is_gated(timing.backend) and timing.seconds > max_time:
+        if timing.gated and timing.seconds > max_time:
             notes.append(f"one call takes {timing.seconds:.3g} s, longer than the time budget "
                          f"--sol-max-time={max_time:g}; raise it for more samples")
             self.warn(f"{test} '{name}': {notes[-1]}")

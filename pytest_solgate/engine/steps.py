@@ -6,7 +6,7 @@ A step becomes ``Measurement`` records, so that budgets, baselines, verdicts, th
 
 - the step itself, named as given: its time, its FLOPs and bytes (declared, else counted), T_SOL =
   the sum of its operators', its MFU (judged against the marker's ``mfu=``), and the whole
-  breakdown (``Measurement.step``, a ``score.step.StepBreakdown``);
+  breakdown (``Measurement.step``, a ``score.step_breakdown.StepBreakdown``);
 - one record per top operator (the ``top`` that lose the most time), named
   ``"<step>: <operator> in <module>"`` and marked ``part_of=<step>``: its own time series, judged for
   regressions only (a marker's ``min=``/``mfu=`` are the step's budgets, not every operator's).
@@ -18,18 +18,16 @@ from typing import Any, Callable
 
 from pytest_solgate.declare.work import Work, make_work
 from pytest_solgate.engine import kernels as engines
-from pytest_solgate.measure import calibrate, callables, sampling
-from pytest_solgate.measure import step as profiling
+from pytest_solgate.measure import calibrate, callables, sampling, step_profile
 from pytest_solgate.results import Measurement
-from pytest_solgate.score import Score
-from pytest_solgate.score import step as scoring
+from pytest_solgate.score import Score, step_breakdown
 from pytest_solgate.support import stats
 from pytest_solgate.support.errors import MeasureError
 
 DEFAULT_TOP = 5
 
 
-def series_name(step: str, op: scoring.OperatorScore) -> str:
+def series_name(step: str, op: step_breakdown.OperatorScore) -> str:
     """The name of an operator's own series in the history, e.g. 'block: aten::softmax in Block.attn'."""
     return f"{step}: {op.label}"
 
@@ -67,9 +65,9 @@ def measure(engine: engines.Engine, test: str, fn: Callable[[], Any], *, name: s
         context = engine.begin(test, "sol.measure_step")
         device = "cuda" if context.device.kind == "cuda" else "cpu"
 
-        def profile_once() -> tuple[sampling.Timing, profiling.StepProfile]:
+        def profile_once() -> tuple[sampling.Timing, step_profile.StepProfile]:
             __tracebackhide__ = True
-            measured = profiling.profile_step(fn, device, max_time, min_time=engine.settings.sampling.min_time,
+            measured = step_profile.profile_step(fn, device, max_time, min_time=engine.settings.sampling.min_time,
                                               noise=engine.settings.sampling.noise)
             samples = tuple(run.seconds for run in measured.runs)
             median = stats.median(samples) if samples else 0.0
@@ -82,7 +80,7 @@ def measure(engine: engines.Engine, test: str, fn: Callable[[], Any], *, name: s
         if not any(run.operators for run in timed.read.runs):
             raise MeasureError(f"{test} '{name}': the step ran no PyTorch operator, so it has no speed of light to "
                                "hold it to; pass the callable that runs the model (e.g. lambda: model(x))")
-        breakdown = scoring.score_step(timed.read, calibrate.cpu_caches(timed.context.profile), declared)
+        breakdown = step_breakdown.score_step(timed.read, calibrate.cpu_caches(timed.context.profile), declared)
         return records(timed.context, test, name, timed.read, breakdown, gate, count, timed.contended, timed.notes)
 
     measured = again(top)
@@ -90,7 +88,7 @@ def measure(engine: engines.Engine, test: str, fn: Callable[[], Any], *, name: s
     return measured
 
 
-def records(context: Any, test: str, name: str, measured: profiling.StepProfile, breakdown: scoring.StepBreakdown,
+def records(context: Any, test: str, name: str, measured: step_profile.StepProfile, breakdown: step_breakdown.StepBreakdown,
             gate: bool, top: int, contended: str = "", taken_notes: tuple[str, ...] = ()) -> list[Measurement]:
     """The step's record, then one per top operator (pure: tested without a profiler). ``taken_notes``
     are the engine's notes of how the step was taken (contended, over the time budget)."""
@@ -135,12 +133,12 @@ def records(context: Any, test: str, name: str, measured: profiling.StepProfile,
     return [step, *series]
 
 
-def _operator_mfu(op: scoring.OperatorScore, profile: Any) -> float:
-    precision = scoring.main_precision(op.flops, profile)
+def _operator_mfu(op: step_breakdown.OperatorScore, profile: Any) -> float:
+    precision = step_breakdown.main_precision(op.flops, profile)
     return op.flops[precision] / (op.seconds * profile.peak_flops(precision)) if precision else 0.0
 
 
-def _timing(measured: profiling.StepProfile, seconds: float, samples: tuple[float, ...], noise: float) -> sampling.Timing:
+def _timing(measured: step_profile.StepProfile, seconds: float, samples: tuple[float, ...], noise: float) -> sampling.Timing:
     return sampling.Timing(
         seconds=seconds,
         samples=samples,

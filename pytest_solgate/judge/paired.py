@@ -51,10 +51,6 @@ class PairedJudgement:
     tolerance: float
     tight: bool  # the interval is narrow enough that more rounds would not change the verdict
 
-    @property
-    def half_width(self) -> float:
-        return (self.high - self.low) / 2
-
 
 def _spread(pairs: Sequence[Pair]) -> float:
     """The rounds' standard deviation of the log difference, never less than the runs' own

@@ -12,7 +12,6 @@ from pytest_solgate import results
 from pytest_solgate.judge import wording
 from pytest_solgate.judge.budget import Budget, budget_on, per_profile
 from pytest_solgate.judge.window import BaselineWindow, Comparison, JudgeSettings, against_window
-from pytest_solgate.measure import backends
 from pytest_solgate.results import AppliedBudget, Judgement, Measurement, Verdict
 from pytest_solgate.support.errors import MarkerError
 
@@ -106,7 +105,7 @@ def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, setting
         if sol > ABOVE_SOL_LIMIT:  # not judged, but an impossible reading still says so
             return done(results.NOT_GATED, wording.impossible_reference(m, ABOVE_SOL_LIMIT))
         return done(results.NOT_GATED, wording.NOT_JUDGED)
-    if not backends.is_gated(m.timing.backend):
+    if not m.timing.gated:
         return done(results.NOT_GATED, wording.INTERPRETED)
     if settings.gate == "off":
         return done(results.NOT_GATED, wording.GATE_OFF)
@@ -137,7 +136,7 @@ def fitting_class(m: Measurement) -> tuple[str, float] | None:
 def judged(m: Measurement) -> bool:
     """Whether the gate judged ``m`` (not a gate=False reference, the Triton interpreter, or
     --sol-gate=off): only those are compared with a baseline or a level."""
-    return m.gate and backends.is_gated(m.timing.backend) and m.verdict != results.NOT_GATED
+    return m.gate and m.timing.gated and m.verdict != results.NOT_GATED
 
 
 def _judgement(m: Measurement) -> Judgement:

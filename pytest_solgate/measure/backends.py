@@ -9,7 +9,8 @@ import contextlib
 import math
 import os
 import time
-from typing import Any, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 from pytest_solgate.measure import kernel_trace, sm_clock, telemetry
 from pytest_solgate.measure.capabilities import Backend, Capabilities
@@ -28,9 +29,29 @@ def triton_interpreter_active() -> bool:
 INTERPRETER = "triton-interpreter"  # a backend whose timings mean nothing (TRITON_INTERPRET=1)
 
 
-def is_gated(backend_name: str) -> bool:
-    """Whether timings from this backend may pass or fail a test: not the Triton interpreter's."""
-    return backend_name != INTERPRETER
+class CpuStamp(NamedTuple):
+    """The CPU backend's clocks at one moment, in nanoseconds."""
+
+    wall: int
+    thread: int  # the calling thread's CPU time
+    process: int  # the whole process's CPU time
+
+
+def read_cpu_stamp() -> CpuStamp:
+    return CpuStamp(time.perf_counter_ns(), time.thread_time_ns(), time.process_time_ns())
+
+
+class CpuInterval(NamedTuple):
+    """One sample on the CPU backend: the stamps around its call(s)."""
+
+    start: CpuStamp
+    end: CpuStamp
+
+    @property
+    def nanoseconds(self) -> tuple[int, int, int]:
+        """(wall, thread CPU, process CPU) nanoseconds between the stamps."""
+        return (self.end.wall - self.start.wall, self.end.thread - self.start.thread,
+                self.end.process - self.start.process)
 
 
 # The CPU timers a measurement's record names (timing_mode).
@@ -73,11 +94,11 @@ def choose_cpu_timer(calls: list[tuple[int, int, int]]) -> tuple[str, str]:
     return THREAD_CPU_TIME, ""
 
 
-class CpuBackend(Backend):
+class CpuBackend(Backend[CpuStamp, CpuInterval]):
     """The calling thread's CPU time (or wall time, see ``choose_cpu_timer``) around the call(s),
     after writing a buffer of twice the last-level cache outside the timed region (as the CUDA
     backend flushes L2), so that a working set that fits in cache cannot beat DRAM bandwidth.
-    The Triton interpreter's timings are not gated, so it is not flushed (``flush_bytes=0``).
+    The Triton interpreter's timings are not gated (``gated=False``), so it is not flushed (``flush_bytes=0``).
 
     ``probe`` (``copy_probe``) is the memory probe the sampling loop times after each sample (docs/measurement.md):
     a copy of a fixed buffer of the flush's size, the plugin's own code, so that no commit of the
@@ -88,9 +109,11 @@ class CpuBackend(Backend):
     min_sample_seconds = 100e-6
     telemetry_note = "no telemetry on the CPU backend"
 
-    def __init__(self, name: str = "cpu", flush_bytes: int = 0) -> None:
+    def __init__(self, name: str = "cpu", flush_bytes: int = 0, gated: bool = True,
+                 clock: Callable[[], CpuStamp] = read_cpu_stamp) -> None:
         self.name = name
-        self.gated = is_gated(name)
+        self.gated = gated
+        self.clock = clock  # a test passes its own, as the CUDA backend takes its host clock
         self.flush_bytes = flush_bytes
         # Short CPU calls are still batched after one flush (and say so), not cold each call: the
         # flush costs about 7 ms here, so one call per sample would leave a 2 s budget a few hundred samples.
@@ -102,10 +125,9 @@ class CpuBackend(Backend):
         self._warmup_calls: list[tuple[int, int, int]] | None = None  # while the warm-up runs
         self._probe_buffers: Any = None
 
-    @staticmethod
-    def now() -> tuple[int, int, int]:
-        """Wall, thread CPU and process CPU nanoseconds (the fake clock of the tests replaces this)."""
-        return time.perf_counter_ns(), time.thread_time_ns(), time.process_time_ns()
+    def now(self) -> CpuStamp:
+        """Wall, thread CPU and process CPU nanoseconds, from the clock passed in."""
+        return self.clock()
 
     def begin(self) -> None:
         """A new measurement: its warm-up calls are timed by wall time and choose its timer."""
@@ -146,22 +168,42 @@ class CpuBackend(Backend):
         self._flush_value = (self._flush_value + 1) % 256  # a new value each time: real writes
         ctypes.memset(self._flush_buffer, self._flush_value, self.flush_bytes)
 
-    def start(self) -> tuple[int, int, int]:
-        return self.now()
+    def start(self) -> CpuStamp:
+        return CpuStamp(*self.now())
 
-    def stop(self, token: tuple[int, int, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-        return token, self.now()
+    def stop(self, token: CpuStamp) -> CpuInterval:
+        interval = CpuInterval(token, CpuStamp(*self.now()))
+        if self._warmup_calls is not None:  # every call of the warm-up ends here, read or not
+            self._warmup_calls.append(interval.nanoseconds)
+        return interval
 
-    def elapsed(self, handle: tuple[tuple[int, int, int], tuple[int, int, int]]) -> float:
-        (wall0, thread0, process0), (wall1, thread1, process1) = handle
-        if self._warmup_calls is not None:
-            self._warmup_calls.append((wall1 - wall0, thread1 - thread0, process1 - process0))
-        if self.timer == THREAD_CPU_TIME:
-            return (thread1 - thread0) / 1e9
-        return (wall1 - wall0) / 1e9
+    def elapsed(self, handle: CpuInterval) -> float:
+        wall, thread, _ = handle.nanoseconds
+        return (thread if self.timer == THREAD_CPU_TIME else wall) / 1e9
 
 
-class CudaBackend(Backend):
+@dataclass(frozen=True)
+class CudaStart:
+    """What ``CudaBackend.start`` hands to ``stop``."""
+
+    event: Any  # torch.cuda.Event, recorded where the timed region starts
+    clock_slot: int | None  # the SM clock stamp's slot (sm_clock), None without the stamps
+    sample: int | None  # the sample's number in the kernel trace, None outside a trace
+
+
+@dataclass(frozen=True)
+class CudaSample:
+    """One sample on the CUDA backend: the events around it, its SM clock stamps and its number in
+    the kernel trace."""
+
+    start_event: Any  # torch.cuda.Event
+    stop_event: Any
+    start_slot: int | None
+    stop_slot: int | None
+    sample: int | None
+
+
+class CudaBackend(Backend[CudaStart, CudaSample]):
     """CUDA events on the current stream, an L2 flush of twice the L2 outside the timed region,
     and a short GPU-side spin before each sample so the launch itself is not timed. Where
     torch.profiler can record CUDA activities, the sampling phase also records the device's own
@@ -257,10 +299,10 @@ class CudaBackend(Backend):
                 self._session = None
         self._traced = kernel_trace.sample_kernels(session.events())
 
-    def kernel_times(self, handles: list[Any]) -> list[kernel_trace.SampleKernels | None]:
-        return [self._traced.get(handle[4]) if handle[4] is not None else None for handle in handles]
+    def kernel_times(self, handles: Sequence[CudaSample]) -> list[kernel_trace.SampleKernels | None]:
+        return [self._traced.get(handle.sample) if handle.sample is not None else None for handle in handles]
 
-    def start(self) -> Any:
+    def start(self) -> CudaStart:
         clock_slot = self.clock_stamps.stamp() if self.clock_stamps else None
         event = self.torch.cuda.Event(enable_timing=True)
         event.record()
@@ -270,15 +312,15 @@ class CudaBackend(Backend):
             self._sample_range = self.torch.profiler.record_function(f"{kernel_trace.SAMPLE}{sample}")
             self._sample_range.__enter__()
         self._queued_from = self.host_clock()
-        return event, clock_slot, sample
+        return CudaStart(event, clock_slot, sample)
 
-    def stop(self, token: Any) -> tuple[Any, Any, Any, Any, int | None]:
+    def stop(self, token: CudaStart) -> CudaSample:
         if self._sample_range is not None:
             self._sample_range.__exit__(None, None, None)
             self._sample_range = None
         event = self.torch.cuda.Event(enable_timing=True)
         event.record()
-        start_event, start_slot, sample = token
+        sample = token.sample
         if sample is not None:  # runs once the timed stream is done with the sample
             with self._marked(kernel_trace.DONE):
                 self._done_marker.zero_()
@@ -289,7 +331,7 @@ class CudaBackend(Backend):
         if self._warming_up:
             self.enqueue_seconds = self._steady_enqueue()
         stop_slot = self.clock_stamps.stamp() if self.clock_stamps else None
-        return start_event, event, start_slot, stop_slot, sample
+        return CudaSample(token.event, event, token.clock_slot, stop_slot, sample)
 
     def begin(self) -> None:
         """A new measurement: its warm-up sizes the hold afresh."""
@@ -308,12 +350,11 @@ class CudaBackend(Backend):
         self.enqueue_seconds = self._steady_enqueue()
         self._enqueues, self._warming_up = [], False
 
-    def sample_clock_mhz(self, handle: tuple[Any, ...]) -> float | None:
+    def sample_clock_mhz(self, handle: CudaSample) -> float | None:
         """The SM clock over one sample (after the round's synchronize), or None without the stamps."""
-        start_slot, stop_slot = handle[2], handle[3]
-        if self.clock_stamps is None or start_slot is None:
+        if self.clock_stamps is None or handle.start_slot is None:
             return None
-        return self.clock_stamps.mhz(start_slot, stop_slot)
+        return self.clock_stamps.mhz(handle.start_slot, handle.stop_slot)
 
     def capture_graph(self, fn: Any, calls: int) -> Any:
         """``calls`` calls of ``fn`` captured as one CUDA graph; returns its replay. The flush and
@@ -340,20 +381,20 @@ class CudaBackend(Backend):
     def synchronize(self) -> None:
         self.torch.cuda.synchronize(self.device)
 
-    def elapsed(self, handle: tuple[Any, Any]) -> float:
-        return handle[0].elapsed_time(handle[1]) / 1e3
+    def elapsed(self, handle: CudaSample) -> float:
+        return handle.start_event.elapsed_time(handle.stop_event) / 1e3
 
     def read_telemetry(self) -> dict[str, Any] | None:
         return self.reader.read() if self.reader else None
 
 
-def make_backend(choice: DeviceChoice, l2_bytes: int | None, clock_mhz: float | None) -> Any:
+def make_backend(choice: DeviceChoice, l2_bytes: int | None, clock_mhz: float | None) -> CpuBackend | CudaBackend:
     if choice.kind == "cuda":
         import torch
 
         return CudaBackend(torch, torch.device("cuda", choice.index), l2_bytes, clock_mhz)
     if triton_interpreter_active():
-        return CpuBackend(INTERPRETER)
+        return CpuBackend(INTERPRETER, gated=False)
     return cpu_backend()
 
 

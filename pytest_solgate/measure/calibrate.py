@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pytest_solgate.declare.profiles import CacheLevel, DeviceFacts, HardwareProfile, load_profile, profile_to_toml
+from pytest_solgate.measure.backends import CpuBackend
 from pytest_solgate.measure.devices import MIB, cpu_data_caches, last_level_cache_bytes
 from pytest_solgate.support import atomic, stats
 from pytest_solgate.support.atomic import ReportWriteError
@@ -70,16 +71,19 @@ RATE_QUANTILE = 0.9
 SECONDS_PER_FIGURE = 0.4
 
 
-def _sustained_rate(fn: Callable[[], Any], work: float, seconds: float = SECONDS_PER_FIGURE) -> float:
+def _sustained_rate(fn: Callable[[], Any], work: float, seconds: float = SECONDS_PER_FIGURE,
+                    timer: CpuBackend | None = None) -> float:
     """The RATE_QUANTILE quantile of ``work`` per second over calls of ``fn`` for ``seconds``
-    (at least 5 calls, after one untimed call)."""
+    (at least 5 calls, after one untimed call), each call timed by the CPU backend's wall time
+    (``timer``: an unflushed one unless given), as a kernel's CPU measurement is."""
+    timer = timer or CpuBackend()
     fn()
-    rates = []
+    rates: list[float] = []
     deadline = time.perf_counter() + seconds
     while len(rates) < 5 or time.perf_counter() < deadline:
-        start = time.perf_counter()
+        token = timer.start()
         fn()
-        rates.append(work / (time.perf_counter() - start))
+        rates.append(work / timer.elapsed(timer.stop(token)))
     return stats.quantile(rates, RATE_QUANTILE)
 
 
@@ -144,7 +148,7 @@ def repeated_cpu_calibration(
 
 
 # The cache levels' bandwidth (the cache-aware roofline's roofs, scored against by a whole step's
-# operators: score/step.py): the same streaming patterns over working sets that fit in each level,
+# operators: score/step_breakdown.py): the same streaming patterns over working sets that fit in each level,
 # a quarter and a half of it (a torch call on a few KiB is mostly dispatch: the larger working set
 # is what a level can give), each briefly, best of CPU_REPETITIONS.
 CACHE_SHARES = (0.25, 0.5)

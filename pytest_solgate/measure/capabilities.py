@@ -4,6 +4,10 @@ A backend says what it has (``Capabilities``) instead of being probed for attrib
 sampling phases (measure/phases.py), the extras around a measurement (measure/extras.py) and the
 engine read the declaration. ``Backend`` is the contract with its defaults: a backend that has no
 warm-up hook, memory probe, clock stamps or graph capture inherits the ones that do nothing.
+
+A backend names its own two types: the ``Token`` that ``start`` returns and ``stop`` takes, and the
+``Handle`` (one timed sample) that ``stop`` returns and ``elapsed`` reads. The sampling phases only
+hand them back, so each backend's are its own business, and a type checker sees them matched.
 """
 
 from __future__ import annotations
@@ -11,7 +15,13 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Protocol, Sequence, TypeVar
+
+if TYPE_CHECKING:
+    from pytest_solgate.measure.kernel_trace import SampleKernels
+
+Token = TypeVar("Token")
+Handle = TypeVar("Handle")
 
 
 @dataclass(frozen=True)
@@ -31,10 +41,10 @@ class Capabilities:
     cold_each_call: bool = False
 
 
-class Backend:
+class Backend(Protocol[Token, Handle]):
     """The calls the sampling phases make, with the defaults of a backend that lacks the optional
-    pieces. A backend sets ``name``, ``gated``, ``min_sample_seconds`` and ``capabilities`` and
-    implements flush, hold, start, stop, synchronize and elapsed."""
+    pieces. A backend subclasses it, sets ``name``, ``gated``, ``min_sample_seconds`` and
+    ``capabilities`` and implements flush, hold, start, stop, synchronize and elapsed."""
 
     name = "backend"
     gated = True  # whether its timings may pass or fail a test
@@ -65,31 +75,32 @@ class Backend:
     def hold(self, batch: int) -> None:  # keep launch latency out of the timed region
         pass
 
-    def start(self) -> Any:
+    def start(self) -> Token:
         raise NotImplementedError
 
-    def stop(self, token: Any) -> Any:
+    def stop(self, token: Token) -> Handle:
         raise NotImplementedError
 
     def synchronize(self) -> None:
         pass
 
-    def elapsed(self, handle: Any) -> float:
+    def elapsed(self, handle: Handle) -> float:
+        """The seconds one sample took (what the record's timer reads); reads, records nothing."""
         raise NotImplementedError
 
     def read_telemetry(self) -> dict[str, Any] | None:
         return None
 
-    def sample_clock_mhz(self, handle: Any) -> float | None:
+    def sample_clock_mhz(self, handle: Handle) -> float | None:
         """The SM clock over one sample (Capabilities.sample_clock), else None."""
         return None
 
-    def tracing(self) -> Any:
+    def tracing(self) -> ContextManager[None]:
         """A context over the sampling phase that records the device's kernel timestamps
         (Capabilities.kernel_timestamps); nothing elsewhere."""
         return contextlib.nullcontext()
 
-    def kernel_times(self, handles: list[Any]) -> list[Any]:
+    def kernel_times(self, handles: Sequence[Handle]) -> list[SampleKernels | None]:
         """Each sample's device work from the closed trace (kernel_trace.SampleKernels), or None."""
         return [None] * len(handles)
 

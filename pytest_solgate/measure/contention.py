@@ -17,7 +17,9 @@ an idle machine. So the machine is read, in this order, from the first source it
    tell a kernel that waits from one that was preempted).
 
 ``snapshot`` is taken before and after the sampling loop; ``between`` returns the facts. The
-wording is the engine's.
+wording is the engine's. Where the counters are read (``Readers``: the clocks and the /proc root)
+is passed in by whoever builds the engine; a test suite names a /proc of its own for a whole
+session with SOLGATE_TEST_PROC_ROOT (``readers_from``), never by replacing a module's global.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
-PROC = Path("/proc")  # the tests point it at a folder of their own
+PROC_ROOT = Path("/proc")
+# Test-only: a folder of fake /proc files the session reads instead of /proc (an idle machine's, say).
+TEST_PROC_ROOT_VARIABLE = "SOLGATE_TEST_PROC_ROOT"
 
 # PSI: at least one task waited for a CPU during more than this share of the window. Two busy
 # processes on one core stall each other about half the time; an idle machine reads 0.
@@ -102,11 +106,28 @@ def _busy_seconds(proc: Path) -> tuple[float, int] | None:
 
 
 def snapshot(own_cpu: Callable[[], float] = time.process_time, wall: Callable[[], float] = time.perf_counter,
-             proc: Path | None = None) -> Snapshot:
-    proc = PROC if proc is None else proc
+             proc: Path = PROC_ROOT) -> Snapshot:
     busy = _busy_seconds(proc)
     return Snapshot(wall=wall(), own_cpu=own_cpu(), stall=_stall_seconds(proc), waited=_waited_seconds(proc),
                     busy=busy[0] if busy else None, cores=busy[1] if busy else 1)
+
+
+@dataclass(frozen=True)
+class Readers:
+    """Where a contention reading comes from: this process's CPU clock, the wall clock, the /proc root."""
+
+    own_cpu: Callable[[], float] = time.process_time
+    wall: Callable[[], float] = time.perf_counter
+    proc: Path = PROC_ROOT
+
+    def snapshot(self) -> Snapshot:
+        return snapshot(self.own_cpu, self.wall, self.proc)
+
+
+def readers_from(environ: Mapping[str, str]) -> Readers:
+    """The session's readers: the real ones, or a test suite's /proc (TEST_PROC_ROOT_VARIABLE)."""
+    root = environ.get(TEST_PROC_ROOT_VARIABLE)
+    return Readers(proc=Path(root)) if root else Readers()
 
 
 def between(start: Snapshot, end: Snapshot) -> Busy:

@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping
 
 from pytest_solgate.declare.profiles import HardwareProfile, ProfileOption, detect, known_profiles
 from pytest_solgate.measure import backends, calibrate, clocks, devices, environment, locking, ncu_child
+from pytest_solgate.measure.capabilities import Backend
 from pytest_solgate.support.errors import MeasureError, OptionError
 from pytest_solgate.support.settings import Settings
 
@@ -30,13 +31,13 @@ class Context:
     device_name: str
     profile: HardwareProfile
     ceilings: str  # "datasheet" or "measured"
-    backend: Any
+    backend: Backend  # a CpuBackend or a CudaBackend (measure/backends.py)
     lock_key: str
     warnings: tuple[str, ...] = ()
     environment: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # In a Triton-interpreter session: the real CPU backend, for callables that launch no Triton
     # kernel (a torch reference), which are real CPU measurements.
-    cpu_fallback: Any = None
+    cpu_fallback: backends.CpuBackend | None = None
 
     @property
     def on_gpu(self) -> bool:
@@ -116,7 +117,7 @@ def resolve(settings: Settings, profile_option: ProfileOption, cache_dir: Path,
         if clock_state.refused:
             warnings.append(clocks.refused_message(clock_state))
         described[clocks.ENVIRONMENT_KEY] = clock_state.environment_value
-    fallback = backends.cpu_backend() if backend.name == backends.INTERPRETER else None
+    fallback = None if backend.gated else backends.cpu_backend()
     context = Context(
         device=choice, device_name=name, profile=profile, ceilings=profile.ceilings, backend=backend,
         lock_key=lock_key, warnings=tuple(warnings),
@@ -126,7 +127,7 @@ def resolve(settings: Settings, profile_option: ProfileOption, cache_dir: Path,
     return context, clock_lock
 
 
-def lock_clocks(mode: str, backend: Any) -> tuple[clocks.ClockState, clocks.ClockLock | None]:
+def lock_clocks(mode: str, backend: Backend) -> tuple[clocks.ClockState, clocks.ClockLock | None]:
     """--sol-lock-clocks on the backend's device, through the NVML handle its telemetry uses."""
     reader = backend.reader
 

@@ -18,17 +18,13 @@ and whether the attempt was disturbed enough to be taken again (measure/pipeline
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
-from pytest_solgate.measure import backends, block, ncu
-from pytest_solgate.measure import contention as machine
+from pytest_solgate.measure import block, ncu
+from pytest_solgate.measure.contention import BUSY_TIME, CPU_PRESSURE, PROCESS_SHARE, Busy, Readers, Snapshot, between
 from pytest_solgate.measure.context import Context
 from pytest_solgate.measure.sampling import Timing
-
-# The clocks of the contention reading: process CPU time and wall time (the fake-clock tests replace them).
-CPU_CLOCKS: tuple[Callable[[], float], Callable[[], float]] = (time.process_time, time.perf_counter)
 
 # (test key, measurement name) -> the DRAM traffic of one call under Nsight Compute (measure/ncu.py)
 DramProfiler = Callable[[str, str], "ncu.DramTraffic"]
@@ -84,25 +80,24 @@ class Contention:
 
     holds_device = True
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, readers: Readers = Readers()) -> None:
         self.run_id = run_id
-        self._before: machine.Snapshot | None = None
+        self.readers = readers  # the clocks and the /proc it reads (a test's, passed in by the engine's builder)
+        self._before: Snapshot | None = None
 
     def before(self) -> None:
-        cpu_clock, wall_clock = CPU_CLOCKS
-        self._before = machine.snapshot(cpu_clock, wall_clock)
+        self._before = self.readers.snapshot()
 
     def after(self, taken: Taken) -> Findings:
-        cpu_clock, wall_clock = CPU_CLOCKS
-        busy = machine.between(self._before, machine.snapshot(cpu_clock, wall_clock))
+        busy = between(self._before, self.readers.snapshot())
         # The interpreter's timings mean nothing whether or not the machine was busy.
         why = (contention(taken.waited_for, self.run_id, busy, taken.context.device.kind == "cpu")
-               if backends.is_gated(taken.timing.backend) else "")
-        rank = -busy.value if busy.source == machine.PROCESS_SHARE else busy.value  # lower: calmer
+               if taken.timing.gated else "")
+        rank = -busy.value if busy.source == PROCESS_SHARE else busy.value  # lower: calmer
         return Findings(fields={"contended": why}, retake=bool(why), rank=rank)
 
 
-def contention(waited_for: str, run_id: str, busy: machine.Busy, on_cpu: bool) -> str:
+def contention(waited_for: str, run_id: str, busy: Busy, on_cpu: bool) -> str:
     """Why a measurement was not alone on its device, or '' (pure).
 
     On a CPU, what other processes took while it sampled (measure/contention.py). A GPU's share is
@@ -117,12 +112,12 @@ def contention(waited_for: str, run_id: str, busy: machine.Busy, on_cpu: bool) -
     return ""
 
 
-def busy_phrase(busy: machine.Busy) -> str:
+def busy_phrase(busy: Busy) -> str:
     """A contention reading in a few words, e.g. 'CPU pressure 43%: tasks waited for a CPU'."""
-    if busy.source == machine.CPU_PRESSURE:
+    if busy.source == CPU_PRESSURE:
         mine = f", this thread {busy.waited:.0%}" if busy.waited is not None else ""
         return f"CPU pressure {busy.value:.0%}: tasks waited for a CPU{mine}"
-    if busy.source == machine.BUSY_TIME:
+    if busy.source == BUSY_TIME:
         return f"other processes kept {busy.value:.1f} of {busy.cores} cores busy"
     return f"this process got {busy.value:.0%} of a core"
 

@@ -87,12 +87,6 @@ def from_dicts(rows: Iterable[dict[str, Any]]) -> list[TraceEvent]:
                        int(r["correlation"]), int(r["resource"])) for r in rows]
 
 
-def to_dicts(events: Iterable[TraceEvent]) -> list[dict[str, Any]]:
-    """TraceEvents as plain fields, to record a trace (``from_dicts`` reads it back)."""
-    return [dict(name=e.name, on_device=e.on_device, start_ns=e.start_ns, end_ns=e.end_ns, correlation=e.correlation,
-                 resource=e.resource) for e in events]
-
-
 @dataclass(frozen=True)
 class _Ranges:
     """The host ranges of one kind (sample, hold, done), sorted by start, for a bisection per launch."""

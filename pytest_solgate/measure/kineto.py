@@ -7,7 +7,7 @@ The trace's events, as kineto writes them (``ph: X`` complete events, times in u
 
 - host ranges (``cat`` ``cpu_op``, ``user_annotation``, ``python_function``) on a thread
   (``pid``, ``tid``): nested by time, they make each thread's tree; the outermost operator of a
-  tree is the top operator (``measure/step.py: operator_name``, as ``measure_step`` picks it);
+  tree is the top operator (``measure/step_profile.py: operator_name``, as ``measure_step`` picks it);
 - runtime and driver calls (``cuda_runtime``, ``cuda_driver``; HIP calls under the same names on
   AMD) with ``args.correlation``, and the device activities (``kernel``, ``gpu_memcpy``,
   ``gpu_memset``) with the same correlation id, on ``args.stream``; where a launch's runtime event
@@ -42,9 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from pytest_solgate.measure import kernel_trace
-from pytest_solgate.measure import step as profiling
-from pytest_solgate.measure.step import OperatorWork, RunReading, StepProfile, add_work, operator_name
+from pytest_solgate.measure import kernel_trace, step_profile
+from pytest_solgate.measure.step_profile import OperatorWork, RunReading, StepProfile, add_work, operator_name
 from pytest_solgate.support import stats
 from pytest_solgate.support.errors import MeasureError
 
@@ -330,7 +329,7 @@ def range_flops(r: HostRange) -> tuple[str, float] | None:
     class Call:  # what flop_formula reads of an aten call
         overloadpacket = packet
 
-    formula = profiling.flop_formula(Call)
+    formula = step_profile.flop_formula(Call)
     if formula is None:
         return None
     shapes = [tuple(d) if kind in ELEMENT_BYTES and isinstance(d, list) else None
@@ -381,7 +380,7 @@ def _opened(name: str) -> bool:
     """Whether the bytes of a call are counted in the calls inside it: a range that is no aten
     kernel (a backward node, an annotation) or a composite op (``aten::linear``, ``aten::to``),
     as measure_step's counting mode sees them decomposed. A custom op (``fbgemm::...``) is counted whole."""
-    if operator_name(name) is None or name.startswith((profiling.BACKWARD_PREFIX, "torch::autograd::")):
+    if operator_name(name) is None or name.startswith((step_profile.BACKWARD_PREFIX, "torch::autograd::")):
         return True
     overload = _overload(name)
     if overload is None:

@@ -54,6 +54,8 @@ class Timing:
     gap_seconds: float | None = None
     # Why part of a sample's device work ran outside the timed stream's region ('' if none)
     hidden_work: str = ""
+    # Whether the timing may pass or fail a test: its backend's ``gated`` (False for the Triton interpreter's)
+    gated: bool = True
 
 
 KERNEL_TIMESTAMPS = "kernel-timestamps"
@@ -143,4 +145,5 @@ def take_timing(
         span_seconds=timed.span_seconds,
         gap_seconds=timed.gap_seconds,
         hidden_work=timed.hidden_work,
+        gated=backend.gated,
     )

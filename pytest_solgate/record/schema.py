@@ -140,7 +140,7 @@ MEASUREMENT = {
         "sol_clock_mhz": _number(1e5),  # the clock sol's compute peaks are at, when clocks were locked
         # events-capture-off: events because an earlier capture of the session failed; kernel-timestamps: the
         # device's own kernel start/end (CUPTI, through torch.profiler); thread-cpu-time, perf-counter: CPU
-        # timers; profiler-*: a whole step's operators under torch.profiler (sol.measure_step, measure/step.py)
+        # timers; profiler-*: a whole step's operators under torch.profiler (sol.measure_step, measure/step_profile.py)
         "timing_mode": {"enum": ["events", "cuda-graph", "events-capture-off", "kernel-timestamps", "thread-cpu-time",
                                  "perf-counter", "profiler-cpu", "profiler-kernels"]},
         "events_seconds": _number(MAX_SECONDS),  # kernel-timestamps: the CUDA events' median per call (the cross-check)
@@ -152,7 +152,7 @@ MEASUREMENT = {
         "measured_bytes": _number(MAX_COUNT),  # DRAM bytes of one call under Nsight Compute (--sol-ncu)
         "dram_ratio": _number(FINITE),  # measured_bytes / bytes
         "trend": {"type": "array", "maxItems": 100_000, "items": {"type": "object"}},
-        "step": STEP,  # a whole step's breakdown, on the step's record only (score/step.py)
+        "step": STEP,  # a whole step's breakdown, on the step's record only (score/step_breakdown.py)
         "part_of": _text(1_000),  # on a step's operator series: the step's name
     },
 }

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 
 from pytest_solgate.declare.profiles import HardwareProfile
 from pytest_solgate.judge import verdict, wording
-from pytest_solgate.report import roofline, steps, table
+from pytest_solgate.report import roofline, step_table, table
 from pytest_solgate.results import Measurement, RunInfo
 from pytest_solgate.support import units
 
@@ -96,7 +96,7 @@ def render_report(
         details=[_detail(m, i, ordered) for i, m in enumerate(ordered)],
         counts=table.counts(ordered),
         charts=charts,
-        steps=steps.sections(ordered),
+        steps=step_table.sections(ordered),
         profiles=[profiles[p] for p in sorted({m.profile for m in ordered}) if p in profiles],
         generated=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     )

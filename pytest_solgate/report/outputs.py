@@ -48,7 +48,7 @@ def publish(
 ) -> list[str]:
     """Writes the reports; returns the messages to print."""
     from pytest_solgate.record import schema
-    from pytest_solgate.report import machine
+    from pytest_solgate.report import ci_formats
     from pytest_solgate.support import atomic
 
     messages: list[str] = []
@@ -70,7 +70,7 @@ def publish(
         # github-action-benchmark rejects an empty list ("No benchmark result was found").
         messages.append(f"solgate: nothing was measured, so no benchmark-action JSON was written to {settings.benchmark_action}")
     else:
-        write(settings.benchmark_action, "benchmark-action JSON", lambda: machine.benchmark_action(measurements))
+        write(settings.benchmark_action, "benchmark-action JSON", lambda: ci_formats.benchmark_action(measurements))
     if settings.markdown or (settings.github_summary and os.environ.get("GITHUB_STEP_SUMMARY")):
         from pytest_solgate.report import markdown
 

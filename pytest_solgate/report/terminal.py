@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from pytest_solgate.measure.backends import is_gated
-from pytest_solgate.report.steps import terminal_lines
+from pytest_solgate.report.step_table import terminal_lines
 from pytest_solgate.report.table import HEADERS, Row, counts, ordered, row
 from pytest_solgate.results import Measurement
 from pytest_solgate.support import units
@@ -72,7 +71,7 @@ def _totals(measurements: Sequence[Measurement]) -> str:
     totals = ", ".join(f"{n} {verdict}" for verdict, n in counts(measurements).items())
     # The README's main job on a machine without a GPU: say once why the kernels are not gated.
     # (gate=False references are not gated anyway, and are timed on the CPU as they are.)
-    interpreted = sum(m.gate and not is_gated(m.timing.backend) for m in measurements)
+    interpreted = sum(m.gate and not m.timing.gated for m in measurements)
     if interpreted:
         totals += (f"; {interpreted} kernel(s) ran in the Triton interpreter (no GPU here), whose timings mean "
                    "nothing, so they are not gated (their correctness is); on a GPU the same command times and gates them")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from pytest_solgate.results import Measurement
-from pytest_solgate.score.step import CLASSES, IDLE, StepBreakdown
+from pytest_solgate.score.step_breakdown import CLASSES, IDLE, StepBreakdown
 from pytest_solgate.support import units
 
 TERMINAL_TOP = 5

@@ -33,7 +33,7 @@ from typing import Any, Mapping, Sequence
 
 from pytest_solgate.declare.profiles import HardwareProfile
 from pytest_solgate.declare.work import Work
-from pytest_solgate.measure.step import RunReading, StepProfile, faster_half_noise
+from pytest_solgate.measure.step_profile import RunReading, StepProfile, faster_half_noise
 from pytest_solgate.support import stats
 
 IDLE = "idle"
@@ -90,7 +90,7 @@ class OperatorScore:
     lost: float  # seconds - t_sol
     bound: str  # "memory" or "compute"
     level: str = DRAM  # the memory level its bytes are held against ("L1", "L2", "L3", "DRAM")
-    noise: float = math.inf  # relative 95 % half-width of ``seconds`` (measure/step.py: faster_half_noise)
+    noise: float = math.inf  # relative 95 % half-width of ``seconds`` (measure/step_profile.py: faster_half_noise)
 
     @property
     def label(self) -> str:
@@ -137,7 +137,7 @@ class StepBreakdown:
     kept: int = 0  # the faster runs the figures are means over
     declared: bool = False  # the FLOPs or bytes were declared, not counted
     notes: tuple[str, ...] = field(default_factory=tuple)
-    noise: float = math.inf  # relative 95 % half-width of ``seconds`` (measure/step.py: faster_half_noise)
+    noise: float = math.inf  # relative 95 % half-width of ``seconds`` (measure/step_profile.py: faster_half_noise)
 
     @property
     def idle_share(self) -> float:
