@@ -117,7 +117,7 @@ ONE_RUN_FLOOR = "1 run"
 
 def cmd_accept(args: argparse.Namespace) -> int:
     """Record a deliberate slowdown: from COMMIT on, the baseline of the matching measurements is
-    the level COMMIT shows (baseline.level), not the one before it."""
+    the level COMMIT shows (judge/level.py), not the one before it."""
     import datetime
     import getpass
 

@@ -63,7 +63,7 @@ class BaselineWindow:
     runs: tuple[BaselineRun, ...]
     # Facts in which every run of the window differs from this run, e.g. "torch 2.12.0 -> 2.13.0".
     environment_differs: tuple[str, ...] = ()
-    # Where the level began and what was left out of it (baseline.level), for the message.
+    # Where the level began and what was left out of it (level.level), for the message.
     notes: tuple[str, ...] = ()
 
 
