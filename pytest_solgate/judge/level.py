@@ -11,7 +11,10 @@ newest first, taken only from the commits since the level began:
   (``solgate accept``), whichever is nearer;
 - runs that were interrupted, contended or noisy are recorded but never in a window;
 - a run judged ``regressed`` against this same level is not a baseline (one regression must not
-  widen the window until it is reverted); a confirmed change point whose runs the gate failed as
+  widen the window until it is reverted), and neither is one judged ``ambiguous`` on a drop beyond
+  its tolerance (a slowdown the floor could not yet tell apart must not widen the floor that the
+  next runs are judged against: a real one fails as soon as the window can tell); a confirmed
+  change point whose runs the gate failed as
   ``regressed`` does not start a new level: main stays red, every later message naming the commit
   where the level fell, until it is reverted (a later change point) or accepted;
 - the runs of a one-commit excursion (an outlier of the series) are left out.
@@ -24,7 +27,7 @@ differences are named (``select``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from pytest_solgate.judge import changepoints
 from pytest_solgate.judge.changepoints import MIN_CHANGE
@@ -64,13 +67,25 @@ def story(points: Sequence[Point], min_change: float = MIN_CHANGE) -> Story:
     ``compare`` and ``bisect`` share. A commit where the gate failed every run is named (a step, or
     an outlier when the next commits undid it) even where the series alone would not show it."""
     every_run_failed = [i for i, p in enumerate(points) if p.runs and len(p.regressed) >= p.runs]
-    changes = changepoints.find([p.sol for p in points], min_change, every_run_failed)
+    # main stays red after a fall: the commits failed after it are the same fall, named once
+    measured = [i for i, p in enumerate(points) if p.runs]
+    before = {i: measured[k - 1] for k, i in enumerate(measured) if k}
+    falls = [i for i in every_run_failed if before.get(i) not in every_run_failed]
+    changes = changepoints.find([p.sol for p in points], min_change, falls)
     confirmed = [cp.index for cp in changes.points if not cp.provisional]
     failed = _gated_falls([(i, against) for i, p in enumerate(points) for against in p.regressed], confirmed)
     moved = [index for index in confirmed if index not in failed]
     listed = {cp.index for cp in changes.points} | {o.index for o in changes.outliers}
     apart = tuple(i for i, p in enumerate(points) if p.regressed and i not in listed)
     return Story(changes, frozenset(failed), max(moved) if moved else None, apart)
+
+
+def series_story(points: Sequence[Mapping[str, Any]], min_change: float = MIN_CHANGE) -> Story:
+    """The story of a series as the history lists it (store.commit_series: one point per commit
+    with the verdicts of its runs). Which window a failed run was judged against is not listed
+    there: it reads as older than the series."""
+    return story([Point(p["sol"], len(p.get("verdicts", ())), tuple(-1 for v in p.get("verdicts", ()) if v == "regressed"))
+                  for p in points], min_change)
 
 
 def _gated_falls(regressed: Sequence[tuple[int, int]], changes: Sequence[int]) -> set[int]:
@@ -141,6 +156,7 @@ def level(
         this_level = at(run.judged_against) <= start
         why = run.disturbed or (
             "regressed" if run.verdict == "regressed" and this_level else
+            "ambiguous slow" if run.slow and this_level else
             "outlier" if where in outliers else ""
         )
         if run.verdict == "regressed" and this_level:  # also a disturbed run's: it was reported so

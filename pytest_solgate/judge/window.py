@@ -50,6 +50,7 @@ class BaselineRun:
     environment: Mapping[str, str] = field(default_factory=dict)
     verdict: str = ""  # the run's own verdict
     judged_against: str = ""  # the newest commit of the window that run was judged against
+    slow: bool = False  # judged `ambiguous` as a drop beyond its tolerance: never widens a later floor
     disturbed: str = ""  # "interrupted", "contended" or "noisy": recorded, never a baseline
     probe_seconds: float | None = None  # the run's memory probe (measure/backends.py), when it had one
     sm_clock_mhz: float | None = None  # the mean SM clock over its timed region (GPU telemetry), when read
