@@ -204,3 +204,21 @@ def test_a_run_that_was_ambiguous_slow_never_widens_the_floor_later_runs_are_jud
     runs, commits = _runs(*[(0.3, "ambiguous-slow")] * 4, *[0.4 + 0.001 * (i % 3) for i in range(8)])
     kept, _ = level.level(runs, commits, [], window_size=10)
     assert [r.commit for r in kept] == ["c0", "c1", "c2", "c3"]
+
+
+def test_a_drop_a_young_window_cannot_tell_says_from_how_many_runs_it_would_fail():
+    """Issue 44 item 5: a verdict says how many clean runs the gate needs before the drop can fail."""
+    from test_history import a_measurement
+
+    from pytest_solgate import results
+    from pytest_solgate.judge import budget as budgets
+    from pytest_solgate.judge import verdict
+    from pytest_solgate.judge import window as windows
+    from solgate_testing import changed
+
+    slow = changed(a_measurement(0.31), t_sol=0.4e-3, seconds=0.4e-3 / 0.31, noise=0.002)
+    got = verdict.judge(slow, budgets.Budget(), _window([0.400, 0.408]), windows.JudgeSettings())
+    assert got.verdict == results.AMBIGUOUS, got.judgement.reason
+    assert "the window has 2 runs: at their spread this drop fails from 3 runs on" in got.judgement.reason
+    one = verdict.judge(slow, budgets.Budget(), _window([0.400]), windows.JudgeSettings())
+    assert "once two runs of ancestors are recorded" in one.judgement.reason

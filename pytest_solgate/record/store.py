@@ -82,13 +82,16 @@ def baseline_run(run: Mapping[str, Any], m: Measurement) -> BaselineRun:
 
 
 def _ambiguous_drop(record: dict[str, Any]) -> bool:
-    """Whether the run was judged ``ambiguous`` on a drop beyond its tolerance (a slowdown its
-    window could not tell from noise): a fact the level's choice reads (judge/level.py)."""
-    change = (record.get("baseline") or {}).get("change")
+    """Whether the run was judged ``ambiguous`` on a drop beyond its tolerance that its window's
+    floor did not cover (none yet, or held back for another reason): a fact the level's choice
+    reads (judge/level.py). A drop within a known floor is the noise its window showed, and stays."""
+    baseline = record.get("baseline") or {}
+    change, floor = baseline.get("change"), baseline.get("noise_floor")
     tolerance = (record.get("budget") or {}).get("max_regression")
     if record.get("verdict") != "ambiguous" or not isinstance(change, (int, float)):
         return False
-    return change < -(tolerance if isinstance(tolerance, (int, float)) else DEFAULT_MAX_REGRESSION)
+    beyond_floor = not isinstance(floor, (int, float)) or change < -floor
+    return beyond_floor and change < -(tolerance if isinstance(tolerance, (int, float)) else DEFAULT_MAX_REGRESSION)
 
 
 def _disturbance(status: str, record: dict[str, Any]) -> str:
