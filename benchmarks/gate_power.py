@@ -13,7 +13,7 @@ baseline is judged. Then:
    plugin against the A/A history and not saved; the share of ``regressed`` is the power. The
    commit is then reverted, so that each factor starts from the A/A level.
 3. Power by replay: the A/A run-level values through the gate's own window choice and judge
-   (baseline.level, windows.against_window), each run in turn against the runs before it, divided
+   (level.level, windows.against_window), each run in turn against the runs before it, divided
    by the factor.
 
 Runs marked contended (the process got under 3/4 of a core while sampling) are counted and shown
@@ -42,8 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import machine  # noqa: E402
 from pytest_solgate import results
+from pytest_solgate.judge import level  # noqa: E402
 from pytest_solgate.judge import window as windows
-from pytest_solgate.record import baseline  # noqa: E402
 from pytest_solgate.results import Measurement  # noqa: E402
 
 KERNELS = ("add", "mm", "softmax", "copy")
@@ -186,7 +186,7 @@ def baseline_run(m: Measurement, j: int) -> windows.BaselineRun:
 
 def replay_power(values: dict[str, list[Measurement]], slowdown: float, window: int, first: int) -> tuple[int, int]:
     """(caught, tried): each undisturbed run from index ``first`` on, slowed by ``slowdown``, against
-    the window the plugin would choose (baseline.level: contended and noisy runs left out) from
+    the window the plugin would choose (level.level: contended and noisy runs left out) from
     the runs before it."""
     settings = windows.JudgeSettings()
     caught = tried = 0
@@ -196,7 +196,7 @@ def replay_power(values: dict[str, list[Measurement]], slowdown: float, window: 
             if head.contended:
                 continue
             before = [baseline_run(m, j) for j, m in reversed(list(enumerate(series[:i])))]
-            kept, notes = baseline.level(before, [r.commit for r in before], [], window)
+            kept, notes = level.level(before, [r.commit for r in before], [], window)
             if len(kept) < 2:
                 continue
             slowed = Measurement.from_dict({**head.to_dict(), "sol": head.score.sol / (1 + slowdown),

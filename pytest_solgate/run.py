@@ -113,13 +113,14 @@ class Run:
         self._engine: Any = None
         self._known_ids: list[str] | None = None  # the profile ids a budget glob may name, read on first use
         unavailable = self._open_store_at_start(warn_at_start) if settings.baseline != "none" or not settings.no_save else None
-        from pytest_solgate.record.baseline import BaselineChooser, on_pull_request, start_commit
+        from pytest_solgate.judge.level import is_pull_request, window
+        from pytest_solgate.record.baseline import BaselineChooser, start_commit
 
         if settings.baseline not in ("auto", "none") and not is_worker:
             start_commit(self.project_root, settings.baseline, gitinfo.facts(self.project_root))  # a bad ref fails now
         self.baselines = BaselineChooser(
             self.project_root, settings.baseline, settings.baseline_window, lambda: self.git, self._store_or_none,
-            unavailable, settings.min_change, on_pull_request(os.environ),
+            window, unavailable, settings.min_change, is_pull_request(os.environ.get("GITHUB_EVENT_NAME", "")),
         )
         # Where pytest's ids start, relative to the git top level: "" when the rootdir is the top.
         self.key_prefix = _relative_prefix(rootdir, self.project_root)

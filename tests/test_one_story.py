@@ -117,3 +117,108 @@ def test_a_large_gain_within_the_floor_says_why_it_is_not_improved():
     first, _, why, *_ = got.judgement.reason.splitlines()
     assert first.startswith("pass: test_k +")
     assert why.startswith("  not improved: within the run-to-run noise (an improvement must clear the noise floor of")
+
+
+# --- the gate's level and story as pure functions over hand-made runs (issue 41 item 3) ----------
+
+
+def _runs(*sols_and_verdicts):
+    """Runs nearest commit first (as the store returns them): commit i is 'c{i}', one run each,
+    judged against the window whose newest commit is the first older one not judged so (a
+    'regressed' or 'ambiguous-slow' run's window is the level before)."""
+    from pytest_solgate.judge.window import BaselineRun
+
+    runs = []
+    for i, item in enumerate(sols_and_verdicts):
+        sol, verdict = item if isinstance(item, tuple) else (item, "pass")
+        older = [j for j in range(i + 1, len(sols_and_verdicts)) if not isinstance(sols_and_verdicts[j], tuple)]
+        runs.append(BaselineRun(commit=f"c{i}", run_id=f"r{i}", sol=sol, seconds=1e-3, noise=0.002,
+                                verdict="ambiguous" if verdict == "ambiguous-slow" else verdict,
+                                slow=verdict == "ambiguous-slow", judged_against=f"c{older[0] if older else i + 1}"))
+    return runs, [f"c{i}" for i in range(len(sols_and_verdicts))]
+
+
+def test_level_keeps_one_level_and_leaves_a_regressed_run_out():
+    from pytest_solgate.judge import level
+
+    runs, commits = _runs((0.3, "regressed"), *[0.4 + 0.001 * (i % 3) for i in range(12)])
+    kept, notes = level.level(runs, commits, [], window_size=10)
+    assert [r.commit for r in kept] == [f"c{i}" for i in range(1, 11)]
+    assert "1 regressed run left out" in notes
+
+
+def test_level_starts_at_a_confirmed_step_the_gate_did_not_fail():
+    from pytest_solgate.judge import level
+
+    # an improvement 5 commits ago (0.4 -> 0.6), confirmed by the commits after it
+    runs, commits = _runs(*[0.6] * 5, *[0.4 + 0.001 * (i % 3) for i in range(10)])
+    kept, notes = level.level(runs, commits, [], window_size=10)
+    assert [r.commit for r in kept] == [f"c{i}" for i in range(5)]
+    assert "level since the last confirmed change point at c4" in notes
+
+
+def test_a_fall_the_gate_failed_is_no_new_level_until_accepted():
+    from pytest_solgate.judge import level
+
+    fallen = [(0.3, "regressed")] * 5
+    runs, commits = _runs(*fallen, *[0.4 + 0.001 * (i % 3) for i in range(10)])
+    kept, notes = level.level(runs, commits, [], window_size=10)
+    assert {r.commit for r in kept} == {f"c{i}" for i in range(5, 15)}  # main stays red at the old level
+    assert any(note.startswith("the level fell at c4") for note in notes)
+    accepted, notes = level.level(runs, commits, ["c4"], window_size=10)
+    assert [r.commit for r in accepted] == [f"c{i}" for i in range(5)]  # accepted: its level from there
+    assert "level since the accepted slowdown at c4" in notes
+    inherited, notes = level.level(runs, commits, [], window_size=10, inherit=True)
+    assert [r.commit for r in inherited] == [f"c{i}" for i in range(5)] and "inherited" in notes[-1]
+
+
+def test_the_story_names_the_steps_the_gate_saw_the_ones_it_failed_and_where_the_level_is():
+    from pytest_solgate.judge import level
+
+    flat = [level.Point(0.4 + 0.001 * (i % 3), 1) for i in range(10)]
+    improved = [level.Point(0.6, 1) for _ in range(4)]
+    fell = [level.Point(0.45, 1, regressed=(13,))] + [level.Point(0.45, 1, regressed=(13,)) for _ in range(3)]
+    told = level.story(flat + improved + fell)
+    assert [cp.index for cp in told.changes.points] == [10, 14]
+    assert told.failed == {14} and told.start == 10  # the fall the gate failed starts no level
+    failed_once = level.story(flat + [level.Point(0.401, 2, regressed=(9,))] + flat)
+    assert failed_once.apart == (10,) and failed_once.start is None  # one of two runs failed: said apart
+
+
+def test_a_pull_request_is_told_by_the_event_name_passed_in():
+    from pytest_solgate.judge import level
+
+    assert level.is_pull_request("pull_request") and level.is_pull_request("pull_request_target")
+    assert not level.is_pull_request("push") and not level.is_pull_request("")
+
+
+def test_a_run_that_was_ambiguous_slow_never_widens_the_floor_later_runs_are_judged_against():
+    """Issue 44 item 5: a 1.26x slowdown read `ambiguous` (the window could not tell yet) stayed in
+    the window; after the revert the next run read a floor of 99.8 %."""
+    from pytest_solgate.judge import level
+
+    runs, commits = _runs((0.4 / 1.26, "ambiguous-slow"), 0.4, 0.401)
+    kept, notes = level.level(runs, commits, [], window_size=10)
+    assert [r.commit for r in kept] == ["c1", "c2"] and "1 ambiguous slow run left out" in notes
+    # one that stays: the confirmed step is a level of its own, so the slow runs form its window
+    runs, commits = _runs(*[(0.3, "ambiguous-slow")] * 4, *[0.4 + 0.001 * (i % 3) for i in range(8)])
+    kept, _ = level.level(runs, commits, [], window_size=10)
+    assert [r.commit for r in kept] == ["c0", "c1", "c2", "c3"]
+
+
+def test_a_drop_a_young_window_cannot_tell_says_from_how_many_runs_it_would_fail():
+    """Issue 44 item 5: a verdict says how many clean runs the gate needs before the drop can fail."""
+    from test_history import a_measurement
+
+    from pytest_solgate import results
+    from pytest_solgate.judge import budget as budgets
+    from pytest_solgate.judge import verdict
+    from pytest_solgate.judge import window as windows
+    from solgate_testing import changed
+
+    slow = changed(a_measurement(0.31), t_sol=0.4e-3, seconds=0.4e-3 / 0.31, noise=0.002)
+    got = verdict.judge(slow, budgets.Budget(), _window([0.400, 0.408]), windows.JudgeSettings())
+    assert got.verdict == results.AMBIGUOUS, got.judgement.reason
+    assert "the window has 2 runs: at their spread this drop fails from 3 runs on" in got.judgement.reason
+    one = verdict.judge(slow, budgets.Budget(), _window([0.400]), windows.JudgeSettings())
+    assert "once two runs of ancestors are recorded" in one.judgement.reason

@@ -125,7 +125,7 @@ def test_compare_over_a_one_run_window_says_one_run(sqlite_repo):
 
     sqlite_repo.seed(STEADY)
     done = solgate("compare", "HEAD~1", "HEAD", "--window", "1", cwd=sqlite_repo.path)
-    assert "up to 1 clean run along" in done.stdout, done.stdout
+    assert "up to 1 clean run at" in done.stdout, done.stdout
     assert "1 clean runs" not in done.stdout
 
 

@@ -12,7 +12,7 @@ from pytest_solgate.support.settings import Settings
 
 
 def add_parsers(sub: Any) -> None:
-    p = sub.add_parser("compare", help="two commits' results side by side; exit 1 on a regression")
+    p = sub.add_parser("compare", help="HEAD's results against BASE's own runs, by the gate's rule; exit 1 on a regression")
     p.add_argument("base", help="the base commit (a git ref or sha)")
     p.add_argument("head", help="the head commit (a git ref or sha)")
     p.add_argument("--max-regression", type=float, default=None,
@@ -20,9 +20,8 @@ def add_parsers(sub: Any) -> None:
                         "wins; default: the tolerance the gate applied, else sol_max_regression, else "
                         f"{Settings().max_regression})")
     p.add_argument("--window", type=int, default=None,
-                   help="clean runs along BASE's first-parent ancestry that form the baseline (default: "
+                   help="the most of BASE's own clean runs (newest first) that form its baseline (default: "
                         f"sol_baseline_window, else {Settings().baseline_window})")
-    common.min_change_arg(p)
     common.history_arg(p)
     p.set_defaults(run=cmd_compare)
     p = sub.add_parser("accept", help="accept a deliberate slowdown at COMMIT: its level becomes the baseline from there on")
@@ -52,72 +51,37 @@ def _find_commit(ref: str, shas: set[str], history_path: str) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from pytest_solgate import results
-    from pytest_solgate.judge import verdict
-    from pytest_solgate.record import baseline, gitinfo
-    from pytest_solgate.support import units
+    from pytest_solgate.judge import commits, verdict
+    from pytest_solgate.report import compare
 
     if args.max_regression is not None and not 0 <= args.max_regression < 1:
         raise UsageFailure(f"--max-regression={args.max_regression}: give a fraction in [0, 1)")
     ini = common.ini()[1]
-    if args.window is None:
-        args.window = ini.baseline_window
-    if not 1 <= args.window <= 100:
-        raise UsageFailure(f"--window={args.window}: give a whole number of runs from 1 to 100")
-    min_change = common.min_change(args)
+    window = ini.baseline_window if args.window is None else args.window
+    if not 1 <= window <= 100:
+        raise UsageFailure(f"--window={window}: give a whole number of runs from 1 to 100")
     with common.open_history(common.history_path(args)) as store:
-        history_path = store.location
         shas = store.commits()
-        base_sha, head_sha = _find_commit(args.base, shas, history_path), _find_commit(args.head, shas, history_path)
-        head: dict[tuple[str, str, str, str], Any] = {}
-        for run, m in store.results_at(head_sha):  # oldest first, so the newest clean run wins
-            if not run["dirty"]:
-                head[(m.test, m.name, m.profile, m.ceilings)] = m
+        base_sha, head_sha = _find_commit(args.base, shas, store.location), _find_commit(args.head, shas, store.location)
+        if base_sha == head_sha:
+            raise UsageFailure(f"compare: '{args.base}' and '{args.head}' are the same commit; give two commits")
+        head = {(m.test, m.name, m.profile, m.ceilings): m  # oldest first, so the newest clean run wins
+                for run, m in store.results_at(head_sha) if not run["dirty"]}
         if not head:
-            raise UsageFailure(f"compare: no clean results for '{args.head}' in {history_path}")
-        # The base is a window along BASE's first-parent ancestry, as the plugin's baseline is;
-        # HEAD itself is never in it (comparing a commit with itself, or with a BASE after it).
-        commits = [c for c in gitinfo.first_parent_chain(".", base_sha) or [base_sha] if c != head_sha]
-        windows = {
-            key: baseline.window_from(store, key, commits, args.window, m.environment, min_change)
-            for key, m in head.items() if verdict.judged(m)
-        }
-    if not any(windows.values()):
-        itself = " other than HEAD's own (a commit is never in its own window)" if base_sha == head_sha else ""
-        raise UsageFailure(f"compare: no clean results for '{args.base}' or its ancestors in {history_path}{itself}")
+            raise UsageFailure(f"compare: no clean results for '{args.head}' in {store.location}")
+        base = {key: store.baseline_runs(*key, [base_sha], window) for key, m in head.items() if verdict.judged(m)}
+        if not any(commits.base_runs(runs) for runs in base.values()):
+            raise UsageFailure(f"compare: no clean results for '{args.base}' in {store.location} "
+                               "(compare reads each commit's own runs: measure it there first)")
     settings = verdict.JudgeSettings(gate="fail", commit=head_sha, max_regression=ini.max_regression)
-    regressed, one_run = 0, False
-    print(f"{'test [name]':<60} {'base':>7} {'head':>7} {'change':>8} {'floor':>7}  verdict")
-    for key, h in sorted(head.items()):
-        label = f"{key[0]} [{key[1]}]"
-        if not verdict.judged(h):
-            why = "gate=False" if not h.gate else (h.judgement.reason if h.judgement else "not gated")
-            print(f"{label:<60} {'':>7} {units.sol_fine(h.score.sol):>7} {'':>8} {'':>7}  not gated ({why.split(':')[0]})")
-            continue
-        window = windows.get(key)
-        if window is None:
-            print(f"{label:<60} {'':>7} {units.sol_fine(h.score.sol):>7} {'':>8} {'':>7}  only in head")
-            continue
-        result = verdict.rejudge(h, window, settings, args.max_regression)
-        regressed += result.verdict == results.REGRESSED
-        floor = units.percent(result.floor) if result.floor is not None else ONE_RUN_FLOOR
-        one_run |= result.floor is None
-        print(f"{label:<60} {units.sol_fine(result.centre):>7} {units.sol_fine(h.score.sol):>7} {units.percent(result.change, True):>8} {floor:>7}  "
-              f"{result.verdict}")
-    if one_run:  # as the gate words it: no spread, so no floor, and the change cannot fail
-        print(f"floor '{ONE_RUN_FLOOR}': the window has one run, which shows no run-to-run noise; such a change is "
-              "ambiguous until two runs of ancestors are recorded, as the gate says")
-    print(f"{regressed} regressed between {base_sha[:10]} and {head_sha[:10]} "
-          f"(base: up to {units.plural(args.window, 'clean run')} along its first-parent ancestry; not re-measured)")
-    return 1 if regressed else 0
-
-
-ONE_RUN_FLOOR = "1 run"
+    rows = commits.compare(head, base, settings, args.max_regression)
+    print("\n".join(compare.table(rows, base_sha, head_sha, window)))
+    return 1 if compare.regressed(rows) else 0
 
 
 def cmd_accept(args: argparse.Namespace) -> int:
     """Record a deliberate slowdown: from COMMIT on, the baseline of the matching measurements is
-    the level COMMIT shows (baseline.level), not the one before it."""
+    the level COMMIT shows (judge/level.py), not the one before it."""
     import datetime
     import getpass
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 import pytest_solgate.cli.common as common
@@ -30,24 +31,34 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from pytest_solgate.support import units
+    from pytest_solgate.report import history
 
     if args.json and not args.changes:  # arguments are checked before anything is opened
         raise UsageFailure("history: --json goes with --changes")
     min_change = common.min_change(args)
     with common.open_history(common.history_path(args)) as store:
         results = store.summaries(args.pattern)
-    if args.changes:
-        return _print_changes(results, min_change, args.json)
-    if not results:
-        print("no recorded results" + (f" match '{args.pattern}'" if args.pattern else ""))
+    if not args.changes:
+        print("\n".join(history.listing(results, args.pattern)))
         return 0
-    print(f"{'started':<20} {'commit':<10} {'dirty':<5} {'profile':<14} {'SOL':>7} {'time':>10}  {'verdict':<12} test [name]")
-    for run, m in results:
-        print(
-            f"{run['started_at'][:19]:<20} {(run['commit_sha'] or 'unknown')[:10]:<10} {'yes' if run['dirty'] else '':<5} "
-            f"{m.profile[:14]:<14} {units.sol_fine(m.sol):>7} {units.seconds(m.seconds):>10}  {m.verdict or '-':<12} {m.test} [{m.name}]"
-        )
+    from pytest_solgate.judge import level
+
+    stories = [(key, points, level.series_story(points, min_change)) for key, points in sorted(_series(results).items())]
+    if args.json:
+        listed = [history.changes_json(test, name, profile, points, told) for (test, name, profile, _), points, told in stories]
+        print(json.dumps({"min_change": min_change, "measurements": listed}, indent=1))
+        return 0
+    found = gated = 0
+    for (test, name, profile, _), points, told in stories:
+        lines, steps, apart = history.changes_lines(f"{test} [{name}] {profile}", points, told, min_change)
+        for line in lines:
+            print(line)
+        found, gated = found + steps, gated + apart
+    if not found:
+        print(history.no_changes(min_change, gated))
+    for (test, name, profile, _), _, told in stories:
+        if told.changes.note:
+            print(f"note: {test} [{name}] {profile}: {told.changes.note}")
     return 0
 
 
@@ -58,99 +69,8 @@ def _series(results: list) -> dict[tuple[str, str, str, str], list[dict[str, Any
     return store.commit_series(results, gitinfo.commit_times(".", commits))
 
 
-def _changes_of(points: list[dict[str, Any]], min_change: float) -> Any:
-    """The change points of one series, with the commits the gate failed as regressed named too
-    (changepoints.find): `--changes`, its JSON and the trend page tell the gate's story."""
-    from pytest_solgate.judge import changepoints
-
-    regressed = [i for i, p in enumerate(points) if p.get("regressed")]
-    return changepoints.find([p["sol"] for p in points], min_change, regressed)
-
-
-def _changes_json(test: str, name: str, profile: str, points: list, changes: Any) -> dict[str, Any]:
-    return {
-        "test": test, "name": name, "profile": profile,
-        "steps": [{"commit": points[cp.index]["commit"], "after_commit": points[cp.index - 1]["commit"],
-                   "before": cp.before, "after": cp.after, "change": cp.change, "provisional": cp.provisional,
-                   "by_gate": cp.by_gate}
-                  for cp in changes.points],
-        "outliers": [{"commit": points[o.index]["commit"], "sol": o.value, "level": o.level, "change": o.change}
-                     for o in changes.outliers],
-        "skipped": [points[i]["commit"] for i in changes.skipped],
-        "regressed_apart": [points[i]["commit"] for i in _failed_unlisted(points, changes)],  # failed, not a step
-    }
-
-
-def _failed_unlisted(points: list[dict[str, Any]], changes: Any) -> list[int]:
-    """The commits where the gate failed the measurement as regressed in some run, that the change
-    points do not list: said beside them, so that `--changes` never reads as if nothing failed."""
-    listed = {cp.index for cp in changes.points} | {o.index for o in changes.outliers}
-    return [i for i, p in enumerate(points) if "regressed" in p.get("verdicts", ()) and i not in listed]
-
-
-def _gate_said(point: dict[str, Any], every_run: bool) -> str:
-    """What the gate said at a commit, in the words it used: the runs it failed as regressed."""
-    from pytest_solgate.support import units
-
-    verdicts = point.get("verdicts", [])
-    failed = verdicts.count("regressed")
-    if every_run or (failed and failed == len(verdicts)):
-        return "; the gate failed it as regressed"
-    return f"; the gate failed it as regressed in {failed} of {units.plural(len(verdicts), 'run')}" if failed else ""
-
-
-def _print_changes(results: list, min_change: float, as_json: bool = False) -> int:
-    import json
-
-    from pytest_solgate.support import units
-
-    found = gated = 0
-    notes = []
-    listed = []
-    for (test, name, profile, _ceilings), points in sorted(_series(results).items()):
-        changes = _changes_of(points, min_change)
-        if as_json:
-            listed.append(_changes_json(test, name, profile, points, changes))
-            continue
-        for cp in changes.points:
-            found += 1
-            before, at = points[cp.index - 1], points[cp.index]
-            print(
-                f"{at['commit'][:10]} {units.percent(cp.change, signed=True):>8}  SOL {units.sol_fine(cp.before)} -> {units.sol_fine(cp.after)}  "
-                f"{test} [{name}] {profile} (after {before['commit'][:10]}, {at['commit_time'][:10]})"
-                + ("  provisional: the newest commit; the next one confirms it" if cp.provisional else "")
-                + _gate_said(at, cp.by_gate)
-            )
-        for outlier in changes.outliers:
-            found += 1
-            at = points[outlier.index]
-            print(
-                f"{at['commit'][:10]} {units.percent(outlier.change, signed=True):>8}  SOL {units.sol_fine(outlier.value)} "
-                f"(level {units.sol_fine(outlier.level)})  {test} [{name}] {profile} ({at['commit_time'][:10]})  outlier: one commit "
-                "off its level, not a step"
-            )
-        for i in _failed_unlisted(points, changes):
-            gated += 1
-            at = points[i]
-            print(f"{at['commit'][:10]} {'':>8}  SOL {units.sol_fine(at['sol'])}  {test} [{name}] {profile} "
-                  f"({at['commit_time'][:10]})  not a step of {units.percent(min_change)} over the commits"
-                  + _gate_said(at, False)
-                  + (f" (see `solgate compare {points[i - 1]['commit'][:10]} {at['commit'][:10]}`)" if i else ""))
-        if changes.note:
-            notes.append(f"{test} [{name}] {profile}: {changes.note}")
-    if as_json:
-        print(json.dumps({"min_change": min_change, "measurements": listed}, indent=1))
-        return 0
-    if not found:
-        print(f"no change points: no measurement's SOL stepped by {units.percent(min_change)} or more over the recorded "
-              "commits" + (f"; the gate's {units.plural(gated, 'regression')} above stand apart from them" if gated else ""))
-    for note in notes:
-        print(f"note: {note}")
-    return 0
-
-
 def cmd_trend(args: argparse.Namespace) -> int:
-    from pytest_solgate.judge import changepoints
+    from pytest_solgate.judge import changepoints, level
     from pytest_solgate.report import html, trend
     from pytest_solgate.support import atomic
 
@@ -168,7 +88,7 @@ def cmd_trend(args: argparse.Namespace) -> int:
         history_path = store.location  # never a password on the page
         for (test, name, profile, ceilings), points in sorted(_series(store.summaries(args.pattern)).items()):
             try:  # over the whole series: a step is found with all the evidence there is
-                changes = _changes_of(points, min_change)
+                changes = level.series_story(points, min_change).changes
             except changepoints.ChangePointsUnavailable as exc:
                 changes, note = changepoints.Changes(), str(exc)
             newest = store.newest(test, name, profile, ceilings)

@@ -24,6 +24,7 @@ MIN_ROBUST = 4  # window values needed before one far off the others can be told
 PROBE_GAIN = 0.75
 OUTLIER_SIGMAS = 4.5  # robust standard deviations from the window's median: a disturbed run, not noise
 MIN_SCALE = 0.01  # robust spreads are taken as at least 1 %: no run within 4.5 % of the median is called disturbed
+YOUNG_WINDOW = 10  # a window of fewer runs than this says from how many runs a drop within its floor would fail
 WIDENING_SIGMAS = 3.0  # kept runs this far from the window's median are named as widening it
 
 
@@ -50,6 +51,7 @@ class BaselineRun:
     environment: Mapping[str, str] = field(default_factory=dict)
     verdict: str = ""  # the run's own verdict
     judged_against: str = ""  # the newest commit of the window that run was judged against
+    slow: bool = False  # judged `ambiguous` as a drop beyond its tolerance: never widens a later floor
     disturbed: str = ""  # "interrupted", "contended" or "noisy": recorded, never a baseline
     probe_seconds: float | None = None  # the run's memory probe (measure/backends.py), when it had one
     sm_clock_mhz: float | None = None  # the mean SM clock over its timed region (GPU telemetry), when read
@@ -63,7 +65,7 @@ class BaselineWindow:
     runs: tuple[BaselineRun, ...]
     # Facts in which every run of the window differs from this run, e.g. "torch 2.12.0 -> 2.13.0".
     environment_differs: tuple[str, ...] = ()
-    # Where the level began and what was left out of it (baseline.level), for the message.
+    # Where the level began and what was left out of it (level.level), for the message.
     notes: tuple[str, ...] = ()
 
 
@@ -213,6 +215,12 @@ def _clock_moved(m: Measurement, runs: Sequence[BaselineRun]) -> tuple[float, fl
     return moved, m.timing.sm_clock_mhz, m.timing.sm_clock_mhz / (1 + moved)
 
 
+def _fails_from(drop_log: float, sd: float, runs: int, head_term: float) -> int | None:
+    """The fewest runs (up to YOUNG_WINDOW) whose floor at spread ``sd`` this drop would clear, or None."""
+    return next((count for count in range(runs + 1, YOUNG_WINDOW + 1)
+                 if math.hypot(stats.prediction_bound_99(sd, count), head_term) < drop_log), None)
+
+
 def against_window(m: Measurement, window: BaselineWindow, tolerance: float, settings: JudgeSettings) -> Comparison:
     """Judge ``m`` against its baseline window on run-level evidence.
 
@@ -245,6 +253,9 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
         values = scaled if relative else raw_values
     keep, left_out = usable, []
     spread = floor_log = raw_change = fleet = None
+    # This run's own precision, when it is worse than usual (a disturbed block of samples),
+    # widens the bound too: in quadrature, at the normal 99 % quantile.
+    head_term = stats.Z_99 * noise / stats.Z_95 if math.isfinite(noise) else 0.0
     if not usable or sol <= 0:
         centre, change = (math.exp(values[usable[0]]) if usable else 0.0), 0.0
     else:
@@ -259,9 +270,6 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
             sd = max(sd_kept, within, fleet.sd if fleet else 0.0)
             spread = sd
             window_term = stats.prediction_bound_99(sd, len(keep)) if len(keep) >= 2 else None
-            # This run's own precision, when it is worse than usual (a disturbed block of samples),
-            # widens the bound too: in quadrature, at the normal 99 % quantile.
-            head_term = stats.Z_99 * noise / stats.Z_95 if math.isfinite(noise) else 0.0
             floor_log = math.hypot(window_term, head_term) if window_term is not None else None
         centre_log = stats.mean([values[i] for i in keep])
         centre = math.exp(centre_log)
@@ -294,7 +302,8 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
         if not beyond_floor:
             widening = _widening(values, keep, within)
             return result(AMBIGUOUS, wording.WITHIN_NOISE, noise=_noise_kind(widening, within, tolerance),
-                          widening=runs_at(widening), within=within, spread=spread or 0.0)
+                          widening=runs_at(widening), within=within, spread=spread or 0.0,
+                          fails_from=_fails_from(abs(math.log1p(change)), spread or 0.0, len(keep), head_term))
         if window.environment_differs:
             return result(AMBIGUOUS, wording.OTHER_ENVIRONMENT, detail="; ".join(window.environment_differs))
         if m.contended:

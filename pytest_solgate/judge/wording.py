@@ -57,6 +57,7 @@ class ComparisonFacts:
     runs: int = 0  # runs kept in the window
     probe_beyond: bool = False  # a regression beyond the machine's shift by the memory probe too
     hosts: HostSpread | None = None  # the spread between the runners of the window, when it has two or more
+    fails_from: int | None = None  # within the floor: the window's runs from which this drop would fail at their spread
 
 
 # A verdict's first line fits 80 columns; its details follow, indented, on the lines below. A
@@ -153,7 +154,9 @@ def _why(facts: ComparisonFacts, floor: str) -> list[str]:
         return ["one baseline run cannot show the run-to-run noise, so the change cannot be told from it; the gate "
                 "decides once two runs of ancestors are recorded"]
     if held == WITHIN_NOISE and drop:
-        return [f"within the run-to-run noise; the tolerance is below this window's noise floor of {floor}",
+        young = ([f"the window has {facts.runs} runs: at their spread this drop fails from {facts.fails_from} runs on"]
+                 if facts.fails_from else [])
+        return [f"within the run-to-run noise; the tolerance is below this window's noise floor of {floor}", *young,
                 f"what to do: {_advice(facts, floor)}"]
     if held == WITHIN_NOISE:
         return [f"not improved: within the run-to-run noise (an improvement must clear the noise floor of {floor} too)"]

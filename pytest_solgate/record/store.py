@@ -20,6 +20,7 @@ from pytest_solgate.judge.window import BaselineRun
 from pytest_solgate.results import Measurement, RunInfo
 from pytest_solgate.support.errors import HistoryElsewhere, HistoryError
 from pytest_solgate.support.locations import redact
+from pytest_solgate.support.settings import DEFAULT_MAX_REGRESSION
 from pytest_solgate.support.stats import median
 
 RUN_COLUMNS = (
@@ -66,6 +67,7 @@ def _baseline_run(
         environment=environment,
         verdict=str(record.get("verdict") or ""),
         judged_against=str((record.get("baseline") or {}).get("commit") or ""),
+        slow=_ambiguous_drop(record),
         disturbed=_disturbance(status, record),
         probe_seconds=float(probe) if isinstance(probe, (int, float)) and probe > 0 else None,
         sm_clock_mhz=_positive(record.get("sm_clock_mhz")),
@@ -77,6 +79,19 @@ def baseline_run(run: Mapping[str, Any], m: Measurement) -> BaselineRun:
     what ``solgate bisect`` makes of the runs it finds and the runs it makes."""
     return _baseline_run(run["run_uid"], run["commit_sha"] or "", run["started_at"], run["status"], m.to_dict(),
                          [run.get(c) for c in ENVIRONMENT_COLUMNS])
+
+
+def _ambiguous_drop(record: dict[str, Any]) -> bool:
+    """Whether the run was judged ``ambiguous`` on a drop beyond its tolerance that its window's
+    floor did not cover (none yet, or held back for another reason): a fact the level's choice
+    reads (judge/level.py). A drop within a known floor is the noise its window showed, and stays."""
+    baseline = record.get("baseline") or {}
+    change, floor = baseline.get("change"), baseline.get("noise_floor")
+    tolerance = (record.get("budget") or {}).get("max_regression")
+    if record.get("verdict") != "ambiguous" or not isinstance(change, (int, float)):
+        return False
+    beyond_floor = not isinstance(floor, (int, float)) or change < -floor
+    return beyond_floor and change < -(tolerance if isinstance(tolerance, (int, float)) else DEFAULT_MAX_REGRESSION)
 
 
 def _disturbance(status: str, record: dict[str, Any]) -> str:
@@ -337,9 +352,7 @@ def commit_series(
     series = {}
     for key, points in grouped.items():
         ordered = sorted(points.values(), key=lambda p: (p["commit_time"], p["started_at"]))
-        series[key] = [{**p, "sol": median(p["runs"]), "seconds": median(p["times"]),
-                        # every clean run at the commit failed as regressed: the gate's decision
-                        "regressed": all(v == "regressed" for v in p["verdicts"])} for p in ordered]
+        series[key] = [{**p, "sol": median(p["runs"]), "seconds": median(p["times"])} for p in ordered]
     return series
 
 

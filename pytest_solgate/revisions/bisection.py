@@ -36,9 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from pytest_solgate.judge import level as levels
 from pytest_solgate.judge import verdict
 from pytest_solgate.judge.window import BaselineRun
-from pytest_solgate.record import baseline, gitinfo, history, store
+from pytest_solgate.record import gitinfo, history, store
 from pytest_solgate.results import AMBIGUOUS, REGRESSED, Measurement
 from pytest_solgate.revisions import worktree
 from pytest_solgate.support.errors import SolgateError
@@ -328,7 +329,7 @@ class Search:
         readings = []
         for key, (_, m, reused) in sorted(newest.items()):
             runs = self.level.window(key) if key[0] in self.evidence.tests else None
-            window = baseline.select(runs, m.environment) if runs else None  # like with like, as the gate chooses
+            window = levels.select(runs, m.environment) if runs else None  # like with like, as the gate chooses
             if window is None:
                 continue
             compared = verdict.rejudge(m, window, settings, self.tolerance)
