@@ -386,7 +386,7 @@ def contended_line(count: int, first_reason: str, width: int = 80) -> str:
 
     lines = [f"solgate: {count} measurement(s) taken while the machine was busy"]
     lines += textwrap.wrap(f"({first_reason});", width, initial_indent="  ", subsequent_indent="  ")
-    lines.append("  recorded, never baselines; they cannot fail as regressed")
+    lines.append("  recorded, never baselines; regressed only beyond what their wait explains")
     return "\n".join(lines)
 
 

@@ -23,6 +23,7 @@ from pytest_solgate.declare.profiles import HardwareProfile, ProfileOption, reso
 from pytest_solgate.declare.work import make_work
 from pytest_solgate.judge import steps as step_budgets
 from pytest_solgate.judge import verdict
+from pytest_solgate.judge.wording import CONTENDED_NOTE
 from pytest_solgate.measure import backends, callables, clocks, extras, ncu_child, phases, pipeline
 from pytest_solgate.measure import context as measure_context
 from pytest_solgate.measure.context import Context
@@ -159,7 +160,7 @@ class Engine:
         if unscored:
             notes.append(unscored)
         if contended:  # said in the reports and once at the end of the session (plugin.py), not per test
-            notes.append(f"contended: {contended}; recorded, never a baseline, and it cannot fail as regressed")
+            notes.append(f"contended: {contended}; {CONTENDED_NOTE}")
         if not work.bytes and work.total_flops:
             notes.append(NO_BYTES)
             self.warn(f"{test} '{name}' {NO_BYTES}")
@@ -204,6 +205,7 @@ class Engine:
             worker=os.environ.get("PYTEST_XDIST_WORKER", ""),
             notes=tuple(notes),
             contended=contended,
+            contended_wait=found.fields.get("contended_wait"),
             joules=found.fields.get("joules"),
             measured_bytes=found.fields.get("measured_bytes"),
         )

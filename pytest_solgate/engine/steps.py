@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from pytest_solgate.declare.work import Work, make_work
 from pytest_solgate.engine import kernels as engines
+from pytest_solgate.judge.wording import CONTENDED_NOTE
 from pytest_solgate.measure import callables, extras, locking, sampling
 from pytest_solgate.measure import contention as machine
 from pytest_solgate.measure import context as measure_context
@@ -89,18 +90,20 @@ def measure_step(context: Any, settings: Any, test: str, fn: Callable[[], Any], 
         busy = machine.between(before, machine.snapshot(cpu_clock, wall_clock))
     contended = extras.contention(waited_for, run_id, busy, device == "cpu")
     breakdown = scoring.score_step(measured, context.profile, declared)
-    return records(context, test, name, measured, breakdown, gate, top, contended)
+    return records(context, test, name, measured, breakdown, gate, top, contended,
+                   extras.contended_wait(contended, busy, device == "cpu"))
 
 
 def records(context: Any, test: str, name: str, measured: profiling.StepProfile, breakdown: scoring.StepBreakdown,
-            gate: bool, top: int, contended: str = "") -> list[Measurement]:
+            gate: bool, top: int, contended: str = "", contended_wait: float | None = None) -> list[Measurement]:
     """The step's record, then one per top operator (pure: tested without a profiler)."""
     notes = list(breakdown.notes)
     if contended:
-        notes.append(f"contended: {contended}; recorded, never a baseline, and it cannot fail as regressed")
+        notes.append(f"contended: {contended}; {CONTENDED_NOTE}")
     common = dict(test=test, profile=context.profile.id, gate=gate, ceilings=context.ceilings,
                   ceilings_id=context.profile.ceilings_id, environment=dict(context.environment),
-                  device=context.device_name, worker=os.environ.get("PYTEST_XDIST_WORKER", ""), contended=contended)
+                  device=context.device_name, worker=os.environ.get("PYTEST_XDIST_WORKER", ""), contended=contended,
+                  contended_wait=contended_wait)
     step_samples = tuple(run.seconds for run in measured.runs)
     compute = sum(op.t_sol for op in breakdown.operators if op.bound == "compute")
     step = Measurement(

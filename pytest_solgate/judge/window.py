@@ -213,6 +213,16 @@ def _clock_moved(m: Measurement, runs: Sequence[BaselineRun]) -> tuple[float, fl
     return moved, m.timing.sm_clock_mhz, m.timing.sm_clock_mhz / (1 + moved)
 
 
+def beyond_contention(change: float, wait: float | None) -> float | None:
+    """The change had a contended run not waited for a CPU at all, or None when nothing bounds the
+    wait. A thread that waited a share ``wait`` of its window ran the rest of it, so contention
+    can have stretched its time by at most 1 / (1 - wait): its SOL undisturbed is at most
+    SOL / (1 - wait). A drop still beyond the tolerance after that is not the machine's doing."""
+    if wait is None or not 0 <= wait < 1:
+        return None
+    return (1 + change) / (1 - wait) - 1
+
+
 def against_window(m: Measurement, window: BaselineWindow, tolerance: float, settings: JudgeSettings) -> Comparison:
     """Judge ``m`` against its baseline window on run-level evidence.
 
@@ -297,11 +307,16 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
                           widening=runs_at(widening), within=within, spread=spread or 0.0)
         if window.environment_differs:
             return result(AMBIGUOUS, wording.OTHER_ENVIRONMENT, detail="; ".join(window.environment_differs))
+        busy: dict[str, object] = {}
         if m.contended:
-            return result(AMBIGUOUS, wording.CONTENDED, detail=m.contended)
+            busy = dict(detail=m.contended, wait_share=m.contended_wait,
+                        bounded_change=beyond_contention(change, m.contended_wait))
+            bounded = busy["bounded_change"]
+            if bounded is None or bounded >= -tolerance or abs(math.log1p(bounded)) <= floor_log:
+                return result(AMBIGUOUS, wording.CONTENDED, **busy)
         if shift and abs(math.log1p(change)) <= floor_log + abs(shift):
             return result(AMBIGUOUS, wording.MEMORY_MOVED, **moved)
-        return result(REGRESSED, probe_beyond=bool(shift))
+        return result(REGRESSED, probe_beyond=bool(shift), **busy)
     if change > tolerance:
         if not beyond_floor:  # say why a large gain is not `improved`
             return result(PASS, wording.WITHIN_NOISE if floor_log is not None else wording.ONE_RUN)

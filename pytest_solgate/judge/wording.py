@@ -57,6 +57,8 @@ class ComparisonFacts:
     runs: int = 0  # runs kept in the window
     probe_beyond: bool = False  # a regression beyond the machine's shift by the memory probe too
     hosts: HostSpread | None = None  # the spread between the runners of the window, when it has two or more
+    wait_share: float | None = None  # contended: the share of the window this run may have waited for a CPU
+    bounded_change: float | None = None  # contended: the change had it not waited at all (None: unbounded)
 
 
 # A verdict's first line fits 80 columns; its details follow, indented, on the lines below. A
@@ -161,8 +163,12 @@ def _why(facts: ComparisonFacts, floor: str) -> list[str]:
         return [f"would be a regression, but the baseline ran in another environment ({facts.detail}); the gate "
                 "decides once runs in this environment form a window"]
     if held == CONTENDED:
-        return [f"would be a regression, but the machine was busy while it measured ({facts.detail}); a contended "
-                "run cannot fail as regressed: run it alone"]
+        if facts.bounded_change is None:
+            return [f"would be a regression, but the machine was busy while it measured ({facts.detail}) and "
+                    "nothing bounds how much that slowed it: run it alone"]
+        return [f"would be a regression, but the machine was busy while it measured ({facts.detail})",
+                f"and {_waiting(facts)}: that can explain the drop (at most "
+                f"{units.percent(facts.bounded_change, signed=True)} without it); run it alone"]
     if held == MEMORY_MOVED and drop:
         return [f"would be a regression, but {_memory_moved(facts)}, and the drop is within the noise floor plus the "
                 "probe's own shift; the gate decides on a run in the window's state (run it again)"]
@@ -171,9 +177,22 @@ def _why(facts: ComparisonFacts, floor: str) -> list[str]:
     if facts.verdict == "regressed":
         beyond = " and the machine's shift by the memory probe" if facts.probe_beyond else ""
         beyond += f", the host spread of {units.percent(facts.hosts.between)} included" if facts.hosts else ""
-        return [f"regressed (beyond the tolerance and the noise: 99 % t prediction bound over "
-                f"{units.plural(facts.runs, 'run')}{beyond})"]
+        lines = [f"regressed (beyond the tolerance and the noise: 99 % t prediction bound over "
+                 f"{units.plural(facts.runs, 'run')}{beyond})"]
+        if facts.bounded_change is not None:
+            lines += [f"the machine was busy while it measured ({facts.detail}),",
+                      f"but {_waiting(facts)}: still {units.percent(facts.bounded_change, signed=True)} without it"]
+        return lines
     return []
+
+
+def _waiting(facts: ComparisonFacts) -> str:
+    wait = facts.wait_share or 0.0
+    return f"waiting {units.percent(wait)} of the time makes a run at most {1 / (1 - wait):.2f}x slower"
+
+
+CONTENDED_NOTE = ("recorded, never a baseline; it fails as regressed only by more than its wait for a CPU "
+                  "can explain")
 
 
 # --- one measurement's verdict (verdict.judge, confirm, against_reference) -----------------------

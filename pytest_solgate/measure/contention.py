@@ -66,6 +66,15 @@ class Busy:
     contended: bool
     waited: float | None = None  # with CPU_PRESSURE: the share of the window this thread waited for a CPU
 
+    @property
+    def wait_share(self) -> float | None:
+        """The most of the window this thread can have spent waiting for a CPU: its own run-queue
+        wait, else the machine's stall share (which contains it); None where no source says (busy
+        time and the process share cannot tell a wait from work)."""
+        if self.source != CPU_PRESSURE:
+            return None
+        return self.waited if self.waited is not None else self.value
+
 
 def _stall_seconds(proc: Path) -> float | None:
     try:
