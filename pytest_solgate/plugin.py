@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _pytest.pathlib import bestrelpath
 
 from pytest_solgate.support.errors import SolgateError, warn_at_users_code
 from pytest_solgate.support.inifile import ini_type, sol_values
@@ -196,7 +197,13 @@ class SolgateSession:
         report = yield
         if report.when == "call" and RECORDS_KEY in item.stash:
             report.solgate_records = [m.to_dict() for m in item.stash.get(RECORDS_KEY, [])]
-        if report.failed and call.excinfo is not None:
+        if report.failed and call.excinfo is not None and call.excinfo.errisinstance(SolgateError):
+            # A declaration the user got wrong (no bytes=, a bad name): one line at their call, no traceback.
+            package = Path(__file__).resolve().parent
+            users = [e for e in call.excinfo.traceback if package not in Path(str(e.path)).resolve().parents]
+            where = f"{bestrelpath(item.config.rootpath, Path(str(users[-1].path)))}:{users[-1].lineno + 1}: " if users else ""
+            report.longrepr = f"{where}{one_line(str(call.excinfo.value))}"
+        elif report.failed and call.excinfo is not None:
             from pytest_solgate.measure.backends import triton_driver_hint
 
             hint = triton_driver_hint(call.excinfo.value)

@@ -38,6 +38,7 @@ class Verdict(str, enum.Enum):
     AMBIGUOUS = "ambiguous"
     IMPROVED = "improved"
     PASS = "pass"
+    RECORDED = "recorded"  # gated, but nothing to judge it by yet: no budget on its profile, no baseline
     NOT_GATED = "not-gated"
 
     __str__ = str.__str__  # "pass", not "Verdict.PASS", in f-strings, Jinja and JSON
@@ -55,6 +56,7 @@ REGRESSED = Verdict.REGRESSED
 AMBIGUOUS = Verdict.AMBIGUOUS
 IMPROVED = Verdict.IMPROVED
 ABOVE_SOL = Verdict.ABOVE_SOL
+RECORDED = Verdict.RECORDED
 NOT_GATED = Verdict.NOT_GATED
 VERDICTS = tuple(Verdict)  # worst first: the order of every report
 FAILING = (BELOW_BUDGET, REGRESSED, ABOVE_SOL)

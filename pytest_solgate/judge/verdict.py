@@ -123,7 +123,7 @@ def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, setting
     if versus is not None and versus.verdict != results.PASS:
         return done(versus.verdict, versus.text)
     if min_sol is None and min_mfu is None and versus is None:
-        return done(results.PASS, wording.no_budget(m, unmatched))
+        return done(results.RECORDED, wording.no_budget(m, unmatched))
     return done(results.PASS, wording.passed(m, versus.text if versus is not None else None))
 
 
@@ -179,6 +179,8 @@ def against_reference(m: Measurement, reference: Measurement, required: float) -
         before.budget, speedup=required, reference=reference.name, achieved_speedup=achieved,
     ))
     text = wording.speedup(m, reference, achieved, required)
+    if before.verdict == results.RECORDED:  # the speedup budget is something judged
+        judged = judged.replace(verdict=results.PASS, reason=text)
     if achieved < required and before.verdict != results.NOT_GATED:
         if before.verdict.failing:
             judged = judged.replace(reason=f"{before.reason}; also {text}")
