@@ -1,8 +1,8 @@
 """Report: the table printed after pytest's summary, fitted to the terminal's width.
 
 As wide as it needs when the terminal allows (the test id last, so it is never cut). On a narrow
-terminal each measurement takes two or more lines instead: its id (shortened from the middle
-only when the id alone is wider than the terminal), then its figures, wrapped at words.
+terminal each measurement takes two or more lines instead: its id (``short_id``: shortened at
+the end of its function's name, its parameters kept), then its figures, wrapped at words.
 """
 
 from __future__ import annotations
@@ -27,9 +27,29 @@ def render(measurements: Sequence[Measurement], width: int | None = None) -> lis
         return table + [_totals(measurements), *_noisy(measurements)] + terminal_lines(measurements)
     lines = []
     for r in rows:
-        lines.append(units.cut_middle(f"{r.test} [{r.name}]", width))
+        lines.append(short_id(r.test, r.name, width))
         lines += _wrap(_figures(r), width - len(INDENT), INDENT)
     return lines + [_totals(measurements), *_noisy(measurements)] + terminal_lines(measurements)
+
+
+def short_id(test: str, name: str, width: int) -> str:
+    """``test [name]`` within ``width`` columns: the file's folders go first, then the function's
+    name is shortened at its end; its parameters and the measurement's name stay whole, so that
+    ``test_add[fp32]`` and ``test_add[bf16]`` never read alike. Only when they alone are wider
+    is the line cut at its end."""
+    full = f"{test} [{name}]"
+    if len(full) <= width:
+        return full
+    path, _, function = test.rpartition("::")
+    shorter = f"{path.rsplit('/', 1)[-1]}::{function}" if path else function
+    base, bracket, params = shorter.partition("[")
+    tail = f"{bracket}{params} [{name}]"
+    room = width - len(tail)
+    if len(base) + len(tail) <= width:
+        return base + tail
+    if room >= 12:
+        return base[: room - 1] + "…" + tail
+    return (base + tail)[: width - 1] + "…"
 
 
 def _table(rows: Sequence[Row]) -> list[str]:
