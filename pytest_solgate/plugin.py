@@ -71,8 +71,11 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(one_line(str(exc))) from None
     report = settings.report
     if report and (Path(report).is_dir() or report.endswith(".py")):
+        what = "a folder" if Path(report).is_dir() else "a Python file"
+        inside = f"{report.rstrip('/')}/sol-report.html" if Path(report).is_dir() else "sol-report.html"
         raise pytest.UsageError(
-            f"--sol-report took '{report}' as its output path; write --sol-report=PATH, or put --sol-report last"
+            f"--sol-report took '{report}' as its output path, {what}: name the report's file, e.g. "
+            f"--sol-report={inside} (a bare --sol-report before a test path takes that path: put it last)"
         )
     try:
         session = SolgateSession(config, settings)

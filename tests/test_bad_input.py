@@ -67,7 +67,10 @@ USAGE_ERRORS = [
     ("option-baseline", ["--sol-baseline=--x"], {"test_x.py": PLAIN_TEST}, "--sol-baseline='--x': give auto, none, or a git ref"),
     ("option-in-ini", [], {"pytest.ini": "[pytest]\nsol_noise = 2\n", "test_x.py": PLAIN_TEST}, "--sol-noise='2': give a fraction in (0, 1)"),
     ("option-report-swallows-path", ["--sol-report", "suite"], {"suite/test_x.py": PLAIN_TEST},
-     "--sol-report took 'suite' as its output path; write --sol-report=PATH, or put --sol-report last"),
+     "--sol-report took 'suite' as its output path, a folder: name the report's file, e.g. "
+     "--sol-report=suite/sol-report.html (a bare --sol-report before a test path takes that path: put it last)"),
+    ("option-report-is-a-folder", ["--sol-report=out"], {"out/keep.txt": "", "test_x.py": PLAIN_TEST},
+     "--sol-report took 'out' as its output path, a folder: name the report's file, e.g. --sol-report=out/sol-report.html"),
     ("history-not-a-database", ["--sol-history=notes.txt"], {"notes.txt": "my notes\n" * 50, "test_x.py": PLAIN_TEST},
      "notes.txt: not a solgate history database"),
     ("history-foreign-sqlite", ["--sol-history=other.db"], {"test_x.py": PLAIN_TEST}, "not a solgate history (tables: orders)"),

@@ -315,7 +315,7 @@ def test_report_swallowing_a_test_path_is_explained(pytester):
     pytester.mkdir("suite")
     result = pytester.runpytest("--sol-report", "suite")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--sol-report took 'suite' as its output path; write --sol-report=PATH*"])
+    result.stderr.fnmatch_lines(["*--sol-report took 'suite' as its output path, a folder: name the report's file, e.g. --sol-report=suite/sol-report.html*"])
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="CPU calibration measures through torch")
