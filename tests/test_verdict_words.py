@@ -178,3 +178,23 @@ def test_flops_in_a_class_the_profile_lacks_are_named_not_lost_nor_called_missin
     assert "fp16_tensor FLOPs unscored (no roof on synthetic)" in row, row
     (left_out,) = roofline.roofline(PROFILE, [m]).left_out
     assert "no bytes" not in left_out and "fp16_tensor" in left_out, left_out
+
+
+def test_a_plain_number_budget_applies_on_the_cpu_and_its_failure_says_how_to_gate_gpus_only(suite):
+    """A kernel engineer's `min=0.8` is meant for GPUs; it applies on every profile, this CPU's
+    included (docs/reference.md), and the failure there says so and how to keep it to the GPUs."""
+    result = suite("""
+        import pytest
+
+        @pytest.mark.sol(min=0.8)
+        def test_plain(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.5e6)  # SOL 0.5 on the 1 GB/s profile
+
+        @pytest.mark.sol(min={"synthetic": 0.8})
+        def test_by_profile(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.5e6)
+    """, fake_clock=True)
+    result.assert_outcomes(failed=2)
+    text = result.stdout.str()
+    assert text.count("min=0.8 is a plain number, so it applies on every profile, this CPU's too") == 1, text
+    assert "write min={'h100*': 0.8}" in text

@@ -115,7 +115,10 @@ def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, setting
         return done(results.ABOVE_SOL, wording.above_sol(m, ABOVE_SOL_LIMIT, ratio, fitting_class(m)))
     if min_sol is not None and sol < min_sol:
         excess = ratio if ratio is not None and ratio > DRAM_EXCESS else None
-        return done(results.BELOW_BUDGET, wording.below_min(m, min_sol, excess))
+        # A plain number is every profile's budget, this CPU's included (docs/reference.md): say how to
+        # keep it to the GPUs, where a GPU kernel's budget usually belongs.
+        on_cpu = isinstance(budget.min, float) and m.timing.backend == "cpu"
+        return done(results.BELOW_BUDGET, wording.below_min(m, min_sol, excess, plain_on_cpu=on_cpu))
     if min_mfu is not None and not m.work.total_flops:
         return done(results.BELOW_BUDGET, wording.mfu_without_flops(m, min_mfu))
     if min_mfu is not None and mfu < min_mfu:

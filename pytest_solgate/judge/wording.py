@@ -265,12 +265,16 @@ def above_sol(m: Measurement, limit: float, ratio: float | None, fitting: tuple[
     return f"{head}\n  on {m.profile}: {describe(m)}\n  {why}"
 
 
-def below_min(m: Measurement, min_sol: float, excess_ratio: float | None) -> str:
-    """``excess_ratio``: the DRAM ratio when the kernel moves more than it declares, else None."""
+def below_min(m: Measurement, min_sol: float, excess_ratio: float | None, plain_on_cpu: bool = False) -> str:
+    """``excess_ratio``: the DRAM ratio when the kernel moves more than it declares, else None;
+    ``plain_on_cpu``: the budget is a plain number, applied on a CPU profile."""
     moved = ""
+    if plain_on_cpu:
+        moved += (f"\n  min={min_sol:g} is a plain number, so it applies on every profile, this CPU's too: to gate "
+                  f"GPUs only, write min={{'h100*': {min_sol:g}}} (one glob per GPU profile)")
     if excess_ratio is not None:
-        moved = (f"\n  it moves more than it declares: {dram_phrase(m, excess_ratio)}, so the traffic beyond the fused "
-                 "minimum (re-reads, spills, an unfused intermediate) costs it time")
+        moved += (f"\n  it moves more than it declares: {dram_phrase(m, excess_ratio)}, so the traffic beyond the fused "
+                  "minimum (re-reads, spills, an unfused intermediate) costs it time")
     head = headline("", label(m), f" SOL {units.sol(m.score.sol)} < budget {units.sol(min_sol)}")
     return f"{head}\n{_facts(m)}{moved}"
 
