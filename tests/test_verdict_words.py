@@ -5,6 +5,8 @@ was declared, what to change said once, and the precision class that fits an imp
 Each check reads the part a user acts on: the figure, the option, the class."""
 
 
+import json
+
 import pytest
 from test_history import sqlite_repo  # noqa: F401 (a fixture)
 
@@ -13,6 +15,8 @@ from test_cli import solgate
 
 LONG_IDS = FAKE_CLOCK_KERNELS + '''
 import json, pathlib
+import json
+
 import pytest
 
 SPEED = json.loads(pathlib.Path(__file__).with_name("speed.json").read_text())
@@ -198,3 +202,20 @@ def test_a_plain_number_budget_applies_on_the_cpu_and_its_failure_says_how_to_ga
     text = result.stdout.str()
     assert text.count("min=0.8 is a plain number, so it applies on every profile, this CPU's too") == 1, text
     assert "write min={'h100*': 0.8}" in text
+
+
+def test_a_first_measurement_is_recorded_not_passed_and_a_no_save_run_says_it_kept_nothing(suite, pytester):
+    """`pass` only where something was judged: with no budget and no baseline the verdict is
+    `recorded` (issue 44); under --sol-no-save nothing is, and the reason says so."""
+    body = """
+        def test_first(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.5e6)
+    """
+    result = suite(body, "--sol-json=saved.json", fake_clock=True)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["1 recorded*"])
+    saved = json.loads((pytester.path / "saved.json").read_text())["measurements"][0]
+    assert saved["verdict"] == "recorded" and "recorded as a baseline for later runs" in saved["reason"], saved
+    suite(body, "--sol-no-save", "--sol-json=unsaved.json", fake_clock=True).assert_outcomes(passed=1)
+    unsaved = json.loads((pytester.path / "unsaved.json").read_text())["measurements"][0]
+    assert "not recorded (--sol-no-save)" in unsaved["reason"] and "as a baseline" not in unsaved["reason"], unsaved

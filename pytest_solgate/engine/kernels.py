@@ -75,7 +75,8 @@ class Engine:
         self.profile_option = profile_option or resolve_profile_option(settings.profile)
         self.explicit_profile = self.profile_option.profile
         self.judge_settings = verdict.JudgeSettings(
-            gate=settings.gate, above_one=settings.above_one, max_regression=settings.max_regression
+            gate=settings.gate, above_one=settings.above_one, max_regression=settings.max_regression,
+            saved=not settings.no_save,
         )
         self._head = head  # (commit, dirty) of the code being measured, named in verdicts; asked once
         self._unsaid: list[str] = []  # the context's warnings, until a measurement says them

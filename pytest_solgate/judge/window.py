@@ -34,6 +34,7 @@ class JudgeSettings:
     max_regression: float = DEFAULT_MAX_REGRESSION
     commit: str | None = None  # the commit being measured, for messages
     dirty: bool = False
+    saved: bool = True  # False under --sol-no-save: nothing this run measures is kept, so none is "recorded"
 
 
 @dataclass(frozen=True)

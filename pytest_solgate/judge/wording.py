@@ -290,11 +290,15 @@ def below_mfu(m: Measurement, min_mfu: float) -> str:
     return f"{head}\n{_facts(m)}"
 
 
-def no_budget(m: Measurement, unmatched: tuple[str, ...]) -> str:
+def no_budget(m: Measurement, unmatched: tuple[str, ...], saved: bool = True) -> str:
+    """Nothing to judge ``m`` by: what happens to it (a later run's baseline, or nothing under
+    --sol-no-save), and what would judge it."""
+    kept = ("recorded as a baseline for later runs" if saved
+            else "not recorded (--sol-no-save), so no later run is compared with it")
     if unmatched:
-        return (f"no budget on {m.profile} and no baseline: recorded\n  the marker's "
+        return (f"no budget on {m.profile} and no baseline: {kept}\n  the marker's "
                 f"{' and '.join(f'{k}=' for k in unmatched)} globs match other profiles only")
-    return f"no budget for {m.profile} and no baseline: recorded"
+    return f"no budget for {m.profile} and no baseline: {kept}"
 
 
 def passed(m: Measurement, comparison: str | None) -> str:
