@@ -338,8 +338,12 @@ class Run:
             self.messages.append(contended_line(len(contended), contended[0].contended))
         on_time = [m for m in self.records if m.judgement and m.judgement.baseline and m.judgement.baseline.compared_on == "time"]
         if on_time:  # once per session, not in every measurement's message
-            self.messages.append(f"solgate: {len(on_time)} measurement(s) compared on time: the ceilings changed since "
-                                 "their baselines\n  (e.g. a re-calibration), so their SOLs are not comparable")
+            first = on_time[0]
+            self.messages.append(
+                f"solgate: {len(on_time)} measurement(s) compared on time: the ceilings changed since their baselines\n"
+                f"  (first: {first.test} [{first.name}])\n"
+                "  re-calibrated, or a CPU's cached ceilings raised when it ran faster: their SOLs are\n"
+                "  not comparable, their times are, and the gate used those; nothing to do")
         if run.status == "interrupted":
             # Recorded (what was measured is evidence) but never a baseline, and every output says so.
             self.messages.append(f"solgate: the session was interrupted: this run ({len(self.records)} measurement(s)) "
