@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _pytest.pathlib import bestrelpath
 
 from pytest_solgate.support.errors import SolgateError, warn_at_users_code
 from pytest_solgate.support.inifile import ini_type, sol_values
@@ -201,11 +200,9 @@ class SolgateSession:
         if report.when == "call" and RECORDS_KEY in item.stash:
             report.solgate_records = [m.to_dict() for m in item.stash.get(RECORDS_KEY, [])]
         if report.failed and call.excinfo is not None and call.excinfo.errisinstance(SolgateError):
-            # A declaration the user got wrong (no bytes=, a bad name): one line at their call, no traceback.
-            package = Path(__file__).resolve().parent
-            users = [e for e in call.excinfo.traceback if package not in Path(str(e.path)).resolve().parents]
-            where = f"{bestrelpath(item.config.rootpath, Path(str(users[-1].path)))}:{users[-1].lineno + 1}: " if users else ""
-            report.longrepr = f"{where}{one_line(str(call.excinfo.value))}"
+            from pytest_solgate.run import at_users_call
+
+            report.longrepr = at_users_call(call.excinfo, item.config.rootpath)
         elif report.failed and call.excinfo is not None:
             from pytest_solgate.measure.backends import triton_driver_hint
 

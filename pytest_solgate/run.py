@@ -383,6 +383,17 @@ def _relative_prefix(rootdir: Path, top: Path) -> str:
     return "" if str(relative) == "." else relative.as_posix() + "/"
 
 
+def at_users_call(excinfo: Any, rootpath: Path) -> str:
+    """A declaration the user got wrong (no bytes=, a bad name) as one line at their own call,
+    'test_k.py:5: no work declared: ...': no traceback, no exception class."""
+    from _pytest.pathlib import bestrelpath
+
+    package = Path(__file__).resolve().parent
+    users = [e for e in excinfo.traceback if package not in Path(str(e.path)).resolve().parents]
+    where = f"{bestrelpath(rootpath, Path(str(users[-1].path)))}:{users[-1].lineno + 1}: " if users else ""
+    return f"{where}{one_line(str(excinfo.value))}"
+
+
 def contended_line(count: int, first_reason: str, width: int = 80) -> str:
     """The end-of-session line about contended measurements, wrapped to the terminal's 80 columns
     as the SOL table is: what happened first, then why (the first one's reading), then what it means."""

@@ -291,7 +291,7 @@ def test_a_slowdown_the_wait_explains_stays_ambiguous(sqlite_repo, tmp_path_fact
 
 
 def test_the_wait_bound_is_the_threads_own_wait_else_the_machines_stall():
-    from pytest_solgate.judge.window import beyond_contention
+    from pytest_solgate.judge.contended import beyond_contention
 
     assert contention.Busy(contention.CPU_PRESSURE, 0.42, 2, True, 0.34).wait_share == 0.34
     assert contention.Busy(contention.CPU_PRESSURE, 0.42, 2, True).wait_share == 0.42

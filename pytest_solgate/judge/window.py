@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from pytest_solgate.judge import hosts, wording
+from pytest_solgate.judge.contended import beyond_contention
 from pytest_solgate.measure import clocks
 from pytest_solgate.results import AMBIGUOUS, IMPROVED, PASS, REGRESSED, BaselineComparison, Measurement, Verdict
 from pytest_solgate.support import stats
@@ -212,16 +213,6 @@ def _clock_moved(m: Measurement, runs: Sequence[BaselineRun]) -> tuple[float, fl
     if moved is None:
         return None
     return moved, m.timing.sm_clock_mhz, m.timing.sm_clock_mhz / (1 + moved)
-
-
-def beyond_contention(change: float, wait: float | None) -> float | None:
-    """The change had a contended run not waited for a CPU at all, or None when nothing bounds the
-    wait. A thread that waited a share ``wait`` of its window ran the rest of it, so contention
-    can have stretched its time by at most 1 / (1 - wait): its SOL undisturbed is at most
-    SOL / (1 - wait). A drop still beyond the tolerance after that is not the machine's doing."""
-    if wait is None or not 0 <= wait < 1:
-        return None
-    return (1 + change) / (1 - wait) - 1
 
 
 def against_window(m: Measurement, window: BaselineWindow, tolerance: float, settings: JudgeSettings) -> Comparison:

@@ -163,12 +163,11 @@ def _why(facts: ComparisonFacts, floor: str) -> list[str]:
         return [f"would be a regression, but the baseline ran in another environment ({facts.detail}); the gate "
                 "decides once runs in this environment form a window"]
     if held == CONTENDED:
+        busy = f"would be a regression, but the machine was busy while it measured ({facts.detail})"
         if facts.bounded_change is None:
-            return [f"would be a regression, but the machine was busy while it measured ({facts.detail}) and "
-                    "nothing bounds how much that slowed it: run it alone"]
-        return [f"would be a regression, but the machine was busy while it measured ({facts.detail})",
-                f"and {_waiting(facts)}: that can explain the drop (at most "
-                f"{units.percent(facts.bounded_change, signed=True)} without it); run it alone"]
+            return [f"{busy} and nothing bounds how much that slowed it: run it alone"]
+        return [busy, f"and {_waiting(facts)}: that can explain the drop (at most "
+                      f"{units.percent(facts.bounded_change, signed=True)} without it); run it alone"]
     if held == MEMORY_MOVED and drop:
         return [f"would be a regression, but {_memory_moved(facts)}, and the drop is within the noise floor plus the "
                 "probe's own shift; the gate decides on a run in the window's state (run it again)"]
@@ -180,19 +179,17 @@ def _why(facts: ComparisonFacts, floor: str) -> list[str]:
         lines = [f"regressed (beyond the tolerance and the noise: 99 % t prediction bound over "
                  f"{units.plural(facts.runs, 'run')}{beyond})"]
         if facts.bounded_change is not None:
-            lines += [f"the machine was busy while it measured ({facts.detail}),",
-                      f"but {_waiting(facts)}: still {units.percent(facts.bounded_change, signed=True)} without it"]
+            lines += [f"the machine was busy while it measured ({facts.detail}),", f"but {_waiting(facts)}: still "
+                      f"{units.percent(facts.bounded_change, signed=True)} without it"]
         return lines
     return []
 
 
 def _waiting(facts: ComparisonFacts) -> str:
-    wait = facts.wait_share or 0.0
-    return f"waiting {units.percent(wait)} of the time makes a run at most {1 / (1 - wait):.2f}x slower"
+    return f"waiting {units.percent(facts.wait_share)} of the time makes a run at most {1 / (1 - (facts.wait_share or 0)):.2f}x slower"
 
 
-CONTENDED_NOTE = ("recorded, never a baseline; it fails as regressed only by more than its wait for a CPU "
-                  "can explain")
+CONTENDED_NOTE = "recorded, never a baseline; it fails as regressed only by more than its wait for a CPU can explain"
 
 
 # --- one measurement's verdict (verdict.judge, confirm, against_reference) -----------------------
@@ -266,12 +263,9 @@ def above_sol(m: Measurement, limit: float, ratio: float | None, fitting: tuple[
 
 
 def below_min(m: Measurement, min_sol: float, excess_ratio: float | None, plain_on_cpu: bool = False) -> str:
-    """``excess_ratio``: the DRAM ratio when the kernel moves more than it declares, else None;
-    ``plain_on_cpu``: the budget is a plain number, applied on a CPU profile."""
-    moved = ""
-    if plain_on_cpu:
-        moved += (f"\n  min={min_sol:g} is a plain number, so it applies on every profile, this CPU's too: to gate "
-                  f"GPUs only, write min={{'h100*': {min_sol:g}}} (one glob per GPU profile)")
+    """``excess_ratio``: the DRAM ratio when the kernel moves more than it declares, else None."""
+    moved = (f"\n  min={min_sol:g} is a plain number, so it applies on every profile, this CPU's too: to gate GPUs "
+             f"only, write min={{'h100*': {min_sol:g}}} (one glob per GPU profile)") if plain_on_cpu else ""
     if excess_ratio is not None:
         moved += (f"\n  it moves more than it declares: {dram_phrase(m, excess_ratio)}, so the traffic beyond the fused "
                   "minimum (re-reads, spills, an unfused intermediate) costs it time")
@@ -291,8 +285,6 @@ def below_mfu(m: Measurement, min_mfu: float) -> str:
 
 
 def no_budget(m: Measurement, unmatched: tuple[str, ...], saved: bool = True) -> str:
-    """Nothing to judge ``m`` by: what happens to it (a later run's baseline, or nothing under
-    --sol-no-save), and what would judge it."""
     kept = ("recorded as a baseline for later runs" if saved
             else "not recorded (--sol-no-save), so no later run is compared with it")
     if unmatched:
