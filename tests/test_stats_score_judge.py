@@ -71,7 +71,7 @@ SETTINGS = windows.JudgeSettings()
         (measurement(0.9), budgets.Budget(min=0.85), results.PASS),
         (measurement(0.7), budgets.Budget(min=0.85), results.BELOW_BUDGET),
         (measurement(0.7), budgets.Budget(min=(("a100*", 0.9), ("h100*", 0.6))), results.PASS),
-        (measurement(0.7), budgets.Budget(min=(("a100*", 0.9),)), results.PASS),
+        (measurement(0.7), budgets.Budget(min=(("a100*", 0.9),)), results.RECORDED),  # no budget here: nothing judged
         (measurement(1.2), budgets.Budget(min=0.5), results.ABOVE_SOL),
         (measurement(0.9, mfu=0.1), budgets.Budget(mfu=0.5), results.BELOW_BUDGET),
         (measurement(0.2, gate=False), budgets.Budget(min=0.85), results.NOT_GATED),
@@ -83,7 +83,7 @@ def test_verdicts(m, budget, expected):
 
 
 def test_below_budget_message_is_actionable():
-    m = verdict.judge(measurement(0.71), budgets.Budget(min=0.85), None, SETTINGS)
+    m = verdict.judge(measurement(0.71, backend="cuda"), budgets.Budget(min=0.85), None, SETTINGS)
     first, facts = m.judgement.reason.splitlines()
     assert first == "test_k SOL 0.71 < budget 0.85"  # the figures to act on lead, within 80 columns
     assert "h100-sxm" in facts and "3.35 TB/s" in facts and "1 ms" in facts
