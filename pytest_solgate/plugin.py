@@ -70,8 +70,11 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(one_line(str(exc))) from None
     report = settings.report
     if report and (Path(report).is_dir() or report.endswith(".py")):
+        what = "a folder" if Path(report).is_dir() else "a Python file"
+        inside = f"{report.rstrip('/')}/sol-report.html" if Path(report).is_dir() else "sol-report.html"
         raise pytest.UsageError(
-            f"--sol-report took '{report}' as its output path; write --sol-report=PATH, or put --sol-report last"
+            f"--sol-report took '{report}' as its output path, {what}: name the report's file, e.g. "
+            f"--sol-report={inside} (a bare --sol-report before a test path takes that path: put it last)"
         )
     try:
         session = SolgateSession(config, settings)
@@ -198,7 +201,11 @@ class SolgateSession:
         report = yield
         if report.when == "call" and RECORDS_KEY in item.stash:
             report.solgate_records = [m.to_dict() for m in item.stash.get(RECORDS_KEY, [])]
-        if report.failed and call.excinfo is not None:
+        if report.failed and call.excinfo is not None and call.excinfo.errisinstance(SolgateError):
+            from pytest_solgate.run import at_users_call
+
+            report.longrepr = at_users_call(call.excinfo, item.config.rootpath)
+        elif report.failed and call.excinfo is not None:
             from pytest_solgate.measure.backends import triton_driver_hint
 
             hint = triton_driver_hint(call.excinfo.value)

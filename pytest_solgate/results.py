@@ -39,6 +39,7 @@ class Verdict(str, enum.Enum):
     AMBIGUOUS = "ambiguous"
     IMPROVED = "improved"
     PASS = "pass"
+    RECORDED = "recorded"  # gated, but nothing to judge it by yet: no budget on its profile, no baseline
     NOT_GATED = "not-gated"
 
     __str__ = str.__str__  # "pass", not "Verdict.PASS", in f-strings, Jinja and JSON
@@ -56,6 +57,7 @@ REGRESSED = Verdict.REGRESSED
 AMBIGUOUS = Verdict.AMBIGUOUS
 IMPROVED = Verdict.IMPROVED
 ABOVE_SOL = Verdict.ABOVE_SOL
+RECORDED = Verdict.RECORDED
 NOT_GATED = Verdict.NOT_GATED
 VERDICTS = tuple(Verdict)  # worst first: the order of every report
 FAILING = (BELOW_BUDGET, REGRESSED, ABOVE_SOL)
@@ -200,6 +202,9 @@ class Measurement:
     # Why the machine was busy while this was measured (another process on its cores, another
     # solgate run waiting for the device), or "": a contended result is never a baseline.
     contended: str = ""
+    # With ``contended`` on a CPU: the share of the sampling window this thread may have waited for a
+    # CPU (measure/contention.py), which bounds how much slower the contention can have made it.
+    contended_wait: float | None = None
     judgement: Judgement | None = None
     # On a GPU: energy per call from NVML's counter (measure/block.py), and the DRAM bytes one call
     # moved under Nsight Compute (--sol-ncu, measure/ncu.py); None where not measured (left out of the JSON).
@@ -285,6 +290,7 @@ class Measurement:
             "trend": [dict(point) for point in self.trend],
             # Last, and only when set: the records of earlier versions write back identical.
             **({"contended": self.contended} if self.contended else {}),
+            **({"contended_wait": self.contended_wait} if self.contended_wait is not None else {}),
             **({"probe_seconds": timing.probe_seconds} if timing.probe_seconds is not None else {}),
             **({"events_seconds": timing.events_seconds} if timing.events_seconds is not None else {}),
             **({"kernel_span_seconds": timing.span_seconds} if timing.span_seconds is not None else {}),
@@ -352,6 +358,7 @@ class Measurement:
             worker=data.get("worker") or "",
             notes=tuple(data.get("notes") or ()),
             contended=str(data.get("contended") or ""),
+            contended_wait=data.get("contended_wait"),
             judgement=judgement,
             trend=tuple(data.get("trend") or ()),
             joules=data.get("joules"),

@@ -346,8 +346,12 @@ class Run:
             self.messages.append(contended_line(len(contended), contended[0].contended))
         on_time = [m for m in self.records if m.judgement and m.judgement.baseline and m.judgement.baseline.compared_on == "time"]
         if on_time:  # once per session, not in every measurement's message
-            self.messages.append(f"solgate: {len(on_time)} measurement(s) compared on time: the ceilings changed since "
-                                 "their baselines\n  (e.g. a re-calibration), so their SOLs are not comparable")
+            first = on_time[0]
+            self.messages.append(
+                f"solgate: {len(on_time)} measurement(s) compared on time: the ceilings changed since their baselines\n"
+                f"  (first: {first.test} [{first.name}])\n"
+                "  re-calibrated, or a CPU's cached ceilings raised when it ran faster: their SOLs are\n"
+                "  not comparable, their times are, and the gate used those; nothing to do")
         if run.status == "interrupted":
             # Recorded (what was measured is evidence) but never a baseline, and every output says so.
             self.messages.append(f"solgate: the session was interrupted: this run ({len(self.records)} measurement(s)) "
@@ -387,6 +391,17 @@ def _relative_prefix(rootdir: Path, top: Path) -> str:
     return "" if str(relative) == "." else relative.as_posix() + "/"
 
 
+def at_users_call(excinfo: Any, rootpath: Path) -> str:
+    """A declaration the user got wrong (no bytes=, a bad name) as one line at their own call,
+    'test_k.py:5: no work declared: ...': no traceback, no exception class."""
+    from _pytest.pathlib import bestrelpath
+
+    package = Path(__file__).resolve().parent
+    users = [e for e in excinfo.traceback if package not in Path(str(e.path)).resolve().parents]
+    where = f"{bestrelpath(rootpath, Path(str(users[-1].path)))}:{users[-1].lineno + 1}: " if users else ""
+    return f"{where}{one_line(str(excinfo.value))}"
+
+
 def contended_line(count: int, first_reason: str, width: int = 80) -> str:
     """The end-of-session line about contended measurements, wrapped to the terminal's 80 columns
     as the SOL table is: what happened first, then why (the first one's reading), then what it means."""
@@ -394,7 +409,7 @@ def contended_line(count: int, first_reason: str, width: int = 80) -> str:
 
     lines = [f"solgate: {count} measurement(s) taken while the machine was busy"]
     lines += textwrap.wrap(f"({first_reason});", width, initial_indent="  ", subsequent_indent="  ")
-    lines.append("  recorded, never baselines; they cannot fail as regressed")
+    lines.append("  recorded, never baselines; regressed only beyond what their wait explains")
     return "\n".join(lines)
 
 

@@ -67,7 +67,10 @@ USAGE_ERRORS = [
     ("option-baseline", ["--sol-baseline=--x"], {"test_x.py": PLAIN_TEST}, "--sol-baseline='--x': give auto, none, or a git ref"),
     ("option-in-ini", [], {"pytest.ini": "[pytest]\nsol_noise = 2\n", "test_x.py": PLAIN_TEST}, "--sol-noise='2': give a fraction in (0, 1)"),
     ("option-report-swallows-path", ["--sol-report", "suite"], {"suite/test_x.py": PLAIN_TEST},
-     "--sol-report took 'suite' as its output path; write --sol-report=PATH, or put --sol-report last"),
+     "--sol-report took 'suite' as its output path, a folder: name the report's file, e.g. "
+     "--sol-report=suite/sol-report.html (a bare --sol-report before a test path takes that path: put it last)"),
+    ("option-report-is-a-folder", ["--sol-report=out"], {"out/keep.txt": "", "test_x.py": PLAIN_TEST},
+     "--sol-report took 'out' as its output path, a folder: name the report's file, e.g. --sol-report=out/sol-report.html"),
     ("history-not-a-database", ["--sol-history=notes.txt"], {"notes.txt": "my notes\n" * 50, "test_x.py": PLAIN_TEST},
      "notes.txt: not a solgate history database"),
     ("history-foreign-sqlite", ["--sol-history=other.db"], {"test_x.py": PLAIN_TEST}, "not a solgate history (tables: orders)"),
@@ -159,14 +162,14 @@ def test_usage_errors(pytester, case, args, files, fragment):
 
 # (id, test body, the one line the failure shows)
 TEST_FAILURES = [
-    ("work-negative", "sol.measure(lambda: busy(1e-4), bytes=-5)", "WorkError: bytes=-5 is negative"),
-    ("work-nan", "sol.measure(lambda: busy(1e-4), flops=float('nan'))", "WorkError: flops=nan must be finite"),
-    ("work-infinite", "sol.measure(lambda: busy(1e-4), bytes=float('inf'))", "WorkError: bytes=inf must be finite"),
-    ("work-unknown-precision", "sol.measure(lambda: busy(1e-4), flops={'fp12': 3})", "WorkError: unknown precision 'fp12'; use one of"),
+    ("work-negative", "sol.measure(lambda: busy(1e-4), bytes=-5)", "bytes=-5 is negative"),
+    ("work-nan", "sol.measure(lambda: busy(1e-4), flops=float('nan'))", "flops=nan must be finite"),
+    ("work-infinite", "sol.measure(lambda: busy(1e-4), bytes=float('inf'))", "bytes=inf must be finite"),
+    ("work-unknown-precision", "sol.measure(lambda: busy(1e-4), flops={'fp12': 3})", "unknown precision 'fp12'; use one of"),
     ("work-precision-profile-lacks", "sol.measure(lambda: busy(1e-4), flops={'fp8_tensor': 3})",
-     "WorkError: flops declared in 'fp8_tensor', which profile 'synthetic' lacks; it has: fp32, bf16_tensor"),
-    ("work-none", "sol.measure(lambda: busy(1e-4))", "WorkError: no work declared: pass bytes=... (total fused bytes)"),
-    ("work-not-a-number", "sol.measure(lambda: busy(1e-4), bytes='1MB')", "WorkError: bytes='1MB' is not a number"),
+     "flops declared in 'fp8_tensor', which profile 'synthetic' lacks; it has: fp32, bf16_tensor"),
+    ("work-none", "sol.measure(lambda: busy(1e-4))", "no work declared: pass bytes=... (total fused bytes)"),
+    ("work-not-a-number", "sol.measure(lambda: busy(1e-4), bytes='1MB')", "bytes='1MB' is not a number"),
     ("not-callable", "sol.measure(42, bytes=1)", "sol.measure needs a zero-argument callable, got int: pass a callable that runs"),
     ("duplicate-name", "sol.measure(lambda: 0, bytes=1, name='k'); sol.measure(lambda: 0, bytes=1, name='k')",
      "a measurement named 'k' already exists in this test; give another name="),
@@ -186,7 +189,7 @@ TEST_FAILURES = [
     ("mfu-without-flops", "sol.measure(lambda: busy(1e-4), bytes=1e3)",
      "has an MFU budget of 0.10 but declares no FLOPs"),
     ("work-beyond-any-float", "sol.measure(lambda: busy(1e-4), bytes=10**400)",
-     "WorkError: bytes=10**400 is more than any kernel does (the limit is 1e+60); declare the real count"),
+     "bytes=10**400 is more than any kernel does (the limit is 1e+60); declare the real count"),
     # One rule for what cannot be timed: refused before anything runs, saying what to pass instead.
     ("generator-function", "def kernel():\n        yield busy(1e-4)\n    sol.measure(kernel, bytes=1e3)",
      "sol.measure got a generator function; calling it only creates a generator, and none of its body runs: "
@@ -208,6 +211,9 @@ def test_failures_inside_a_test(suite, case, body, line):
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert any(line in text for text in result.stdout.lines), line
     assert "pytest_solgate/" not in result.stdout.str()
+    if case.startswith("work-"):  # one line at the user's call (issue 44): no traceback, no exception class
+        result.stdout.fnmatch_lines([f"test_kernels.py:*: *{line}*"])
+        assert "Error" not in result.stdout.str() and not any(text.startswith("E ") for text in result.stdout.lines)
 
 
 def test_kernel_that_raises_keeps_its_own_traceback(suite):
@@ -223,7 +229,7 @@ def test_an_unusable_lock_folder_fails_the_test_in_one_line(suite, pytester, mon
     monkeypatch.setenv("SOLGATE_LOCK_DIR", str(pytester.path / "not-a-folder"))
     result = suite("def test_k(sol):\n    sol.measure(lambda: busy(1e-4), bytes=1e3)\n")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([f"E   *MeasureError: cannot take the cpu device lock in SOLGATE_LOCK_DIR={pytester.path}/not-a-folder "
+    result.stdout.fnmatch_lines([f"test_kernels.py:*: cannot take the cpu device lock in SOLGATE_LOCK_DIR={pytester.path}/not-a-folder "
                                  "(*): point SOLGATE_LOCK_DIR at a folder this user can write, or unset it"])
     assert "pytest_solgate/" not in result.stdout.str() and "FileExistsError" not in result.stdout.str()
 
@@ -285,7 +291,7 @@ def test_kernel_longer_than_the_time_budget_warns(suite):
 def test_fixture_used_outside_its_test(suite):
     result = suite("saved = []\n\ndef test_a(sol):\n    saved.append(sol)\n\ndef test_b():\n    saved[0].measure(lambda: 0, bytes=1)\n")
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["E   *MeasureError: sol.measure called after the body of test_kernels.py::test_a returned*; "
+    result.stdout.fnmatch_lines(["test_kernels.py:*: sol.measure called after the body of test_kernels.py::test_a returned*; "
                                  "it would never be judged: call it inside the test body"])
 
 

@@ -180,3 +180,14 @@ def test_a_short_kernel_on_a_loaded_machine_raises_no_warning_of_ours_under_w_er
     result = suite("def test_k(sol):\n    sol.measure(lambda: busy(4e-6), bytes=1e3)\n", "-W", "error", fake_clock=True)
     result.assert_outcomes(passed=1)
     assert "SolgateWarning" not in result.stdout.str()
+
+
+@pytest.mark.parametrize("command", [("history",), ("trend", "-o", "t.html"), ("compare", "HEAD~1", "HEAD")])
+def test_outside_a_git_repository_the_commands_say_so_and_what_to_do(tmp_path, monkeypatch, command):
+    """Once only 'no history database here yet', as if a run would help: outside a repository
+    there is no top level to find the history at (issue 44)."""
+    monkeypatch.delenv("SOLGATE_HISTORY", raising=False)
+    done = solgate(*command, cwd=tmp_path)
+    assert done.returncode != 0
+    assert "is not in a git repository" in done.stderr and "--history PATH" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -404,3 +404,113 @@ def test_roofline_labels_sit_by_their_marks_and_cross_no_other_link(tmp_path):
         OUTPUT.mkdir(exist_ok=True)
         page.screenshot(path=str(OUTPUT / "sol-roofline-labels.png"), full_page=True)
     assert not visit.errors, visit.errors
+
+
+# --- the longest ids of the kernel suite and a step's rows (issue 44 item 7) ---------------------
+
+# kernels/tests/test_correctness.py's longest parametrized id, as pytest collects it
+LONGEST_KERNEL_ID = ("kernels/tests/test_correctness.py::test_a_driver_older_than_the_toolkit_is_a_clear_error[12040-13000-"
+                     "toolkit that built the kernel \\(CUDA 13.0\\) is newer than the driver supports \\(CUDA 12.4\\)]")
+STEP_TEST = "kernels/tests/test_step.py::test_a_norm_in_a_python_loop_ranks_first"
+
+# Every cell's content inside its cell, no badge or section cut, at the width the page is shown.
+NOTHING_CUT = """() => {
+  const found = [];
+  const box = (e) => e.getBoundingClientRect();
+  document.querySelectorAll("table td, table th, .panel h3, .panel .meta").forEach((cell) => {
+    const frame = box(cell.closest("td, th, .panel"));
+    const range = document.createRange(); range.selectNodeContents(cell);
+    for (const r of range.getClientRects())
+      if (r.width && (r.right > frame.right + 0.5 || r.left < frame.left - 0.5)) {
+        found.push(["beyond its cell", cell.className, cell.textContent.slice(0, 50)]); break;
+      }
+  });
+  document.querySelectorAll(".badge").forEach((b) => {
+    if (b.scrollWidth > b.clientWidth + 1 || box(b).right > box(b.closest("td, summary, div")).right + 0.5)
+      found.push(["badge cut", b.textContent]);
+  });
+  document.querySelectorAll("section, .panel").forEach((s) => {
+    if (s.scrollWidth > s.clientWidth + 1) found.push(["overflows its card", s.id || s.className, s.scrollWidth, s.clientWidth]);
+  });
+  return found;
+}"""
+
+
+def _long_id_run(tmp_path):
+    """A step's record and its operator series (as engine/steps.py makes them) and the kernel
+    suite's longest ids, each with a verdict a CPU run gives them."""
+    from types import SimpleNamespace
+
+    from pytest_solgate.declare.profiles import load_profile
+    from pytest_solgate.engine import steps
+    from pytest_solgate.measure.step import OperatorWork, RunReading, StepProfile
+    from pytest_solgate.results import RunInfo
+    from pytest_solgate.score import step as scoring
+    from solgate_testing import SYNTHETIC_PROFILE, changed, recorded
+
+    (tmp_path / "synthetic.toml").write_text(SYNTHETIC_PROFILE)
+    profile = load_profile(tmp_path / "synthetic.toml")
+    attention, norm, mm = (("aten::scaled_dot_product_attention", "Block.attention"), ("aten::layer_norm", "Block.norm2"),
+                           ("aten::addmm", "Block.mlp.fc1"))
+    work = {attention: OperatorWork(flops={"fp32": 4e5}, bytes=1e5), norm: OperatorWork(bytes=2e5),
+            mm: OperatorWork(flops={"fp32": 8e5}, bytes=1e5)}
+    reading = RunReading(seconds=6e-3, operators={attention: 1e-3, norm: 3e-3, mm: 1.5e-3},
+                         calls={attention: 1, norm: 256, mm: 1}, idle=0.5e-3)
+    measured = StepProfile(runs=(reading,) * 6, work=work, device="cpu", mode="profiler-cpu", warmup_calls=1,
+                           started_at=0.0, finished_at=1.0)
+    context = SimpleNamespace(profile=profile, ceilings="measured", environment={"host": "h"}, device_name="cpu",
+                              device=SimpleNamespace(kind="cpu"))
+    step = steps.records(context, STEP_TEST, "slow-norm", measured, scoring.score_step(measured, profile), gate=True, top=5)
+    step = [changed(m, verdict="recorded", reason="no budget for synthetic and no baseline") for m in step]
+    kernels = [
+        recorded(test=LONGEST_KERNEL_ID, name="default", verdict="not-gated", reason="gate=False: recorded for reference"),
+        recorded(test="kernels/tests/test_sol.py::test_cuda_bias_gelu_residual", name="cuda-bias-gelu-residual",
+                 verdict="not-gated", reason="TRITON_INTERPRET=1: the Triton interpreter's timings mean nothing"),
+        recorded(test="kernels/tests/test_correctness.py::test_cuda_kernel_compiles_for_ampere_and_hopper", name="default",
+                 verdict="ambiguous", reason="ambiguous: within the noise"),
+    ]
+    run = RunInfo(id="r" * 32, started_at="2026-12-05T10:00:00+00:00", commit="c" * 40, profile="synthetic", ceilings="measured")
+    return run, [*step, *kernels], {"synthetic": profile}
+
+
+def test_the_longest_ids_and_a_steps_rows_overlap_nothing_at_1280_and_1600_px(tmp_path):
+    """Long test ids once ran over the measurement names beside them, and the table pushed the
+    verdict badges and reasons out of its card (`not-gatec`) at 1280 px."""
+    from pytest_solgate.report import html
+
+    run, measurements, profiles = _long_id_run(tmp_path)
+    (tmp_path / "report.html").write_text(html.render_report(run, measurements, profiles))
+    page = _nothing_cut_at_common_widths(tmp_path / "report.html", "sol-report-long-ids.png")
+    assert page.count(">recorded</span></td>") == 4  # the step's record and its three operators, in the table
+
+
+def test_the_trend_page_with_the_longest_ids_overlaps_nothing_at_1280_and_1600_px(tmp_path):
+    from pytest_solgate.record import history
+    from pytest_solgate.results import RunInfo
+    from test_cli import solgate
+
+    _, measurements, _ = _long_id_run(tmp_path)
+    with history.open_store(tmp_path / "h.db") as store:
+        for i in range(4):
+            run = RunInfo(id=f"r{i}", started_at=f"2026-12-0{i + 1}T00:00:00+00:00", commit=f"{i + 1:x}" * 40,
+                          commit_time=f"2026-12-0{i + 1}T00:00:00+00:00")
+            store.record_run(run, measurements)
+    done = solgate("trend", "-o", str(tmp_path / "trend.html"), "--history", str(tmp_path / "h.db"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    _nothing_cut_at_common_widths(tmp_path / "trend.html", "sol-trend-long-ids.png")
+
+
+def _nothing_cut_at_common_widths(path, screenshot: str) -> str:
+    """Open ``path`` at 1280 and 1600 px: nothing beyond its cell or card, no text overlapping in a
+    chart, no console error; a screenshot for a person; the page's HTML."""
+    with Visit(path) as visit:
+        page = visit.page
+        for width in (1280, 1600):
+            page.set_viewport_size({"width": width, "height": 900})
+            assert page.evaluate(NOTHING_CUT) == [], width
+            assert page.evaluate(GEOMETRY) == [], width
+        OUTPUT.mkdir(exist_ok=True)
+        page.screenshot(path=str(OUTPUT / screenshot), full_page=True)
+        html = page.content()
+    assert not visit.errors, visit.errors
+    return html

@@ -11,7 +11,6 @@ from pytest_solgate.declare.profiles import HardwareProfile
 from pytest_solgate.record import schema
 from pytest_solgate.report import ci_formats, html, markdown, roofline, terminal
 from pytest_solgate.results import Measurement, RunInfo
-from pytest_solgate.support import units
 
 PROFILE = HardwareProfile(id="synthetic", name="Synthetic", kind="cpu", memory_bandwidth_gbps=1,
                           peak_tflops={"fp32": 0.001}, ceilings="measured", source="tests")
@@ -231,10 +230,21 @@ def test_the_terminal_table_fits_80_columns():
     assert max(len(line) for line in wide) > 80  # the table as is
     narrow = terminal.render(ms, width=80)
     assert max(len(line) for line in narrow) <= 80
-    assert narrow[0] == units.cut_middle(f"{long_id} [default]", 80) and "…" in narrow[0]
-    assert narrow[0].startswith("kernels/test_attention.py::") and narrow[0].endswith("dim128] [default]")
+    # shortened at the end of the function's name, the folders dropped first, the parameters kept (issue 44)
+    assert len(narrow[0]) <= 80 and narrow[0].startswith("test_attention.py::test_flash") and "…[bf16" in narrow[0]
+    assert narrow[0].endswith("[bf16-causal-seqlen8192-heads32-dim128] [default]")
     assert narrow[1].startswith("    below-budget  SOL 0.50 (budget >= 0.40)")
     assert terminal.render(ms, width=400) == wide  # a wide terminal keeps one row per measurement
+
+
+def test_terminal_ids_are_shortened_at_the_end_and_kept_apart_by_their_parameters():
+    ids = [f"kernels/tests/test_sol.py::test_a_very_long_kernel_name_that_will_not_fit_in_forty_columns[{p}]"
+           for p in ("fp32", "bf16")]
+    short = [terminal.short_id(test, "triton", 60) for test in ids]
+    assert short[0] != short[1] and all(len(line) <= 60 for line in short)
+    assert short[0].startswith("test_sol.py::test_a_very_long") and short[0].endswith("…[fp32] [triton]"), short
+    assert terminal.short_id("t.py::test_k", "default", 80) == "t.py::test_k [default]"
+    assert terminal.short_id("t.py::test_k[" + "x" * 90 + "]", "default", 40).endswith("…")
 
 
 def test_markdown_cuts_cells_at_words_and_keeps_whole_reasons():

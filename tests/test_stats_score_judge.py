@@ -8,7 +8,7 @@ from pytest_solgate import results
 from pytest_solgate.declare.profiles import HardwareProfile
 from pytest_solgate.declare.work import make_work
 from pytest_solgate.judge import budget as budgets
-from pytest_solgate.judge import verdict
+from pytest_solgate.judge import memory_probe, verdict
 from pytest_solgate.judge import window as windows
 from pytest_solgate.score import score
 from pytest_solgate.support import stats
@@ -71,7 +71,7 @@ SETTINGS = windows.JudgeSettings()
         (measurement(0.9), budgets.Budget(min=0.85), results.PASS),
         (measurement(0.7), budgets.Budget(min=0.85), results.BELOW_BUDGET),
         (measurement(0.7), budgets.Budget(min=(("a100*", 0.9), ("h100*", 0.6))), results.PASS),
-        (measurement(0.7), budgets.Budget(min=(("a100*", 0.9),)), results.PASS),
+        (measurement(0.7), budgets.Budget(min=(("a100*", 0.9),)), results.RECORDED),  # no budget here: nothing judged
         (measurement(1.2), budgets.Budget(min=0.5), results.ABOVE_SOL),
         (measurement(0.9, mfu=0.1), budgets.Budget(mfu=0.5), results.BELOW_BUDGET),
         (measurement(0.2, gate=False), budgets.Budget(min=0.85), results.NOT_GATED),
@@ -83,7 +83,7 @@ def test_verdicts(m, budget, expected):
 
 
 def test_below_budget_message_is_actionable():
-    m = verdict.judge(measurement(0.71), budgets.Budget(min=0.85), None, SETTINGS)
+    m = verdict.judge(measurement(0.71, backend="cuda"), budgets.Budget(min=0.85), None, SETTINGS)
     first, facts = m.judgement.reason.splitlines()
     assert first == "test_k SOL 0.71 < budget 0.85"  # the figures to act on lead, within 80 columns
     assert "h100-sxm" in facts and "3.35 TB/s" in facts and "1 ms" in facts
@@ -324,8 +324,8 @@ def test_a_window_that_does_not_follow_the_probe_is_compared_raw():
 
 def test_follows_probe_needs_a_clear_gain():
     raw = [0.0, 0.1, -0.1, 0.05, -0.05]
-    assert windows.follows_probe(raw, [v * 0.5 for v in raw], 0.0)
-    assert not windows.follows_probe(raw, [v * 0.9 for v in raw], 0.0)  # narrower, but not clearly
+    assert memory_probe.follows_probe(raw, [v * 0.5 for v in raw], 0.0)
+    assert not memory_probe.follows_probe(raw, [v * 0.9 for v in raw], 0.0)  # narrower, but not clearly
 
 
 def test_the_probe_comparison_round_trips_and_older_records_write_back_identical():

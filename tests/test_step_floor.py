@@ -14,7 +14,7 @@ import shutil
 import pytest
 
 from pytest_solgate.declare.profiles import CacheLevel, load_profile, parse_profile, profile_to_toml
-from pytest_solgate.judge import wording
+from pytest_solgate.judge import verdict_wording
 from pytest_solgate.measure import step_profile
 from pytest_solgate.measure.step_profile import OperatorWork, RunReading, StepProfile
 from pytest_solgate.score import step_breakdown
@@ -117,7 +117,7 @@ def test_a_steps_reason_names_the_peak_its_mfu_is_taken_against():
     load = tmp_profile()
     step = step_records(load)[0]
     # mm: 400 kFLOP fp32 in a 3.5 ms step on a 1 GFLOP/s profile: MFU 11.4 %.
-    assert wording.describe(step).startswith("114 MFLOP/s of the 1 GFLOP/s fp32 peak (MFU 11.4%)")
+    assert verdict_wording.describe(step).startswith("114 MFLOP/s of the 1 GFLOP/s fp32 peak (MFU 11.4%)")
 
 
 def tmp_profile():

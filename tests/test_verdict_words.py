@@ -5,6 +5,8 @@ was declared, what to change said once, and the precision class that fits an imp
 Each check reads the part a user acts on: the figure, the option, the class."""
 
 
+import json
+
 import pytest
 from test_history import sqlite_repo  # noqa: F401 (a fixture)
 
@@ -13,6 +15,8 @@ from test_cli import solgate
 
 LONG_IDS = FAKE_CLOCK_KERNELS + '''
 import json, pathlib
+import json
+
 import pytest
 
 SPEED = json.loads(pathlib.Path(__file__).with_name("speed.json").read_text())
@@ -86,6 +90,9 @@ def test_noisy_measurements_say_what_to_change_once_per_session(suite):
     result.assert_outcomes(failed=3)
     said = [line for line in result.stdout.lines if "--sol-max-time" in line]
     assert len(said) == 1 and "3 of 3 measurements noisy" in said[0] and "--sol-noise" in said[0], said
+    # relative to what the machine can reach, said once (issue 44)
+    floor = [line for line in result.stdout.lines if "this machine reached" in line]
+    assert len(floor) == 1 and "at best this session (test_kernels.py::test_noisy" in floor[0], floor
     assert "time budget ran out first" not in result.stdout.str()
 
 
@@ -178,3 +185,40 @@ def test_flops_in_a_class_the_profile_lacks_are_named_not_lost_nor_called_missin
     assert "fp16_tensor FLOPs unscored (no roof on synthetic)" in row, row
     (left_out,) = roofline.roofline(PROFILE, [m]).left_out
     assert "no bytes" not in left_out and "fp16_tensor" in left_out, left_out
+
+
+def test_a_plain_number_budget_applies_on_the_cpu_and_its_failure_says_how_to_gate_gpus_only(suite):
+    """A kernel engineer's `min=0.8` is meant for GPUs; it applies on every profile, this CPU's
+    included (docs/reference.md), and the failure there says so and how to keep it to the GPUs."""
+    result = suite("""
+        import pytest
+
+        @pytest.mark.sol(min=0.8)
+        def test_plain(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.5e6)  # SOL 0.5 on the 1 GB/s profile
+
+        @pytest.mark.sol(min={"synthetic": 0.8})
+        def test_by_profile(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.5e6)
+    """, fake_clock=True)
+    result.assert_outcomes(failed=2)
+    text = result.stdout.str()
+    assert text.count("min=0.8 is a plain number, so it applies on every profile, this CPU's too") == 1, text
+    assert "write min={'h100*': 0.8}" in text
+
+
+def test_a_first_measurement_is_recorded_not_passed_and_a_no_save_run_says_it_kept_nothing(suite, pytester):
+    """`pass` only where something was judged: with no budget and no baseline the verdict is
+    `recorded` (issue 44); under --sol-no-save nothing is, and the reason says so."""
+    body = """
+        def test_first(sol):
+            sol.measure(lambda: busy(1e-3), bytes=0.5e6)
+    """
+    result = suite(body, "--sol-json=saved.json", fake_clock=True)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["1 recorded*"])
+    saved = json.loads((pytester.path / "saved.json").read_text())["measurements"][0]
+    assert saved["verdict"] == "recorded" and "recorded as a baseline for later runs" in saved["reason"], saved
+    suite(body, "--sol-no-save", "--sol-json=unsaved.json", fake_clock=True).assert_outcomes(passed=1)
+    unsaved = json.loads((pytester.path / "unsaved.json").read_text())["measurements"][0]
+    assert "not recorded (--sol-no-save)" in unsaved["reason"] and "as a baseline" not in unsaved["reason"], unsaved

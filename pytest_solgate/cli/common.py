@@ -92,5 +92,15 @@ def state_dir() -> Path:
 def open_history(location: str, create: bool = False) -> Any:
     from pytest_solgate.record import history
 
-    return history.open_store(location, create=create)
+    try:
+        return history.open_store(location, create=create)
+    except history.NoHistoryYet as exc:
+        here = Path.cwd().resolve()
+        if any((folder / ".git").exists() for folder in (here, *here.parents)):
+            raise
+        # The history lives at the git top level: outside a repository, say so rather than "not yet".
+        raise history.NoHistoryYet(
+            f"{here} is not in a git repository, and the history lives at its top level ({exc}): run this "
+            "inside your project's git repository, or name a history with --history PATH|URL (or $SOLGATE_HISTORY)"
+        ) from None
 

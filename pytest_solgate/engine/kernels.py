@@ -28,6 +28,7 @@ from pytest_solgate import results, score
 from pytest_solgate.declare.profiles import HardwareProfile, ProfileOption, resolve_profile_option
 from pytest_solgate.declare.work import make_work
 from pytest_solgate.judge import step_budgets, verdict
+from pytest_solgate.judge.wording import CONTENDED_NOTE
 from pytest_solgate.measure import callables, clocks, extras, ncu_child, phases, pipeline, sampling
 from pytest_solgate.measure import context as measure_context
 from pytest_solgate.measure.contention import Readers
@@ -101,7 +102,8 @@ class Engine:
         self.profile_option = profile_option or resolve_profile_option(settings.profile)
         self.explicit_profile = self.profile_option.profile
         self.judge_settings = verdict.JudgeSettings(
-            gate=settings.gate, above_one=settings.above_one, max_regression=settings.max_regression
+            gate=settings.gate, above_one=settings.above_one, max_regression=settings.max_regression,
+            saved=not settings.no_save,
         )
         self._head = head  # (commit, dirty) of the code being measured, named in verdicts; asked once
         self._unsaid: list[str] = []  # the context's warnings, until a measurement says them
@@ -207,6 +209,7 @@ class Engine:
             notes=tuple(notes),
             joules=timed.fields.get("joules"),
             measured_bytes=timed.fields.get("measured_bytes"),
+            contended_wait=timed.fields.get("contended_wait"),
             **provenance(context, timed.contended),
         )
 
@@ -331,7 +334,7 @@ def provenance(context: Context, contended: str) -> dict[str, Any]:
 
 
 def contended_note(contended: str) -> str:
-    return f"contended: {contended}; recorded, never a baseline, and it cannot fail as regressed"
+    return f"contended: {contended}; {CONTENDED_NOTE}"
 
 
 def nested_message(test: str, call: str, outer_call: str, outer_name: str) -> str:

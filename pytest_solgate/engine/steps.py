@@ -81,7 +81,8 @@ def measure(engine: engines.Engine, test: str, fn: Callable[[], Any], *, name: s
             raise MeasureError(f"{test} '{name}': the step ran no PyTorch operator, so it has no speed of light to "
                                "hold it to; pass the callable that runs the model (e.g. lambda: model(x))")
         breakdown = step_breakdown.score_step(timed.read, calibrate.cpu_caches(timed.context.profile), declared)
-        return records(timed.context, test, name, timed.read, breakdown, gate, count, timed.contended, timed.notes)
+        return records(timed.context, test, name, timed.read, breakdown, gate, count, timed.contended, timed.notes,
+                       timed.fields.get("contended_wait"))
 
     measured = again(top)
     engine.keep(retakes(measured, lambda: again(10**6)))  # a retake finds every operator's series
@@ -89,11 +90,12 @@ def measure(engine: engines.Engine, test: str, fn: Callable[[], Any], *, name: s
 
 
 def records(context: Any, test: str, name: str, measured: step_profile.StepProfile, breakdown: step_breakdown.StepBreakdown,
-            gate: bool, top: int, contended: str = "", taken_notes: tuple[str, ...] = ()) -> list[Measurement]:
+            gate: bool, top: int, contended: str = "", taken_notes: tuple[str, ...] = (),
+            contended_wait: float | None = None) -> list[Measurement]:
     """The step's record, then one per top operator (pure: tested without a profiler). ``taken_notes``
     are the engine's notes of how the step was taken (contended, over the time budget)."""
     notes = [*breakdown.notes, *taken_notes]
-    common = dict(test=test, gate=gate, **engines.provenance(context, contended))
+    common = dict(test=test, gate=gate, contended_wait=contended_wait, **engines.provenance(context, contended))
     step_samples = tuple(run.seconds for run in measured.runs)
     compute = sum(op.t_sol for op in breakdown.operators if op.bound == "compute")
     step = Measurement(

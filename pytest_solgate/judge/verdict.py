@@ -1,6 +1,6 @@
 """Judge (one measurement's verdict): its budgets on its profile, its baseline window, the
 confirmation re-measure, its speedup over a reference, and what the verdict does to its test.
-Pure, no I/O; the words are ``wording``'s."""
+Pure, no I/O; the words are ``verdict_wording``'s."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 from typing import Sequence
 
 from pytest_solgate import results
-from pytest_solgate.judge import wording
+from pytest_solgate.judge import verdict_wording
 from pytest_solgate.judge.budget import Budget, budget_on, per_profile
 from pytest_solgate.judge.window import BaselineWindow, Comparison, JudgeSettings, against_window
 from pytest_solgate.results import AppliedBudget, Judgement, Measurement, Verdict
@@ -80,9 +80,9 @@ def confirm(first: Measurement, second: Measurement) -> Measurement:
     if judged.verdict == results.REGRESSED and judged.baseline is not None:
         confirmed = dataclasses.replace(judged.baseline, confirmed=True)
         return second.replace(judgement=judged.replace(
-            reason=wording.confirmed(judged.reason, first, second), baseline=confirmed,
+            reason=verdict_wording.confirmed(judged.reason, first, second), baseline=confirmed,
         ))
-    note = wording.not_confirmed(first, second)
+    note = verdict_wording.not_confirmed(first, second)
     return second.replace(notes=(*second.notes, note), judgement=judged.replace(reason=f"{judged.reason}; {note}"))
 
 
@@ -103,27 +103,30 @@ def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, setting
     sol, mfu = m.score.sol, m.score.mfu
     if not m.gate:
         if sol > ABOVE_SOL_LIMIT:  # not judged, but an impossible reading still says so
-            return done(results.NOT_GATED, wording.impossible_reference(m, ABOVE_SOL_LIMIT))
-        return done(results.NOT_GATED, wording.NOT_JUDGED)
+            return done(results.NOT_GATED, verdict_wording.impossible_reference(m, ABOVE_SOL_LIMIT))
+        return done(results.NOT_GATED, verdict_wording.NOT_JUDGED)
     if not m.timing.gated:
-        return done(results.NOT_GATED, wording.INTERPRETED)
+        return done(results.NOT_GATED, verdict_wording.INTERPRETED)
     if settings.gate == "off":
-        return done(results.NOT_GATED, wording.GATE_OFF)
+        return done(results.NOT_GATED, verdict_wording.GATE_OFF)
     ratio = dram_ratio(m)
     if sol > ABOVE_SOL_LIMIT:
-        return done(results.ABOVE_SOL, wording.above_sol(m, ABOVE_SOL_LIMIT, ratio, fitting_class(m)))
+        return done(results.ABOVE_SOL, verdict_wording.above_sol(m, ABOVE_SOL_LIMIT, ratio, fitting_class(m)))
     if min_sol is not None and sol < min_sol:
         excess = ratio if ratio is not None and ratio > DRAM_EXCESS else None
-        return done(results.BELOW_BUDGET, wording.below_min(m, min_sol, excess))
+        # A plain number is every profile's budget, this CPU's included (docs/reference.md): say how to
+        # keep it to the GPUs, where a GPU kernel's budget usually belongs.
+        on_cpu = isinstance(budget.min, float) and m.timing.backend == "cpu"
+        return done(results.BELOW_BUDGET, verdict_wording.below_min(m, min_sol, excess, plain_on_cpu=on_cpu))
     if min_mfu is not None and not m.work.total_flops:
-        return done(results.BELOW_BUDGET, wording.mfu_without_flops(m, min_mfu))
+        return done(results.BELOW_BUDGET, verdict_wording.mfu_without_flops(m, min_mfu))
     if min_mfu is not None and mfu < min_mfu:
-        return done(results.BELOW_BUDGET, wording.below_mfu(m, min_mfu))
+        return done(results.BELOW_BUDGET, verdict_wording.below_mfu(m, min_mfu))
     if versus is not None and versus.verdict != results.PASS:
         return done(versus.verdict, versus.text)
     if min_sol is None and min_mfu is None and versus is None:
-        return done(results.PASS, wording.no_budget(m, unmatched))
-    return done(results.PASS, wording.passed(m, versus.text if versus is not None else None))
+        return done(results.RECORDED, verdict_wording.no_budget(m, unmatched, settings.saved))
+    return done(results.PASS, verdict_wording.passed(m, versus.text if versus is not None else None))
 
 
 def fitting_class(m: Measurement) -> tuple[str, float] | None:
@@ -177,13 +180,15 @@ def against_reference(m: Measurement, reference: Measurement, required: float) -
     judged = before.replace(budget=dataclasses.replace(
         before.budget, speedup=required, reference=reference.name, achieved_speedup=achieved,
     ))
-    text = wording.speedup(m, reference, achieved, required)
+    text = verdict_wording.speedup(m, reference, achieved, required)
+    if before.verdict == results.RECORDED:  # the speedup budget is something judged
+        judged = judged.replace(verdict=results.PASS, reason=text)
     if achieved < required and before.verdict != results.NOT_GATED:
         if before.verdict.failing:
             judged = judged.replace(reason=f"{before.reason}; also {text}")
         elif achieved * (1 + SPEEDUP_NOISE * noise) >= required:
             judged = judged.replace(verdict=results.AMBIGUOUS,
-                                    reason=wording.speedup_within_noise(text, noise))
+                                    reason=verdict_wording.speedup_within_noise(text, noise))
         else:
             judged = judged.replace(verdict=results.BELOW_BUDGET, reason=f"{text}: too slow")
     return m.replace(judgement=judged)

@@ -8,7 +8,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from pytest_solgate.judge import hosts, wording
+from pytest_solgate.judge import hosts, robust, wording
+from pytest_solgate.judge.contended import beyond_contention
+from pytest_solgate.judge.memory_probe import follows_probe, memory_moved, probe_applies
+from pytest_solgate.judge.robust import robust_values
 from pytest_solgate.measure import clocks
 from pytest_solgate.results import AMBIGUOUS, IMPROVED, PASS, REGRESSED, BaselineComparison, Measurement, Verdict
 from pytest_solgate.support import stats
@@ -18,14 +21,7 @@ from pytest_solgate.support.settings import DEFAULT_MAX_REGRESSION
 # runs (normal log-SOL, independent runs): the false-alarm rate per measurement before the
 # confirmation re-measure. Strict, because each false alarm costs a kernel engineer an afternoon.
 STATISTIC = "t-prediction-99"
-MIN_ROBUST = 4  # window values needed before one far off the others can be told apart and left out
-# A window is compared relative to the memory probe when its runs' spread relative to the probe is
-# at most this share of their raw spread (follows_probe): clearly better, not better by chance.
-PROBE_GAIN = 0.75
-OUTLIER_SIGMAS = 4.5  # robust standard deviations from the window's median: a disturbed run, not noise
-MIN_SCALE = 0.01  # robust spreads are taken as at least 1 %: no run within 4.5 % of the median is called disturbed
 YOUNG_WINDOW = 10  # a window of fewer runs than this says from how many runs a drop within its floor would fail
-WIDENING_SIGMAS = 3.0  # kept runs this far from the window's median are named as widening it
 
 
 @dataclass(frozen=True)
@@ -35,6 +31,7 @@ class JudgeSettings:
     max_regression: float = DEFAULT_MAX_REGRESSION
     commit: str | None = None  # the commit being measured, for messages
     dirty: bool = False
+    saved: bool = True  # False under --sol-no-save: nothing this run measures is kept, so none is "recorded"
 
 
 @dataclass(frozen=True)
@@ -115,84 +112,6 @@ def _run_value(m: Measurement, run: BaselineRun) -> tuple[float, bool]:
     return run.sol, False
 
 
-def probe_applies(m: Measurement, runs: Sequence[BaselineRun]) -> bool:
-    """Whether ``m`` could be compared with ``runs`` relative to the memory probe: a memory-bound
-    kernel whose run and every baseline run timed the probe beside it (the CPU backend)."""
-    probe = m.timing.probe_seconds
-    return (m.score.bound == "memory" and probe is not None and probe > 0
-            and all(run.probe_seconds for run in runs))
-
-
-def follows_probe(raw: Sequence[float], relative: Sequence[float], floor_sd: float) -> bool:
-    """Whether a window's runs (log values) agree clearly better relative to the memory probe than
-    raw: their robust spread relative to it is at most PROBE_GAIN of the raw one. Decided from
-    the window alone, never from the run being judged.
-
-    A shared machine's memory speed swings from one second to the next, and a memory-bound kernel
-    with it; the probe, the plugin's own fixed copy timed after each sample, reads the same swings
-    (docs/measurement.md: on the development VM the run-to-run deviation of add and copy fell
-    from 0.06-0.25 to 0.014-0.04 in log time). A kernel declared memory-bound that is limited by
-    something else on this machine (softmax's exp under a neighbour streaming memory: 0.18 raw,
-    0.24 relative) does not follow it, and the probe would only add its swings: it is compared
-    raw. A change of the user's code cannot move the probe, so a commit that slows every kernel
-    alike is still seen."""
-    if len(raw) < MIN_ROBUST:
-        return False
-    return robust_values(relative, floor_sd)[1] <= PROBE_GAIN * robust_values(raw, floor_sd)[1]
-
-
-def memory_moved(m: Measurement, runs: Sequence[BaselineRun]) -> tuple[float, float]:
-    """How far (log time) this run's memory probe lay from its baseline runs' beyond their 99 %
-    prediction range, and that range; (0.0, range) when within it, (0.0, 0.0) when no probe tells.
-
-    The probe is the plugin's own fixed copy, so only the machine moves it. When this run's probe
-    time lies outside the baseline runs' 99 % prediction range (as a kernel's own window is
-    judged), the machine was in a state the window never saw: on the development VM, a minute in
-    which every kernel ran 30-35 % slow while nothing else of ours ran. A kernel compared raw is
-    not corrected for it, and one compared relative to the probe only follows it within the range
-    its window showed (softmax did not: six false `regressed` in that minute). Such a run fails as
-    `regressed` only beyond the floor plus the probe's own shift: a drop that even a kernel slowed
-    as much as the machine's memory cannot explain; it never reads as `improved`."""
-    probe = m.timing.probe_seconds
-    logs = [math.log(run.probe_seconds) for run in runs if run.probe_seconds]
-    if not probe or probe <= 0 or len(logs) < 2:
-        return 0.0, 0.0
-    keep, sd = robust_values(logs, 0.0)
-    kept = [logs[i] for i in keep]
-    bound = stats.prediction_bound_99(max(sd, MIN_SCALE), len(kept))
-    shift = math.log(probe) - stats.mean(kept)
-    return (0.0 if abs(shift) <= bound else shift), bound
-
-
-def _robust_scale(values: Sequence[float], floor_sd: float) -> tuple[float, float]:
-    """The median of ``values`` and their robust standard deviation (1.4826 MAD, at least ``floor_sd``)."""
-    centre = stats.median(values)
-    return centre, max(1.4826 * stats.median([abs(v - centre) for v in values]), floor_sd, MIN_SCALE)
-
-
-def robust_values(values: Sequence[float], floor_sd: float) -> tuple[list[int], float]:
-    """Indices of the window values to keep, and their spread: a value further than
-    ``OUTLIER_SIGMAS`` robust standard deviations from the median is one disturbed run, not the
-    runner's noise, and is left out, so that one slow run cannot widen the floor several-fold.
-    Needs four values; fewer are kept as they are."""
-    keep = list(range(len(values)))
-    if len(values) >= MIN_ROBUST:
-        centre, scale = _robust_scale(values, floor_sd)
-        near = [i for i, v in enumerate(values) if abs(v - centre) <= OUTLIER_SIGMAS * scale]
-        if len(values) - len(near) <= len(values) // 3:  # a few disturbed runs; more is a mixed window
-            keep = near
-    return keep, stats.stdev([values[i] for i in keep])
-
-
-def _widening(values: Sequence[float], keep: Sequence[int], floor_sd: float) -> list[int]:
-    """The kept runs far enough from the others (``WIDENING_SIGMAS`` robust standard deviations)
-    to make most of the window's spread: a mixed window. None in a window of one level."""
-    if len(keep) < MIN_ROBUST:
-        return []
-    centre, scale = _robust_scale([values[i] for i in keep], floor_sd)
-    return [i for i in keep if abs(values[i] - centre) > WIDENING_SIGMAS * scale]
-
-
 def _noise_kind(widening: Sequence[int], within: float, tolerance: float) -> str:
     """What to do about a drop the window's noise cannot tell from a regression, from the evidence:
     a mixed window, the runs' own noise, or noise between runs that the runs themselves do not show."""
@@ -246,7 +165,7 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
     within_list = [run.noise / stats.Z_95 for run in window.runs if math.isfinite(run.noise)]
     within = stats.median(within_list) if within_list else 0.0
     values, relative = raw_values, False
-    if probe_applies(m, window.runs):
+    if probe_applies(m, [run.probe_seconds for run in window.runs]):
         # each run's SOL as it would have read at this run's memory speed
         scaled = [v + math.log(run.probe_seconds / m.timing.probe_seconds) for v, run in zip(raw_values, window.runs)]
         relative = follows_probe([raw_values[i] for i in usable], [scaled[i] for i in usable], within)
@@ -294,23 +213,28 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
         return Comparison(verdict, change, centre, spread, floor, window, compared_on, said, raw_change)
 
     beyond_floor = floor_log is not None and abs(math.log1p(change)) > floor_log
-    shift, probe_range = memory_moved(m, [window.runs[i] for i in keep])
+    shift, probe_range = memory_moved(m, [window.runs[i].probe_seconds for i in keep])
     moved = dict(probe_shift=shift, probe_range=probe_range)
     if change < -tolerance:
         if floor_log is None:
             return result(AMBIGUOUS, wording.ONE_RUN)
         if not beyond_floor:
-            widening = _widening(values, keep, within)
+            widening = robust.widening(values, keep, within)
             return result(AMBIGUOUS, wording.WITHIN_NOISE, noise=_noise_kind(widening, within, tolerance),
                           widening=runs_at(widening), within=within, spread=spread or 0.0,
                           fails_from=_fails_from(abs(math.log1p(change)), spread or 0.0, len(keep), head_term))
         if window.environment_differs:
             return result(AMBIGUOUS, wording.OTHER_ENVIRONMENT, detail="; ".join(window.environment_differs))
+        busy: dict[str, object] = {}
         if m.contended:
-            return result(AMBIGUOUS, wording.CONTENDED, detail=m.contended)
+            busy = dict(detail=m.contended, wait_share=m.contended_wait,
+                        bounded_change=beyond_contention(change, m.contended_wait))
+            bounded = busy["bounded_change"]
+            if bounded is None or bounded >= -tolerance or abs(math.log1p(bounded)) <= floor_log:
+                return result(AMBIGUOUS, wording.CONTENDED, **busy)
         if shift and abs(math.log1p(change)) <= floor_log + abs(shift):
             return result(AMBIGUOUS, wording.MEMORY_MOVED, **moved)
-        return result(REGRESSED, probe_beyond=bool(shift))
+        return result(REGRESSED, probe_beyond=bool(shift), **busy)
     if change > tolerance:
         if not beyond_floor:  # say why a large gain is not `improved`
             return result(PASS, wording.WITHIN_NOISE if floor_log is not None else wording.ONE_RUN)

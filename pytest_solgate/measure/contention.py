@@ -33,6 +33,10 @@ from typing import Callable, Mapping
 PROC_ROOT = Path("/proc")
 # Test-only: a folder of fake /proc files the session reads instead of /proc (an idle machine's, say).
 TEST_PROC_ROOT_VARIABLE = "SOLGATE_TEST_PROC_ROOT"
+# Test-only: a file in that folder holding the seconds of a fake clock; where it is, the session
+# reads it as both its wall and its CPU clock, so that a kernel on the tests' fake clock moves the
+# counters and the clocks together and the reading is exact under any load.
+TEST_CLOCK_FILE = "solgate-clock"
 
 # PSI: at least one task waited for a CPU during more than this share of the window. Two busy
 # processes on one core stall each other about half the time; an idle machine reads 0.
@@ -69,6 +73,15 @@ class Busy:
     cores: int
     contended: bool
     waited: float | None = None  # with CPU_PRESSURE: the share of the window this thread waited for a CPU
+
+    @property
+    def wait_share(self) -> float | None:
+        """The most of the window this thread can have spent waiting for a CPU: its own run-queue
+        wait, else the machine's stall share (which contains it); None where no source says (busy
+        time and the process share cannot tell a wait from work)."""
+        if self.source != CPU_PRESSURE:
+            return None
+        return self.waited if self.waited is not None else self.value
 
 
 def _stall_seconds(proc: Path) -> float | None:
@@ -127,7 +140,22 @@ class Readers:
 def readers_from(environ: Mapping[str, str]) -> Readers:
     """The session's readers: the real ones, or a test suite's /proc (TEST_PROC_ROOT_VARIABLE)."""
     root = environ.get(TEST_PROC_ROOT_VARIABLE)
-    return Readers(proc=Path(root)) if root else Readers()
+    if not root:
+        return Readers()
+    clock = Path(root) / TEST_CLOCK_FILE
+    if clock.is_file():
+        return Readers(own_cpu=FileClock(clock), wall=FileClock(clock), proc=Path(root))
+    return Readers(proc=Path(root))
+
+
+@dataclass(frozen=True)
+class FileClock:
+    """A test suite's fake clock (TEST_CLOCK_FILE): the seconds its file holds when called."""
+
+    path: Path
+
+    def __call__(self) -> float:
+        return float(self.path.read_text())
 
 
 def between(start: Snapshot, end: Snapshot) -> Busy:

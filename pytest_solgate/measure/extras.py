@@ -91,10 +91,11 @@ class Contention:
     def after(self, taken: Taken) -> Findings:
         busy = between(self._before, self.readers.snapshot())
         # The interpreter's timings mean nothing whether or not the machine was busy.
-        why = (contention(taken.waited_for, self.run_id, busy, taken.context.device.kind == "cpu")
-               if taken.timing.gated else "")
+        on_cpu = taken.context.device.kind == "cpu"
+        why = contention(taken.waited_for, self.run_id, busy, on_cpu) if taken.timing.gated else ""
         rank = -busy.value if busy.source == PROCESS_SHARE else busy.value  # lower: calmer
-        return Findings(fields={"contended": why}, retake=bool(why), rank=rank)
+        return Findings(fields={"contended": why, "contended_wait": contended_wait(why, busy, on_cpu)},
+                        retake=bool(why), rank=rank)
 
 
 def contention(waited_for: str, run_id: str, busy: Busy, on_cpu: bool) -> str:
@@ -110,6 +111,13 @@ def contention(waited_for: str, run_id: str, busy: Busy, on_cpu: bool) -> str:
     if waited_for and not (run_id and f"run {run_id} " in f"{waited_for} "):
         return f"another solgate run ({waited_for}) was using this device"
     return ""
+
+
+def contended_wait(why: str, busy: Busy, on_cpu: bool) -> float | None:
+    """The share of a contended measurement's window it may have waited for a CPU: how much the
+    contention can explain (judge/window.py); None where nothing bounds it (a GPU shared with
+    another run, a machine without CPU pressure)."""
+    return busy.wait_share if why and on_cpu else None
 
 
 def busy_phrase(busy: Busy) -> str:

@@ -147,6 +147,7 @@ MEASUREMENT = {
         "kernel_span_seconds": _number(MAX_SECONDS),  # kernel-timestamps: first kernel start to last kernel end
         "kernel_gap_seconds": _number(MAX_SECONDS),  # kernel-timestamps: host time between a call's kernels
         "contended": _text(1_000),
+        "contended_wait": _number(1.0),  # the share of a contended window this thread may have waited for a CPU
         "probe_seconds": _nullable(_number(MAX_SECONDS)),  # 0 where a clock did not advance (the fake clock)
         "joules": _number(FINITE),  # energy per call (NVML), only where measured
         "measured_bytes": _number(MAX_COUNT),  # DRAM bytes of one call under Nsight Compute (--sol-ncu)

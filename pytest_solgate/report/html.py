@@ -7,7 +7,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from pytest_solgate.declare.profiles import HardwareProfile
-from pytest_solgate.judge import verdict, wording
+from pytest_solgate.judge import verdict, verdict_wording
 from pytest_solgate.report import roofline, step_table, table
 from pytest_solgate.results import Measurement, RunInfo
 from pytest_solgate.support import units
@@ -15,6 +15,7 @@ from pytest_solgate.support import units
 VERDICT_COLOURS = {
     "pass": "#2e9e5b",
     "improved": "#1f77b4",
+    "recorded": "#6f8f7d",
     "not-gated": "#8a8f98",
     "ambiguous": "#d99a00",
     "below-budget": "#d6423a",
@@ -57,7 +58,19 @@ def breakable(test_id: str) -> Any:
     from markupsafe import Markup, escape
 
     parts = SEPARATORS.split(test_id)  # text, separator, text, ...: separators sit at odd indexes
-    return Markup("".join(str(escape(part)) + ("<wbr>" if i % 2 else "") for i, part in enumerate(parts)))
+    return Markup("".join(str(escape(part)) if i % 2 == 0 and len(part) <= LONG_WORD else
+                          (str(escape(part)) + "<wbr>" if i % 2 else _long_word(part)) for i, part in enumerate(parts)))
+
+
+# A word longer than this (a long test function's name: test_a_norm_in_a_python_loop_ranks_first)
+# is wider than its column at 1280 px: it may wrap after its underscores too.
+LONG_WORD = 24
+
+
+def _long_word(word: str) -> str:
+    from markupsafe import escape
+
+    return "_<wbr>".join(str(escape(piece)) for piece in word.split("_"))
 
 
 def _detail(m: Measurement, index: int, peers: Sequence[Measurement]) -> dict[str, Any]:
@@ -69,8 +82,8 @@ def _detail(m: Measurement, index: int, peers: Sequence[Measurement]) -> dict[st
         "m": m,
         "row": table.row(m, peers),
         "measured": table.measured_text(m),
-        "dram": wording.dram_phrase(m, verdict.dram_ratio(m)),
-        "describe": wording.describe(m) if m.score.t_sol > 0 else "",
+        "dram": verdict_wording.dram_phrase(m, verdict.dram_ratio(m)),
+        "describe": verdict_wording.describe(m) if m.score.t_sol > 0 else "",
         "strip": roofline.strip(m.timing.samples),
         "spark": roofline.sparkline([t["sol"] for t in m.trend]),
         "trend": m.trend,
