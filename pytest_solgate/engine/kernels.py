@@ -23,7 +23,8 @@ from pytest_solgate.declare.profiles import HardwareProfile, ProfileOption, reso
 from pytest_solgate.declare.work import make_work
 from pytest_solgate.judge import steps as step_budgets
 from pytest_solgate.judge import verdict
-from pytest_solgate.measure import backends, callables, clocks, extras, ncu_child, phases, pipeline
+from pytest_solgate.judge import integrity as integrity_words
+from pytest_solgate.measure import backends, callables, clocks, extras, integrity, ncu_child, phases, pipeline
 from pytest_solgate.measure import context as measure_context
 from pytest_solgate.measure.context import Context
 from pytest_solgate.results import Measurement
@@ -119,6 +120,7 @@ class Engine:
         precision: str | None = None,
         name: str = "default",
         gate: bool = True,
+        checked: integrity.outputs.Checked | None = None,
     ) -> Measurement:
         __tracebackhide__ = True
         if self._measuring:
@@ -126,7 +128,8 @@ class Engine:
                 f"{test}: sol.measure called inside the kernel of another measurement ({self._measuring!r}); "
                 "measure each kernel on its own, from the test body"
             )
-        fn, rotation = callables.timeable(fn, test)  # refused before anything runs when it cannot be timed
+        # refused before anything runs when it cannot be timed
+        fn, rotation = (checked.timed(), 0) if checked is not None else callables.timeable(fn, test)
         work = make_work(flops, bytes, precision or self.settings.precision)
         context = self.context()
         while self._unsaid:
@@ -140,7 +143,8 @@ class Engine:
             if context.on_gpu and ncu_child.child_target() == (test, name):
                 with measure_context.device_scope(context):
                     ncu_child.profile_one_call(fn, context.backend, *ncu_child.cuda_profiler())
-        wrapped: list[extras.Extra] = [self._contention]
+        guard = integrity.guard(self.settings.integrity, checked, work, precision, gate and context.backend.gated)
+        wrapped: list[extras.Extra] = [self._contention, guard]
         if context.on_gpu and not child:
             wrapped.append(self._block)
             if gate and self._dram is not None and self._dram.usable:
@@ -148,10 +152,13 @@ class Engine:
         self._measuring = name
         try:
             measured = pipeline.measure(test, name, fn, context, sampling_settings, wrapped,
-                                        f"run {self.run_id} pid {os.getpid()}", rotation or 1, work.bytes)
+                                        f"run {self.run_id} pid {os.getpid()}", rotation or 1, work.bytes,
+                                        rule=lambda inner: guard.rule(inner, context))
         finally:
             self._measuring = ""
         timing, found = measured.timing, measured.findings
+        if found.fields.get(integrity.KEY) is not None:  # the integrity checks' one point of failure
+            raise MeasureError(integrity_words.line(test, name, found.fields[integrity.KEY]))
         timed_for_real = backends.is_gated(timing.backend)  # not the interpreter's timing of a Triton kernel
         scorable, unscored = self._scorable(work, context.profile, gate and timed_for_real)
         contended = found.fields.get("contended", "")
@@ -180,8 +187,8 @@ class Engine:
         if scored.sol_clock_mhz is not None:
             notes.append(locked_clock_note(context.environment.get(clocks.ENVIRONMENT_KEY, ""), scored))
         self._retake[(test, name)] = lambda: self.measure(
-            test, fn, flops=flops, bytes=bytes, precision=precision, name=name, gate=gate
-        )
+            test, fn if checked is None else checked.fn, flops=flops, bytes=bytes, precision=precision, name=name,
+            gate=gate, checked=checked)
         if timing.throttled:
             reasons = ", ".join((timing.telemetry or {}).get("throttle_reasons", [])) or "SM clock under 75% of its max"
             self.warn(

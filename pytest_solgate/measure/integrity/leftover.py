@@ -1,0 +1,114 @@
+"""Integrity: work the kernel's call left running after it returned (Python threads, child processes).
+
+A thread that the measurement started and that still runs code after a call returned (not parked
+in a wait: a thread pool's idle worker is fine) does the kernel's work outside the timed region; so
+does a thread or a child process started by one call and still alive when it returns. Threads that
+were there before the measurement (the session's own, xdist's) are left alone, and native threads
+(an OpenMP pool spinning after a parallel region) are not Python threads: neither is read.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+# Where an idle Python thread waits: its innermost frame is in one of these files (a Condition's
+# wait, a queue's get, a selector) or in a thread pool worker's loop, parked on its SimpleQueue.
+IDLE_FILES = ("threading.py", "queue.py", "selectors.py", "socket.py", "connection.py", "subprocess.py")
+IDLE_FUNCTIONS = {("thread.py", "_worker"), ("pool.py", "worker"), ("pool.py", "_handle_workers")}
+
+
+@dataclass(frozen=True)
+class Threads:
+    idents: frozenset[int]
+
+
+@dataclass(frozen=True)
+class LeftThread:
+    name: str
+    where: str  # the code it runs ('file:line in function'), or '' when it has not started yet
+
+
+def threads() -> Threads:
+    return Threads(frozenset(t.ident for t in threading.enumerate() if t.ident is not None))
+
+
+def _where(ident: int) -> str:
+    frame = sys._current_frames().get(ident)
+    if frame is None:
+        return ""
+    code = frame.f_code
+    return f"{Path(code.co_filename).name}:{frame.f_lineno} in {code.co_name}"
+
+
+def _idle(ident: int) -> bool:
+    frame = sys._current_frames().get(ident)
+    if frame is None:
+        return False
+    name = Path(frame.f_code.co_filename).name
+    return name in IDLE_FILES or (name, frame.f_code.co_name) in IDLE_FUNCTIONS
+
+
+def left_running(since_measurement: Threads, since_call: Threads | None = None) -> tuple[LeftThread, ...]:
+    """Threads still working now: started since ``since_call`` and alive, or started since
+    ``since_measurement`` and not idle. The calling thread is never one."""
+    me = threading.get_ident()
+    left = []
+    for thread in threading.enumerate():
+        ident = thread.ident
+        if ident is None or ident == me or ident in since_measurement.idents or not thread.is_alive():
+            continue
+        new_in_call = since_call is not None and ident not in since_call.idents
+        if new_in_call or not _idle(ident):
+            left.append(LeftThread(thread.name, _where(ident)))
+    return tuple(left)
+
+
+@dataclass(frozen=True)
+class Children:
+    pids: frozenset[int]
+
+
+@dataclass(frozen=True)
+class LeftProcess:
+    pid: int
+    command: str
+
+
+def _stat(proc: Path, pid: str) -> tuple[int, str] | None:
+    """(parent pid, state) of one process, or None when it is gone."""
+    try:
+        text = (proc / pid / "stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2:].split()
+    return int(fields[1]), fields[0]
+
+
+def children(proc: Path = Path("/proc"), parent: int | None = None) -> Children:
+    """The live (not zombie) child processes of ``parent`` (this process), from ``proc``."""
+    parent = os.getpid() if parent is None else parent
+    if not proc.is_dir():
+        return Children(frozenset())
+    found = set()
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        stat = _stat(proc, entry.name)
+        if stat is not None and stat[0] == parent and stat[1] not in ("Z", "X"):
+            found.add(int(entry.name))
+    return Children(frozenset(found))
+
+
+def new_children(before: Children, now: Children, proc: Path = Path("/proc")) -> tuple[LeftProcess, ...]:
+    left = []
+    for pid in sorted(now.pids - before.pids):
+        try:
+            command = (proc / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            command = ""
+        left.append(LeftProcess(pid, command[:80]))
+    return tuple(left)
