@@ -161,10 +161,11 @@ class Guard:
         since_call = leftover.threads()
         children = leftover.children(**self._proc_kwargs()) if self._children is not None else None
         finding = self._check.run(when)
-        if finding is not None:
-            self.breach = finding
+        # What a call left running explains its outputs (written later, by another thread): said first.
+        if self._left_running(f"a call {when}", since_call, children):
             return True
-        return self._left_running(f"a call {when}", since_call, children)
+        self.breach = finding
+        return finding is not None
 
     def _lower_operators(self, context: Any) -> bool:
         assert self._check is not None and self.checked is not None
