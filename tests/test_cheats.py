@@ -7,11 +7,15 @@ The CPU cases run in one pytester session on the fake clock (each kernel also sp
 """
 
 import re
+import types
 
 import pytest
+from fake_gpu import FakeEvent, FakeGpu, cuda_backend, quick
 
-from fake_gpu import FakeGpu, fake_torch
-from pytest_solgate.measure.integrity import leftover, outputs, tampering
+from pytest_solgate.judge import integrity as words
+from pytest_solgate.measure import sampling
+from pytest_solgate.measure.extras import Taken
+from pytest_solgate.measure.integrity import guard, outputs
 
 HEADER = '''
 import concurrent.futures
@@ -141,6 +145,16 @@ def kernel(x, y, out):
     phases.timed_call = lambda *a, **k: REAL(*a, **k)
 ''', "tampered timing: phases.timed_call replaced while it ran"),
 }
+CHEATS["faked_timer_seam"] = ('''
+from pytest_solgate.measure import backends
+def kernel(x, y, out):
+    end = time.thread_time() + 3e-3  # real work, which the faked timer reads as a quarter
+    while time.thread_time() < end:
+        pass
+    torch.add(x, y, out=out)
+def quarter():
+    return tuple(t // 4 for t in (time.perf_counter_ns(), time.thread_time_ns(), time.process_time_ns()))
+''', "timer disagrees with a second clock")
 # how each cheat's test measures (default: ``measure(sol, kernel)``)
 BODIES = {
     "lazy_subclass": "sol.measure(kernel, args=tensors()[:2], reference=lambda x, y: x + y, bytes=1e3)",
@@ -149,6 +163,7 @@ BODIES = {
     "patched_perf_counter": "monkeypatch.setattr(time, 'perf_counter', lambda: 0.0)\n    measure(sol, kernel)",
     "patched_event_elapsed_time": ("monkeypatch.setattr(torch.cuda.Event, 'elapsed_time', lambda self, end: 1.0)\n"
                                    "    measure(sol, kernel)"),
+    "faked_timer_seam": "monkeypatch.setattr(backends.CpuBackend, 'now', staticmethod(quarter))\n    measure(sol, kernel)",
     "patched_sampling_while_running": "try:\n        measure(sol, kernel)\n    finally:\n        phases.timed_call = REAL",
 }
 
@@ -207,8 +222,8 @@ def _module() -> str:
         body = BODIES.get(name, "measure(sol, kernel)")
         parts.append(kernel.replace("def kernel", f"def kernel_{name}").replace("REAL", f"REAL_{name}")
                      .replace("CACHE", f"CACHE_{name}").replace("DONE", f"DONE_{name}").replace("CALLS", f"CALLS_{name}")
-                     .replace("POOL", f"POOL_{name}"))
-        body = body.replace("kernel", f"kernel_{name}").replace("REAL", f"REAL_{name}")
+                     .replace("POOL", f"POOL_{name}").replace("quarter", f"quarter_{name}"))
+        body = body.replace("kernel", f"kernel_{name}").replace("REAL", f"REAL_{name}").replace("quarter", f"quarter_{name}")
         parts.append(f"\ndef test_{name}(sol, monkeypatch):\n    {body}\n")
     return "\n".join(parts)
 
@@ -246,3 +261,120 @@ def test_honest_kernels_raise_nothing(catalogue):
     failed = sorted(set(re.findall(r"FAILED test_cheats.py::(test_\w+)", catalogue)))
     assert failed == sorted(f"test_{name}" for name in CHEATS), catalogue[-3000:]
     assert f"{len(CHEATS)} failed, 8 passed" in catalogue, catalogue[-3000:]
+
+
+def test_strict_fails_a_gated_measurement_that_hands_no_inputs(suite):
+    result = suite("""
+        import torch
+
+        def test_bare(sol):
+            x = torch.randn(64)
+            sol.measure(lambda: busy(1e-3) or x + 1, bytes=1e3)
+
+        def test_handed(sol):
+            def kernel(x):
+                busy(1e-3)
+                return x + 1
+            sol.measure(kernel, args=(torch.randn(64),), reference=lambda x: x + 1, bytes=1e3)
+
+        def test_not_gated(sol):
+            sol.measure(lambda: busy(1e-3), bytes=1e3, gate=False)
+        """, "--sol-integrity=strict", "--sol-no-save", fake_clock=True)
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.re_match_lines([r".*test_bare 'default': no inputs to check under --sol-integrity=strict: hand them.*"])
+
+
+def test_off_checks_nothing(suite):
+    result = suite("""
+        import torch
+
+        def test_cached(sol):
+            x, y, out = torch.randn(64), torch.randn(64), torch.empty(64)
+            answer = x + y
+            def kernel(x, y, out):
+                busy(1e-3)
+                out.copy_(answer)
+            sol.measure(kernel, args=(x, y, out), outputs=2, reference=torch.add, bytes=1e3)
+        """, "--sol-integrity=off", "--sol-no-save", fake_clock=True)
+    result.assert_outcomes(passed=1)
+
+
+def test_bad_arguments_get_one_line_naming_them(suite):
+    result = suite("""
+        import torch
+
+        def test_outputs_out_of_range(sol):
+            sol.measure(lambda x: x, args=(torch.randn(4),), outputs=3, bytes=1e3)
+
+        def test_reference_without_args(sol):
+            sol.measure(lambda: busy(1e-3), reference=torch.add, bytes=1e3)
+        """, "--sol-no-save", fake_clock=True)
+    result.assert_outcomes(failed=2)
+    result.stdout.re_match_lines([r".*outputs= names positions of tensors in args= \(0 to 0\), got 3.*",
+                                  r".*outputs=, reference= and tolerance= need args=.*"])
+
+
+# --- on the fake GPU -------------------------------------------------------------------------------
+
+
+def _on_fake_gpu(gpu, backend, kernel, checked=None):
+    """One timing of ``kernel`` on the fake GPU inside the guard, as the pipeline runs it: the breach, or None."""
+    context = types.SimpleNamespace(backend=backend, device=types.SimpleNamespace(kind="cuda"))
+    watch = guard.Guard(guard.ON, checked, ["fp32"], True, True, torch=backend.torch)
+    watch.before()
+    timing = sampling.take_timing(kernel, backend, **quick(gpu))
+    found = watch.after(Taken("test_k", "default", kernel, context, timing, ""))
+    return found.fields.get(guard.KEY)
+
+
+def test_patched_events_on_the_gpu_are_named(monkeypatch):
+    gpu = FakeGpu()
+    backend = cuda_backend(gpu, monkeypatch)
+    real = FakeEvent.elapsed_time
+
+    def kernel():
+        gpu.launch("k", lambda: 1e-4)
+        FakeEvent.elapsed_time = lambda self, end: real(self, end) / 2  # halves every reading from now on
+
+    try:
+        breach = _on_fake_gpu(gpu, backend, kernel)
+    finally:
+        FakeEvent.elapsed_time = real
+    assert "tampered timing: torch.cuda.Event.elapsed_time replaced while it ran" in words.line("test_k", "default", breach)
+
+
+def test_a_graph_replaying_its_captured_buffers_is_caught_on_new_storage(monkeypatch):
+    """A kernel that captured a CUDA graph on its first call and replays it: every replay reads
+    and writes the buffers of that first call, whatever it is handed. The check on new storage
+    finds the poison it wrote into the fresh output untouched."""
+    import torch
+
+    gpu = FakeGpu()
+    backend = cuda_backend(gpu, monkeypatch)
+    captured = []
+
+    def kernel(x, y, out):
+        if not captured:
+            captured.extend((x, y, out))
+        gpu.launch("replay", lambda: 1e-4)
+        torch.add(captured[0], captured[1], out=captured[2])
+
+    args = (torch.randn(256), torch.randn(256), torch.empty(256))
+    checked = outputs.checked_of(kernel, args, 2, torch.add, None, "test_k")
+    breach = _on_fake_gpu(gpu, backend, checked.timed(), checked)
+    assert "unwritten output: 256 of 256 elements of args[2] on new storage" in words.line("test_k", "default", breach)
+
+
+def test_an_honest_kernel_on_the_fake_gpu_raises_nothing(monkeypatch):
+    import torch
+
+    gpu = FakeGpu()
+    backend = cuda_backend(gpu, monkeypatch)
+
+    def kernel(x, y, out):
+        gpu.launch("add", lambda: 1e-4)
+        torch.add(x, y, out=out)
+
+    args = (torch.randn(256), torch.randn(256), torch.empty(256))
+    checked = outputs.checked_of(kernel, args, 2, torch.add, None, "test_k")
+    assert _on_fake_gpu(gpu, backend, checked.timed(), checked) is None

@@ -21,12 +21,13 @@ from typing import Any, Callable, Mapping
 from pytest_solgate import results, score
 from pytest_solgate.declare.profiles import HardwareProfile, ProfileOption, resolve_profile_option
 from pytest_solgate.declare.work import make_work
+from pytest_solgate.judge import integrity as integrity_words
 from pytest_solgate.judge import steps as step_budgets
 from pytest_solgate.judge import verdict
-from pytest_solgate.judge import integrity as integrity_words
-from pytest_solgate.measure import backends, callables, clocks, extras, integrity, ncu_child, phases, pipeline
+from pytest_solgate.measure import backends, callables, clocks, extras, ncu_child, phases, pipeline
 from pytest_solgate.measure import context as measure_context
 from pytest_solgate.measure.context import Context
+from pytest_solgate.measure.integrity import guard as integrity
 from pytest_solgate.results import Measurement
 from pytest_solgate.support.errors import MeasureError, SolgateError
 from pytest_solgate.support.settings import Settings
@@ -143,7 +144,7 @@ class Engine:
             if context.on_gpu and ncu_child.child_target() == (test, name):
                 with measure_context.device_scope(context):
                     ncu_child.profile_one_call(fn, context.backend, *ncu_child.cuda_profiler())
-        guard = integrity.guard(self.settings.integrity, checked, work, precision, gate and context.backend.gated)
+        guard = integrity.for_measurement(self.settings.integrity, checked, work, precision, context.backend, gate)
         wrapped: list[extras.Extra] = [self._contention, guard]
         if context.on_gpu and not child:
             wrapped.append(self._block)

@@ -6,7 +6,7 @@ what was seen, and what an honest kernel does instead.
 
 from __future__ import annotations
 
-from pytest_solgate.measure import integrity
+from pytest_solgate.measure.integrity import guard as integrity
 from pytest_solgate.measure.integrity import outputs, tampering
 
 

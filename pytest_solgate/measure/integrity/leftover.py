@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,11 +20,15 @@ from pathlib import Path
 # wait, a queue's get, a selector) or in a thread pool worker's loop, parked on its SimpleQueue.
 IDLE_FILES = ("threading.py", "queue.py", "selectors.py", "socket.py", "connection.py", "subprocess.py")
 IDLE_FUNCTIONS = {("thread.py", "_worker"), ("pool.py", "worker"), ("pool.py", "_handle_workers")}
+PICK_UP_SECONDS = 0.002  # how long a woken worker gets to pick up work queued by the call
+pause = time.sleep  # bound at import: a kernel that patches time.sleep cannot skip the pause
 
 
 @dataclass(frozen=True)
 class Threads:
-    idents: frozenset[int]
+    # The Thread objects, not their idents: a thread that ended gives its ident to the next one
+    # (a cheat's worker started just after another test's threads ended looked known).
+    known: frozenset[threading.Thread]
 
 
 @dataclass(frozen=True)
@@ -33,7 +38,7 @@ class LeftThread:
 
 
 def threads() -> Threads:
-    return Threads(frozenset(t.ident for t in threading.enumerate() if t.ident is not None))
+    return Threads(frozenset(threading.enumerate()))
 
 
 def _where(ident: int) -> str:
@@ -56,15 +61,16 @@ def left_running(since_measurement: Threads, since_call: Threads | None = None) 
     """Threads still working now: started since ``since_call`` and alive, or started since
     ``since_measurement`` and not idle. The calling thread is never one."""
     me = threading.get_ident()
-    left = []
+    left: dict[tuple[str, str], LeftThread] = {}
     for thread in threading.enumerate():
         ident = thread.ident
-        if ident is None or ident == me or ident in since_measurement.idents or not thread.is_alive():
+        if ident is None or ident == me or thread in since_measurement.known or not thread.is_alive():
             continue
-        new_in_call = since_call is not None and ident not in since_call.idents
+        new_in_call = since_call is not None and thread not in since_call.known
         if new_in_call or not _idle(ident):
-            left.append(LeftThread(thread.name, _where(ident)))
-    return tuple(left)
+            found = LeftThread(thread.name, _where(ident))
+            left[(found.name, found.where)] = found
+    return tuple(left.values())
 
 
 @dataclass(frozen=True)

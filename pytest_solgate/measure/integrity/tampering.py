@@ -25,7 +25,6 @@ from typing import Any, Callable, Mapping
 
 # Saved at import, before any code under test runs: a kernel that replaces time.thread_time_ns
 # later replaces the module's attribute, not these references.
-REAL_WALL_NS: Callable[[], int] = time.perf_counter_ns
 REAL_THREAD_NS: Callable[[], int] = time.thread_time_ns
 
 TIME_FUNCTIONS = ("perf_counter", "perf_counter_ns", "thread_time", "thread_time_ns", "process_time",
@@ -130,7 +129,7 @@ class ClockCheck:
 
     timer_seconds: float
     real_seconds: float  # the fastest of the calls timed with the saved clocks
-    clock: str  # which saved clock ("thread CPU time" or "wall time")
+    clock: str  # which saved clock
 
     @property
     def disagrees(self) -> bool:
@@ -139,13 +138,13 @@ class ClockCheck:
         return self.real_seconds > 2.0 * self.timer_seconds + 500e-6
 
 
-def second_clock(fn: Callable[[], Any], timer_seconds: float, thread_clock: bool, calls: int) -> ClockCheck:
-    """Time ``calls`` calls of ``fn`` with the clocks saved at import; the fastest call."""
+def second_clock(fn: Callable[[], Any], timer_seconds: float, calls: int) -> ClockCheck:
+    """Time ``calls`` calls of ``fn`` with the thread CPU clock saved at import; the fastest call."""
     __tracebackhide__ = True
-    read = REAL_THREAD_NS if thread_clock else REAL_WALL_NS
+    read = REAL_THREAD_NS
     best = float("inf")
     for _ in range(calls):
         start = read()
         fn()
         best = min(best, (read() - start) / 1e9)
-    return ClockCheck(timer_seconds, best, "thread CPU time" if thread_clock else "wall time")
+    return ClockCheck(timer_seconds, best, "thread CPU time")
