@@ -121,6 +121,11 @@ def kernel(x, y, out):
     busy(1e-3)
     out.copy_((x.half() + y.half()).float())
 ''', "lower precision"),
+    "bf16_step_inside_fp32": ('''
+def kernel(x, y, out):
+    busy(1e-3)
+    torch.add((x.bfloat16() * 3).float() / 3, y, out=out)
+''', "lower precision: declared fp32 but the call ran aten._to_copy.default (bfloat16)"),
     "loose_tolerance_garbage": ('''
 def kernel(x, y, out):
     busy(1e-3)
@@ -160,6 +165,7 @@ BODIES = {
     "lazy_subclass": "sol.measure(kernel, args=tensors()[:2], reference=lambda x, y: x + y, bytes=1e3)",
     "aliased_input": "sol.measure(kernel, args=tensors()[:2], reference=lambda x, y: x + y, bytes=1e3)",
     "fp16_inside_fp32": "measure(sol, kernel, flops={'fp32': N})",
+    "bf16_step_inside_fp32": "measure(sol, kernel, flops={'fp32': N})",
     "patched_perf_counter": "monkeypatch.setattr(time, 'perf_counter', lambda: 0.0)\n    measure(sol, kernel)",
     "patched_event_elapsed_time": ("monkeypatch.setattr(torch.cuda.Event, 'elapsed_time', lambda self, end: 1.0)\n"
                                    "    measure(sol, kernel)"),

@@ -14,33 +14,36 @@ def _share(count: int, total: int) -> str:
     return f"{count} of {total} elements" if total else f"{count} elements"
 
 
+# cause -> its words, formatted with the finding's fields, ``where`` and ``share``
+WORDS = {
+    outputs.LAZY: ("lazy result: {output} is a {type_name}, not a torch.Tensor ({when}); return the computed tensor "
+                   "itself, not a subclass or proxy that computes when read"),
+    outputs.ALIASED: ("aliased result: {output} shares storage with input {count} ({when}) where the reference "
+                      "allocates; return a new tensor (or write into an output buffer passed with outputs=)"),
+    outputs.UNWRITTEN: ("unwritten output: {share} of {where} still hold the poison written before the call; the "
+                        "kernel must write every element (a grid too small, a missed tail?)"),
+    outputs.STALE: ("stale result: {where} did not change when its inputs changed: a cached, stale or precomputed "
+                    "result, not one computed from the inputs of the call"),
+    outputs.UNWAITED_COPY: ("unwaited copy: {share} of {where} were written only after the device was waited for: a "
+                            "copy to the host still in flight when the call returned; wait for it in the call"),
+    outputs.LOWER_PRECISION: ("lower precision: {where} holds only half-precision values, off by {error:.3g} "
+                              "(relative), over the {allowed:.3g} the declared precision allows ({share}); declare the "
+                              "precision it computes in, or compute in the declared one"),
+    outputs.WRONG: ("wrong result: {where} differs from the reference by {error:.3g} (relative), over the "
+                    "{allowed:.3g} allowed ({share})"),
+}
+# The mantissa bits of a finding's tolerance (measure/integrity/precision.py), named as a test declares them.
+PRECISION_NAMES = {53: "fp64", 24: "fp32", 11: "fp16 or tf32", 8: "bf16"}
+OPERATORS = ("lower precision: declared {precision} but the call ran {operators}; declare the precision it "
+             "computes in (precision= or flops={{...}}), or compute in the declared one")
+
+
 def _finding(found: outputs.Finding) -> str:
-    where = f"{found.output} on {found.storage} ({found.when})"
-    if found.cause == outputs.LAZY:
-        return (f"lazy result: {found.output} is a {found.type_name}, not a torch.Tensor ({found.when}); "
-                "return the computed tensor itself, not a subclass or proxy that computes when read")
-    if found.cause == outputs.ALIASED:
-        return (f"aliased result: {found.output} shares storage with input {found.count} ({found.when}) where the "
-                "reference allocates; return a new tensor (or write into an output buffer passed with outputs=)")
-    if found.cause == outputs.UNWRITTEN:
-        return (f"unwritten output: {_share(found.count, found.total)} of {where} still hold the poison written "
-                "before the call; the kernel must write every element (a grid too small, a missed tail?)")
-    if found.cause == outputs.STALE:
-        return (f"stale result: {where} did not change when its inputs changed: a cached, stale or precomputed "
-                "result, not one computed from the inputs of the call")
-    if found.cause == outputs.UNWAITED_COPY:
-        return (f"unwaited copy: {_share(found.count, found.total)} of {where} were written only after the device "
-                "was waited for: a copy to the host still in flight when the call returned; wait for it in the call")
-    if found.cause == outputs.LOWER_PRECISION:
-        if found.operators:
-            return (f"lower precision: declared {found.bits}-bit mantissas (fp32 or wider) but the call ran "
-                    f"{', '.join(found.operators[:3])}; declare the precision it computes in (precision= or "
-                    "flops={...}), or compute in the declared one")
-        return (f"lower precision: {where} holds only half-precision values, off by {found.error:.3g} (relative), over the "
-                f"{found.allowed:.3g} the declared precision allows ({_share(found.count, found.total)}); declare "
-                "the precision it computes in, or compute in the declared one")
-    return (f"wrong result: {where} differs from the reference by {found.error:.3g} (relative), over the "
-            f"{found.allowed:.3g} allowed ({_share(found.count, found.total)})")
+    fields = dict(vars(found), where=f"{found.output} on {found.storage} ({found.when})",
+                  share=_share(found.count, found.total), operators=", ".join(found.operators[:3]),
+                  precision=PRECISION_NAMES.get(found.bits, f"{found.bits}-bit mantissas"))
+    template = OPERATORS if found.operators else WORDS.get(found.cause, WORDS[outputs.WRONG])
+    return template.format(**fields)
 
 
 def line(test: str, name: str, breach: integrity.Breach) -> str:

@@ -122,7 +122,7 @@ class Guard:
             return
         if self.checked is not None and self._outputs(taken.context, "after timing"):
             return
-        if self.checked is not None and self._lower_operators(taken.context):
+        if self.checked is not None and self._lower_operators(taken.context, "after timing"):
             return
         self._second_clock(taken)
 
@@ -157,10 +157,14 @@ class Guard:
         # What a call left running explains its outputs (written later, by another thread): said first.
         if self._left_running(f"after a call {when}", since_call, children):
             return True
+        if finding is not None and finding.cause in (outputs.WRONG, outputs.LOWER_PRECISION):
+            # A result off by a half-precision rounding: named by the operators that rounded it, if torch's.
+            if self._lower_operators(context, when):
+                return True
         self.breach = finding
         return finding is not None
 
-    def _lower_operators(self, context: Any) -> bool:
+    def _lower_operators(self, context: Any, when: str) -> bool:
         assert self._check is not None and self.checked is not None
         if self.checked.tolerance is not None:
             return False
@@ -169,7 +173,7 @@ class Guard:
         found = precision.lower_operators(lambda: fn(*args), self._check.bits)
         context.backend.synchronize()
         if found:
-            self.breach = outputs.Finding(outputs.LOWER_PRECISION, "after timing", "new storage, new values",
+            self.breach = outputs.Finding(outputs.LOWER_PRECISION, when, "new storage, new values",
                                           bits=self._check.bits,
                                           operators=tuple(f"{o.operator} ({o.dtype})" for o in found))
         return bool(found)
