@@ -140,7 +140,7 @@ def integrity_verdicts(cases: dict[str, tuple[str, str]]) -> list[Verdict]:
     for case, words in INTEGRITY_CASES.items():
         check = f"integrity[{case}]"
         outcome, text = cases.get(f"test_integrity[{case}]", ("missing", ""))
-        said = next((line.strip() for line in text.splitlines() if "integrity-" in line or words and words in line),
+        said = next((line.strip() for line in text.splitlines() if line.startswith("E ")),
                     text.strip().splitlines()[0] if text.strip() else "")[:240]
         if outcome == "skipped":
             verdicts.append(Verdict(check, True, f"{check}: not run ({said or 'skipped'})"))
