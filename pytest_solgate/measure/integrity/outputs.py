@@ -151,27 +151,39 @@ class Compared:
     total: int
 
 
+CHUNK = 1 << 24  # elements compared at a time: the temporaries stay small beside a GPU's large outputs
+
+
 def compare(got: Any, want: Any, rtol: float) -> Compared:
     """Elementwise: |got - want| <= rtol * (|want| + RMS(want)); poison left where ``want`` is not NaN."""
     torch = _torch()
-    got = got.detach()
-    want = want.detach().to(got.device)
-    poisoned = _poisoned(got)
-    unwritten = int((poisoned & ~_poisoned(want)).sum()) if poisoned is not None and want.dtype == got.dtype else (
-        int(poisoned.sum()) if poisoned is not None else 0)
+    got, want = got.detach().reshape(-1), want.detach().to(got.device).reshape(-1)
     wide = torch.float64 if got.dtype in (torch.float64, torch.complex128) else torch.float32
-    g, w = got.to(wide), want.to(wide)
-    if g.is_complex() or w.is_complex():
-        g, w = torch.view_as_real(g.to(torch.complex128)), torch.view_as_real(w.to(torch.complex128))
-    finite = torch.isfinite(w)
-    rms = float(w[finite].pow(2).mean().sqrt()) if bool(finite.any()) else 0.0
-    difference = (g - w).abs()
-    same_special = (torch.isnan(g) & torch.isnan(w)) | ((g == w) & ~finite)
-    scale = w.abs() + rms
-    relative = torch.where(same_special, torch.zeros_like(difference), difference / scale.clamp_min(1e-30))
-    relative = torch.nan_to_num(relative, nan=float("inf"))
-    error = float(relative.max()) if relative.numel() else 0.0
-    mismatched = int((relative > rtol).sum())
+    if got.is_complex() or want.is_complex():
+        got, want = (torch.view_as_real(t.to(torch.complex128)).reshape(-1) for t in (got, want))
+        wide = torch.float64
+    pieces = [(got[i:i + CHUNK], want[i:i + CHUNK]) for i in range(0, got.numel(), CHUNK)]
+    squares, finite_count = 0.0, 0
+    for _, w in pieces:
+        w = w.to(wide)
+        finite = torch.isfinite(w)
+        squares += float(w[finite].double().pow(2).sum())
+        finite_count += int(finite.sum())
+    rms = (squares / finite_count) ** 0.5 if finite_count else 0.0
+    error, mismatched, unwritten = 0.0, 0, 0
+    for g, w in pieces:
+        poisoned = _poisoned(g)
+        if poisoned is not None:
+            was = _poisoned(w) if w.dtype == g.dtype else None
+            unwritten += int((poisoned & ~was).sum()) if was is not None else int(poisoned.sum())
+        g, w = g.to(wide), w.to(wide)
+        difference = (g - w).abs()
+        same_special = (torch.isnan(g) & torch.isnan(w)) | ((g == w) & ~torch.isfinite(w))
+        relative = torch.where(same_special, torch.zeros_like(difference), difference / (w.abs() + rms).clamp_min(1e-30))
+        relative = torch.nan_to_num(relative, nan=float("inf"))
+        if relative.numel():
+            error = max(error, float(relative.max()))
+            mismatched += int((relative > rtol).sum())
     return Compared(error, mismatched, unwritten, got.numel())
 
 
