@@ -139,7 +139,8 @@ class Guard:
         processes: tuple[leftover.LeftProcess, ...] = ()
         if self._children is not None:
             now = leftover.children(**self._proc_kwargs())
-            processes = leftover.new_children(children_before or self._children, now, **self._proc_kwargs())
+            processes = leftover.new_children(children_before or self._children, now, **self._proc_kwargs(),
+                                              running_only=children_before is None)
         if threads or processes:
             self.breach = LeftRunning(threads, processes, when)
         return self.breach is not None

@@ -2,7 +2,8 @@
 
 A thread that the measurement started and that still runs code after a call returned (not parked
 in a wait: a thread pool's idle worker is fine) does the kernel's work outside the timed region; so
-does a thread or a child process started by one call and still alive when it returns. Threads that
+does a child process it started that is on a CPU then (a compiler's idle worker pool is not), and
+a thread or a child process started by one call and still alive when it returns. Threads that
 were there before the measurement (the session's own, xdist's) are left alone, and native threads
 (an OpenMP pool spinning after a parallel region) are not Python threads: neither is read.
 """
@@ -15,6 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 # Where an idle Python thread waits: its innermost frame is in one of these files (a Condition's
 # wait, a queue's get, a selector) or in a thread pool worker's loop, parked on its SimpleQueue.
@@ -75,7 +77,11 @@ def left_running(since_measurement: Threads, since_call: Threads | None = None) 
 
 @dataclass(frozen=True)
 class Children:
-    pids: frozenset[int]
+    states: Mapping[int, str]  # pid -> its state letter in /proc (R running, S sleeping, ...)
+
+    @property
+    def pids(self) -> frozenset[int]:
+        return frozenset(self.states)
 
 
 @dataclass(frozen=True)
@@ -98,20 +104,25 @@ def children(proc: Path = Path("/proc"), parent: int | None = None) -> Children:
     """The live (not zombie) child processes of ``parent`` (this process), from ``proc``."""
     parent = os.getpid() if parent is None else parent
     if not proc.is_dir():
-        return Children(frozenset())
-    found = set()
+        return Children({})
+    found = {}
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
         stat = _stat(proc, entry.name)
         if stat is not None and stat[0] == parent and stat[1] not in ("Z", "X"):
-            found.add(int(entry.name))
-    return Children(frozenset(found))
+            found[int(entry.name)] = stat[1]
+    return Children(found)
 
 
-def new_children(before: Children, now: Children, proc: Path = Path("/proc")) -> tuple[LeftProcess, ...]:
+def new_children(before: Children, now: Children, proc: Path = Path("/proc"), running_only: bool = False
+                 ) -> tuple[LeftProcess, ...]:
+    """Children in ``now`` that ``before`` lacked; with ``running_only``, only those on a CPU now
+    (a worker pool started by the first call, a compiler's, sleeps between its jobs)."""
     left = []
     for pid in sorted(now.pids - before.pids):
+        if running_only and now.states[pid] not in ("R", "D"):
+            continue
         try:
             command = (proc / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
