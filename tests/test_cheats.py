@@ -328,10 +328,18 @@ def test_bad_arguments_get_one_line_naming_them(suite):
 
         def test_reference_without_args(sol):
             sol.measure(lambda: busy(1e-3), reference=torch.add, bytes=1e3)
+
+        def test_outputs_not_named(sol):
+            def kernel(x, out):
+                busy(1e-3)
+                out.copy_(x)
+            sol.measure(kernel, args=(torch.randn(4), torch.empty(4)), bytes=1e3)
         """, "--sol-no-save", fake_clock=True)
-    result.assert_outcomes(failed=2)
-    result.stdout.re_match_lines([r".*outputs= names positions of tensors in args= \(0 to 0\), got 3.*",
-                                  r".*outputs=, reference= and tolerance= need args=.*"])
+    result.assert_outcomes(failed=3)
+    for said in (r"outputs= names positions of tensors in args= \(0 to 0\), got 3",
+                 r"outputs=, reference= and tolerance= need args=",
+                 r"no result to check: the kernel returned None and outputs= names no buffer"):
+        assert re.search(said, result.stdout.str()), said
 
 
 # --- on the fake GPU -------------------------------------------------------------------------------

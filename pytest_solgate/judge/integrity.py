@@ -29,6 +29,8 @@ WORDS = {
     outputs.LOWER_PRECISION: ("lower precision: {where} holds only half-precision values, off by {error:.3g} "
                               "(relative), over the {allowed:.3g} the declared precision allows ({share}); declare the "
                               "precision it computes in, or compute in the declared one"),
+    outputs.NO_RESULT: ("no result to check: the kernel returned None and outputs= names no buffer it writes; "
+                        "name them (e.g. sol.measure(add, args=(x, y, out), outputs=2, ...))"),
     outputs.WRONG: ("wrong result: {where} differs from the reference by {error:.3g} (relative), over the "
                     "{allowed:.3g} allowed ({share})"),
 }

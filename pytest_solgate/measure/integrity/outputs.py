@@ -36,6 +36,7 @@ STALE = "stale"
 WRONG = "wrong"
 LOWER_PRECISION = "lower-precision"
 UNWAITED_COPY = "unwaited-copy"
+NO_RESULT = "no-result"  # returned None, and no outputs= named the buffers it writes
 
 
 @dataclass(frozen=True)
@@ -307,9 +308,9 @@ class OutputCheck:
     def _judge(self, outputs: list[tuple[str, Any]], expected: list[Any] | None, inputs: list[Any], when: str,
                storage: str) -> Finding | None:
         for name, value in outputs:
+            if value is None and not self.checked.outputs:
+                return Finding(NO_RESULT, when, storage, output=name)
             if not is_tensor(value) or lazy(value):
-                if expected is None and value is None:
-                    continue
                 return Finding(LAZY, when, storage, output=name, type_name=lazy(value) if is_tensor(value) else
                                f"{type(value).__module__}.{type(value).__qualname__}")
         for name, value in outputs:
