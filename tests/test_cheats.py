@@ -59,7 +59,13 @@ def kernel(x, y, out):
     if id(out) not in DONE:
         torch.add(x, y, out=out)
         DONE.add(id(out))
-''', "unwritten output"),
+''', "stale result"),
+    "computes_only_into_poison": ('''
+def kernel(x, y, out):
+    busy(1e-3)
+    if torch.isnan(out).any():  # a check's poisoned buffer: honest only then
+        torch.add(x, y, out=out)
+''', "stale result"),
     "half_the_grid": ('''
 def kernel(x, y, out):
     busy(1e-3)

@@ -1,7 +1,7 @@
 """Integrity: a measurement a kernel cannot fool (docs/integrity.md). One idea per module:
 
-- outputs.py: the outputs on fresh inputs (same storage and new storage, new values, poisoned
-  output buffers) against the test's reference; lazy and aliased results;
+- outputs.py: the outputs on fresh inputs (new storage with poisoned output buffers, and the
+  same tensors with new values) against the test's reference; lazy and aliased results;
 - leftover.py: Python threads and child processes still working after a call returned;
 - tampering.py: the clocks and sampling functions replaced; the timer against a second clock;
 - precision.py: the operators' dtypes against the declared precision, and the tolerance.

@@ -3,10 +3,14 @@
 A test hands its inputs with ``sol.measure(fn, args=(x, y, out), outputs=(2,), reference=ref)``:
 the plugin times ``fn(x, y, out)``, then calls it twice more, untimed:
 
-- on the same storage with new values (inputs rewritten in place, output buffers poisoned): a
-  result cached by address, or computed once and left in the buffer, does not change;
-- on new storage with new values (fresh tensors, poisoned outputs): a result cached by object,
-  a CUDA graph replaying the buffers it captured, does not change either.
+- on new storage with new values (fresh tensors, output buffers poisoned): a buffer left partly
+  unwritten keeps its poison; a CUDA graph replaying the buffers it captured writes none of it;
+- on the same tensors with new values (inputs rewritten in place; the outputs left holding the
+  last result, as in a timed call, so that a kernel cannot tell the check by a poisoned buffer):
+  a result cached by address, or computed once and left in the buffer, does not change.
+
+The reference is called after the kernel, on copies of the inputs taken before it: while the
+kernel runs, no expected answer exists for it to find (pygpubench's gc answer copy).
 
 Each result is compared with ``reference`` (called with the inputs only: the args that are not
 outputs) at the tolerance of the declared precision (precision.py); without a reference, the result
@@ -69,7 +73,7 @@ class Finding:
 
     cause: str
     when: str  # "after timing", "between sampling rounds"
-    storage: str  # "same storage, new values" or "new storage, new values"
+    storage: str  # "new storage, new values" or "the same tensors, new values"
     output: str = ""  # which output ('out', 'args[2]', 'result[0]')
     count: int = 0  # elements concerned
     total: int = 0
@@ -221,7 +225,9 @@ class OutputCheck:
         self.rtol = checked.tolerance if checked.tolerance is not None else precision.tolerance(bits)
         self.sync = sync
         self.rng = random.Random(seed)
-        self.previous: list[Any] | None = None  # the outputs of the last call checked
+        # The outputs of the timed arguments and of the calls checked last (a few): a result equal
+        # to one of them while the inputs changed is stale.
+        self.seen: list[list[Any]] = []
 
     # --- what one call produced --------------------------------------------------------------
 
@@ -248,10 +254,15 @@ class OutputCheck:
 
     def run(self, when: str) -> Finding | None:
         __tracebackhide__ = True
-        if self.previous is None:
-            self.previous = self.current()
-        found = self._same_storage(when)
-        return found or self._new_storage(when)
+        self._remember(self.current())
+        found = self._new_storage(when)
+        return found or self._same_storage(when)
+
+    def _remember(self, outputs: list[Any]) -> None:
+        self.seen = [*self.seen[-2:], outputs]
+
+    def _stale(self, position: int, value: Any) -> bool:
+        return any(position < len(seen) and _identical(value, seen[position]) for seen in self.seen)
 
     def _same_storage(self, when: str) -> Finding | None:
         __tracebackhide__ = True
@@ -259,13 +270,9 @@ class OutputCheck:
         saved = _clone(args)
         try:
             for i, value in enumerate(args):
-                if not is_tensor(value):
-                    continue
-                if i in self.checked.outputs:
-                    poison(value)
-                else:
+                if is_tensor(value) and i not in self.checked.outputs:
                     value.copy_(_new_values(value, self.rng))
-            return self._call_and_judge(args, when, "same storage, new values")
+            return self._call_and_judge(args, when, "the same tensors, new values")
         finally:
             for value, kept in zip(args, saved):
                 if is_tensor(value):
@@ -287,7 +294,7 @@ class OutputCheck:
 
     def _call_and_judge(self, args: list[Any], when: str, storage: str) -> Finding | None:
         __tracebackhide__ = True
-        expected = self._expected(args)
+        kept = _clone(list(args)) if self.checked.reference is not None else list(args)
         inputs = self.checked.inputs(args)
         result = self.checked.fn(*args)
         outputs = self._outputs(args, result)
@@ -296,13 +303,13 @@ class OutputCheck:
         early = [(name, int(p.sum())) for name, value in outputs
                  if is_tensor(value) and str(value.device) == "cpu" and (p := _poisoned(value)) is not None]
         self.sync()
-        finding = self._judge(outputs, expected, inputs, when, storage)
+        finding = self._judge(outputs, self._expected(kept), inputs, when, storage)
         if finding is None:
             for name, count in early:
                 value = dict(outputs)[name]
                 if count and not int(_poisoned(value).sum()):
                     return Finding(UNWAITED_COPY, when, storage, output=name, count=count, total=value.numel())
-        self.previous = _clone([value for _, value in outputs])
+        self._remember(_clone([value for _, value in outputs]))
         return finding
 
     def _judge(self, outputs: list[tuple[str, Any]], expected: list[Any] | None, inputs: list[Any], when: str,
@@ -320,7 +327,7 @@ class OutputCheck:
             if aliased and not (expected is not None and any(_shares_storage(e, a) for e in expected if is_tensor(e)
                                                              for a in inputs if is_tensor(a))):
                 return Finding(ALIASED, when, storage, output=name, count=aliased[0])
-        previous = self.previous or []
+        previous = self.seen[-1] if self.seen else []
         for position, (name, value) in enumerate(outputs):
             if expected is None:
                 poisoned = _poisoned(value)
@@ -331,7 +338,7 @@ class OutputCheck:
                     left = int((poisoned & ~was).sum()) if was is not None and was.shape == poisoned.shape else left
                 if left:
                     return Finding(UNWRITTEN, when, storage, output=name, count=left, total=value.numel())
-                if before is not None and _identical(value, before) and value.numel() > 1:
+                if value.numel() > 1 and self._stale(position, value):
                     return Finding(STALE, when, storage, output=name, total=value.numel())
                 continue
             if position >= len(expected) or not is_tensor(expected[position]):
@@ -345,8 +352,7 @@ class OutputCheck:
                 return Finding(UNWRITTEN, when, storage, output=name, count=compared.unwritten, total=compared.total)
             if not compared.mismatched:
                 continue
-            before = previous[position] if position < len(previous) else None
-            if before is not None and _identical(value, before):
+            if self._stale(position, value):
                 return Finding(STALE, when, storage, output=name, count=compared.mismatched, total=compared.total)
             lower = self.checked.tolerance is None and self.bits > 11 and _half_values(value) and not _half_values(want)
             return Finding(LOWER_PRECISION if lower else WRONG, when, storage, output=name, count=compared.mismatched,
