@@ -122,8 +122,6 @@ class Guard:
             return
         if self.checked is not None and self._outputs(taken.context, "after timing"):
             return
-        if self.checked is not None and self._lower_operators(taken.context, "after timing"):
-            return
         self._second_clock(taken)
 
     # --- the checks --------------------------------------------------------------------------
