@@ -55,8 +55,12 @@ def _idle(ident: int) -> bool:
     frame = sys._current_frames().get(ident)
     if frame is None:
         return False
-    name = Path(frame.f_code.co_filename).name
-    return name in IDLE_FILES or (name, frame.f_code.co_name) in IDLE_FUNCTIONS
+    path = Path(frame.f_code.co_filename)
+    # A pool worker between jobs runs the pool's own code (setting a future's result, looping back
+    # to its queue): idle, not the kernel's work.
+    if path.parent.name == "futures" and path.parent.parent.name == "concurrent":
+        return True
+    return path.name in IDLE_FILES or (path.name, frame.f_code.co_name) in IDLE_FUNCTIONS
 
 
 def left_running(since_measurement: Threads, since_call: Threads | None = None) -> tuple[LeftThread, ...]:
@@ -100,18 +104,24 @@ def _stat(proc: Path, pid: str) -> tuple[int, str] | None:
     return int(fields[1]), fields[0]
 
 
+def _child_pids(proc: Path, parent: int) -> list[str]:
+    """The parent's children from its threads' ``children`` files (a few reads), else from a scan
+    of every process's ``stat`` (tens of milliseconds on a busy machine)."""
+    try:
+        tasks = list((proc / str(parent) / "task").iterdir())
+        return [pid for task in tasks for pid in (task / "children").read_text().split()]
+    except OSError:
+        return [entry.name for entry in proc.iterdir() if entry.name.isdigit()] if proc.is_dir() else []
+
+
 def children(proc: Path = Path("/proc"), parent: int | None = None) -> Children:
     """The live (not zombie) child processes of ``parent`` (this process), from ``proc``."""
     parent = os.getpid() if parent is None else parent
-    if not proc.is_dir():
-        return Children({})
     found = {}
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        stat = _stat(proc, entry.name)
+    for pid in _child_pids(proc, parent):
+        stat = _stat(proc, pid)
         if stat is not None and stat[0] == parent and stat[1] not in ("Z", "X"):
-            found[int(entry.name)] = stat[1]
+            found[int(pid)] = stat[1]
     return Children(found)
 
 
