@@ -200,3 +200,64 @@ def test_energy(sol):
     write_side_figures({"workload": "energy-copy-1GiB", "counter_joules_per_call": joules / calls,
                         "counter_watts": joules / seconds, "counter_calls": calls, "bytes": work["bytes"],
                         "on_gpu": ON_GPU})
+
+
+# --- issue 42: the integrity checks on the device ------------------------------------------------
+# case -> the words its failure must hold ('' for the honest kernel, which must pass)
+INTEGRITY_CASES = {
+    "honest": "",
+    "stale-graph": "unwritten output",
+    "patched-events": "tampered timing",
+    "unwaited-copy": "unwaited copy",
+}
+INTEGRITY_ON_CPU = ("honest",)
+
+
+@pytest.mark.parametrize("case", list(INTEGRITY_CASES))
+def test_integrity(sol, case):
+    """``honest``: a torch add handed with its inputs and reference passes. ``stale-graph``: a CUDA
+    graph captured on the first call's buffers and replayed on every later call (new inputs are
+    never read): caught on new storage. ``patched-events``: the kernel halves
+    torch.cuda.Event.elapsed_time while it runs: named as tampering. ``unwaited-copy``: the result
+    copied to pinned host memory with non_blocking=True and never waited for."""
+    if not ON_GPU and case not in INTEGRITY_ON_CPU:
+        pytest.skip("a CUDA case (dry run on a CPU)")
+    n = 4 * MIB if ON_GPU else 1 << 12
+    x, y = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
+    out = torch.empty(n, pin_memory=True) if case == "unwaited-copy" else torch.empty_like(x)
+    work = {"bytes": 3 * n * 4, "flops": {"fp32": n}, "name": f"integrity-{case}"}
+    if case == "honest":
+        sol.measure(lambda a, b, c: torch.add(a, b, out=c), args=(x, y, out), outputs=2, reference=torch.add, **work)
+        return
+    if case == "stale-graph":
+        graphs: list[Any] = []
+
+        def kernel(a, b, c):
+            if not graphs:
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    torch.add(a, b, out=c)
+                graphs.append(graph)
+            graphs[0].replay()
+
+        sol.measure(kernel, args=(x, y, out), outputs=2, reference=torch.add, **work)
+        return
+    if case == "patched-events":
+        real = torch.cuda.Event.elapsed_time
+
+        def kernel(a, b, c):
+            torch.add(a, b, out=c)
+            torch.cuda.Event.elapsed_time = lambda self, end: real(self, end) / 2
+
+        try:
+            sol.measure(kernel, args=(x, y, out), outputs=2, reference=torch.add, **work)
+        finally:
+            torch.cuda.Event.elapsed_time = real
+        return
+    scratch = torch.empty_like(x)
+
+    def kernel(a, b, c):
+        torch.add(a, b, out=scratch)
+        c.copy_(scratch, non_blocking=True)
+
+    sol.measure(kernel, args=(x, y, out), outputs=2, reference=lambda a, b: (a + b).cpu(), **work)

@@ -13,7 +13,10 @@ this script reads the plugin's figures from its ``--sol-json`` (``seconds``, ``t
 - side-stream[all|small]: a callable that launches its work on a side stream fails, and its failure
   names the cause (a stream, work still running); "small" keeps its SOL under 1;
 - energy: the plugin's energy per call of a 1 GiB copy within 5 % of NVML's total-energy counter
-  over about 2 s of back-to-back copies.
+  over about 2 s of back-to-back copies;
+- integrity[CASE] (issue 42, docs/integrity.md): an honest add handed with its inputs passes; a
+  CUDA graph replaying its first buffers, patched events and an unwaited copy to the host each
+  fail naming their cause.
 
 benchmarks/gpu_check.py judges two more from its own steps' JSON with the functions here:
 - locked-clocks: the SOL suite under ``--sol-lock-clocks=base`` has no throttle retakes and no
@@ -129,6 +132,30 @@ def side_stream_verdicts(cases: dict[str, tuple[str, str]], measurements: list[d
     return verdicts
 
 
+def integrity_verdicts(cases: dict[str, tuple[str, str]]) -> list[Verdict]:
+    """The honest case passes; each cheat fails with the words of its cause (the one line's)."""
+    from gpu_check_workloads import INTEGRITY_CASES
+
+    verdicts = []
+    for case, words in INTEGRITY_CASES.items():
+        check = f"integrity[{case}]"
+        outcome, text = cases.get(f"test_integrity[{case}]", ("missing", ""))
+        said = next((line.strip() for line in text.splitlines() if line.startswith("E ")),
+                    text.strip().splitlines()[0] if text.strip() else "")[:240]
+        if outcome == "skipped":
+            verdicts.append(Verdict(check, True, f"{check}: not run ({said or 'skipped'})"))
+        elif outcome == "missing":
+            verdicts.append(Verdict(check, False, f"{check}: FAILED: the case did not run"))
+        elif not words:
+            ok = outcome == "passed"
+            verdicts.append(Verdict(check, ok, f"{check}: {'ok: it passed' if ok else 'FAILED: a false flag: ' + said}"))
+        else:
+            ok = outcome in ("failed", "error") and words in text
+            verdicts.append(Verdict(check, ok, f"{check}: {'ok' if ok else 'FAILED'}: it {outcome}"
+                                               f"{'' if ok else f', not naming {words!r}'}: {said}"))
+    return verdicts
+
+
 def energy_per_call(m: dict[str, Any]) -> float | None:
     """The plugin's energy per call from its JSON: ``joules``, else the first number in a field
     named for joules or energy (the record may name it otherwise once energy is reworked)."""
@@ -206,7 +233,7 @@ def load_lines(path: Path) -> list[dict[str, Any]]:
 
 # A dry run times the three smallest workloads (a shared 2-core CI machine takes half a minute a
 # measurement under load); the side-stream and energy cases are collected and skipped.
-DRY_RUN_SELECTION = "gemm-bf16-1024 or copy-4MiB or add-256K or side_stream or energy"
+DRY_RUN_SELECTION = "gemm-bf16-1024 or copy-4MiB or add-256K or side_stream or energy or integrity"
 
 
 def workloads_command(work: Path, dry: bool) -> list[str]:
@@ -230,7 +257,7 @@ def run(work: Path, dry: bool) -> tuple[list[Verdict], int]:
     energy_outcome, energy_text = cases.get("test_energy", ("missing", ""))
     skipped = (energy_text.strip().splitlines() or ["skipped"])[0] if energy_outcome == "skipped" else ""
     verdicts = [*timing_verdicts(measurements, side, dry), *side_stream_verdicts(cases, measurements),
-                energy_verdict(measurements, side, skipped)]
+                energy_verdict(measurements, side, skipped), *integrity_verdicts(cases)]
     return verdicts, done.returncode
 
 

@@ -68,7 +68,15 @@ class SolFixture:
         precision: str | None = None,
         name: str | None = None,
         gate: bool = True,
+        args: Any = None,
+        outputs: Any = None,
+        reference: Callable[..., Any] | None = None,
+        tolerance: float | None = None,
     ) -> Measurement:
+        """Time ``fn()``; or, with ``args=``, time ``fn(*args)`` and check its outputs on fresh inputs
+        against ``reference`` (docs/integrity.md): ``outputs=`` the positions in ``args`` of the
+        buffers it writes (none: it returns its result), ``tolerance=`` a relative error instead of
+        the declared precision's."""
         __tracebackhide__ = True
         if positional:
             raise MeasureError(
@@ -82,8 +90,18 @@ class SolFixture:
             )
         try:
             name = measurement_name(self._test, name, {m.name for m in self.measurements})
+            checked = None
+            if args is not None:
+                from pytest_solgate.measure.integrity.outputs import checked_of
+
+                checked = checked_of(fn, args, outputs, reference, tolerance, self._test)
+            elif outputs is not None or reference is not None or tolerance is not None:
+                raise MeasureError(f"{self._test}: sol.measure's outputs=, reference= and tolerance= need args=: the "
+                                   "arguments fn is called with (e.g. sol.measure(add, args=(x, y, out), outputs=(2,), "
+                                   "reference=torch.add))")
             measurement = self._engine.measure(
-                self._test, fn, flops=flops, bytes=bytes, precision=precision, name=name, gate=bool(gate)
+                self._test, fn, flops=flops, bytes=bytes, precision=precision, name=name, gate=bool(gate),
+                checked=checked,
             )
         except SolgateError as exc:
             raise exc.with_traceback(None) from None

@@ -393,7 +393,7 @@ def _relative_prefix(rootdir: Path, top: Path) -> str:
 
 def at_users_call(excinfo: Any, rootpath: Path) -> str:
     """A declaration the user got wrong (no bytes=, a bad name) as one line at their own call,
-    'test_k.py:5: no work declared: ...': no traceback, no exception class."""
+    '<file>:<line>: no work declared: ...': no traceback, no exception class."""
     from _pytest.pathlib import bestrelpath
 
     package = Path(__file__).resolve().parent

@@ -443,9 +443,9 @@ def _long_id_run(tmp_path):
 
     from pytest_solgate.declare.profiles import load_profile
     from pytest_solgate.engine import steps
-    from pytest_solgate.measure.step import OperatorWork, RunReading, StepProfile
+    from pytest_solgate.measure.step_profile import OperatorWork, RunReading, StepProfile
     from pytest_solgate.results import RunInfo
-    from pytest_solgate.score import step as scoring
+    from pytest_solgate.score import step_breakdown
     from solgate_testing import SYNTHETIC_PROFILE, changed, recorded
 
     (tmp_path / "synthetic.toml").write_text(SYNTHETIC_PROFILE)
@@ -460,7 +460,7 @@ def _long_id_run(tmp_path):
                            started_at=0.0, finished_at=1.0)
     context = SimpleNamespace(profile=profile, ceilings="measured", environment={"host": "h"}, device_name="cpu",
                               device=SimpleNamespace(kind="cpu"))
-    step = steps.records(context, STEP_TEST, "slow-norm", measured, scoring.score_step(measured, profile), gate=True, top=5)
+    step = steps.records(context, STEP_TEST, "slow-norm", measured, step_breakdown.score_step(measured, profile), gate=True, top=5)
     step = [changed(m, verdict="recorded", reason="no budget for synthetic and no baseline") for m in step]
     kernels = [
         recorded(test=LONGEST_KERNEL_ID, name="default", verdict="not-gated", reason="gate=False: recorded for reference"),

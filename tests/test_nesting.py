@@ -50,13 +50,13 @@ def test_nesting_of_any_kind_is_one_line_naming_the_outer_measurement(pytester):
     result.assert_outcomes(failed=4)
     tail = "measure each on its own, from the test body"
     result.stdout.fnmatch_lines_random([
-        f"E   *MeasureError: test_nested.py::test_step_in_step: sol.measure_step called inside the step of another "
+        f"*test_nested.py:*: test_nested.py::test_step_in_step: sol.measure_step called inside the step of another "
         f"measurement ('outer'); {tail}",
-        f"E   *MeasureError: test_nested.py::test_measure_in_step: sol.measure called inside the step of another "
+        f"*test_nested.py:*: test_nested.py::test_measure_in_step: sol.measure called inside the step of another "
         f"measurement ('outer'); {tail}",
-        f"E   *MeasureError: test_nested.py::test_step_in_measure: sol.measure_step called inside the kernel of another "
+        f"*test_nested.py:*: test_nested.py::test_step_in_measure: sol.measure_step called inside the kernel of another "
         f"measurement ('outer'); {tail}",
-        f"E   *MeasureError: test_nested.py::test_measure_in_measure: sol.measure called inside the kernel of another "
+        f"*test_nested.py:*: test_nested.py::test_measure_in_measure: sol.measure called inside the kernel of another "
         f"measurement ('outer'); {tail}",
     ])
     assert "pytest_solgate/" not in result.stdout.str()

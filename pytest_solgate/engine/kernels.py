@@ -27,12 +27,13 @@ from typing import Any, Callable, Generic, Mapping, Sequence
 from pytest_solgate import results, score
 from pytest_solgate.declare.profiles import HardwareProfile, ProfileOption, resolve_profile_option
 from pytest_solgate.declare.work import make_work
-from pytest_solgate.judge import step_budgets, verdict
+from pytest_solgate.judge import integrity, step_budgets, verdict
 from pytest_solgate.judge.wording import CONTENDED_NOTE
 from pytest_solgate.measure import callables, clocks, extras, ncu_child, phases, pipeline, sampling
 from pytest_solgate.measure import context as measure_context
 from pytest_solgate.measure.contention import Readers
 from pytest_solgate.measure.context import Context
+from pytest_solgate.measure.integrity import guard
 from pytest_solgate.results import Measurement
 from pytest_solgate.support.errors import MeasureError, SolgateError
 from pytest_solgate.support.settings import Settings
@@ -148,9 +149,11 @@ class Engine:
         precision: str | None = None,
         name: str = "default",
         gate: bool = True,
+        checked: guard.outputs.Checked | None = None,
     ) -> Measurement:
         __tracebackhide__ = True
-        fn, rotation = callables.timeable(fn, test)  # refused before anything runs when it cannot be timed
+        # refused before anything runs when it cannot be timed
+        fn, rotation = (checked.timed(), 0) if checked is not None else callables.timeable(fn, test)
         work = make_work(flops, bytes, precision or self.settings.precision)
         context = self.begin(test, "sol.measure")
         if context.backend.gated:
@@ -162,7 +165,8 @@ class Engine:
             if context.on_gpu and ncu_child.child_target() == (test, name):
                 with measure_context.device_scope(context):
                     ncu_child.profile_one_call(fn, context.backend, *ncu_child.cuda_profiler())
-        wrapped: list[extras.Extra] = []
+        checks = guard.for_measurement(self.settings.integrity, checked, work, precision, context.backend, gate)
+        wrapped: list[extras.Extra] = [checks]
         if context.on_gpu and not child:
             wrapped.append(self._block)
             if gate and self._dram is not None and self._dram.usable:
@@ -170,9 +174,12 @@ class Engine:
 
         def time_once() -> tuple[sampling.Timing, None]:
             __tracebackhide__ = True
-            return pipeline.time_once(fn, context, sampling_settings, rotation or 1, work.bytes), None
+            return pipeline.time_once(fn, context, sampling_settings, rotation or 1, work.bytes,
+                                      rule=lambda inner: checks.rule(inner, context)), None
 
         timed = self.take(test, name, "sol.measure", fn, time_once, sampling_settings.max_time, wrapped)
+        if timed.fields.get(guard.KEY) is not None:  # the integrity checks' one point of failure
+            raise MeasureError(integrity.line(test, name, timed.fields[guard.KEY]))
         timing = timed.timing
         timed_for_real = timing.gated  # not the interpreter's timing of a Triton kernel
         scorable, unscored = self._scorable(work, context.profile, gate and timed_for_real)
@@ -190,7 +197,8 @@ class Engine:
         if scored.sol_clock_mhz is not None:
             notes.append(locked_clock_note(context.environment.get(clocks.ENVIRONMENT_KEY, ""), scored))
         self.keep({(test, name): lambda: self.measure(
-            test, fn, flops=flops, bytes=bytes, precision=precision, name=name, gate=gate
+            test, fn if checked is None else checked.fn, flops=flops, bytes=bytes, precision=precision, name=name,
+            gate=gate, checked=checked,
         )})
         if timing.throttled:
             reasons = ", ".join((timing.telemetry or {}).get("throttle_reasons", [])) or "SM clock under 75% of its max"

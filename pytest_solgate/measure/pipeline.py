@@ -21,6 +21,7 @@ from pytest_solgate.measure import backends, locking, sampling, telemetry
 from pytest_solgate.measure import context as measure_context
 from pytest_solgate.measure.context import Context
 from pytest_solgate.measure.extras import Extra, Findings, Taken, merged
+from pytest_solgate.measure.stopping import NoiseTarget, StoppingRule
 from pytest_solgate.support.errors import MeasureError
 from pytest_solgate.support.settings import SamplingSettings
 
@@ -72,14 +73,18 @@ def measure(test: str, name: str, fn: Callable[[], Any], context: Context,
 
 
 def time_once(fn: Callable[[], Any], context: Context, settings: SamplingSettings,
-              rotation_sets: int = 1, bytes_per_call: float = 0.0) -> sampling.Timing:
+              rotation_sets: int = 1, bytes_per_call: float = 0.0,
+              rule: Callable[[StoppingRule], StoppingRule] | None = None) -> sampling.Timing:
+    """``rule`` wraps the stopping rule of a gated timing (the integrity check between rounds)."""
     __tracebackhide__ = True
     backend = context.backend
     if backend.gated:
         return sampling.take_timing(fn, backend, settings, telemetry.is_throttled,
-                                    rotation_sets=rotation_sets, bytes_per_call=bytes_per_call)
+                                    rotation_sets=rotation_sets, bytes_per_call=bytes_per_call,
+                                    rule=rule(NoiseTarget.of(settings)) if rule else None)
     with backends.counting_triton_launches() as launched:
         timing = sampling.take_timing(fn, backend, INTERPRETER_SAMPLING, telemetry.is_throttled)
     if launched() or context.cpu_fallback is None:
         return timing
-    return sampling.take_timing(fn, context.cpu_fallback, settings, telemetry.is_throttled)
+    return sampling.take_timing(fn, context.cpu_fallback, settings, telemetry.is_throttled,
+                                rule=rule(NoiseTarget.of(settings)) if rule else None)

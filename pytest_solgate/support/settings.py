@@ -83,6 +83,9 @@ OPTIONS = (
            "records the DRAM bytes it moved beside the declared ones", False, "bool"),
     Option("sol_lock_clocks", "lock the SM clock through NVML for the session: off, base or max (restored at the end)",
            "off", "string", ("off", "base", "max")),
+    Option("sol_integrity", "integrity checks of each measurement (docs/integrity.md): on, strict (every gated "
+           "measurement must hand its inputs with args=; for gating agent-written code) or off", "on", "string",
+           ("on", "strict", "off")),
     # In CI the history is the point: a run it could not record must not pass unnoticed.
     Option("sol_require_history", "fail the run when its history cannot be written: auto (when $CI is set), yes or no",
            "auto", "string", ("auto", "yes", "no")),
@@ -112,6 +115,7 @@ class Settings:
     ncu: bool = False  # --sol-ncu: measured DRAM bytes under Nsight Compute (measure/ncu.py)
     lock_clocks: str = "off"  # --sol-lock-clocks: off | base | max (measure/clocks.py)
     require_history: str = "auto"
+    integrity: str = "on"  # --sol-integrity: on | strict | off (measure/integrity/)
 
 
 def naming_history(option: str | None, environ: Mapping[str, str], ini: str | None) -> str:
@@ -209,4 +213,5 @@ def parse_settings(raw: Mapping[str, Any]) -> Settings:
         ncu=values["sol_ncu"],
         lock_clocks=values["sol_lock_clocks"],
         require_history=values["sol_require_history"],
+        integrity=values["sol_integrity"],
     )

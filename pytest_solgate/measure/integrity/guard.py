@@ -1,0 +1,201 @@
+"""Integrity: the guard of one measurement, the extra that runs the checks (see the package's doc)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from pytest_solgate.measure import backends
+from pytest_solgate.measure.extras import Findings, Taken
+from pytest_solgate.measure.integrity import leftover, outputs, precision, tampering
+from pytest_solgate.measure.stopping import Stop, StoppingRule
+
+OFF, ON, STRICT = "off", "on", "strict"
+LEVELS = (ON, STRICT, OFF)
+KEY = "integrity"  # the Findings field that carries a breach
+
+
+@dataclass(frozen=True)
+class Tampered:
+    names: tuple[str, ...]
+    when: str  # "before the measurement" or "while it ran"
+
+
+@dataclass(frozen=True)
+class LeftRunning:
+    threads: tuple[leftover.LeftThread, ...]
+    processes: tuple[leftover.LeftProcess, ...]
+    when: str
+
+
+@dataclass(frozen=True)
+class NoInputs:
+    """--sol-integrity=strict and a gated measurement that handed no inputs to check."""
+
+
+Breach = Any  # outputs.Finding | Tampered | LeftRunning | tampering.ClockCheck | NoInputs
+
+
+class CheckingRule:
+    """The stopping rule, with one output check after the first sampling round; a finding stops
+    the sampling (the measurement fails whatever its samples say)."""
+
+    def __init__(self, inner: StoppingRule, check: Callable[[], bool]) -> None:
+        self.inner = inner
+        self.check = check
+        self.checked = False
+
+    def decide(self, samples: Sequence[float], elapsed: float) -> Stop | None:
+        if not self.checked:
+            self.checked = True
+            if self.check():
+                return Stop(noisy=False)
+        return self.inner.decide(samples, elapsed)
+
+
+class Guard:
+    """The integrity checks of one measurement (see the module's doc)."""
+
+    holds_device = True
+
+    def __init__(self, level: str, checked: outputs.Checked | None, declared: Sequence[str], explicit: bool,
+                 gated: bool, proc: Any = None, torch: Any = None) -> None:
+        self.level = level
+        self.checked = checked
+        self.declared = tuple(declared)
+        self.explicit = explicit  # the test declared FLOPs or a precision (not only bytes)
+        self.gated = gated
+        self.proc = proc  # /proc, a test seam
+        self.torch = torch  # the backend's torch (a fake GPU's in the tests), whose cuda is watched
+        self.breach: Breach | None = None
+        self._before: tampering.Reading | None = None
+        self._threads = leftover.threads()
+        self._children: leftover.Children | None = None
+        self._check: outputs.OutputCheck | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.level != OFF
+
+    def _proc_kwargs(self) -> dict[str, Any]:
+        return {"proc": self.proc} if self.proc is not None else {}
+
+    # --- the extra ---------------------------------------------------------------------------
+
+    def before(self) -> None:
+        # A breach found in one attempt stands in the next: a contended attempt is taken again
+        # (measure/pipeline.py), and the calmer one must not be a clean one of a kernel that cheats.
+        if not self.active or self.breach is not None:
+            return
+        self._before = tampering.watched(self.torch)
+        self._threads = leftover.threads()
+        self._children = leftover.children(**self._proc_kwargs())
+        names = tampering.foreign(self._before)
+        if names:
+            self.breach = Tampered(names, "before the measurement")
+        elif self.level == STRICT and self.gated and self.checked is None:
+            self.breach = NoInputs()
+
+    def rule(self, inner: StoppingRule, context: Any) -> StoppingRule:
+        """The stopping rule with the check between rounds (with inputs to check; not where the
+        device's kernel timestamps are traced over the rounds, which the check's calls would join)."""
+        if not self.active or self.checked is None or context.backend.capabilities.kernel_timestamps:
+            return inner
+        return CheckingRule(inner, lambda: self._outputs(context, "between sampling rounds"))
+
+    def after(self, taken: Taken) -> Findings:
+        __tracebackhide__ = True
+        if not self.active:
+            return Findings()
+        if self.breach is None:
+            self._after(taken)
+        return Findings(fields={KEY: self.breach}) if self.breach is not None else Findings()
+
+    def _after(self, taken: Taken) -> None:
+        __tracebackhide__ = True
+        now = tampering.watched(self.torch)
+        names = tampering.replaced(self._before or now, now) or tampering.foreign(now)
+        if names:
+            self.breach = Tampered(names, "while it ran")
+            return
+        if self._left_running("after the timing"):
+            return
+        if self.checked is not None and self._outputs(taken.context, "after timing"):
+            return
+        self._second_clock(taken)
+
+    # --- the checks --------------------------------------------------------------------------
+
+    def _left_running(self, when: str, since_call: leftover.Threads | None = None,
+                      children_before: leftover.Children | None = None) -> bool:
+        threads = leftover.left_running(self._threads, since_call)
+        if not threads:
+            # A pool's worker woken by the call may not have picked its work up yet: a moment's
+            # pause lets it, and it is then caught running.
+            leftover.pause(leftover.PICK_UP_SECONDS)
+            threads = leftover.left_running(self._threads, since_call)
+        processes: tuple[leftover.LeftProcess, ...] = ()
+        if self._children is not None:
+            now = leftover.children(**self._proc_kwargs())
+            processes = leftover.new_children(children_before or self._children, now, **self._proc_kwargs(),
+                                              running_only=children_before is None)
+        if threads or processes:
+            self.breach = LeftRunning(threads, processes, when)
+        return self.breach is not None
+
+    def _outputs(self, context: Any, when: str) -> bool:
+        __tracebackhide__ = True
+        assert self.checked is not None
+        if self._check is None:
+            tensors = [a for a in self.checked.args if outputs.is_tensor(a)]
+            bits = precision.allowed_bits(self.declared, self.explicit, [t.dtype for t in tensors])
+            self._check = outputs.OutputCheck(self.checked, bits, context.backend.synchronize)
+        since_call = leftover.threads()
+        children = leftover.children(**self._proc_kwargs()) if self._children is not None else None
+        finding = self._check.run(when)
+        # What a call left running explains its outputs (written later, by another thread): said first.
+        if self._left_running(f"after a call {when}", since_call, children):
+            return True
+        if finding is not None and finding.cause in (outputs.WRONG, outputs.LOWER_PRECISION):
+            # A result off by a half-precision rounding: named by the operators that rounded it, if torch's.
+            if self._lower_operators(context, when):
+                return True
+        self.breach = finding
+        return finding is not None
+
+    def _lower_operators(self, context: Any, when: str) -> bool:
+        assert self._check is not None and self.checked is not None
+        if self.checked.tolerance is not None:
+            return False
+        args = self._check.fresh_args()
+        fn = self.checked.fn
+        found = precision.lower_operators(lambda: fn(*args), self._check.bits)
+        context.backend.synchronize()
+        if found:
+            self.breach = outputs.Finding(outputs.LOWER_PRECISION, when, "new storage, new values",
+                                          bits=self._check.bits,
+                                          operators=tuple(f"{o.operator} ({o.dtype})" for o in found))
+        return bool(found)
+
+    def _second_clock(self, taken: Taken) -> None:
+        """On the CPU, a few calls timed with the calling thread's CPU time, read through the clock
+        saved at import: that thread's CPU time never exceeds the wall time of the call, so a timer
+        (wall or thread time) that reads far less lies, however loaded the machine. Skipped where
+        the calls would cost more than a twentieth of the timing."""
+        timing = taken.timing
+        if timing.backend == backends.INTERPRETER or taken.context.device.kind != "cpu":
+            return
+        calls = min(3, int(0.05 * timing.wall_seconds / max(timing.seconds, 1e-9)))
+        if calls < 1:
+            return
+        check = tampering.second_clock(taken.fn, timing.seconds, calls)
+        if check.disagrees:
+            self.breach = check
+
+
+def for_measurement(level: str, checked: outputs.Checked | None, work: Any, precision_given: str | None,
+                    backend: Any, gate: bool) -> Guard:
+    """The guard of one measurement, from the declared work: its FLOPs' precisions, or the
+    precision the test named (a bare bytes= declaration names none)."""
+    declared = list(work.flops) if work.flops else [precision_given] if precision_given else []
+    return Guard(level, checked, declared, bool(declared), gate and backend.gated, torch=getattr(backend, "torch", None))

@@ -1,0 +1,391 @@
+"""Integrity: the kernel's outputs, checked on fresh inputs with poisoned output buffers.
+
+A test hands its inputs with ``sol.measure(fn, args=(x, y, out), outputs=(2,), reference=ref)``:
+the plugin times ``fn(x, y, out)``, then calls it twice more, untimed:
+
+- on new storage with new values (fresh tensors, output buffers poisoned): a buffer left partly
+  unwritten keeps its poison; a CUDA graph replaying the buffers it captured writes none of it;
+- on the same tensors with new values (inputs rewritten in place; the outputs left holding the
+  last result, as in a timed call, so that a kernel cannot tell the check by a poisoned buffer):
+  a result cached by address, or computed once and left in the buffer, does not change.
+
+The reference is called after the kernel, on copies of the inputs taken before it: while the
+kernel runs, no expected answer exists for it to find (pygpubench's gc answer copy).
+
+Each result is compared with ``reference`` (called with the inputs only: the args that are not
+outputs) at the tolerance of the declared precision (precision.py); without a reference, the result
+must differ from the one before and no poison may be left. The user's tensors are restored after
+the first check, so an ``assert_close(out, x + y)`` after ``sol.measure`` still holds.
+
+New values: a floating tensor is rolled by a random offset and scaled by a random factor (its
+values' range and signs kept: a log's input stays positive); integer and boolean tensors (indices,
+offsets, masks) keep their values, since new ones could index out of bounds.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from pytest_solgate.measure.integrity import precision
+
+FLOAT_POISON = float("nan")
+
+# The causes a check names (judge/integrity.py words each).
+LAZY = "lazy"
+ALIASED = "aliased"
+UNWRITTEN = "unwritten"
+STALE = "stale"
+WRONG = "wrong"
+LOWER_PRECISION = "lower-precision"
+UNWAITED_COPY = "unwaited-copy"
+NO_RESULT = "no-result"  # returned None, and no outputs= named the buffers it writes
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What a test handed for its outputs to be checked."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]  # the timed call's arguments
+    factory: Callable[[], Sequence[Any]] | None  # makes fresh arguments, when the test gave one
+    outputs: tuple[int, ...]  # positions of the buffers the kernel writes (empty: it returns its result)
+    reference: Callable[..., Any] | None
+    tolerance: float | None  # the test's own relative tolerance, instead of the declared precision's
+
+    def timed(self) -> Callable[[], Any]:
+        fn, args = self.fn, self.args
+
+        def call() -> Any:
+            __tracebackhide__ = True
+            return fn(*args)
+
+        return call
+
+    def inputs(self, args: Sequence[Any]) -> list[Any]:
+        return [a for i, a in enumerate(args) if i not in self.outputs]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What one check found wrong (facts; judge/integrity.py words them)."""
+
+    cause: str
+    when: str  # "after timing", "between sampling rounds"
+    storage: str  # "new storage, new values" or "the same tensors, new values"
+    output: str = ""  # which output ('out', 'args[2]', 'result[0]')
+    count: int = 0  # elements concerned
+    total: int = 0
+    error: float = 0.0  # the largest error, relative to |reference| + its RMS
+    allowed: float = 0.0
+    bits: int = 0  # the mantissa bits the tolerance is for
+    type_name: str = ""  # the lazy result's type
+    operators: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def is_tensor(value: Any) -> bool:
+    torch = _torch()
+    return isinstance(value, torch.Tensor)
+
+
+def _new_values(tensor: Any, rng: random.Random) -> Any:
+    """A tensor of ``tensor``'s shape, dtype and device with new values (see the module's doc)."""
+    torch = _torch()
+    fresh = torch.empty_like(tensor)
+    if tensor.is_floating_point() or tensor.is_complex():
+        flat = tensor.detach().reshape(-1)
+        shift = rng.randrange(1, flat.numel()) if flat.numel() > 1 else 0
+        factor = rng.choice((0.75, 0.8, 1.2, 1.25))
+        fresh.copy_((torch.roll(flat, shift) * factor).reshape(tensor.shape))
+    else:
+        fresh.copy_(tensor)
+    return fresh
+
+
+def poison(tensor: Any) -> None:
+    torch = _torch()
+    if tensor.is_floating_point() or tensor.is_complex():
+        tensor.fill_(FLOAT_POISON)
+    elif tensor.dtype != torch.bool:
+        tensor.fill_(torch.iinfo(tensor.dtype).min)
+
+
+def _poisoned(tensor: Any) -> Any:
+    """Where ``tensor`` still holds the poison (a boolean tensor), or None for a dtype not poisoned."""
+    torch = _torch()
+    if tensor.is_floating_point() or tensor.is_complex():
+        return torch.isnan(tensor)
+    if tensor.dtype == torch.bool:
+        return None
+    return tensor == torch.iinfo(tensor.dtype).min
+
+
+def _flat(result: Any) -> list[Any]:
+    if isinstance(result, (tuple, list)):
+        return list(result)
+    return [result]
+
+
+def _shares_storage(a: Any, b: Any) -> bool:
+    try:
+        return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and a.untyped_storage().nbytes() > 0
+    except Exception:  # noqa: BLE001 - a lazy object without storage is named as lazy
+        return False
+
+
+def lazy(value: Any) -> str:
+    """The type name of a result that is not a plain tensor (a subclass, a proxy), or ''."""
+    torch = _torch()
+    if type(value) is torch.Tensor or isinstance(value, torch.nn.Parameter):
+        return ""
+    return f"{type(value).__module__}.{type(value).__qualname__}"
+
+
+@dataclass(frozen=True)
+class Compared:
+    error: float
+    mismatched: int
+    unwritten: int
+    total: int
+
+
+CHUNK = 1 << 24  # elements compared at a time: the temporaries stay small beside a GPU's large outputs
+
+
+def compare(got: Any, want: Any, rtol: float) -> Compared:
+    """Elementwise: |got - want| <= rtol * (|want| + RMS(want)); poison left where ``want`` is not NaN."""
+    torch = _torch()
+    got, want = got.detach().reshape(-1), want.detach().to(got.device).reshape(-1)
+    wide = torch.float64 if got.dtype in (torch.float64, torch.complex128) else torch.float32
+    if got.is_complex() or want.is_complex():
+        got, want = (torch.view_as_real(t.to(torch.complex128)).reshape(-1) for t in (got, want))
+        wide = torch.float64
+    pieces = [(got[i:i + CHUNK], want[i:i + CHUNK]) for i in range(0, got.numel(), CHUNK)]
+    squares, finite_count = 0.0, 0
+    for _, w in pieces:
+        w = w.to(wide)
+        finite = torch.isfinite(w)
+        squares += float(w[finite].double().pow(2).sum())
+        finite_count += int(finite.sum())
+    rms = (squares / finite_count) ** 0.5 if finite_count else 0.0
+    error, mismatched, unwritten = 0.0, 0, 0
+    for g, w in pieces:
+        poisoned = _poisoned(g)
+        if poisoned is not None:
+            was = _poisoned(w) if w.dtype == g.dtype else None
+            unwritten += int((poisoned & ~was).sum()) if was is not None else int(poisoned.sum())
+        g, w = g.to(wide), w.to(wide)
+        difference = (g - w).abs()
+        same_special = (torch.isnan(g) & torch.isnan(w)) | ((g == w) & ~torch.isfinite(w))
+        relative = torch.where(same_special, torch.zeros_like(difference), difference / (w.abs() + rms).clamp_min(1e-30))
+        relative = torch.nan_to_num(relative, nan=float("inf"))
+        if relative.numel():
+            error = max(error, float(relative.max()))
+            mismatched += int((relative > rtol).sum())
+    return Compared(error, mismatched, unwritten, got.numel())
+
+
+def _clone(values: list[Any]) -> list[Any]:
+    return [v.detach().clone() if is_tensor(v) else v for v in values]
+
+
+def _identical(a: Any, b: Any) -> bool:
+    torch = _torch()
+    if not (is_tensor(a) and is_tensor(b)) or a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    a, b = a.detach().to(b.device), b.detach()
+    if a.is_floating_point():
+        return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+    return bool(torch.equal(a, b))
+
+
+def _half_values(tensor: Any) -> bool:
+    """Every finite value of a wider float tensor is exactly an fp16 or a bf16 value: it was
+    computed in half precision and cast back."""
+    torch = _torch()
+    if not tensor.is_floating_point() or tensor.dtype in (torch.float16, torch.bfloat16) or tensor.numel() < 16:
+        return False
+    finite = tensor.detach()[torch.isfinite(tensor.detach())]
+    return any(bool((finite.to(half).to(finite.dtype) == finite).all()) for half in (torch.float16, torch.bfloat16))
+
+
+class OutputCheck:
+    """The checks of one measurement's outputs; ``run`` returns the first finding, or None."""
+
+    def __init__(self, checked: Checked, bits: int, sync: Callable[[], None], seed: int = 0) -> None:
+        self.checked = checked
+        self.bits = bits
+        self.rtol = checked.tolerance if checked.tolerance is not None else precision.tolerance(bits)
+        self.sync = sync
+        self.rng = random.Random(seed)
+        # The outputs of the timed arguments and of the calls checked last (a few): a result equal
+        # to one of them while the inputs changed is stale.
+        self.seen: list[list[Any]] = []
+
+    # --- what one call produced --------------------------------------------------------------
+
+    def _outputs(self, args: Sequence[Any], result: Any) -> list[tuple[str, Any]]:
+        if self.checked.outputs:
+            return [(f"args[{i}]", args[i]) for i in self.checked.outputs]
+        return [(f"result[{i}]" if isinstance(result, (tuple, list)) else "result", value)
+                for i, value in enumerate(_flat(result))]
+
+    def _expected(self, args: Sequence[Any]) -> list[Any] | None:
+        if self.checked.reference is None:
+            return None
+        return _flat(self.checked.reference(*self.checked.inputs(args)))
+
+    def current(self) -> list[Any]:
+        """The outputs for the timed arguments as they are now (a call when the kernel returns them)."""
+        if self.checked.outputs:
+            return _clone([self.checked.args[i] for i in self.checked.outputs])
+        result = self.checked.fn(*self.checked.args)
+        self.sync()
+        return _clone([value for _, value in self._outputs(self.checked.args, result)])
+
+    # --- the checks --------------------------------------------------------------------------
+
+    def run(self, when: str) -> Finding | None:
+        __tracebackhide__ = True
+        if not self.seen:  # a later check finds the timed outputs among those it remembers
+            self._remember(self.current())
+        found = self._new_storage(when)
+        return found or self._same_storage(when)
+
+    def _remember(self, outputs: list[Any]) -> None:
+        self.seen = [*self.seen[-2:], outputs]
+
+    def _stale(self, position: int, value: Any) -> bool:
+        return any(position < len(seen) and _identical(value, seen[position]) for seen in self.seen)
+
+    def _same_storage(self, when: str) -> Finding | None:
+        __tracebackhide__ = True
+        args = list(self.checked.args)
+        saved = _clone(args)
+        try:
+            for i, value in enumerate(args):
+                if is_tensor(value) and i not in self.checked.outputs:
+                    value.copy_(_new_values(value, self.rng))
+            return self._call_and_judge(args, when, "the same tensors, new values")
+        finally:
+            for value, kept in zip(args, saved):
+                if is_tensor(value):
+                    value.copy_(kept)
+
+    def fresh_args(self) -> list[Any]:
+        if self.checked.factory is not None:
+            args = list(self.checked.factory())
+        else:
+            args = [_new_values(v, self.rng) if is_tensor(v) else v for v in self.checked.args]
+        for i in self.checked.outputs:
+            if i < len(args) and is_tensor(args[i]):
+                poison(args[i])
+        return args
+
+    def _new_storage(self, when: str) -> Finding | None:
+        __tracebackhide__ = True
+        return self._call_and_judge(self.fresh_args(), when, "new storage, new values")
+
+    def _call_and_judge(self, args: list[Any], when: str, storage: str) -> Finding | None:
+        __tracebackhide__ = True
+        kept = _clone(list(args)) if self.checked.reference is not None else list(args)
+        inputs = self.checked.inputs(args)
+        result = self.checked.fn(*args)
+        outputs = self._outputs(args, result)
+        # Read host outputs before waiting for the device: a copy to the host left in flight shows
+        # as poison here and as the right value after the wait.
+        early = [(name, int(p.sum())) for name, value in outputs
+                 if is_tensor(value) and str(value.device) == "cpu" and (p := _poisoned(value)) is not None]
+        self.sync()
+        finding = self._judge(outputs, self._expected(kept), inputs, when, storage)
+        if finding is None:
+            for name, count in early:
+                value = dict(outputs)[name]
+                if count and not int(_poisoned(value).sum()):
+                    return Finding(UNWAITED_COPY, when, storage, output=name, count=count, total=value.numel())
+        self._remember(_clone([value for _, value in outputs]))
+        return finding
+
+    def _judge(self, outputs: list[tuple[str, Any]], expected: list[Any] | None, inputs: list[Any], when: str,
+               storage: str) -> Finding | None:
+        for name, value in outputs:
+            if value is None and not self.checked.outputs:
+                return Finding(NO_RESULT, when, storage, output=name)
+            if not is_tensor(value) or lazy(value):
+                return Finding(LAZY, when, storage, output=name, type_name=lazy(value) if is_tensor(value) else
+                               f"{type(value).__module__}.{type(value).__qualname__}")
+        for name, value in outputs:
+            if self.checked.outputs:
+                break
+            aliased = [i for i, a in enumerate(inputs) if is_tensor(a) and _shares_storage(value, a)]
+            if aliased and not (expected is not None and any(_shares_storage(e, a) for e in expected if is_tensor(e)
+                                                             for a in inputs if is_tensor(a))):
+                return Finding(ALIASED, when, storage, output=name, count=aliased[0])
+        previous = self.seen[-1] if self.seen else []
+        for position, (name, value) in enumerate(outputs):
+            if expected is None:
+                poisoned = _poisoned(value)
+                before = previous[position] if position < len(previous) else None
+                left = int(poisoned.sum()) if poisoned is not None else 0
+                if before is not None and is_tensor(before) and poisoned is not None:
+                    was = _poisoned(before)
+                    left = int((poisoned & ~was).sum()) if was is not None and was.shape == poisoned.shape else left
+                if left:
+                    return Finding(UNWRITTEN, when, storage, output=name, count=left, total=value.numel())
+                if value.numel() > 1 and self._stale(position, value):
+                    return Finding(STALE, when, storage, output=name, total=value.numel())
+                continue
+            if position >= len(expected) or not is_tensor(expected[position]):
+                continue
+            want = expected[position]
+            if tuple(value.shape) != tuple(want.shape):
+                return Finding(WRONG, when, storage, output=name, total=value.numel(), error=float("inf"),
+                               allowed=self.rtol, bits=self.bits)
+            compared = compare(value, want, self.rtol)
+            if compared.unwritten:
+                return Finding(UNWRITTEN, when, storage, output=name, count=compared.unwritten, total=compared.total)
+            if not compared.mismatched:
+                continue
+            if self._stale(position, value):
+                return Finding(STALE, when, storage, output=name, count=compared.mismatched, total=compared.total)
+            lower = self.checked.tolerance is None and self.bits > 11 and _half_values(value) and not _half_values(want)
+            return Finding(LOWER_PRECISION if lower else WRONG, when, storage, output=name, count=compared.mismatched,
+                           total=compared.total, error=compared.error, allowed=self.rtol, bits=self.bits)
+        return None
+
+
+def checked_of(fn: Any, args: Any, outputs: Any, reference: Any, tolerance: Any, test: str) -> Checked:
+    """What ``sol.measure(fn, args=..., outputs=..., reference=..., tolerance=...)`` hands, checked:
+    ``args`` a tuple or list of the call's arguments, or a zero-argument factory that makes a new
+    one each time (the first is timed); ``outputs`` the positions of the buffers the kernel writes."""
+    from pytest_solgate.support.errors import MeasureError
+
+    example = "e.g. sol.measure(add, args=(x, y, out), outputs=(2,), reference=torch.add)"
+    if not callable(fn) or isinstance(fn, (list, tuple)):
+        raise MeasureError(f"{test}: sol.measure(fn, args=...) needs the kernel itself as fn, called as fn(*args) ({example})")
+    factory = None
+    if callable(args):
+        factory = args
+        args = args()
+    if not isinstance(args, (tuple, list)):
+        raise MeasureError(f"{test}: sol.measure's args= must be a tuple of the kernel's arguments or a function that "
+                           f"returns one, got {type(args).__name__} ({example})")
+    positions = (outputs,) if isinstance(outputs, int) else tuple(outputs or ())
+    for position in positions:
+        if not isinstance(position, int) or not -len(args) <= position < len(args) or not is_tensor(args[position]):
+            raise MeasureError(f"{test}: sol.measure's outputs= names positions of tensors in args= (0 to "
+                               f"{len(args) - 1}), got {outputs!r} ({example})")
+    positions = tuple(p % len(args) for p in positions)
+    if reference is not None and not callable(reference):
+        raise MeasureError(f"{test}: sol.measure's reference= must be a function of the inputs (the args that are not "
+                           f"outputs) returning the expected result, got {type(reference).__name__} ({example})")
+    if tolerance is not None and not (isinstance(tolerance, (int, float)) and 0 < tolerance < 1):
+        raise MeasureError(f"{test}: sol.measure's tolerance= is a relative error in (0, 1), e.g. 1e-3; got {tolerance!r}")
+    return Checked(fn, tuple(args), factory, positions, reference, float(tolerance) if tolerance is not None else None)

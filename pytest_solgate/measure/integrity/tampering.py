@@ -1,0 +1,151 @@
+"""Integrity: the clocks and sampling functions a measurement relies on, replaced by the code under test.
+
+``watched`` reads, by name, every function the timing goes through: Python's clocks, torch.cuda's
+events and synchronize (of the backend's torch, so that a fake GPU is watched like a real one), and
+the plugin's own sampling functions. Two checks use it, before and after each measurement:
+
+- ``foreign``: a watched name bound to something that is not the original (a Python function where
+  ``time.perf_counter`` is a builtin of the time module, a wrapper where the plugin's own function
+  was): patched before the measurement, at import or in the test;
+- ``replaced``: a name bound to another object after the measurement than before: patched while
+  it ran (from inside the kernel).
+
+The test seams of the plugin's own tests (``CpuBackend.now``, ``copy_probe``, ``flush``: the fake
+clock) are compared by ``replaced`` only; a faked ``now`` that reads less than the truth is caught
+by the second clock (``second_clock``), which reads the clocks saved here at import, out of reach
+of a later ``time.perf_counter = ...``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+# Saved at import, before any code under test runs: a kernel that replaces time.thread_time_ns
+# later replaces the module's attribute, not these references.
+REAL_THREAD_NS: Callable[[], int] = time.thread_time_ns
+
+# The clocks the timing reads; not time.time or time.monotonic, which a test may freeze (freezegun)
+# without touching a measurement.
+TIME_FUNCTIONS = ("perf_counter", "perf_counter_ns", "thread_time", "thread_time_ns", "process_time", "process_time_ns")
+CUDA_FUNCTIONS = ("cuda.synchronize", "cuda.Event", "cuda.Event.record", "cuda.Event.elapsed_time",
+                  "cuda.Event.synchronize", "cuda.current_stream")
+# module path -> attributes (a dotted attribute reads through a class)
+PLUGIN_FUNCTIONS = {
+    "pytest_solgate.measure.phases": ("warm_up", "plan", "timed_call", "take_samples", "_rounds", "graph_or_launches"),
+    "pytest_solgate.measure.sampling": ("kernel_timed",),
+    "pytest_solgate.measure.pipeline": ("time_once",),
+    "pytest_solgate.measure.stopping": ("NoiseTarget.decide",),
+    "pytest_solgate.support.stats": ("median", "relative_half_width"),
+    "pytest_solgate.measure.backends": (
+        "CpuBackend.start", "CpuBackend.stop", "CpuBackend.elapsed", "CpuBackend.steady", "CpuBackend.begin",
+        "CudaBackend.start", "CudaBackend.stop", "CudaBackend.elapsed", "CudaBackend.synchronize",
+        "CudaBackend.hold", "CudaBackend.flush", "choose_cpu_timer"),
+    "pytest_solgate.measure.kernel_trace": ("sample_kernels",),
+}
+# The plugin's own tests replace these (the fake clock): compared within a measurement only.
+SEAMS = {
+    "pytest_solgate.measure.backends": ("CpuBackend.now", "CpuBackend.copy_probe", "CpuBackend.flush"),
+}
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What each watched name was bound to (the object's id and the object, kept to compare)."""
+
+    bound: Mapping[str, Any]
+    torch: Any = None  # the torch whose cuda was read (a fake GPU's, or the real one)
+
+
+def _lookup(root: Any, dotted: str) -> Any:
+    value = root
+    for part in dotted.split("."):
+        value = getattr(value, part, None)
+        if value is None:
+            return None
+    return value
+
+
+def watched(torch: Any = None, seams: bool = True) -> Reading:
+    """Read every watched name now. ``torch`` is the backend's (None: the real one, if imported)."""
+    bound: dict[str, Any] = {f"time.{name}": getattr(time, name, None) for name in TIME_FUNCTIONS}
+    torch = torch if torch is not None else sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "cuda"):
+        for name in CUDA_FUNCTIONS:
+            bound[f"torch.{name}"] = _lookup(torch, name)
+    groups = [PLUGIN_FUNCTIONS, SEAMS] if seams else [PLUGIN_FUNCTIONS]
+    for group in groups:
+        for module_name, names in group.items():
+            module = sys.modules.get(module_name)
+            if module is None:
+                continue
+            short = module_name.rsplit(".", 1)[-1]
+            for name in names:
+                bound[f"{short}.{name}"] = _lookup(module, name)
+    return Reading(bound, torch)
+
+
+def replaced(before: Reading, after: Reading) -> tuple[str, ...]:
+    """The names bound to another object in ``after`` than in ``before`` (pure). A name new in
+    ``after`` (torch imported meanwhile) is not a replacement."""
+    return tuple(name for name, value in after.bound.items()
+                 if name in before.bound and before.bound[name] is not value)
+
+
+def foreign(reading: Reading) -> tuple[str, ...]:
+    """The watched names (seams aside) bound to something other than their original: a time
+    function that is not the time module's builtin of that name, a torch.cuda function not defined
+    in torch (read only on the real torch), a plugin function not defined in its module."""
+    seams = {f"{module.rsplit('.', 1)[-1]}.{name}" for module, names in SEAMS.items() for name in names}
+    real_torch = sys.modules.get("torch")
+    found = []
+    for name, value in reading.bound.items():
+        if value is None or name in seams:
+            continue
+        group, _, attribute = name.partition(".")
+        if group == "time":
+            original = getattr(value, "__self__", None) is time and getattr(value, "__name__", "") == attribute
+        elif group == "torch":
+            if reading.torch is not real_torch:
+                continue
+            original = str(getattr(value, "__module__", "") or "").startswith("torch")
+        else:
+            module = MODULES.get(group, "")
+            function = getattr(value, "__func__", value)
+            original = (getattr(function, "__module__", "") == module
+                        and getattr(function, "__qualname__", "") == attribute)
+        if not original:
+            found.append(name)
+    return tuple(found)
+
+
+MODULES = {name.rsplit(".", 1)[-1]: name for name in [*PLUGIN_FUNCTIONS, *SEAMS]}
+
+
+@dataclass(frozen=True)
+class ClockCheck:
+    """A second clock's reading of the kernel beside the timer's (seconds a call)."""
+
+    timer_seconds: float
+    real_seconds: float  # the fastest of the calls timed with the saved clocks
+    clock: str  # which saved clock
+
+    @property
+    def disagrees(self) -> bool:
+        # The timer's samples are cold (after a flush) and these calls warm: an honest timer never
+        # reads less than half the warm time. The slack keeps a preempted microsecond call quiet.
+        return self.real_seconds > 2.0 * self.timer_seconds + 500e-6
+
+
+def second_clock(fn: Callable[[], Any], timer_seconds: float, calls: int) -> ClockCheck:
+    """Time ``calls`` calls of ``fn`` with the thread CPU clock saved at import; the fastest call."""
+    __tracebackhide__ = True
+    read = REAL_THREAD_NS
+    best = float("inf")
+    for _ in range(calls):
+        start = read()
+        fn()
+        best = min(best, (read() - start) / 1e9)
+    return ClockCheck(timer_seconds, best, "thread CPU time")

@@ -1,0 +1,414 @@
+"""The catalogue of ways a kernel fools a benchmark (issue 42; KernelArena's field guide, Makora's
+taxonomy, pygpubench's exploits), each written as a user would write its test, each caught with
+its cause named in one line; and the honest kernels beside them, which raise nothing.
+
+The CPU cases run in one pytester session on the fake clock (each kernel also spends a fixed
+``busy`` time, so every timing is exact and quick); the GPU ones on tests/fake_gpu.py.
+"""
+
+import re
+import types
+
+import pytest
+from fake_gpu import FakeEvent, FakeGpu, cuda_backend, quick
+
+from pytest_solgate.judge import integrity as words
+from pytest_solgate.measure import sampling
+from pytest_solgate.measure.extras import Taken
+from pytest_solgate.measure.integrity import guard, outputs
+
+HEADER = '''
+import concurrent.futures
+import subprocess
+import threading
+import time
+
+import torch
+
+from pytest_solgate.measure import phases
+
+N = 1 << 12
+
+
+def tensors(dtype=torch.float32):
+    x = torch.randn(N, dtype=dtype)
+    y = torch.randn(N, dtype=dtype)
+    return x, y, torch.empty_like(x)
+
+
+def measure(sol, kernel, reference=torch.add, **kw):
+    x, y, out = tensors(kw.pop("dtype", torch.float32))
+    return sol.measure(kernel, args=(x, y, out), outputs=2, reference=reference, bytes=sol.nbytes(x, y, out), **kw)
+'''
+
+# test name -> (its kernel and test body, the cause its one line must name)
+CHEATS = {
+    "cached_by_address": ('''
+CACHE = {}
+def kernel(x, y, out):
+    busy(1e-3)
+    key = (x.data_ptr(), y.data_ptr())
+    if key not in CACHE:
+        CACHE[key] = x + y
+    out.copy_(CACHE[key])
+''', "stale result"),
+    "computed_once": ('''
+DONE = set()
+def kernel(x, y, out):
+    busy(1e-3)
+    if id(out) not in DONE:
+        torch.add(x, y, out=out)
+        DONE.add(id(out))
+''', "stale result"),
+    "computes_only_into_poison": ('''
+def kernel(x, y, out):
+    busy(1e-3)
+    if torch.isnan(out).any():  # a check's poisoned buffer: honest only then
+        torch.add(x, y, out=out)
+''', "stale result"),
+    "half_the_grid": ('''
+def kernel(x, y, out):
+    busy(1e-3)
+    half = x.numel() // 2
+    torch.add(x[:half], y[:half], out=out[:half])
+''', "unwritten output: 2048 of 4096 elements"),
+    "warm_up_detection": ('''
+CALLS = [0]
+def kernel(x, y, out):
+    busy(1e-3)
+    CALLS[0] += 1
+    if CALLS[0] <= 5:
+        torch.add(x, y, out=out)
+''', "unwritten output"),
+    "precomputed_at_import": ('''
+X, Y, _ = tensors()
+ANSWER = X + Y
+def kernel(x, y, out):
+    busy(1e-3)
+    out.copy_(ANSWER)
+''', "stale result"),
+    "thread_left_running": ('''
+def kernel(x, y, out):
+    busy(1e-3)
+    def later():
+        time.sleep(0.05)
+        torch.add(x, y, out=out)
+    threading.Thread(target=later, name="offload").start()
+''', "work left running"),
+    "pool_left_running": ('''
+POOL = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="offload")
+def kernel(x, y, out):
+    busy(1e-3)
+    def later():
+        time.sleep(0.05)
+        torch.add(x, y, out=out)
+    POOL.submit(later)
+''', "work left running"),
+    "child_process": ('''
+def kernel(x, y, out):
+    busy(1e-3)
+    torch.add(x, y, out=out)
+    subprocess.Popen(["sleep", "0.3"])
+''', "child process"),
+    "lazy_subclass": ('''
+class Lazy(torch.Tensor):
+    pass
+def kernel(x, y):
+    busy(1e-3)
+    return torch.add(x, y).as_subclass(Lazy)
+''', "lazy result"),
+    "aliased_input": ('''
+def kernel(x, y):
+    busy(1e-3)
+    return x.add_(y)
+''', "aliased result"),
+    "fp16_inside_fp32": ('''
+def kernel(x, y, out):
+    busy(1e-3)
+    out.copy_((x.half() + y.half()).float())
+''', "lower precision"),
+    "bf16_step_inside_fp32": ('''
+def kernel(x, y, out):
+    busy(1e-3)
+    torch.add((x.bfloat16() * 3).float() / 3, y, out=out)
+''', "lower precision: declared fp32 but the call ran aten._to_copy.default (bfloat16)"),
+    "loose_tolerance_garbage": ('''
+def kernel(x, y, out):
+    busy(1e-3)
+    torch.add(x, y, out=out)
+    out.add_(torch.randn_like(out) * 1e-3)
+''', "wrong result"),
+    "patched_perf_counter": ('''
+def kernel(x, y, out):
+    busy(1e-3)
+    torch.add(x, y, out=out)
+''', "tampered timing: time.perf_counter"),
+    "patched_event_elapsed_time": ('''
+def kernel(x, y, out):
+    busy(1e-3)
+    torch.add(x, y, out=out)
+''', "tampered timing: torch.cuda.Event.elapsed_time"),
+    "patched_sampling_while_running": ('''
+REAL = phases.timed_call
+def kernel(x, y, out):
+    busy(1e-3)
+    torch.add(x, y, out=out)
+    phases.timed_call = lambda *a, **k: REAL(*a, **k)
+''', "tampered timing: phases.timed_call replaced while it ran"),
+}
+CHEATS["faked_timer_seam"] = ('''
+from pytest_solgate.measure import backends
+def kernel(x, y, out):
+    end = time.thread_time() + 3e-3  # real work, which the faked timer reads as a quarter
+    while time.thread_time() < end:
+        pass
+    torch.add(x, y, out=out)
+def quarter():
+    return tuple(t // 4 for t in (time.perf_counter_ns(), time.thread_time_ns(), time.process_time_ns()))
+''', "timer disagrees with a second clock")
+# how each cheat's test measures (default: ``measure(sol, kernel)``)
+BODIES = {
+    "lazy_subclass": "sol.measure(kernel, args=tensors()[:2], reference=lambda x, y: x + y, bytes=1e3)",
+    "aliased_input": "sol.measure(kernel, args=tensors()[:2], reference=lambda x, y: x + y, bytes=1e3)",
+    "fp16_inside_fp32": "measure(sol, kernel, flops={'fp32': N})",
+    "bf16_step_inside_fp32": "measure(sol, kernel, flops={'fp32': N})",
+    "patched_perf_counter": "monkeypatch.setattr(time, 'perf_counter', lambda: 0.0)\n    measure(sol, kernel)",
+    "patched_event_elapsed_time": ("monkeypatch.setattr(torch.cuda.Event, 'elapsed_time', lambda self, end: 1.0)\n"
+                                   "    measure(sol, kernel)"),
+    "faked_timer_seam": "monkeypatch.setattr(backends.CpuBackend, 'now', staticmethod(quarter))\n    measure(sol, kernel)",
+    "patched_sampling_while_running": "try:\n        measure(sol, kernel)\n    finally:\n        phases.timed_call = REAL",
+}
+
+HONEST = '''
+def honest_add(x, y, out):
+    busy(1e-3)
+    torch.add(x, y, out=out)
+
+def test_honest_out_buffer(sol):
+    x, y, out = tensors()
+    sol.measure(honest_add, args=(x, y, out), outputs=2, reference=torch.add, bytes=sol.nbytes(x, y, out))
+    torch.testing.assert_close(out, x + y)  # the user's buffers are theirs again after the checks
+
+def test_honest_returns(sol):
+    def kernel(x, y):
+        busy(1e-3)
+        return x + y
+    sol.measure(kernel, args=tensors()[:2], reference=torch.add, bytes=1e3, flops={"fp32": N})
+
+def test_honest_without_reference(sol):
+    x, y, out = tensors()
+    sol.measure(honest_add, args=(x, y, out), outputs=2, bytes=1e3)
+
+def test_honest_bf16(sol):
+    measure(sol, honest_add, dtype=torch.bfloat16)
+
+def test_honest_factory(sol):
+    sol.measure(honest_add, args=tensors, outputs=2, reference=torch.add, bytes=1e3)
+
+POOL = concurrent.futures.ThreadPoolExecutor(2)
+def test_honest_pool_waited_for(sol):
+    def kernel(x, y, out):
+        busy(1e-3)
+        half = x.numel() // 2
+        done = [POOL.submit(torch.add, x[s], y[s], out=out[s]) for s in (slice(0, half), slice(half, None))]
+        [d.result() for d in done]
+    measure(sol, kernel)
+
+def test_honest_thread_joined(sol):
+    def kernel(x, y, out):
+        busy(1e-3)
+        t = threading.Thread(target=torch.add, args=(x, y), kwargs={"out": out})
+        t.start()
+        t.join()
+    measure(sol, kernel)
+
+WORKERS = []
+def test_honest_idle_worker_process(sol):
+    """A compiler's worker pool (torch.compile's), started by the first call and idle after it."""
+    def kernel(x, y, out):
+        busy(1e-3)
+        if not WORKERS:
+            WORKERS.append(subprocess.Popen(["sleep", "30"]))
+        torch.add(x, y, out=out)
+    try:
+        measure(sol, kernel)
+    finally:
+        WORKERS[0].kill()
+        WORKERS[0].wait()
+
+def test_honest_bare_callable(sol):
+    x, y, out = tensors()
+    sol.measure(lambda: honest_add(x, y, out), bytes=1e3)
+'''
+
+
+def _module() -> str:
+    parts = [HEADER, HONEST]
+    for name, (kernel, _) in CHEATS.items():
+        body = BODIES.get(name, "measure(sol, kernel)")
+        parts.append(kernel.replace("def kernel", f"def kernel_{name}").replace("REAL", f"REAL_{name}")
+                     .replace("CACHE", f"CACHE_{name}").replace("DONE", f"DONE_{name}").replace("CALLS", f"CALLS_{name}")
+                     .replace("POOL", f"POOL_{name}").replace("quarter", f"quarter_{name}"))
+        body = body.replace("kernel", f"kernel_{name}").replace("REAL", f"REAL_{name}").replace("quarter", f"quarter_{name}")
+        parts.append(f"\ndef test_{name}(sol, monkeypatch):\n    {body}\n")
+    return "\n".join(parts)
+
+
+@pytest.fixture(scope="module")
+def catalogue(tmp_path_factory):
+    """One pytest run of every cheat and every honest kernel, in a subprocess (a cheat that
+    patches cannot leak into this process); its output, read by the tests below."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    from solgate_testing import FAKE_CLOCK_KERNELS, FAKE_CLOCK_TIMING, SYNTHETIC_PROFILE
+
+    folder = tmp_path_factory.mktemp("cheats")
+    (folder / "synthetic.toml").write_text(SYNTHETIC_PROFILE)
+    (folder / "test_cheats.py").write_text(FAKE_CLOCK_KERNELS + textwrap.dedent(_module()))
+    env = {**os.environ, "COLUMNS": "2000", "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "-rf", "--sol-no-save",
+                          "--sol-profile=synthetic.toml", *FAKE_CLOCK_TIMING, "test_cheats.py"],
+                         cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    return run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("name", sorted(CHEATS))
+def test_each_cheat_fails_naming_its_cause(catalogue, name):
+    line = next((row for row in catalogue.splitlines() if row.startswith(f"FAILED test_cheats.py::test_{name} - ")), None)
+    assert line is not None, catalogue[-3000:]
+    assert CHEATS[name][1] in line, line
+
+
+def test_honest_kernels_raise_nothing(catalogue):
+    failed = sorted(set(re.findall(r"FAILED test_cheats.py::(test_\w+)", catalogue)))
+    assert failed == sorted(f"test_{name}" for name in CHEATS), catalogue[-3000:]
+    assert f"{len(CHEATS)} failed, 9 passed" in catalogue, catalogue[-3000:]
+
+
+def test_strict_fails_a_gated_measurement_that_hands_no_inputs(suite):
+    result = suite("""
+        import torch
+
+        def test_bare(sol):
+            x = torch.randn(64)
+            sol.measure(lambda: busy(1e-3) or x + 1, bytes=1e3)
+
+        def test_handed(sol):
+            def kernel(x):
+                busy(1e-3)
+                return x + 1
+            sol.measure(kernel, args=(torch.randn(64),), reference=lambda x: x + 1, bytes=1e3)
+
+        def test_not_gated(sol):
+            sol.measure(lambda: busy(1e-3), bytes=1e3, gate=False)
+        """, "--sol-integrity=strict", "--sol-no-save", fake_clock=True)
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.re_match_lines([r".*test_bare 'default': no inputs to check under --sol-integrity=strict: hand them.*"])
+
+
+def test_off_checks_nothing(suite):
+    result = suite("""
+        import torch
+
+        def test_cached(sol):
+            x, y, out = torch.randn(64), torch.randn(64), torch.empty(64)
+            answer = x + y
+            def kernel(x, y, out):
+                busy(1e-3)
+                out.copy_(answer)
+            sol.measure(kernel, args=(x, y, out), outputs=2, reference=torch.add, bytes=1e3)
+        """, "--sol-integrity=off", "--sol-no-save", fake_clock=True)
+    result.assert_outcomes(passed=1)
+
+
+def test_bad_arguments_get_one_line_naming_them(suite):
+    result = suite("""
+        import torch
+
+        def test_outputs_out_of_range(sol):
+            sol.measure(lambda x: x, args=(torch.randn(4),), outputs=3, bytes=1e3)
+
+        def test_reference_without_args(sol):
+            sol.measure(lambda: busy(1e-3), reference=torch.add, bytes=1e3)
+
+        def test_outputs_not_named(sol):
+            def kernel(x, out):
+                busy(1e-3)
+                out.copy_(x)
+            sol.measure(kernel, args=(torch.randn(4), torch.empty(4)), bytes=1e3)
+        """, "--sol-no-save", fake_clock=True)
+    result.assert_outcomes(failed=3)
+    for said in (r"outputs= names positions of tensors in args= \(0 to 0\), got 3",
+                 r"outputs=, reference= and tolerance= need args=",
+                 r"no result to check: the kernel returned None and outputs= names no buffer"):
+        assert re.search(said, result.stdout.str()), said
+
+
+# --- on the fake GPU -------------------------------------------------------------------------------
+
+
+def _on_fake_gpu(gpu, backend, kernel, checked=None):
+    """One timing of ``kernel`` on the fake GPU inside the guard, as the pipeline runs it: the breach, or None."""
+    context = types.SimpleNamespace(backend=backend, device=types.SimpleNamespace(kind="cuda"))
+    watch = guard.Guard(guard.ON, checked, ["fp32"], True, True, torch=backend.torch)
+    watch.before()
+    timing = sampling.take_timing(kernel, backend, **quick(gpu))
+    found = watch.after(Taken("test_k", "default", kernel, context, timing, ""))
+    return found.fields.get(guard.KEY)
+
+
+def test_patched_events_on_the_gpu_are_named(monkeypatch):
+    gpu = FakeGpu()
+    backend = cuda_backend(gpu, monkeypatch)
+    real = FakeEvent.elapsed_time
+
+    def kernel():
+        gpu.launch("k", lambda: 1e-4)
+        FakeEvent.elapsed_time = lambda self, end: real(self, end) / 2  # halves every reading from now on
+
+    try:
+        breach = _on_fake_gpu(gpu, backend, kernel)
+    finally:
+        FakeEvent.elapsed_time = real
+    assert "tampered timing: torch.cuda.Event.elapsed_time replaced while it ran" in words.line("test_k", "default", breach)
+
+
+def test_a_graph_replaying_its_captured_buffers_is_caught_on_new_storage(monkeypatch):
+    """A kernel that captured a CUDA graph on its first call and replays it: every replay reads
+    and writes the buffers of that first call, whatever it is handed. The check on new storage
+    finds the poison it wrote into the fresh output untouched."""
+    import torch
+
+    gpu = FakeGpu()
+    backend = cuda_backend(gpu, monkeypatch)
+    captured = []
+
+    def kernel(x, y, out):
+        if not captured:
+            captured.extend((x, y, out))
+        gpu.launch("replay", lambda: 1e-4)
+        torch.add(captured[0], captured[1], out=captured[2])
+
+    args = (torch.randn(256), torch.randn(256), torch.empty(256))
+    checked = outputs.checked_of(kernel, args, 2, torch.add, None, "test_k")
+    breach = _on_fake_gpu(gpu, backend, checked.timed(), checked)
+    assert "unwritten output: 256 of 256 elements of args[2] on new storage" in words.line("test_k", "default", breach)
+
+
+def test_an_honest_kernel_on_the_fake_gpu_raises_nothing(monkeypatch):
+    import torch
+
+    gpu = FakeGpu()
+    backend = cuda_backend(gpu, monkeypatch)
+
+    def kernel(x, y, out):
+        gpu.launch("add", lambda: 1e-4)
+        torch.add(x, y, out=out)
+
+    args = (torch.randn(256), torch.randn(256), torch.empty(256))
+    checked = outputs.checked_of(kernel, args, 2, torch.add, None, "test_k")
+    assert _on_fake_gpu(gpu, backend, checked.timed(), checked) is None
