@@ -107,6 +107,7 @@ def test_a_folder_new_at_head_and_an_unknown_pytest_option_are_one_line_each(rep
     base = repo.commit("BASE", seconds=1e-3)
     (repo.path / "new").mkdir()
     (repo.path / "new" / "test_new.py").write_text("def test_new():\n    pass\n")
+    shutil.copy(repo.path / "synthetic.toml", repo.path / "new")  # pytest reads the ini's profile path from here
     repo.commit("3x slower, and a new folder", seconds=3e-3)
     # run from the new folder: BASE has no such folder (a raw FileNotFoundError before)
     inside = repo.solgate("ab", base, "--rounds", "3", "--no-record", cwd=repo.path / "new")
