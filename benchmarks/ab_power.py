@@ -17,6 +17,8 @@ and a profile with high ceilings (only the A/B is judged). Two kinds of trial:
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import sys
 import tempfile
 import time
@@ -42,22 +44,33 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--max-time", type=float, default=300)
     args = parser.parse_args()
-    print(f"machine: {machine()}")
+    print(f"machine: {machine()}; load average at the start {_load()}")
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="solgate-ab-bench-") as folder:
         repo = make_repo(Path(folder))
         base = git(repo, "rev-parse", "HEAD")
         caught = passed = 0
-        for i in range(args.slow_trials):
-            code, row = trial(repo, base, 12, args.rounds, args.max_time)
-            caught += code == 1
-            print(f"slow {i + 1}: exit {code}  {row}", flush=True)
-        for i in range(args.same_trials):
-            code, row = trial(repo, base, 10, args.rounds, args.max_time)
-            passed += code == 0
-            print(f"same {i + 1}: exit {code}  {row}", flush=True)
-    print(f"1.2x slower caught {caught} of {args.slow_trials} (target >= 90 %); unchanged passed {passed} of "
-          f"{args.same_trials} (target >= 95 %); {time.time() - started:.0f} s")
+        seconds: dict[str, list[float]] = {"slow": [], "same": []}
+        for kind, trials, matmuls in (("slow", args.slow_trials, 12), ("same", args.same_trials, 10)):
+            for i in range(trials):
+                began = time.monotonic()
+                code, row = trial(repo, base, matmuls, args.rounds, args.max_time)
+                seconds[kind].append(time.monotonic() - began)
+                caught += kind == "slow" and code == 1
+                passed += kind == "same" and code == 0
+                print(f"{kind} {i + 1}: exit {code} in {seconds[kind][-1]:.0f} s  {row}  (load {_load()})", flush=True)
+    print(f"1.2x slower caught {caught} of {args.slow_trials} (target >= 90 %) in {_spread(seconds['slow'])} "
+          f"(target < 90 s); unchanged passed {passed} of {args.same_trials} (target >= 95 %) in "
+          f"{_spread(seconds['same'])}; {time.time() - started:.0f} s")
+
+
+def _load() -> str:
+    """The 1-minute load average: the figures mean little without it on a shared machine."""
+    return f"{os.getloadavg()[0]:.1f}"
+
+
+def _spread(values: list[float]) -> str:
+    return f"median {statistics.median(values):.0f} s, max {max(values):.0f} s" if values else "-"
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ def test_a_slower_head_regresses_and_exits_1_and_its_runs_are_recorded(repo):
     assert done.stdout.strip().splitlines()[-1].startswith("1 regressed of 1 measurement(s)")
     assert "round 1, head" in done.stderr and "round 1, base" in done.stderr
     table = (repo.path.parent / "ab.md").read_text()
-    assert "| `test_kernels.py::test_kernel [default] synthetic` | 0.400 | 0.333 | -16.7% |" in table
+    assert "| test_kernels.py::test_kernel [default] synthetic | 0.400 | 0.333 | -16.7% |" in table
     assert "**regressed**" in table
     assert repo.state() == before  # the base ran in a worktree: status, HEAD, worktree list untouched
     # HEAD's runs are in the history like any run; the base's are not

@@ -401,7 +401,18 @@ def _their_failing_repo(tmp_path: Path) -> tuple[Path, dict]:
 
 
 def test_an_output_dir_cannot_forge_the_exit_code_output(tmp_path):
+    import site
+    import venv
+
     repo, contexts = _their_failing_repo(tmp_path)
+    # This step runs pytest with the plugin: the stand-in must be a real venv (a bare link to this
+    # Python, with no pyvenv.cfg, runs the global interpreter, which has the plugin only by chance),
+    # and one that sees this environment's packages, the plugin among them.
+    standin = tmp_path / "solgate-venv"
+    venv.EnvBuilder(clear=True, symlinks=True).create(standin)
+    (purelib,) = (standin / "lib").glob("python*/site-packages")
+    (purelib / "this-environment.pth").write_text(
+        "import site; " + "; ".join(f"site.addsitedir({folder!r})" for folder in site.getsitepackages()) + "\n")
     inputs = _inputs(test_path="test_fails.py", pytest_args="-p no:cacheprovider", output_dir="out\nexit-code=0\nx")
     ran = _run_step("run", _step_env("run", inputs, contexts), repo, tmp_path / "run.out")
     assert ran.returncode == 1, ran.stdout + ran.stderr

@@ -63,8 +63,8 @@ class Repo:
         self.commits.append(git(self.path, "rev-parse", "HEAD"))
         return self.commits[-1]
 
-    def solgate(self, *args, cwd=None):
-        env = {**os.environ, "TMPDIR": str(self.scratch)}
+    def solgate(self, *args, cwd=None, env=None):
+        env = {**os.environ, "TMPDIR": str(self.scratch), **(env or {})}
         return subprocess.run([sys.executable, "-m", "pytest_solgate.cli", *args], cwd=cwd or self.path,
                               capture_output=True, text=True, env=env)
 

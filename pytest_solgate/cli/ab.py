@@ -10,6 +10,8 @@ from typing import Any
 import pytest_solgate.cli.common as common
 from pytest_solgate.cli.common import UsageFailure
 
+NOTHING_TO_PAIR = 3  # exit status: no selected test exists at BASE (the action skips its A/B)
+
 
 def add_parsers(sub: Any) -> None:
     from pytest_solgate.revisions import ab
@@ -21,7 +23,8 @@ def add_parsers(sub: Any) -> None:
                     "difference is tight or the time budget is spent, and judge the paired differences: regressed, "
                     "improved or pass, with the interval. HEAD's runs are recorded in the history. pytest options "
                     "go after --, e.g. solgate ab origin/main -- --sol-max-time=5. Exit status: 0 no regression, "
-                    "1 regressed, 2 usage error.",
+                    "1 regressed, 2 usage error or nothing compared, 3 none of the selected tests exists at BASE "
+                    "(nothing to pair).",
     )
     p.add_argument("base", help="the base commit: a git ref or sha (on a pull request: its merge base)")
     p.add_argument("pattern", nargs="?", default=None,
@@ -52,12 +55,25 @@ def cmd_ab(args: argparse.Namespace) -> int:
     if args.max_regression is not None and not 0 <= args.max_regression < 1:
         raise UsageFailure(f"--max-regression={args.max_regression}: give a fraction in [0, 1)")
     tolerance = args.max_regression if args.max_regression is not None else common.ini()[1].max_regression
-    result = ab.ab(
-        ".", args.base, args.pattern, common.history_path(args), record=not args.no_record, rounds=args.rounds,
-        max_time=args.max_time, tolerance=tolerance, pytest_args=args.pytest_args, paths=args.path,
-        announce=lambda round_, side, state: print(words.progress(round_, side, state), file=sys.stderr, flush=True),
-    )
+    try:
+        result = ab.ab(
+            ".", args.base, args.pattern, common.history_path(args), record=not args.no_record, rounds=args.rounds,
+            max_time=args.max_time, tolerance=tolerance, pytest_args=args.pytest_args, paths=args.path,
+            announce=lambda round_, side, state: print(words.progress(round_, side, state), file=sys.stderr,
+                                                       flush=True),
+        )
+    except ab.NothingToPair as exc:
+        print(exc, file=sys.stderr)
+        return NOTHING_TO_PAIR
     print("\n".join(words.lines(result)))
+    code = 1 if result.regressed else 0
+    if not result.compared:  # no silent green: a side that measured nothing is not a pass
+        print(words.nothing_compared(result), file=sys.stderr)
+        code = 2
     if args.markdown:
-        atomic.write_text(args.markdown, words.markdown(result), "A/B table")
-    return 1 if result.regressed else 0
+        try:
+            atomic.write_text(args.markdown, words.markdown(result), "A/B table")
+        except atomic.ReportWriteError as exc:  # the verdict stands: a regression still exits 1
+            print(f"ab: {exc}", file=sys.stderr)
+            code = code or 2
+    return code

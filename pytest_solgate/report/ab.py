@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from pytest_solgate.report.markdown import escape
 from pytest_solgate.support import units
 
 STOPPED = {
@@ -41,10 +42,14 @@ def lines(result: Any) -> list[str]:
         out.append(f"{_label(c.key):<60} {units.sol_fine(c.base_sol):>7} {units.sol_fine(c.head_sol):>7} "
                    f"{units.percent(j.change, signed=True):>8}  {_interval(j):<18} {j.verdict}"
                    + ("" if j.tight else " (not tight)"))
-    for key in result.only_head:
-        out.append(f"{_label(key):<60} {'':>7} {'':>7} {'':>8}  {'':<18} only at HEAD")
+    for keys, said in ((result.only_head, "only at HEAD"), (result.only_base, "only at BASE: not compared"),
+                       (result.no_sol, "no SOL to compare (nothing with a speed of light)")):
+        for key in keys:
+            out.append(f"{_label(key):<60} {'':>7} {'':>7} {'':>8}  {'':<18} {said}")
+    for note in result.skipped:
+        out.append(f"left out: {note}")
     for failure in result.failed:
-        out.append(f"no results: {failure}")
+        out.append(f"failed: {failure}")
     regressed = [c for c in result.compared if c.judgement.verdict == "regressed"]
     tolerance = {c.judgement.tolerance for c in result.compared}
     rule = (f"paired differences of {', '.join(units.percent(t) for t in sorted(tolerance))} tolerance; regressed "
@@ -53,17 +58,28 @@ def lines(result: Any) -> list[str]:
     return out
 
 
+def nothing_compared(result: Any) -> str:
+    """Why the A/B has no verdict: nothing measured on both sides with a SOL."""
+    why = result.failed[0] if result.failed else "no selected test measured a gated measurement on both sides"
+    return (f"ab: nothing was compared between HEAD and BASE {result.base[:10]} ({why}); fix that run, or select "
+            "tests that measure (a pattern, --path)")
+
+
 def markdown(result: Any) -> str:
     """The A/B table for the pull-request comment (and $GITHUB_STEP_SUMMARY)."""
     rows = ["| test | base SOL | head SOL | change | 98 % interval | verdict |", "|---|---:|---:|---:|---|---|"]
     for c in result.compared:
         j = c.judgement
         verdict = f"**{j.verdict}**" if j.verdict == "regressed" else str(j.verdict)
-        rows.append(f"| `{_label(c.key)}` | {units.sol_fine(c.base_sol)} | {units.sol_fine(c.head_sol)} | "
+        rows.append(f"| {escape(_label(c.key))} | {units.sol_fine(c.base_sol)} | {units.sol_fine(c.head_sol)} | "
                     f"{units.percent(j.change, signed=True)} | {_interval(j)} | {verdict}"
                     + ("" if j.tight else " (not tight)") + " |")
+    for keys, said in ((result.only_head, "only at HEAD"), (result.only_base, "only at BASE: not compared"),
+                       (result.no_sol, "no SOL to compare")):
+        rows += [f"| {escape(_label(key))} | | | | | {said} |" for key in keys]
+    notes = [f"- {escape(note)}" for note in (*result.skipped, *result.failed)]
     regressed = sum(c.judgement.verdict == "regressed" for c in result.compared)
     head = (f"### A/B against the base {result.base[:10]}: {regressed} regressed\n\n"
             f"{result.rounds} round(s) of the base and {_head(result)} alternating on this runner "
             f"({STOPPED[result.stopped]}).\n\n")
-    return head + "\n".join(rows) + "\n"
+    return head + "\n".join(rows) + "\n" + ("\nNot compared:\n\n" + "\n".join(notes) + "\n" if notes else "")

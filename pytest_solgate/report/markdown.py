@@ -10,8 +10,11 @@ from pytest_solgate.results import Measurement, RunInfo
 MAX_CELL = 120
 
 
-def _escape(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+def escape(text: str) -> str:
+    """Text for a Markdown table cell, the one escaper of every table the plugin writes: on one
+    line, and no ``|`` that ends the cell, backtick that opens a code span or tag."""
+    return (" ".join(str(text).split()).replace("|", "\\|").replace("`", "\\`")
+            .replace("<", "&lt;").replace(">", "&gt;"))
 
 
 def _cell(text: str) -> str:
@@ -20,7 +23,7 @@ def _cell(text: str) -> str:
     if len(text) > MAX_CELL:
         cut = text[: MAX_CELL - 1]
         text = (cut.rsplit(" ", 1)[0] if " " in cut else cut).rstrip(",;:") + "…"
-    return _escape(text)
+    return escape(text)
 
 
 def render(run: RunInfo, measurements: Sequence[Measurement]) -> str:
@@ -42,7 +45,7 @@ def render(run: RunInfo, measurements: Sequence[Measurement]) -> str:
         r = row(m, measurements)
         lines.append("| " + " | ".join(_cell(c) for c in r.cells()) + " |")
         if m.failed:
-            failing.append(f"- {_escape(r.reason)}")  # whole: this is where the full text lives
+            failing.append(f"- {escape(r.reason)}")  # whole: this is where the full text lives
     if failing:
         lines += ["", "<details><summary>Why they failed</summary>", "", *failing, "", "</details>"]
     return "\n".join(lines) + "\n"

@@ -11,6 +11,7 @@ any run (unless ``record`` is off, as on a pull request); the base's are scratch
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,11 @@ class ABError(SolgateError):
     """An A/B that cannot start (a ref that does not resolve, no test that measures, ...)."""
 
 
+class NothingToPair(ABError):
+    """None of the selected tests exists at the base (a pull request that adds the first ones):
+    nothing to compare, which is not a usage error (the action skips its A/B on it)."""
+
+
 @dataclass(frozen=True)
 class Compared:
     key: Key
@@ -51,7 +57,11 @@ class ABResult:
     seconds: float
     stopped: str  # "tight", "time" (the budget ran out) or "rounds" (the most rounds were run)
     only_head: tuple[Key, ...] = ()  # measured at HEAD, never at the base
-    failed: tuple[str, ...] = ()  # why a run gave nothing, per failed run
+    failed: tuple[str, ...] = ()  # what went wrong, per run (the other tests' results still count)
+    only_base: tuple[Key, ...] = ()  # measured at the base, never at HEAD (its test failed there?)
+    no_sol: tuple[Key, ...] = ()  # measured on both sides without a SOL to compare (a step with no operator)
+    skipped: tuple[str, ...] = ()  # what was left out before the rounds (a path new at HEAD, a module that
+    # does not collect)
 
     @property
     def regressed(self) -> bool:
@@ -60,6 +70,10 @@ class ABResult:
 
 def _judged(result: worktree.RunResult) -> dict[Key, Measurement]:
     return {(m.test, m.name, m.profile, m.ceilings): m for _, m in result.results if verdict.judged(m)}
+
+
+def _has_sol(m: Measurement) -> bool:
+    return math.isfinite(m.score.sol) and m.score.sol > 0
 
 
 def ab(
@@ -76,6 +90,9 @@ def ab(
     announce: Callable[[int, str, str], None] = lambda round_, side, state: None,
     clock: Callable[[], float] = time.monotonic,
 ) -> ABResult:
+    """Round 1 runs every selected test on both sides; later rounds only the tests with a paired
+    measurement still undecided (a test that measures nothing, or only on one side, is not run
+    again). A test that fails on one side costs its own measurements, never the side's others."""
     where = worktree.place(cwd, "ab")
     base = gitinfo.resolve(cwd, base_ref)
     if base is None:
@@ -86,35 +103,40 @@ def ab(
     with worktree.scratch("ab") as scratch:
         runner = worktree.Runner(where, scratch, history_location, record, "ab", pytest_args)
         try:
-            tests = _selected(runner, base, pattern, paths)
+            tests, skipped = _selected(runner, base, pattern, paths)
             pairs: dict[Key, list[paired.Pair]] = {}
             tolerances: dict[Key, float] = {}
-            only_head: set[Key] = set()
+            seen: dict[str, set[Key]] = {"head": set(), "base": set()}
+            no_sol: set[Key] = set()
             failed: list[str] = []
+            running = list(tests)
             done = stopped = 0
             for round_ in range(rounds):
                 sides = ("head", "base") if round_ % 2 == 0 else ("base", "head")
                 got: dict[str, dict[Key, Measurement]] = {}
                 for side in sides:
-                    result = runner.run(None if side == "head" else base, tests, record=record and side == "head")
+                    result = runner.run(None if side == "head" else base, running, record=record and side == "head")
                     if result.failed:
                         failed.append(f"{side} (round {round_ + 1}): {result.failed}")
                     got[side] = _judged(result)
-                    announce(round_ + 1, side, result.failed or f"{len(got[side])} measurement(s)")
+                    seen[side].update(got[side])
+                    announce(round_ + 1, side, "; ".join(
+                        [f"{len(got[side])} measurement(s)", *([result.failed] if result.failed else [])]))
                 for key, h in got["head"].items():
                     b = got["base"].get(key)
                     if b is None:
-                        only_head.add(key)
+                        continue
+                    if not (_has_sol(b) and _has_sol(h)):
+                        no_sol.add(key)
                         continue
                     pairs.setdefault(key, []).append(paired.Pair(b.score.sol, h.score.sol, b.timing.noise,
                                                                  h.timing.noise))
                     tolerances[key] = verdict.recorded_tolerance(h, tolerance, DEFAULT_MAX_REGRESSION)
                 done = round_ + 1
-                if not got["head"] and not got["base"] and round_ == 0:
-                    break  # nothing measures: more rounds would fail alike
-                judgements = [paired.judge_pairs(p, tolerances[k]) for k, p in pairs.items()]
-                if judgements and paired.decided(judgements):
-                    stopped = 1
+                undecided = {key[0] for key, p in pairs.items() if not paired.judge_pairs(p, tolerances[key]).tight}
+                running = [test for test in running if test in undecided]
+                if not running:
+                    stopped = 1 if pairs else 0  # decided, or nothing pairs: more rounds would pair nothing either
                     break
                 if clock() - started >= max_time:
                     stopped = 2
@@ -125,22 +147,34 @@ def ab(
         Compared(key, paired.judge_pairs(p, tolerances[key]), _geomean([x.base for x in p]), _geomean([x.head for x in p]))
         for key, p in sorted(pairs.items()))
     return ABResult(base, facts.commit or "", facts.dirty, tuple(tests), compared, done, clock() - started,
-                    ("rounds", "tight", "time")[stopped], tuple(sorted(only_head - set(pairs))), tuple(failed))
+                    ("rounds", "tight", "time")[stopped], tuple(sorted(seen["head"] - seen["base"])), tuple(failed),
+                    tuple(sorted(seen["base"] - seen["head"])), tuple(sorted(no_sol - set(pairs))), tuple(skipped))
 
 
 def _geomean(values: Sequence[float]) -> float:
-    import math
-
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def _selected(runner: worktree.Runner, base: str, pattern: str | None, paths: Sequence[str]) -> list[str]:
+def _selected(runner: worktree.Runner, base: str, pattern: str | None,
+              paths: Sequence[str]) -> tuple[list[str], list[str]]:
     """The node ids HEAD's tree collects that match ``pattern`` and exist at the base too (a test
-    the change adds has nothing to be paired with). ``paths``: where pytest collects (default: its
-    own testpaths)."""
-    chosen = runner.matching(None, "at HEAD", pattern, paths)
-    at_base = set(runner.matching(base, f"at BASE {base[:10]}", None, paths))
-    both = [test for test in chosen if test in at_base]
+    the change adds has nothing to be paired with), and what was left out. ``paths``: where pytest
+    collects (default: its own testpaths); one that the base does not have yet is left out there."""
+    chosen, head_problem = runner.matching(None, "at HEAD", pattern, paths)
+    at = f"at BASE {base[:10]}"
+    folder = runner.folder(base)
+    base_paths = [path for path in paths if (folder / path.partition("::")[0]).exists()]
+    skipped = [f"at HEAD: {head_problem}"] if head_problem else []
+    skipped += [f"{path}: not {at} (new at HEAD): nothing to pair" for path in paths if path not in base_paths]
+    if paths and not base_paths:
+        raise NothingToPair(f"ab: none of the paths ({', '.join(paths)}) exists {at}: nothing to pair")
+    try:
+        listed, base_problem = runner.matching(base, at, None, base_paths)
+    except worktree.WorktreeError as exc:
+        raise ABError(str(exc)) from None
+    skipped += [f"{at}: {base_problem}"] if base_problem else []
+    both = [test for test in chosen if test in set(listed)]
     if not both:
-        raise ABError(f"ab: none of the {len(chosen)} selected test(s) exists at BASE {base[:10]}: nothing to pair")
-    return both
+        raise NothingToPair(f"ab: none of the {len(chosen)} selected test(s) exists {at}: nothing to pair"
+                            + "".join(f"; {note}" for note in skipped))
+    return both, skipped

@@ -457,7 +457,7 @@ def selected_tests(reader: Any, runner: worktree.Runner, good: str, pattern: str
                        if not run["dirty"] and store.matches(pattern, m.test, m.name) and verdict.judged(m)})
     if recorded:
         return recorded
-    return runner.matching(good, f"at GOOD {good[:10]}", pattern)
+    return runner.matching(good, f"at GOOD {good[:10]}", pattern)[0]
 
 
 def bisect(

@@ -27,22 +27,36 @@ from pytest_solgate.support.errors import SolgateError
 from pytest_solgate.support.settings import HISTORY_VARIABLE
 
 PYTEST_NO_TESTS = 5  # pytest's exit status when nothing was collected
-# pytest --collect-only with a one-hook plugin that writes the collected node ids to argv[1]
-# (``python -c`` puts the working directory first on sys.path, as ``python -m pytest`` does).
-COLLECT = """\
+PYTEST_INTERRUPTED = 2  # ... and when a module did not collect (the others' ids are still listed)
+# Every run is pytest with this one-hook-each plugin (``python -c`` puts the working directory first
+# on sys.path, as ``python -m pytest`` does). Node ids are relative to pytest's rootdir, while pytest
+# resolves its arguments against the folder it runs in: an argument that names no path there but
+# one under the rootdir is made absolute, so that ids collected from a subfolder run from it. The
+# collected ids go to argv[1] (or nowhere: "-"), taken from the items themselves, not parsed from
+# output that -q or -v in the project's addopts would reshape.
+PYTEST = """\
 import json, sys
 import pytest
 
-class Collected:
+class Rooted:
     ids = []
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_configure(self, config):
+        here, root = config.invocation_params.dir, config.rootpath
+        for i, arg in enumerate(config.args):
+            path, sep, rest = arg.partition("::")
+            if path and not (here / path).exists() and (root / path).exists():
+                config.args[i] = str(root / path) + sep + rest
 
     def pytest_collection_finish(self, session):
         self.ids = [item.nodeid for item in session.items]
 
-plugin = Collected()
+plugin = Rooted()
 code = pytest.main(sys.argv[2:], plugins=[plugin])
-with open(sys.argv[1], "w", encoding="utf-8") as out:
-    json.dump(plugin.ids, out)
+if sys.argv[1] != "-":
+    with open(sys.argv[1], "w", encoding="utf-8") as out:
+        json.dump(plugin.ids, out)
 sys.exit(int(code))
 """
 
@@ -83,6 +97,9 @@ class Worktree:
             self._git(self.path, "checkout", "--quiet", "--detach", "--force", commit)
             self._git(self.path, "clean", "--quiet", "-d", "--force")
         self.at = commit
+        if (self.path / ".gitmodules").exists():  # a new worktree has its submodules' folders empty
+            self._git(self.path, "submodule", "update", "--init", "--recursive", "--quiet",
+                      why=f"the git submodules at {commit[:10]} do not check out")
         return self.path
 
     def remove(self) -> None:
@@ -91,19 +108,30 @@ class Worktree:
                            capture_output=True, check=False)
         shutil.rmtree(self.path, ignore_errors=True)
 
-    def _git(self, cwd: Path, *args: str) -> None:
+    def _git(self, cwd: Path, *args: str, why: str = "") -> None:
         done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             said = done.stderr.strip().splitlines()
-            raise WorktreeError(f"{self.command}: git {' '.join(args[:2])} failed: {said[-1] if said else 'no message'}")
+            raise WorktreeError(f"{self.command}: {why + ': ' if why else ''}git {' '.join(args[:2])} failed: "
+                                f"{said[-1] if said else 'no message'}")
 
 
 @dataclass(frozen=True)
 class RunResult:
-    """One pytest run of the selected node ids at a commit: its results, or why there are none."""
+    """One pytest run of the selected node ids at a commit: its results, and why some or all are
+    missing (a failing test leaves the others' results)."""
 
     results: tuple[tuple[dict[str, Any], Measurement], ...] = ()
     failed: str = ""
+
+
+@dataclass(frozen=True)
+class Collected:
+    """The node ids pytest collects at a commit, and what went wrong (with ``ids`` empty: why there
+    are none; beside ids: a module that did not collect)."""
+
+    ids: tuple[str, ...] = ()
+    problem: str = ""
 
 
 class Runner:
@@ -141,6 +169,9 @@ class Runner:
             return self.where.root / self.where.prefix
         folder = self.worktree.checkout(commit)
         self._share_calibration(folder)
+        if not (folder / self.where.prefix).is_dir():
+            raise WorktreeError(f"{self.command}: the folder {self.where.prefix.rstrip('/')} it runs from does not "
+                                f"exist at {commit[:10]}; run it from a folder both commits have (e.g. the top)")
         return folder / self.where.prefix
 
     def _share_calibration(self, folder: Path) -> None:
@@ -150,36 +181,43 @@ class Runner:
         if cached.is_dir():
             shutil.copytree(cached, gitinfo.state_dir(folder) / "profiles", dirs_exist_ok=True)
 
-    def collect(self, commit: str | None, paths: Sequence[str] = ()) -> tuple[list[str], str]:
-        """The node ids pytest collects at ``commit``, or why it collects none. They are taken from
-        the collected items themselves (``COLLECT``), not parsed from output that ``-q`` or ``-v``
-        in the project's addopts would reshape."""
+    def _pytest(self, commit: str | None, listed: str, arguments: Sequence[str], record: bool) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", PYTEST, listed, *arguments], cwd=self.folder(commit),
+                              env=self._environment(record), capture_output=True, text=True, check=False)
+
+    def collect(self, commit: str | None, paths: Sequence[str] = ()) -> Collected:
+        """The node ids pytest collects at ``commit``, or why it collects none."""
         listed = self.scratch / "collected.json"
         listed.unlink(missing_ok=True)
-        done = subprocess.run([sys.executable, "-c", COLLECT, str(listed), *self._arguments(paths, "--collect-only")],
-                              cwd=self.folder(commit), env=self._environment(False), capture_output=True, text=True,
-                              check=False)
-        ids = json.loads(listed.read_text(encoding="utf-8")) if listed.exists() else []
-        if done.returncode not in (0, PYTEST_NO_TESTS) or not ids:
-            return [], _failure(done.returncode, done.stdout + done.stderr, self.worktree.path)
-        return ids, ""
+        done = self._pytest(commit, str(listed), self._arguments(paths, "--collect-only"), False)
+        ids = tuple(json.loads(listed.read_text(encoding="utf-8"))) if listed.exists() else ()
+        if done.returncode in (0, PYTEST_NO_TESTS) and ids:
+            return Collected(ids)
+        problem = _failure(done.returncode, done.stdout + done.stderr, self.worktree.path)
+        if done.returncode == PYTEST_INTERRUPTED and ids:  # the modules that did collect still run
+            return Collected(ids, problem)
+        return Collected((), problem)
 
-    def matching(self, commit: str | None, side: str, pattern: str | None, paths: Sequence[str] = ()) -> list[str]:
-        """The node ids collected at ``commit`` that match ``pattern``; ``side`` names the commit in
-        the error (``at GOOD 1a2b3c4d5e``) when pytest collects nothing there or nothing matches."""
-        collected, failed = self.collect(commit, paths)
-        if failed:
-            raise WorktreeError(f"{self.command}: {side} pytest collects nothing: {failed}")
-        chosen = [test for test in collected if store.matches(pattern, test)]
+    def matching(self, commit: str | None, side: str, pattern: str | None,
+                 paths: Sequence[str] = ()) -> tuple[list[str], str]:
+        """The node ids collected at ``commit`` that match ``pattern``, and what did not collect
+        there; ``side`` names the commit in the error (``at GOOD 1a2b3c4d5e``) when pytest collects
+        nothing there or nothing matches."""
+        collected = self.collect(commit, paths)
+        if not collected.ids:
+            raise WorktreeError(f"{self.command}: {side} pytest collects nothing: {collected.problem}")
+        chosen = [test for test in collected.ids if store.matches(pattern, test)]
         if not chosen:
-            raise WorktreeError(f"{self.command}: no test {side} matches '{pattern}' ({len(collected)} collected); "
+            raise WorktreeError(f"{self.command}: no test {side} matches '{pattern}' ({len(collected.ids)} collected"
+                                f"{'; ' + collected.problem if collected.problem else ''}); "
                                 "give a glob or text of a test id, e.g. 'test_matmul*'")
-        return chosen
+        return chosen, collected.problem
 
     def run(self, commit: str | None, tests: Sequence[str], record: bool | None = None,
             baseline: bool = True) -> RunResult:
         """One run of ``tests`` at ``commit``; ``record`` (default: the runner's) saves it into the
-        history, ``baseline`` judges it against the history's window as the gate would."""
+        history, ``baseline`` judges it against the history's window as the gate would. A run in
+        which some tests failed still gives the others' results, with the failure beside them."""
         record = self.record if record is None else record
         self.count += 1
         out = self.scratch / f"run-{self.count}.json"
@@ -188,14 +226,13 @@ class Runner:
             options.append("--sol-no-save")
         if not (record and baseline):
             options.append("--sol-baseline=none")
-        done = subprocess.run([sys.executable, "-m", "pytest", *self._arguments(tests, *options)],
-                              cwd=self.folder(commit), env=self._environment(record), capture_output=True, text=True,
-                              check=False)
-        if done.returncode != 0 or not out.exists():
-            return RunResult(failed=_failure(done.returncode, done.stdout + done.stderr, self.worktree.path))
+        done = self._pytest(commit, "-", self._arguments(tests, *options), record)
+        failed = _failure(done.returncode, done.stdout + done.stderr, self.worktree.path) if done.returncode else ""
+        if done.returncode not in (0, 1) or not out.exists():
+            return RunResult(failed=failed or "no results written")
         run, measurements = schema.read_run(out.read_text(encoding="utf-8"), str(out))
         row = store.run_row(run)
-        return RunResult(results=tuple((row, m) for m in measurements))
+        return RunResult(tuple((row, m) for m in measurements), failed)
 
     def close(self) -> None:
         self.worktree.remove()
@@ -207,6 +244,9 @@ def _failure(code: int, output: str, folder: Path) -> str:
     lines = [line.strip("= ") for line in output.replace(f"{folder}{os.sep}", "").strip().splitlines() if line.strip()]
     last = lines[-1] if lines else "no output"
     # the cause, not only pytest's tally: the first failing test or error, and its first E line
+    usage = next((line.split("error: ", 1)[1] for line in lines if ": error: " in line), "")
+    if code == 4 and usage:  # an option pytest does not know: name it, not the rootdir line after it
+        return f"pytest usage error: {usage}"
     cause = next((line for line in lines if line.startswith(("FAILED ", "ERROR "))), "")
     error = next((line.removeprefix("E").strip() for line in lines if line.startswith("E ")), "")
     if cause and cause != last:
