@@ -227,6 +227,11 @@ def test_ambiguous(sol):
     if SPEED["ambiguous"] is None:
         pytest.skip("not measured at this commit")
     sol.measure(lambda: busy(SPEED["ambiguous"]), bytes=0.4e6)
+
+def test_recorded(sol):
+    if SPEED.get("recorded") is None:
+        pytest.skip("not measured before this commit: no budget and no baseline, nothing to judge by")
+    sol.measure(lambda: busy(SPEED["recorded"]), bytes=0.4e6)
 '''
 
 
@@ -244,7 +249,7 @@ def test_every_verdicts_json_imports_back_and_leaves_the_spool(pytester):
     options = [*FAKE_CLOCK_TIMING, "--sol-profile=synthetic.toml"]
     for speeds in ({"regressed": 1e-3, "improved": 1e-3, "ambiguous": None},
                    {"regressed": 1e-3, "improved": 1e-3, "ambiguous": 1e-3},
-                   {"regressed": 1.5e-3, "improved": 0.6e-3, "ambiguous": 1.5e-3}):
+                   {"regressed": 1.5e-3, "improved": 0.6e-3, "ambiguous": 1.5e-3, "recorded": 1e-3}):
         (pytester.path / "speed.json").write_text(json.dumps(speeds))
         git(pytester.path, "add", "-A")
         git(pytester.path, "commit", "-q", "-m", f"speeds {speeds}")
