@@ -338,8 +338,8 @@ def test_a_lock_is_restored_once_whatever_paths_run():
 
 
 def test_a_locked_run_is_not_a_baseline_for_an_unlocked_one():
-    from pytest_solgate.judge.window import BaselineRun
     from pytest_solgate.judge.level import select
+    from pytest_solgate.judge.window import BaselineRun
 
     def run(commit, sm_clocks=None):
         environment = {"host": "h", **({"sm_clocks": sm_clocks} if sm_clocks else {})}
