@@ -579,7 +579,7 @@ def all_checks(out: Path, work: Path, dry: bool) -> list[dict[str, Any]]:
     measured = device_checks.load_measurements(out / "sol-measured.json")
     return [*written("selfcheck.json", "selfcheck"), *written("device-checks.json", "device-checks"),
             asdict(device_checks.locked_clock_verdict(unlocked, locked, dry)),
-            asdict(device_checks.measured_ceiling_verdict(measured))]
+            asdict(device_checks.measured_ceiling_verdict(measured, device_checks.DRY_RUN_LIMIT if dry else 1.0))]
 
 
 def archive_logs(work: Path, out: Path) -> None:

@@ -206,20 +206,28 @@ def locked_clock_verdict(unlocked: list[dict[str, Any]], locked: list[dict[str, 
     return Verdict("locked-clocks", ok, f"locked-clocks: {'ok' if ok else 'FAILED'}: {facts}")
 
 
-def measured_ceiling_verdict(measured: list[dict[str, Any]]) -> Verdict:
-    """No kernel and no torch reference above 1.0 against the measured ceilings."""
+# A dry run's CPU ceilings come from a few seconds of calibration on a shared machine, and its
+# stand-in add is calibration's own streaming pattern: it reads about 1.0 by design, a little either
+# side with the machine's phase. There the limit is the plugin's own (verdict.ABOVE_SOL_LIMIT): a
+# cache-resident add read 1.57 in CI, far beyond it. On a GPU the ceilings are best rates of
+# minutes of patterns, and 1.0 holds.
+DRY_RUN_LIMIT = 1.05
+
+
+def measured_ceiling_verdict(measured: list[dict[str, Any]], limit: float = 1.0) -> Verdict:
+    """No kernel and no torch reference above ``limit`` (1.0 on a GPU) against the measured ceilings."""
     if not measured:
         return Verdict("measured-ceilings", False, "measured-ceilings: FAILED: the sol-measured step wrote no measurements")
-    above = sorted((m for m in measured if isinstance(m.get("sol"), (int, float)) and m["sol"] > 1.0),
+    above = sorted((m for m in measured if isinstance(m.get("sol"), (int, float)) and m["sol"] > limit),
                    key=lambda m: -m["sol"])
     highest = max(measured, key=lambda m: m.get("sol") or 0.0)
     profile = measured[0].get("profile", "?")
     if above:
         listed = ", ".join(f"{m['test'].split('::')[-1]}/{m['name']} {m['sol']:.3f}" for m in above)
         return Verdict("measured-ceilings", False, f"measured-ceilings: FAILED: {len(above)} of {len(measured)} SOLs "
-                                                   f"above 1.0 against {profile}: {listed}")
+                                                   f"above {limit:.2f} against {profile}: {listed}")
     return Verdict("measured-ceilings", True, (
-        f"measured-ceilings: ok: {len(measured)} SOLs against {profile}, none above 1.0 (highest "
+        f"measured-ceilings: ok: {len(measured)} SOLs against {profile}, none above {limit:.2f} (highest "
         f"{highest['test'].split('::')[-1]}/{highest['name']} {highest.get('sol', 0.0):.3f})"))
 
 
