@@ -151,7 +151,7 @@ TESTS = Path(__file__).resolve().parent
 # every fake-clock suite writes, and nothing carries it into the plugin's session yet.
 STILL_REPLACED = {
     "conftest.py": 1, "fake_gpu.py": 2, "solgate_testing.py": 2, "test_bad_input_commands_and_callables.py": 1,
-    "test_contention.py": 5, "test_gpu_measurements.py": 9, "test_gpu_paths.py": 13, "test_plugin.py": 1,
+    "test_contention.py": 3, "test_gpu_measurements.py": 9, "test_gpu_paths.py": 13, "test_plugin.py": 1,
     "test_reports.py": 1, "test_settings_and_folders.py": 2, "test_steps.py": 1, "test_xdist.py": 1,
 }
 # The seams that are passed in now: no test may replace them again.

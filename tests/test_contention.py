@@ -17,30 +17,25 @@ from test_history import STEADY, Repo, repo, sqlite_repo  # noqa: F401 (fixtures
 
 from pytest_solgate.measure import contention, extras
 from pytest_solgate.run import contended_line
-from solgate_testing import FAST_TIMING
+from solgate_testing import FAKE_CLOCK_KERNELS, FAST_TIMING
 
 real_contention = extras.contention  # before conftest's patch (test modules are imported first)
 
-# The tests' kernels run on a fake clock: each call moves it (and whatever else moves with it: a
-# busy machine's counters) by the kernel's duration; the plugin's own probe moves it by 1 ms.
-FAKE_CLOCK = '''
+# The tests' kernels run on the shared fake clock (solgate_testing.FAKE_CLOCK_KERNELS): each call
+# moves it (and whatever else moves with it: a busy machine's counters) by the kernel's duration.
+FAKE_CLOCK = FAKE_CLOCK_KERNELS + '''
 import json, pathlib, time
-import pytest
-from pytest_solgate.measure import backends
 
-FAKE_NS = [0]
 SPEED = json.loads(pathlib.Path(__file__).with_name("speed.json").read_text())
 MOVED_WITH_THE_CLOCK = []
 
 def advance(ns):
-    FAKE_NS[0] += ns
+    busy(ns / 1e9)
     for move in MOVED_WITH_THE_CLOCK:
         move()
 
 @pytest.fixture(autouse=True)
-def _fake_clock(monkeypatch):
-    monkeypatch.setattr(backends.CpuBackend, "now", staticmethod(lambda: (FAKE_NS[0],) * 3))
-    monkeypatch.setattr(backends.CpuBackend, "copy_probe", lambda self: advance(1_000_000))
+def _no_flush(monkeypatch):
     monkeypatch.setattr(backends.CpuBackend, "flush", lambda self: None)  # no CPU work of ours between the calls
 '''
 
