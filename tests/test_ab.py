@@ -44,6 +44,27 @@ def test_an_unchanged_head_passes_and_a_pull_request_records_nothing(repo):
     assert "no history database here yet" in repo.solgate("history").stderr  # nothing was written
 
 
+def test_each_run_is_one_pytest_process_that_collects_only_what_it_runs(repo, tmp_path):
+    # every pytest session appends what it collected: no --collect-only pass before the rounds, and
+    # after round 1 only the undecided kernel is collected (the other test is deselected in round 1)
+    log = tmp_path / "sessions.log"
+    (repo.path / "conftest.py").write_text(
+        "import os\n\n"
+        "def pytest_collection_finish(session):\n"
+        "    with open(os.environ['SESSIONS_LOG'], 'a') as out:\n"
+        "        out.write(' '.join(sorted(i.nodeid for i in session.items)) + '\\n')\n")
+    (repo.path / "test_other.py").write_text("def test_other():\n    pass\n")
+    base = repo.commit("BASE", seconds=1e-3)
+    repo.commit("slower", seconds=1.5e-3)
+    done = repo.solgate("ab", base, "*::test_kernel", "--no-record", "--rounds", "4",
+                        env={"SESSIONS_LOG": str(log)})
+    assert done.returncode == 1, done.stdout + done.stderr
+    sessions = log.read_text().splitlines()
+    rounds = int(done.stdout.split(" round(s)")[0].rsplit(" ", 1)[1])
+    assert len(sessions) == 2 * rounds, sessions  # one process per side per round, none to collect
+    assert set(sessions) == {"test_kernels.py::test_kernel"}, sessions  # test_other deselected, never run
+
+
 def test_pytest_options_after_the_double_dash_reach_every_run(repo):
     base = repo.commit("BASE", seconds=1e-3)
     repo.commit("HEAD", seconds=1e-3)

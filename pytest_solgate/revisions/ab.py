@@ -90,7 +90,8 @@ def ab(
     announce: Callable[[int, str, str], None] = lambda round_, side, state: None,
     clock: Callable[[], float] = time.monotonic,
 ) -> ABResult:
-    """Round 1 runs every selected test on both sides; later rounds only the tests with a paired
+    """Round 1 collects and runs every selected test on both sides (one pytest process a side: the
+    pattern deselects in the process that measures); later rounds only the tests with a paired
     measurement still undecided (a test that measures nothing, or only on one side, is not run
     again). A test that fails on one side costs its own measurements, never the side's others."""
     where = worktree.place(cwd, "ab")
@@ -103,25 +104,39 @@ def ab(
     with worktree.scratch("ab") as scratch:
         runner = worktree.Runner(where, scratch, history_location, record, "ab", pytest_args)
         try:
-            tests, skipped = _selected(runner, base, pattern, paths)
+            base_paths, skipped = _paths_at_base(runner, base, paths)
             pairs: dict[Key, list[paired.Pair]] = {}
             tolerances: dict[Key, float] = {}
             seen: dict[str, set[Key]] = {"head": set(), "base": set()}
             no_sol: set[Key] = set()
             failed: list[str] = []
-            running = list(tests)
+            ran: dict[str, tuple[str, ...]] = {}
+            tests: list[str] = []
+            running: list[str] = []
             done = stopped = 0
             for round_ in range(rounds):
                 sides = ("head", "base") if round_ % 2 == 0 else ("base", "head")
                 got: dict[str, dict[Key, Measurement]] = {}
                 for side in sides:
-                    result = runner.run(None if side == "head" else base, running, record=record and side == "head")
+                    commit = None if side == "head" else base
+                    if round_ == 0:  # collect and measure at once
+                        result = runner.run(commit, list(paths) if side == "head" else base_paths,
+                                            record=record and side == "head", pattern=pattern, keep_going=True)
+                        ran[side] = _selected(side, base, pattern, result)
+                    else:
+                        result = runner.run(commit, running, record=record and side == "head", keep_going=True)
                     if result.failed:
                         failed.append(f"{side} (round {round_ + 1}): {result.failed}")
                     got[side] = _judged(result)
                     seen[side].update(got[side])
                     announce(round_ + 1, side, "; ".join(
                         [f"{len(got[side])} measurement(s)", *([result.failed] if result.failed else [])]))
+                if round_ == 0:
+                    tests = [test for test in ran["head"] if test in set(ran["base"])]
+                    if not tests:
+                        raise NothingToPair(f"ab: none of the {len(ran['head'])} selected test(s) exists at BASE "
+                                            f"{base[:10]}: nothing to pair" + "".join(f"; {note}" for note in skipped))
+                    running = list(tests)
                 for key, h in got["head"].items():
                     b = got["base"].get(key)
                     if b is None:
@@ -155,26 +170,29 @@ def _geomean(values: Sequence[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def _selected(runner: worktree.Runner, base: str, pattern: str | None,
-              paths: Sequence[str]) -> tuple[list[str], list[str]]:
-    """The node ids HEAD's tree collects that match ``pattern`` and exist at the base too (a test
-    the change adds has nothing to be paired with), and what was left out. ``paths``: where pytest
-    collects (default: its own testpaths); one that the base does not have yet is left out there."""
-    chosen, head_problem = runner.matching(None, "at HEAD", pattern, paths)
+def _paths_at_base(runner: worktree.Runner, base: str, paths: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Where pytest collects at the base (``paths``; none: its own testpaths), and what was left
+    out: a path the base does not have yet (new at HEAD) has nothing to be paired with."""
     at = f"at BASE {base[:10]}"
-    folder = runner.folder(base)
-    base_paths = [path for path in paths if (folder / path.partition("::")[0]).exists()]
-    skipped = [f"at HEAD: {head_problem}"] if head_problem else []
-    skipped += [f"{path}: not {at} (new at HEAD): nothing to pair" for path in paths if path not in base_paths]
-    if paths and not base_paths:
-        raise NothingToPair(f"ab: none of the paths ({', '.join(paths)}) exists {at}: nothing to pair")
     try:
-        listed, base_problem = runner.matching(base, at, None, base_paths)
+        folder = runner.folder(base)
     except worktree.WorktreeError as exc:
         raise ABError(str(exc)) from None
-    skipped += [f"{at}: {base_problem}"] if base_problem else []
-    both = [test for test in chosen if test in set(listed)]
-    if not both:
-        raise NothingToPair(f"ab: none of the {len(chosen)} selected test(s) exists {at}: nothing to pair"
-                            + "".join(f"; {note}" for note in skipped))
-    return both, skipped
+    base_paths = [path for path in paths if (folder / path.partition("::")[0]).exists()]
+    if paths and not base_paths:
+        raise NothingToPair(f"ab: none of the paths ({', '.join(paths)}) exists {at}: nothing to pair")
+    return base_paths, [f"{path}: not {at} (new at HEAD): nothing to pair" for path in paths if path not in base_paths]
+
+
+def _selected(side: str, base: str, pattern: str | None, result: worktree.RunResult) -> tuple[str, ...]:
+    """The node ids a side's first round ran (those matching ``pattern``), or why there are none:
+    HEAD's are a usage error; the base's, nothing to pair (a pull request that adds the first tests)."""
+    at = "at HEAD" if side == "head" else f"at BASE {base[:10]}"
+    if result.ran:
+        return result.ran
+    if not result.collected:
+        raise ABError(f"ab: {at} pytest collects nothing: {result.failed or 'no tests collected'}")
+    if side == "head":
+        raise ABError(f"ab: no test {at} matches '{pattern}' ({result.collected} collected); "
+                      "give a glob or text of a test id, e.g. 'test_matmul*'")
+    raise NothingToPair(f"ab: none of the selected test(s) exists {at}: nothing to pair")

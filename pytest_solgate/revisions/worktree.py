@@ -31,15 +31,17 @@ PYTEST_INTERRUPTED = 2  # ... and when a module did not collect (the others' ids
 # Every run is pytest with this one-hook-each plugin (``python -c`` puts the working directory first
 # on sys.path, as ``python -m pytest`` does). Node ids are relative to pytest's rootdir, while pytest
 # resolves its arguments against the folder it runs in: an argument that names no path there but
-# one under the rootdir is made absolute, so that ids collected from a subfolder run from it. The
-# collected ids go to argv[1] (or nowhere: "-"), taken from the items themselves, not parsed from
-# output that -q or -v in the project's addopts would reshape.
+# one under the rootdir is made absolute, so that ids collected from a subfolder run from it. A
+# pattern (argv[2], "" for none) deselects the tests whose ids do not match, in the same process
+# that runs the others: ``solgate ab``'s first round collects and measures at once. The ids that
+# run, and how many were collected, go to argv[1] (or nowhere: "-"), taken from the items themselves,
+# not parsed from output that -q or -v in the project's addopts would reshape.
 PYTEST = """\
 import json, sys
 import pytest
 
 class Rooted:
-    ids = []
+    ids, total = [], 0
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_configure(self, config):
@@ -49,14 +51,23 @@ class Rooted:
             if path and not (here / path).exists() and (root / path).exists():
                 config.args[i] = str(root / path) + sep + rest
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, config, items):
+        self.total = len(items)
+        if sys.argv[2]:
+            from pytest_solgate.record.store import matches
+            kept = [item for item in items if matches(sys.argv[2], item.nodeid)]
+            config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+            items[:] = kept
+
     def pytest_collection_finish(self, session):
         self.ids = [item.nodeid for item in session.items]
 
 plugin = Rooted()
-code = pytest.main(sys.argv[2:], plugins=[plugin])
+code = pytest.main(sys.argv[3:], plugins=[plugin])
 if sys.argv[1] != "-":
     with open(sys.argv[1], "w", encoding="utf-8") as out:
-        json.dump(plugin.ids, out)
+        json.dump({"ids": plugin.ids, "collected": plugin.total}, out)
 sys.exit(int(code))
 """
 
@@ -123,6 +134,8 @@ class RunResult:
 
     results: tuple[tuple[dict[str, Any], Measurement], ...] = ()
     failed: str = ""
+    ran: tuple[str, ...] = ()  # the node ids that ran (after the pattern)
+    collected: int = 0  # how many tests pytest collected (before it)
 
 
 @dataclass(frozen=True)
@@ -181,16 +194,21 @@ class Runner:
         if cached.is_dir():
             shutil.copytree(cached, gitinfo.state_dir(folder) / "profiles", dirs_exist_ok=True)
 
-    def _pytest(self, commit: str | None, listed: str, arguments: Sequence[str], record: bool) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-c", PYTEST, listed, *arguments], cwd=self.folder(commit),
-                              env=self._environment(record), capture_output=True, text=True, check=False)
+    def _pytest(self, commit: str | None, arguments: Sequence[str], record: bool,
+                pattern: str | None = None) -> tuple[subprocess.CompletedProcess, tuple[str, ...], int]:
+        """One pytest process: its outcome, the ids that ran (those matching ``pattern``) and how
+        many it collected."""
+        listed = self.scratch / "collected.json"
+        listed.unlink(missing_ok=True)
+        done = subprocess.run([sys.executable, "-c", PYTEST, str(listed), pattern or "", *arguments],
+                              cwd=self.folder(commit), env=self._environment(record), capture_output=True, text=True,
+                              check=False)
+        found = json.loads(listed.read_text(encoding="utf-8")) if listed.exists() else {}
+        return done, tuple(found.get("ids", ())), int(found.get("collected", 0))
 
     def collect(self, commit: str | None, paths: Sequence[str] = ()) -> Collected:
         """The node ids pytest collects at ``commit``, or why it collects none."""
-        listed = self.scratch / "collected.json"
-        listed.unlink(missing_ok=True)
-        done = self._pytest(commit, str(listed), self._arguments(paths, "--collect-only"), False)
-        ids = tuple(json.loads(listed.read_text(encoding="utf-8"))) if listed.exists() else ()
+        done, ids, _ = self._pytest(commit, self._arguments(paths, "--collect-only"), False)
         if done.returncode in (0, PYTEST_NO_TESTS) and ids:
             return Collected(ids)
         problem = _failure(done.returncode, done.stdout + done.stderr, self.worktree.path)
@@ -214,10 +232,12 @@ class Runner:
         return chosen, collected.problem
 
     def run(self, commit: str | None, tests: Sequence[str], record: bool | None = None,
-            baseline: bool = True) -> RunResult:
-        """One run of ``tests`` at ``commit``; ``record`` (default: the runner's) saves it into the
-        history, ``baseline`` judges it against the history's window as the gate would. A run in
-        which some tests failed still gives the others' results, with the failure beside them."""
+            baseline: bool = True, pattern: str | None = None, keep_going: bool = False) -> RunResult:
+        """One run of ``tests`` (node ids, or paths to collect) at ``commit``; ``pattern`` runs only
+        the collected tests whose ids match it; ``record`` (default: the runner's) saves it into the
+        history, ``baseline`` judges it against the history's window as the gate would;
+        ``keep_going`` runs the modules that collect where another does not. A run in which some
+        tests failed still gives the others' results, with the failure beside them."""
         record = self.record if record is None else record
         self.count += 1
         out = self.scratch / f"run-{self.count}.json"
@@ -226,13 +246,15 @@ class Runner:
             options.append("--sol-no-save")
         if not (record and baseline):
             options.append("--sol-baseline=none")
-        done = self._pytest(commit, "-", self._arguments(tests, *options), record)
+        if keep_going:
+            options.append("--continue-on-collection-errors")
+        done, ran, collected = self._pytest(commit, self._arguments(tests, *options), record, pattern)
         failed = _failure(done.returncode, done.stdout + done.stderr, self.worktree.path) if done.returncode else ""
         if done.returncode not in (0, 1) or not out.exists():
-            return RunResult(failed=failed or "no results written")
+            return RunResult(failed=failed or "no results written", ran=ran, collected=collected)
         run, measurements = schema.read_run(out.read_text(encoding="utf-8"), str(out))
         row = store.run_row(run)
-        return RunResult(tuple((row, m) for m in measurements), failed)
+        return RunResult(tuple((row, m) for m in measurements), failed, ran, collected)
 
     def close(self) -> None:
         self.worktree.remove()
