@@ -60,6 +60,25 @@ def test_ceilings_are_cached_even_when_repetitions_disagree_and_only_rise(tmp_pa
     assert fast.ceilings_id != first.ceilings_id and fast.id == first.id
 
 
+def test_a_recheck_within_its_own_noise_keeps_the_ceilings_and_their_identity(tmp_path):
+    """Issue 44: a session's re-check read a figure 0.5-1 % above the cached one in nearly every
+    session, raised it, and so gave every session new ceilings (a new ceilings_id): each run's
+    baselines were compared on time. Only a gain beyond RAISE_MARGIN raises a ceiling now."""
+    said = []
+    first = calibrate.cpu_profile(tmp_path, said.append, lambda torch: (40.0, {"copy": 40.0}, {"fp32": 0.1, "fp64": 0.05}, {}))
+    for share in (1.01, 1.03, 1.045):
+        again = calibrate.cpu_profile(tmp_path, said.append, recheck=quick(40 * share, 0.1 * share))
+        assert again == first and again.ceilings_id == first.ceilings_id, share
+    assert not any("raised" in line for line in said)
+    faster = calibrate.cpu_profile(tmp_path, said.append, recheck=quick(40 * 1.06, 0.1))
+    assert faster.memory_bandwidth_gbps == pytest.approx(42.4) and faster.peak_tflops == first.peak_tflops
+    assert "raised them" in said[-1] and faster.ceilings_id != first.ceilings_id
+    # `solgate calibrate` keeps whatever it measured higher: the user asked for a measurement.
+    full = calibrate.cpu_profile(tmp_path, said.append, lambda torch: (42.5, {"copy": 42.5}, {"fp32": 0.1, "fp64": 0.05}, {}),
+                                 full=True)
+    assert full.memory_bandwidth_gbps == 42.5
+
+
 def test_raise_ceilings_is_the_identity_when_nothing_rose():
     from pytest_solgate.declare.profiles import HardwareProfile
 
