@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from solgate_testing import FAKE_CLOCK_KERNELS, FAST_TIMING, SYNTHETIC_PROFILE, git, init_repo
+from solgate_testing import FAKE_CLOCK_KERNELS, FAKE_CLOCK_TIMING, FAST_TIMING, SYNTHETIC_PROFILE, git, init_repo
 
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the CPU profile reads torch's facts")
 
@@ -220,3 +220,50 @@ def test_json_of_the_last_id_is_what_the_plugin_wrote(tmp_path, monkeypatch):
     said = []
     calibrate._say_id_change({"cpu": "X", "threads": 1}, said.append)
     assert said == [] and json.loads((tmp_path / calibrate.LAST_CPU_FILE).read_text())["fingerprint"]["threads"] == 1
+
+
+# --- issue 44 item 1: the ceilings change only when they really do -----------------------------------
+
+
+@needs_torch
+def test_runs_that_change_nothing_are_not_told_the_ceilings_changed(pytester, monkeypatch):
+    """Every run after the first once said "1 measurement(s) compared on time: the ceilings changed
+    since their baselines", with no recalibration: each session's brief re-check raised a ceiling by
+    its own noise (0.5-1 % on the development VM), and a raised ceiling is a new ceilings identity.
+    Runs on consecutive commits, on this CPU's own calibration, as a new project makes them."""
+    from pytest_solgate.measure import calibrate
+
+    figures = (1.0, {"copy": 1.0}, {"fp32": 0.001, "fp64": 0.0005}, {"bandwidth": 0.01})
+    # What each later session's re-check reads, as a share of the calibration: within its own
+    # noise, a little faster each time; then a truly faster machine; then a slower one.
+    rechecks = iter([1.01, 1.02, 1.03, 1.2, 1.0])
+    monkeypatch.setattr(calibrate, "repeated_cpu_calibration", lambda torch, *a, **k: figures)
+    monkeypatch.setattr(calibrate, "quick_cpu_check", lambda torch, *a, **k: (lambda share: (
+        share, {"copy": share}, {"fp32": 0.001 * share, "fp64": 0.0005 * share}))(next(rechecks)))
+    init_repo(pytester.path)
+    (pytester.path / ".gitignore").write_text(".solgate/\n__pycache__/\n*.json\n")
+    pytester.makepyfile(test_kernels=FAKE_CLOCK_KERNELS + textwrap.dedent(PASSING))
+
+    def run(commit):
+        git(pytester.path, "add", "-A")
+        git(pytester.path, "commit", "-q", "--allow-empty", "-m", commit)
+        result = pytester.runpytest(*FAKE_CLOCK_TIMING, "--sol-json=out.json")
+        result.assert_outcomes(passed=2)
+        baselines = [m["baseline"] for m in json.loads((pytester.path / "out.json").read_text())["measurements"]]
+        return " ".join(result.stdout.str().split()), baselines  # the session's lines wrap at 80 columns
+
+    first, _ = run("first")
+    assert "measuring this CPU's ceilings once" in first
+    for commit in ("second", "third", "fourth"):
+        said, baselines = run(commit)
+        assert "compared on time" not in said and "raised them" not in said, said
+        assert all(b["compared_on"] == "sol" for b in baselines), baselines
+    # A re-check well beyond its noise raises the ceilings: said once, in that session, naming
+    # the first measurement and what to do ...
+    said, baselines = run("fifth")
+    assert "raised them" in said and all(b["compared_on"] == "time" for b in baselines)
+    assert "the ceilings of cpu-" in said and "changed since the last run, so 2 measurement(s) (first: test_kernels.py::test_one [default]) are compared on time" in said
+    assert "nothing to do; if you did not mean to change them, `solgate profile cpu-" in said
+    # ... and not in the next session, whose windows still hold runs from before the raise.
+    said, baselines = run("sixth")
+    assert all(b["compared_on"] == "time" for b in baselines) and "compared on time" not in said, said
