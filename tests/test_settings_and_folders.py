@@ -37,12 +37,20 @@ def solgate(*args, cwd, env=None):
 @pytest.fixture
 def fake_calibration(monkeypatch):
     """The CPU calibration with fixed figures (1 GB/s, 1 GFLOP/s): the real cpu_profile, its cache
-    and its messages, without the seconds of measuring."""
+    and its messages, without the seconds of measuring. A test appends to the list it returns what
+    the next sessions' re-checks read, as shares of those figures."""
     from pytest_solgate.measure import calibrate
 
     figures = (1.0, {"copy": 1.0}, {"fp32": 0.001, "fp64": 0.0005}, {"bandwidth": 0.01})
+    rechecks: list[float] = []  # what the next sessions' re-checks read, as shares of the calibration (else 1.0)
+
+    def recheck(torch, *args, **kwargs):
+        share = rechecks.pop(0) if rechecks else 1.0
+        return share * figures[0], {"copy": share * figures[1]["copy"]}, {k: share * v for k, v in figures[2].items()}
+
     monkeypatch.setattr(calibrate, "repeated_cpu_calibration", lambda torch, *a, **k: figures)
-    monkeypatch.setattr(calibrate, "quick_cpu_check", lambda torch, *a, **k: figures[:3])
+    monkeypatch.setattr(calibrate, "quick_cpu_check", recheck)
+    return rechecks
 
 
 # --- 13: --help ---------------------------------------------------------------------------------
@@ -226,20 +234,14 @@ def test_json_of_the_last_id_is_what_the_plugin_wrote(tmp_path, monkeypatch):
 
 
 @needs_torch
-def test_runs_that_change_nothing_are_not_told_the_ceilings_changed(pytester, monkeypatch):
+def test_runs_that_change_nothing_are_not_told_the_ceilings_changed(pytester, fake_calibration):
     """Every run after the first once said "1 measurement(s) compared on time: the ceilings changed
     since their baselines", with no recalibration: each session's brief re-check raised a ceiling by
     its own noise (0.5-1 % on the development VM), and a raised ceiling is a new ceilings identity.
     Runs on consecutive commits, on this CPU's own calibration, as a new project makes them."""
-    from pytest_solgate.measure import calibrate
-
-    figures = (1.0, {"copy": 1.0}, {"fp32": 0.001, "fp64": 0.0005}, {"bandwidth": 0.01})
     # What each later session's re-check reads, as a share of the calibration: within its own
     # noise, a little faster each time; then a truly faster machine; then a slower one.
-    rechecks = iter([1.01, 1.02, 1.03, 1.2, 1.0])
-    monkeypatch.setattr(calibrate, "repeated_cpu_calibration", lambda torch, *a, **k: figures)
-    monkeypatch.setattr(calibrate, "quick_cpu_check", lambda torch, *a, **k: (lambda share: (
-        share, {"copy": share}, {"fp32": 0.001 * share, "fp64": 0.0005 * share}))(next(rechecks)))
+    fake_calibration.extend([1.01, 1.02, 1.03, 1.2, 1.0])
     init_repo(pytester.path)
     (pytester.path / ".gitignore").write_text(".solgate/\n__pycache__/\n*.json\n")
     pytester.makepyfile(test_kernels=FAKE_CLOCK_KERNELS + textwrap.dedent(PASSING))
