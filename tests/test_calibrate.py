@@ -109,7 +109,8 @@ def test_two_clones_on_one_machine_share_one_calibration_and_an_old_one_is_merge
     assert in_a.memory_bandwidth_gbps == 82 and in_a.peak_tflops == {"fp32": 0.1, "fp64": 0.04}
     shared = calibrate.cpu_profile_path(calibrate.user_cache_dir(), key)
     assert shared.is_file() and not calibrate.cpu_profile_path(clone_b, key).exists()
-    assert calibrate.this_cpu(tmp_path / "elsewhere") == (older.id, in_a)
+    ids = calibrate.cpu_ids(tmp_path / "elsewhere")
+    assert (ids.id, ids.calibration) == (older.id, in_a)
 
 
 # --- the best of several access patterns and matmul sizes (issue 35 item 2) ----------------------

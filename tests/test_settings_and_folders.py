@@ -219,15 +219,69 @@ def test_an_id_change_on_another_machine_is_not_the_users_doing():
     assert id_change(here, here) == {}
 
 
-def test_json_of_the_last_id_is_what_the_plugin_wrote(tmp_path, monkeypatch):
+def test_json_of_the_last_id_is_what_the_plugin_wrote(tmp_path):
     """A damaged marker is ignored, never an error."""
     from pytest_solgate.measure import calibrate
 
-    monkeypatch.setenv("SOLGATE_CACHE_DIR", str(tmp_path))
     (tmp_path / calibrate.LAST_CPU_FILE).write_text("{not json")
     said = []
-    calibrate._say_id_change({"cpu": "X", "threads": 1}, said.append)
+    calibrate.say_id_change(tmp_path, said.append, {"cpu": "X", "threads": 1})
     assert said == [] and json.loads((tmp_path / calibrate.LAST_CPU_FILE).read_text())["fingerprint"]["threads"] == 1
+    assert calibrate.last_session_fingerprint(tmp_path) == {"cpu": "X", "threads": 1}
+
+
+@needs_torch
+def test_a_project_is_told_of_its_own_id_changes_only_and_detect_names_the_id_its_tests_use(pytester, fake_calibration):
+    """A brand-new project pinned to other torch threads than the default (the quickstart's conftest
+    pins one) was told "threads 2 -> 1 ... To keep cpu-...: torch.set_num_threads(2)", because the
+    last id was remembered per user and another project had run at the default; and `solgate
+    detect`, run without the tests' conftest, showed an id the tests do not use (issue 44)."""
+    import torch
+
+    from pytest_solgate.measure import calibrate
+
+    threads = torch.get_num_threads()
+    default_id = f"cpu-{calibrate.fingerprint_key(calibrate.cpu_fingerprint(torch))}"
+    pinned_id = f"cpu-{calibrate.fingerprint_key({**calibrate.cpu_fingerprint(torch), 'threads': threads + 1})}"
+    one_thread_id = f"cpu-{calibrate.fingerprint_key({**calibrate.cpu_fingerprint(torch), 'threads': 1})}"
+    for name in ("other", "new"):
+        project = pytester.path / name
+        project.mkdir()
+        init_repo(project)
+        (project / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
+        (project / "test_kernels.py").write_text(FAKE_CLOCK_KERNELS + textwrap.dedent(PASSING))
+    (pytester.path / "new" / "conftest.py").write_text(f"import torch\ntorch.set_num_threads({threads + 1})\n")
+
+    def session(name):
+        try:
+            result = pytester.runpytest(*FAKE_CLOCK_TIMING, name)
+        finally:
+            torch.set_num_threads(threads)  # the new project's conftest set this process's torch
+        result.assert_outcomes(passed=2)
+        return result.stdout.str()
+
+    def detect(name):
+        done = subprocess.run([sys.executable, "-m", "pytest_solgate.cli", "detect", "--device", "cpu"],
+                              cwd=pytester.path / name, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip(), " ".join(done.stderr.split())
+
+    assert "profile id is now" not in session("other")  # another project, at torch's default threads
+    # Before its tests ever ran, detect names the id at torch's default and says the tests' may differ.
+    printed, said = detect("new")
+    assert printed == default_id and "no test of this project has run here yet" in said, said
+    if threads != 1:
+        assert f"the quickstart's conftest pins torch.set_num_threads(1): {one_thread_id}" in said
+    # The new project's first session: no change of its own to tell.
+    assert "profile id is now" not in session("new")
+    # From then on detect names the id its tests use, though it runs without their conftest.
+    printed, said = detect("new")
+    assert printed == pinned_id, said
+    assert f"at {threads + 1} torch thread(s), as this project's tests last ran here" in said
+    assert f"without their conftest torch has {threads} here, which is another id ({default_id})" in said
+    # The other project's next session is not told of the new project's threads either.
+    assert "profile id is now" not in session("other")
+    assert detect("other")[0] == default_id
 
 
 # --- issue 44 item 1: the ceilings change only when they really do -----------------------------------
