@@ -118,6 +118,8 @@ class BaselineComparison:
     # raw_change is then the SOL's own change against the window's plain centre.
     by_probe: bool = False
     raw_change: float | None = None
+    # The window's newest run was scored under other ceilings: they changed since the last run.
+    ceilings_changed: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -125,7 +127,8 @@ class BaselineComparison:
         statistic, confirmed = data.pop("statistic"), data.pop("confirmed")
         by_probe, raw_change = data.pop("by_probe"), data.pop("raw_change")
         probe = {"by_probe": True, "raw_change": raw_change} if by_probe else {}  # only when set, as before
-        return {**data, "test": statistic, "confirmed": confirmed, **probe}  # solgate/1 calls the statistic "test"
+        changed = {"ceilings_changed": True} if data.pop("ceilings_changed") else {}
+        return {**data, "test": statistic, "confirmed": confirmed, **probe, **changed}  # solgate/1 calls the statistic "test"
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "BaselineComparison":
@@ -146,6 +149,7 @@ class BaselineComparison:
             confirmed=bool(data.get("confirmed")),
             by_probe=bool(data.get("by_probe")),
             raw_change=data.get("raw_change"),
+            ceilings_changed=bool(data.get("ceilings_changed")),
         )
 
 

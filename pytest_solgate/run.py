@@ -344,14 +344,11 @@ class Run:
         contended = [m for m in self.records if m.contended]
         if contended:
             self.messages.append(contended_line(len(contended), contended[0].contended))
-        on_time = [m for m in self.records if m.judgement and m.judgement.baseline and m.judgement.baseline.compared_on == "time"]
-        if on_time:  # once per session, not in every measurement's message
-            first = on_time[0]
-            self.messages.append(
-                f"solgate: {len(on_time)} measurement(s) compared on time: the ceilings changed since their baselines\n"
-                f"  (first: {first.test} [{first.name}])\n"
-                "  re-calibrated, or a CPU's cached ceilings raised when it ran faster: their SOLs are\n"
-                "  not comparable, their times are, and the gate used those; nothing to do")
+        # Once per session, and only in the session whose ceilings differ from the last run's: the
+        # runs before the change stay in the windows (compared on time) for several sessions more.
+        changed = [m for m in self.records if m.judgement and m.judgement.baseline and m.judgement.baseline.ceilings_changed]
+        if changed:
+            self.messages.append(ceilings_changed_line(len(changed), changed[0]))
         if run.status == "interrupted":
             # Recorded (what was measured is evidence) but never a baseline, and every output says so.
             self.messages.append(f"solgate: the session was interrupted: this run ({len(self.records)} measurement(s)) "
@@ -411,6 +408,19 @@ def contended_line(count: int, first_reason: str, width: int = 80) -> str:
     lines += textwrap.wrap(f"({first_reason});", width, initial_indent="  ", subsequent_indent="  ")
     lines.append("  recorded, never baselines; regressed only beyond what their wait explains")
     return "\n".join(lines)
+
+
+def ceilings_changed_line(count: int, first: Any, width: int = 80) -> str:
+    """The end-of-session line about measurements whose ceilings changed since their last run
+    (``first`` the first of them), wrapped to 80 columns as ``contended_line`` is."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(
+        f"solgate: the ceilings of {first.profile} changed since the last run, so {count} measurement(s) "
+        f"(first: {first.test} [{first.name}]) are compared on time: SOLs under other ceilings are not "
+        "comparable, times are. Re-calibrated, raised by a re-check that ran faster, or an edited profile: "
+        f"nothing to do; if you did not mean to change them, `solgate profile {first.profile}` shows them",
+        width, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False))
 
 
 def _led_by_verdict(m: Any) -> str:

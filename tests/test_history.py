@@ -221,10 +221,18 @@ def test_changed_ceilings_are_compared_on_time(repo):
     assert kernel["verdict"] == "pass", kernel["reason"]
     assert kernel["baseline"]["compared_on"] == "time" and abs(kernel["baseline"]["change"]) < 0.05
     assert "compared on time" not in kernel["reason"]  # said once per session, not per measurement
-    result.stdout.fnmatch_lines(["solgate: 1 measurement(s) compared on time: the ceilings changed since their baselines",
-                                 "  (first: test_kernels.py::test_kernel ?default?)",  # which measurement
-                                 "  re-calibrated, or a CPU's cached ceilings raised when it ran faster: their SOLs are",
-                                 "  not comparable, their times are, and the gate used those; nothing to do"])  # what to do
+    said = " ".join(result.stdout.str().split())
+    assert said.count("compared on time") == 1
+    assert ("solgate: the ceilings of synthetic changed since the last run, so 1 measurement(s) "
+            "(first: test_kernels.py::test_kernel [default]) are compared on time") in said  # which measurement
+    assert ("Re-calibrated, raised by a re-check that ran faster, or an edited profile: nothing to do; if you did not "
+            "mean to change them, `solgate profile synthetic` shows them") in said  # what to do
+    # The next run's window still holds runs scored under the old ceilings, but the change is not
+    # news any more: said in the session it happened, not in every session after (issue 44).
+    repo.commit("same speed again")
+    result, verdicts, _ = repo.run()
+    assert verdicts["test_kernel"]["baseline"]["compared_on"] == "time"
+    assert "compared on time" not in " ".join(result.stdout.str().split()), result.stdout.str()
 
 
 def test_a_changed_environment_is_named_and_not_failed(repo):

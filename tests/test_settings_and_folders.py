@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from solgate_testing import FAKE_CLOCK_KERNELS, FAST_TIMING, SYNTHETIC_PROFILE, git, init_repo
+from solgate_testing import FAKE_CLOCK_KERNELS, FAKE_CLOCK_TIMING, FAST_TIMING, SYNTHETIC_PROFILE, git, init_repo
 
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the CPU profile reads torch's facts")
 
@@ -37,12 +37,20 @@ def solgate(*args, cwd, env=None):
 @pytest.fixture
 def fake_calibration(monkeypatch):
     """The CPU calibration with fixed figures (1 GB/s, 1 GFLOP/s): the real cpu_profile, its cache
-    and its messages, without the seconds of measuring."""
+    and its messages, without the seconds of measuring. A test appends to the list it returns what
+    the next sessions' re-checks read, as shares of those figures."""
     from pytest_solgate.measure import calibrate
 
     figures = (1.0, {"copy": 1.0}, {"fp32": 0.001, "fp64": 0.0005}, {"bandwidth": 0.01})
+    rechecks: list[float] = []  # what the next sessions' re-checks read, as shares of the calibration (else 1.0)
+
+    def recheck(torch, *args, **kwargs):
+        share = rechecks.pop(0) if rechecks else 1.0
+        return share * figures[0], {"copy": share * figures[1]["copy"]}, {k: share * v for k, v in figures[2].items()}
+
     monkeypatch.setattr(calibrate, "repeated_cpu_calibration", lambda torch, *a, **k: figures)
-    monkeypatch.setattr(calibrate, "quick_cpu_check", lambda torch, *a, **k: figures[:3])
+    monkeypatch.setattr(calibrate, "quick_cpu_check", recheck)
+    return rechecks
 
 
 # --- 13: --help ---------------------------------------------------------------------------------
@@ -211,12 +219,107 @@ def test_an_id_change_on_another_machine_is_not_the_users_doing():
     assert id_change(here, here) == {}
 
 
-def test_json_of_the_last_id_is_what_the_plugin_wrote(tmp_path, monkeypatch):
+def test_json_of_the_last_id_is_what_the_plugin_wrote(tmp_path):
     """A damaged marker is ignored, never an error."""
     from pytest_solgate.measure import calibrate
 
-    monkeypatch.setenv("SOLGATE_CACHE_DIR", str(tmp_path))
     (tmp_path / calibrate.LAST_CPU_FILE).write_text("{not json")
     said = []
-    calibrate._say_id_change({"cpu": "X", "threads": 1}, said.append)
+    calibrate.say_id_change(tmp_path, said.append, {"cpu": "X", "threads": 1})
     assert said == [] and json.loads((tmp_path / calibrate.LAST_CPU_FILE).read_text())["fingerprint"]["threads"] == 1
+    assert calibrate.last_session_fingerprint(tmp_path) == {"cpu": "X", "threads": 1}
+
+
+@needs_torch
+def test_a_project_is_told_of_its_own_id_changes_only_and_detect_names_the_id_its_tests_use(pytester, fake_calibration):
+    """A brand-new project pinned to other torch threads than the default (the quickstart's conftest
+    pins one) was told "threads 2 -> 1 ... To keep cpu-...: torch.set_num_threads(2)", because the
+    last id was remembered per user and another project had run at the default; and `solgate
+    detect`, run without the tests' conftest, showed an id the tests do not use (issue 44)."""
+    import torch
+
+    from pytest_solgate.measure import calibrate
+
+    threads = torch.get_num_threads()
+    default_id = f"cpu-{calibrate.fingerprint_key(calibrate.cpu_fingerprint(torch))}"
+    pinned_id = f"cpu-{calibrate.fingerprint_key({**calibrate.cpu_fingerprint(torch), 'threads': threads + 1})}"
+    one_thread_id = f"cpu-{calibrate.fingerprint_key({**calibrate.cpu_fingerprint(torch), 'threads': 1})}"
+    for name in ("other", "new"):
+        project = pytester.path / name
+        project.mkdir()
+        init_repo(project)
+        (project / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
+        (project / "test_kernels.py").write_text(FAKE_CLOCK_KERNELS + textwrap.dedent(PASSING))
+    (pytester.path / "new" / "conftest.py").write_text(f"import torch\ntorch.set_num_threads({threads + 1})\n")
+
+    def session(name):
+        try:
+            result = pytester.runpytest(*FAKE_CLOCK_TIMING, name)
+        finally:
+            torch.set_num_threads(threads)  # the new project's conftest set this process's torch
+        result.assert_outcomes(passed=2)
+        return result.stdout.str()
+
+    def detect(name):
+        done = subprocess.run([sys.executable, "-m", "pytest_solgate.cli", "detect", "--device", "cpu"],
+                              cwd=pytester.path / name, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip(), " ".join(done.stderr.split())
+
+    assert "profile id is now" not in session("other")  # another project, at torch's default threads
+    # Before its tests ever ran, detect names the id at torch's default and says the tests' may differ.
+    printed, said = detect("new")
+    assert printed == default_id and "no test of this project has run here yet" in said, said
+    if threads != 1:
+        assert f"the quickstart's conftest pins torch.set_num_threads(1): {one_thread_id}" in said
+    # The new project's first session: no change of its own to tell.
+    assert "profile id is now" not in session("new")
+    # From then on detect names the id its tests use, though it runs without their conftest.
+    printed, said = detect("new")
+    assert printed == pinned_id, said
+    assert f"at {threads + 1} torch thread(s), as this project's tests last ran here" in said
+    assert f"without their conftest torch has {threads} here, which is another id ({default_id})" in said
+    # The other project's next session is not told of the new project's threads either.
+    assert "profile id is now" not in session("other")
+    assert detect("other")[0] == default_id
+
+
+# --- issue 44 item 1: the ceilings change only when they really do -----------------------------------
+
+
+@needs_torch
+def test_runs_that_change_nothing_are_not_told_the_ceilings_changed(pytester, fake_calibration):
+    """Every run after the first once said "1 measurement(s) compared on time: the ceilings changed
+    since their baselines", with no recalibration: each session's brief re-check raised a ceiling by
+    its own noise (0.5-1 % on the development VM), and a raised ceiling is a new ceilings identity.
+    Runs on consecutive commits, on this CPU's own calibration, as a new project makes them."""
+    # What each later session's re-check reads, as a share of the calibration: within its own
+    # noise, a little faster each time; then a truly faster machine; then a slower one.
+    fake_calibration.extend([1.01, 1.02, 1.03, 1.2, 1.0])
+    init_repo(pytester.path)
+    (pytester.path / ".gitignore").write_text(".solgate/\n__pycache__/\n*.json\n")
+    pytester.makepyfile(test_kernels=FAKE_CLOCK_KERNELS + textwrap.dedent(PASSING))
+
+    def run(commit):
+        git(pytester.path, "add", "-A")
+        git(pytester.path, "commit", "-q", "--allow-empty", "-m", commit)
+        result = pytester.runpytest(*FAKE_CLOCK_TIMING, "--sol-json=out.json")
+        result.assert_outcomes(passed=2)
+        baselines = [m["baseline"] for m in json.loads((pytester.path / "out.json").read_text())["measurements"]]
+        return " ".join(result.stdout.str().split()), baselines  # the session's lines wrap at 80 columns
+
+    first, _ = run("first")
+    assert "measuring this CPU's ceilings once" in first
+    for commit in ("second", "third", "fourth"):
+        said, baselines = run(commit)
+        assert "compared on time" not in said and "raised them" not in said, said
+        assert all(b["compared_on"] == "sol" for b in baselines), baselines
+    # A re-check well beyond its noise raises the ceilings: said once, in that session, naming
+    # the first measurement and what to do ...
+    said, baselines = run("fifth")
+    assert "raised them" in said and all(b["compared_on"] == "time" for b in baselines)
+    assert "the ceilings of cpu-" in said and "changed since the last run, so 2 measurement(s) (first: test_kernels.py::test_one [default]) are compared on time" in said
+    assert "nothing to do; if you did not mean to change them, `solgate profile cpu-" in said
+    # ... and not in the next session, whose windows still hold runs from before the raise.
+    said, baselines = run("sixth")
+    assert all(b["compared_on"] == "time" for b in baselines) and "compared on time" not in said, said

@@ -48,21 +48,35 @@ def cmd_profiles(args: argparse.Namespace) -> int:
     for profile in listed:
         peak = max(profile.peak_tflops.items(), key=lambda kv: kv[1])
         print(f"{profile.id:<16} {profile.name:<46} {profile.memory_bandwidth_gbps:>7.0f} GB/s  {peak[1]:>7g} TFLOP/s {peak[0]}")
-    cpu_id, calibrated = _this_cpu()
-    if cpu_id is not None and calibrated is None:
-        print(f"{cpu_id:<16} this CPU, not calibrated yet (`solgate calibrate`, or the first run that measures on it)")
+    ids = _this_cpu()
+    if ids is not None and ids.calibration is None:
+        print(f"{ids.id:<16} this CPU, not calibrated yet (`solgate calibrate`, or the first run that measures on it)")
     return 0
 
 
 
-def _this_cpu() -> tuple[str | None, Any]:
-    """This CPU's profile id and its cached calibration; (None, None) without torch."""
+def _this_cpu() -> Any:
+    """This CPU's profile ids as this project's tests use them (calibrate.CpuIds); None without torch."""
     from pytest_solgate.measure import calibrate
 
     try:
-        return calibrate.this_cpu(common.state_dir())
+        return calibrate.cpu_ids(common.state_dir())
     except ImportError:
-        return None, None
+        return None
+
+
+def threads_line(ids: Any) -> str:
+    """What `solgate detect` and `solgate calibrate` say of the torch threads in a CPU's id: they
+    run without the tests' conftest, which may set another count (the quickstart's pins one)."""
+    if ids.from_tests and ids.threads == ids.here_threads:
+        return f"  at {ids.threads} torch thread(s), as this project's tests last ran here"
+    if ids.from_tests:
+        return (f"  at {ids.threads} torch thread(s), as this project's tests last ran here; without their conftest "
+                f"torch has {ids.here_threads} here, which is another id ({ids.here_id})")
+    quickstart = (f" (the quickstart's conftest pins torch.set_num_threads(1): {ids.one_thread_id})"
+                  if ids.here_threads != 1 else "")
+    return (f"  at {ids.here_threads} torch thread(s), torch's default here; no test of this project has run here "
+            f"yet, and tests that set another count run under another id{quickstart}")
 
 
 
@@ -125,11 +139,16 @@ def cmd_detect(args: argparse.Namespace) -> int:
 
     choice = devices.choose_device(args.device, None)
     if choice.kind == "cpu":
-        cpu_id, calibrated = _this_cpu()
-        print(cpu_id or "cpu (measured)")
-        where = (f"calibrated, cached in {calibrated.path}" if calibrated is not None
+        ids = _this_cpu()
+        if ids is None:
+            print("cpu (measured)")
+            print("  no GPU: the profile is measured on this CPU; its id needs torch", file=sys.stderr)
+            return 0
+        print(ids.id)
+        where = (f"calibrated, cached in {ids.calibration.path}" if ids.calibration is not None
                  else "not calibrated yet: `solgate calibrate`, or the first run that measures on it")
         print(f"  no GPU: the profile is measured on this CPU ({where}); budget globs name it, e.g. 'cpu-*'", file=sys.stderr)
+        print(threads_line(ids), file=sys.stderr)
         return 0
     name = devices.device_name(choice)
     facts = devices.device_facts(choice)
@@ -149,7 +168,14 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     cache = common.state_dir()
     choice = devices.choose_device(args.device, None)
     if choice.kind == "cpu":
+        import torch
 
+        # The id this project's tests use: at the torch threads they last ran with here (their
+        # conftest may set them), not at this process's default.
+        ids = calibrate.cpu_ids(cache)
+        torch.set_num_threads(ids.threads)
+        print(f"solgate: calibrating {ids.id}", file=sys.stderr)
+        print(threads_line(ids), file=sys.stderr)
         # calibrate means measure now; a cached profile's ceilings are kept where they were higher
         # (they only rise: delete cpu-*.toml in the per-user cache, `solgate detect` names it, to start again)
         profile = calibrate.cpu_profile(cache, lambda text: print(text, file=sys.stderr), full=True)

@@ -79,6 +79,10 @@ class Comparison:
     compared_on: str  # "sol", or "time" when the ceilings changed since the baseline
     facts: wording.ComparisonFacts
     raw_change: float | None = None  # the SOL's own change, when ``change`` is relative to the memory probe
+    # The window's newest run was scored under other ceilings: they changed since the last run
+    # (re-calibrated, raised, an edited profile). Said once, in this session; the window's older
+    # runs may be compared on time for several sessions more, and that is not news.
+    ceilings_changed: bool = False
 
     @property
     def text(self) -> str:
@@ -101,6 +105,7 @@ class Comparison:
             statistic=STATISTIC,
             by_probe=self.raw_change is not None,
             raw_change=self.raw_change,
+            ceilings_changed=self.ceilings_changed,
         )
 
 
@@ -160,6 +165,7 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
         raw_values.append(math.log(value) if value > 0 else math.nan)
     usable = [i for i, v in enumerate(raw_values) if math.isfinite(v)]
     compared_on = "time" if by_time else "sol"
+    ceilings_changed = _run_value(m, window.runs[0])[1]  # the window is newest first
     sol, noise = m.score.sol, m.timing.noise
     # Within-run precision is a 95 % half-width: divided by Z_95 it is a standard deviation.
     within_list = [run.noise / stats.Z_95 for run in window.runs if math.isfinite(run.noise)]
@@ -200,7 +206,7 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
     def runs_at(indices: Sequence[int]) -> tuple[tuple[str, float], ...]:
         return tuple((window.runs[i].commit, math.exp(values[i])) for i in indices)
 
-    # Whether it was compared on time (the ceilings changed) is said once per session (run.py).
+    # Whether it was compared on time (the ceilings changed) is said once, in the session they changed (run.py).
     facts = wording.ComparisonFacts(
         label=wording.label(m), verdict=PASS.value, change=change, tolerance=tolerance, floor=floor, sol=sol,
         centre=centre, commit=settings.commit or "", dirty=settings.dirty, newest=window.runs[0].commit,
@@ -210,7 +216,7 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
 
     def result(verdict: Verdict, held_back: str = "", **more: object) -> Comparison:
         said = dataclasses.replace(facts, verdict=verdict.value, held_back=held_back, **more)
-        return Comparison(verdict, change, centre, spread, floor, window, compared_on, said, raw_change)
+        return Comparison(verdict, change, centre, spread, floor, window, compared_on, said, raw_change, ceilings_changed)
 
     beyond_floor = floor_log is not None and abs(math.log1p(change)) > floor_log
     shift, probe_range = memory_moved(m, [window.runs[i].probe_seconds for i in keep])

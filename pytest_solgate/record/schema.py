@@ -130,6 +130,7 @@ MEASUREMENT = {
             "environment_differs": {"type": "array", "maxItems": 100, "items": _text(1_000)},
             "confirmed": {"type": "boolean"},
             "by_probe": {"type": "boolean"},
+            "ceilings_changed": {"type": "boolean"},
             "raw_change": _nullable(_number(FINITE, minimum=-1.0)),
         }}),
         "telemetry": _nullable({"type": "object"}),
