@@ -122,11 +122,15 @@ def test_a_step_in_thirty_commits_is_found_in_about_log2_runs_and_reused_after(r
     assert repo.state() == before  # status, HEAD, worktree list, branch, untracked file: untouched
     assert not list(repo.scratch.glob("solgate-bisect-*"))  # the temporary worktree and scratch files are gone
 
-    # Everything it needs is recorded now: the same bisection runs nothing.
+    # Everything it needs is recorded now: the same bisection runs nothing. The recorded runs tell
+    # the gate's story, a fall at the culprit after commit 18: BAD, the culprit, 18 and the
+    # culprit's confirmation are read (before issue 41's story first: BAD, 5 halvings, the confirmation).
     again = repo.solgate("bisect", good, "HEAD", "*::test_kernel", "--good-runs", "2")
     assert again.returncode == 0 and f"first bad commit: {culprit[:10]}" in again.stdout
     runs, at_good, reused = run_counts(again.stdout)
-    assert (runs, at_good) == (0, 0) and reused == 1 + 5 + 1, again.stdout
+    assert (runs, at_good) == (0, 0) and reused == 1 + 2 + 1, again.stdout
+    assert f"the history's story already puts a fall at {culprit[:10]}" in again.stdout
+    assert f"the history's story agrees: it puts the fall at {culprit[:10]} too" in again.stdout
     assert "ran)" not in again.stderr and "from the history" in again.stderr
 
     # Only what is missing is run: a level of three runs needs one more run of GOOD, nothing else.
@@ -313,3 +317,58 @@ def test_bisects_probes_and_the_gate_agree_on_every_commit_of_a_seeded_series(re
         assert (probe == "below") == (gate[short] == "regressed"), (short, probe, gate[short], done.stdout)
     # and the gate, alone, fails the culprit first: every commit before it passes, every one from it fails
     assert [gate[c[:10]] == "regressed" for c in repo.commits] == [i >= step for i in range(len(repo.commits))], gate
+
+
+def test_a_history_that_already_shows_the_step_is_looked_at_first_and_the_answer_says_it_agrees(repo):
+    """Issue 41: CI measured only some commits (GOOD, 5, 9, 13 and BAD, 20); the kernel fell at 11.
+    The gate's story (the one `history --changes` and the gate tell) puts the fall at 13, after 9:
+    bisect says so up front, reads 13 and 9 from the history before any middle commit, bisects only
+    the commits between them, and the answer says it agrees with the history."""
+    good = repo.commit("GOOD", seconds=1e-3)
+    step = 11
+    for i in range(1, 21):
+        repo.commit(f"commit {i}", seconds=1.2e-3 if i >= step else 1e-3)
+    for i in (0, 5, 9, 13, 20):  # the gate's runs, recorded as CI records them
+        git(repo.path, "checkout", "-q", repo.commits[i])
+        subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider"], cwd=repo.path, capture_output=True)
+    git(repo.path, "checkout", "-q", "main")
+    nine, thirteen, culprit = repo.commits[9], repo.commits[13], repo.commits[step]
+    changes = repo.solgate("history", "--changes", "test_kernel")
+    assert any(line.startswith(thirteen[:10]) and "the gate failed it" in line for line in changes.stdout.splitlines()), \
+        changes.stdout
+
+    done = repo.solgate("bisect", good, "HEAD", "*::test_kernel", "--good-runs", "2")
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert f"first bad commit: {culprit[:10]} 'commit {step}'" in done.stdout, done.stdout
+    (up_front,) = [line for line in done.stdout.splitlines() if line.startswith("the history's story already puts")]
+    assert f"a fall at {thirteen[:10]} 'commit 13' (13 of 20) -16.7%: SOL 0.400 -> 0.333 after {nine[:10]}, the " \
+           "history has no run of the 3 commits between" in up_front, done.stdout
+    assert "the gate failed it" in up_front and up_front.endswith("looked at first")
+    looked = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("  ") and "SOL" in line]
+    assert looked[:3] == [repo.commits[20][:10], thirteen[:10], nine[:10]], done.stdout  # BAD, then the history's fall
+    assert f"the history's story agrees: it puts the fall after {nine[:10]}, at {thirteen[:10]}" in done.stdout
+    runs, at_good, reused = run_counts(done.stdout)
+    # one more run of GOOD; 11, 10 and 11's confirmation; BAD, 13 and 9 read from the history (halving the
+    # whole range would run 10, 15, 12, 11 and the confirmation)
+    assert (runs, at_good, reused) == (1 + 3, 1, 3), done.stdout
+
+
+def test_a_bisection_that_ends_elsewhere_than_the_historys_fall_says_so():
+    """The answer and the history's story never differ unsaid (facts in, words out)."""
+    from pytest_solgate.judge import changepoints, level
+    from pytest_solgate.report import bisection as report
+    from pytest_solgate.revisions.bisection import Bisection, HistoryStep
+
+    commits = tuple(f"{i:040d}" for i in range(1, 9))
+    key = ("t.py::test_k", "default", "synthetic", "measured")
+    fall = HistoryStep(key, level.Step(commits[4], commits[2], changepoints.ChangePoint(5, 0.4, 0.3)), 5, 3)
+    facts = dict(good="0" * 40, bad=commits[-1], commits=commits, subjects={}, tests=("t.py::test_k",), levels=(),
+                 probes=(), history=(fall,))
+    inside = Bisection(culprit=commits[3], **facts)
+    assert inside.agreeing == fall and "the history's story agrees" in "\n".join(report.lines(inside))
+    elsewhere = Bisection(culprit=commits[6], **facts)
+    said = "\n".join(report.lines(elsewhere))
+    assert elsewhere.agreeing is None and f"the history's story puts a fall at {commits[4][:10]}, which this " \
+        "bisection does not read there" in said, said
+    nothing = Bisection(**facts)
+    assert nothing.agreeing is None and "the history's story puts a fall at" in "\n".join(report.lines(nothing))

@@ -185,6 +185,23 @@ def test_the_story_names_the_steps_the_gate_saw_the_ones_it_failed_and_where_the
     assert failed_once.apart == (10,) and failed_once.start is None  # one of two runs failed: said apart
 
 
+def test_along_a_chain_the_story_names_its_steps_by_commit_and_the_fall_still_red():
+    """``level.along``: the gate's story of runs read along a first-parent chain, as compare and
+    bisect tell it: the same points and the same ``story`` as the gate's window."""
+    from pytest_solgate.judge import level
+
+    runs, commits = _runs(*[(0.3, "regressed")] * 5, *[0.4 + 0.001 * (i % 3) for i in range(10)])
+    told = level.along(runs, commits)
+    (step,) = told.steps
+    assert (step.commit, step.since, step.failed, step.point.provisional) == ("c4", "c5", True, False)
+    assert told.red == step and level.story(level.chain_points(runs, commits)[0]).failed == {10}
+    assert level.along(runs, commits, accepted=["c2"]).red is None  # accepted after the fall: no longer red
+    assert level.along(runs, commits, accepted=["c7"]).red == step  # an accept before it does not end it
+    reverted, chain = _runs(0.4, *[(0.3, "regressed")] * 5, *[0.4 + 0.001 * (i % 3) for i in range(10)])
+    told = level.along(reverted, chain)
+    assert [s.commit for s in told.steps] == ["c5", "c0"] and told.steps[-1].point.provisional and told.red is None
+
+
 def test_a_pull_request_is_told_by_the_event_name_passed_in():
     from pytest_solgate.judge import level
 

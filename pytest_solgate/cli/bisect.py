@@ -19,7 +19,10 @@ def add_parsers(sub: Any) -> None:
                     "(regressed). Each probed commit is checked out in a temporary git worktree (your tree, index "
                     "and HEAD untouched) and its tests are run there with the plugin, about log2(N) runs; commits "
                     "whose tests fail or do not collect are skipped and named; results already in the history are "
-                    "reused. pytest options go after --, e.g. -- --sol-max-time=5. Exit status: 0 found, 1 not "
+                    "reused; where the gate's story of the history (as history --changes tells it) already puts a "
+                    "fall in the range, that commit and the one recorded before it are looked at first, and the "
+                    "answer says whether it agrees. pytest options go after --, e.g. -- --sol-max-time=5. Exit "
+                    "status: 0 found, 1 not "
                     "found, 2 usage error.",
     )
     p.add_argument("good", help="a commit where the measurements were fine (a git ref or sha)")
@@ -49,7 +52,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     span = bisection.resolve_span(".", args.good, args.bad)  # refs checked before the history is opened
     found = bisection.bisect(
         ".", args.good, args.bad, args.pattern, common.history_path(args), record=args.record, good_runs=good_runs,
-        tolerance=args.max_regression, pytest_args=args.pytest_args,
+        tolerance=args.max_regression, pytest_args=args.pytest_args, min_change=common.ini()[1].min_change,
         announce=lambda probe: print(report.progress(probe, len(span.commits)), file=sys.stderr, flush=True),
     )
     print("\n".join(report.lines(found)))

@@ -10,9 +10,12 @@ import pytest_solgate.cli.common as common
 from pytest_solgate.cli.common import UsageFailure
 from pytest_solgate.support.settings import Settings
 
+STORY_COMMITS = 100_000  # first-parent commits read from HEAD back to BASE for the story between them
+
 
 def add_parsers(sub: Any) -> None:
-    p = sub.add_parser("compare", help="HEAD's results against BASE's own runs, by the gate's rule; exit 1 on a regression")
+    p = sub.add_parser("compare", help="HEAD's results against BASE's own runs, by the gate's rule, with the gate's "
+                       "story between them; exit 1 on a regression")
     p.add_argument("base", help="the base commit (a git ref or sha)")
     p.add_argument("head", help="the head commit (a git ref or sha)")
     p.add_argument("--max-regression", type=float, default=None,
@@ -22,6 +25,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--window", type=int, default=None,
                    help="the most of BASE's own clean runs (newest first) that form its baseline (default: "
                         f"sol_baseline_window, else {Settings().baseline_window})")
+    common.min_change_arg(p)  # for the gate's story between the two, told under the table
     common.history_arg(p)
     p.set_defaults(run=cmd_compare)
     p = sub.add_parser("accept", help="accept a deliberate slowdown at COMMIT: its level becomes the baseline from there on")
@@ -52,10 +56,12 @@ def _find_commit(ref: str, shas: set[str], history_path: str) -> str:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from pytest_solgate.judge import commits, verdict
+    from pytest_solgate.record import baseline, gitinfo
     from pytest_solgate.report import compare
 
     if args.max_regression is not None and not 0 <= args.max_regression < 1:
         raise UsageFailure(f"--max-regression={args.max_regression}: give a fraction in [0, 1)")
+    min_change = common.min_change(args)
     ini = common.ini()[1]
     window = ini.baseline_window if args.window is None else args.window
     if not 1 <= window <= 100:
@@ -73,8 +79,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if not any(commits.base_runs(runs) for runs in base.values()):
             raise UsageFailure(f"compare: no clean results for '{args.base}' in {store.location} "
                                "(compare reads each commit's own runs: measure it there first)")
+        # The gate's story of each series along HEAD's first-parent line, as far back as BASE.
+        chain = gitinfo.first_parent_chain(".", head_sha, STORY_COMMITS)
+        stories = {}
+        for key in base:
+            runs, accepted = (baseline.runs_between(store, key, chain, chain.index(base_sha))
+                              if commits.on_line(chain, base_sha) else ([], []))
+            stories[key] = commits.between(runs, accepted, chain, base_sha, min_change)
     settings = verdict.JudgeSettings(gate="fail", commit=head_sha, max_regression=ini.max_regression)
-    rows = commits.compare(head, base, settings, args.max_regression)
+    rows = commits.compare(head, base, settings, args.max_regression, stories)
     print("\n".join(compare.table(rows, base_sha, head_sha, window)))
     return 1 if compare.regressed(rows) else 0
 

@@ -5,6 +5,9 @@ runs), facts out (one ``Row`` each), which report/compare.py words.
 BASE's own runs, not the level the gate would read at BASE: comparing a regression B with the
 commit C after it asks what C changed, so a C that measures like B passes, and a revert of B reads
 as the gain it is; the gate's level (which leaves B's failed runs out) would call C regressed too.
+What the gate saw between them is told beside the verdict, not mixed into it: each row carries the
+gate's story of its series along HEAD's first-parent line (``between``: judge/level.py's ``along``,
+the one story the gate, ``history --changes`` and ``bisect`` tell).
 """
 
 from __future__ import annotations
@@ -20,6 +23,16 @@ Key = tuple[str, str, str, str]  # test, name, profile, ceilings
 
 
 @dataclass(frozen=True)
+class Between:
+    """What the gate's story of one measurement tells of the commits from BASE to HEAD."""
+
+    steps: tuple[level.Step, ...] = ()  # its steps after BASE, up to HEAD, oldest first
+    red: level.Step | None = None  # a fall the gate failed that HEAD is still below, wherever it is
+    off_line: bool = False  # BASE is not on HEAD's first-parent line (here): no story between them
+    unavailable: str = ""  # why no story could be told (change points need ruptures)
+
+
+@dataclass(frozen=True)
 class Row:
     """One measurement of HEAD: judged against BASE's runs (``comparison``), or why it was not."""
 
@@ -27,6 +40,24 @@ class Row:
     head: Measurement
     comparison: Comparison | None = None
     not_judged: str = ""  # why there is no comparison: "not gated (...)" or "only in head"
+    between: Between | None = None  # the gate's story from BASE to HEAD (judged rows)
+
+
+def on_line(chain: Sequence[str], base: str) -> bool:
+    """Whether BASE is on HEAD's first-parent line (``chain``, HEAD first), where a story is told."""
+    return base in chain[1:]
+
+
+def between(runs: Sequence[BaselineRun], accepted: Sequence[str], chain: Sequence[str], base: str,
+            min_change: float = level.MIN_CHANGE) -> Between:
+    """The gate's story of one measurement (``level.along``: its runs read along HEAD's
+    first-parent line ``chain``, HEAD first) as it bears on BASE..HEAD: the steps after BASE, and
+    the fall the gate failed that HEAD is still below (before BASE or after it)."""
+    if not on_line(chain, base):
+        return Between(off_line=True)
+    told = level.along(runs, chain, accepted, min_change)
+    after = set(chain[:chain.index(base)])
+    return Between(tuple(step for step in told.steps if step.commit in after), told.red, unavailable=told.unavailable)
 
 
 def base_runs(runs: Sequence[BaselineRun]) -> list[BaselineRun]:
@@ -39,9 +70,10 @@ def base_runs(runs: Sequence[BaselineRun]) -> list[BaselineRun]:
 
 
 def compare(head: Mapping[Key, Measurement], base: Mapping[Key, Sequence[BaselineRun]], settings: JudgeSettings,
-            given: float | None = None) -> list[Row]:
+            given: float | None = None, stories: Mapping[Key, Between] | None = None) -> list[Row]:
     """Every measurement of ``head`` (sorted) against ``base``'s runs of it, at the gate's
-    tolerance (``verdict.rejudge``; ``given``: the command's --max-regression)."""
+    tolerance (``verdict.rejudge``; ``given``: the command's --max-regression), with its story
+    between the two (``stories``, from ``between``) beside the verdict."""
     rows = []
     for key, m in sorted(head.items()):
         if not verdict.judged(m):
@@ -52,5 +84,5 @@ def compare(head: Mapping[Key, Measurement], base: Mapping[Key, Sequence[Baselin
         if window is None:
             rows.append(Row(key, m, not_judged="only in head"))
             continue
-        rows.append(Row(key, m, verdict.rejudge(m, window, settings, given)))
+        rows.append(Row(key, m, verdict.rejudge(m, window, settings, given), between=(stories or {}).get(key)))
     return rows

@@ -27,7 +27,7 @@ differences are named (``select``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from pytest_solgate.judge import changepoints
 from pytest_solgate.judge.changepoints import MIN_CHANGE
@@ -63,9 +63,11 @@ class Story:
 
 
 def story(points: Sequence[Point], min_change: float = MIN_CHANGE) -> Story:
-    """The one account of a series that the gate, ``solgate history --changes``, the trend page,
-    ``compare`` and ``bisect`` share. A commit where the gate failed every run is named (a step, or
-    an outlier when the next commits undid it) even where the series alone would not show it."""
+    """The one account of a series: the gate's window (``level``), ``solgate compare`` and
+    ``solgate bisect`` (``along``: the series read along a first-parent chain), and
+    ``solgate history --changes`` and the trend page (``series_story``: the history's series) all
+    tell it through here. A commit where the gate failed every run is named (a step, or an outlier
+    when the next commits undid it) even where the series alone would not show it."""
     every_run_failed = [i for i, p in enumerate(points) if p.runs and len(p.regressed) >= p.runs]
     # main stays red after a fall: the commits failed after it are the same fall, named once
     measured = [i for i, p in enumerate(points) if p.runs]
@@ -86,6 +88,77 @@ def series_story(points: Sequence[Mapping[str, Any]], min_change: float = MIN_CH
     there: it reads as older than the series."""
     return story([Point(p["sol"], len(p.get("verdicts", ())), tuple(-1 for v in p.get("verdicts", ()) if v == "regressed"))
                   for p in points], min_change)
+
+
+def _chain(commits: Sequence[str]) -> Callable[[str], int]:
+    """A commit's position on the chain (``commits``, nearest first); one off it reads as the oldest."""
+    position = {commit: i for i, commit in enumerate(commits)}
+    return lambda commit: position.get(commit, len(commits)) if commit else len(commits)
+
+
+def chain_points(runs: Sequence[BaselineRun], commits: Sequence[str]) -> tuple[list[Point], int]:
+    """The series of ``runs`` read along a first-parent chain (``commits`` nearest first, runs as
+    the store returns them): one point per chain position, oldest first, from the oldest position
+    with a run to the chain's first commit; and that oldest position (point i is position oldest - i)."""
+    at = _chain(commits)
+    oldest = max((at(run.commit) for run in runs), default=-1)
+    by_commit: dict[int, list[float]] = {}
+    failed: dict[int, list[int]] = {}
+    count: dict[int, int] = {}
+    for run in runs:
+        where = at(run.commit)
+        count[where] = count.get(where, 0) + 1
+        if not run.disturbed:
+            by_commit.setdefault(where, []).append(run.sol)
+        if run.verdict == "regressed":
+            failed.setdefault(where, []).append(max(oldest - at(run.judged_against), -1))
+    points = [Point(stats.median(by_commit[w]) if w in by_commit else None, count.get(w, 0), tuple(failed.get(w, ())))
+              for w in range(oldest, -1, -1)]
+    return points, oldest
+
+
+@dataclass(frozen=True)
+class Step:
+    """A change point of the story told along a first-parent chain, named by its commits."""
+
+    commit: str  # the first commit of the new level
+    since: str  # the newest commit the series read before it ('' when none, or off the chain)
+    point: changepoints.ChangePoint  # the levels on either side, provisional, named by the gate
+    failed: bool = False  # a fall the gate failed: no new level until it is reverted or accepted
+
+
+@dataclass(frozen=True)
+class Told:
+    """The gate's story of one measurement along a first-parent chain (``along``), by commit."""
+
+    steps: tuple[Step, ...] = ()  # oldest first
+    red: Step | None = None  # the fall the gate failed that the chain's first commit is still below
+    unavailable: str = ""  # why no story could be told (change points need ruptures)
+
+
+def along(runs: Sequence[BaselineRun], commits: Sequence[str], accepted: Sequence[str] = (),
+          min_change: float = MIN_CHANGE) -> Told:
+    """``story`` of the runs read along a first-parent chain (``commits`` nearest first), as
+    ``level`` tells it to the gate, with each step named by its commit: what ``solgate compare``
+    and ``solgate bisect`` say of the commits between the two they are given. ``red``: the newest
+    confirmed step when it is a fall the gate failed, neither reverted (a rise after it, provisional
+    at the chain's first commit or not) nor accepted (a commit of ``accepted`` at or after it)."""
+    points, oldest = chain_points(runs, commits)
+    try:
+        told = story(points, min_change)
+    except changepoints.ChangePointsUnavailable as exc:
+        return Told(unavailable=str(exc))
+    name = lambda i: commits[oldest - i] if i is not None and 0 <= oldest - i < len(commits) else ""  # noqa: E731
+    read = [i for i, p in enumerate(points) if p.sol is not None and p.sol > 0]
+    steps = tuple(Step(name(cp.index), name(max((i for i in read if i < cp.index), default=None)), cp,
+                       cp.index in told.failed) for cp in told.changes.points)
+    at = _chain(commits)
+    confirmed = [step for step in steps if not step.point.provisional]
+    red = confirmed[-1] if confirmed and confirmed[-1].failed else None
+    if red is not None and (any(step.point.provisional and step.point.change > 0 for step in steps)
+                            or any(at(commit) <= at(red.commit) for commit in accepted if commit in commits)):
+        red = None
+    return Told(steps, red)
 
 
 def _gated_falls(regressed: Sequence[tuple[int, int]], changes: Sequence[int]) -> set[int]:
@@ -113,24 +186,8 @@ def level(
     the fall, so that the verdict is about the PR's own change and the fall is named, not failed.
     """
     position = {commit: i for i, commit in enumerate(commits)}
-
-    def at(commit: str) -> int:  # a commit's chain position; one off the chain reads as the oldest
-        return position.get(commit, len(commits)) if commit else len(commits)
-
-    oldest = max((at(run.commit) for run in runs), default=-1)
-    index = lambda where: oldest - where  # noqa: E731  (chain position -> series index, oldest first)
-    by_commit: dict[int, list[float]] = {}
-    failed: dict[int, list[int]] = {}
-    count: dict[int, int] = {}
-    for run in runs:
-        where = at(run.commit)
-        count[where] = count.get(where, 0) + 1
-        if not run.disturbed:
-            by_commit.setdefault(where, []).append(run.sol)
-        if run.verdict == "regressed":
-            failed.setdefault(where, []).append(max(index(at(run.judged_against)), -1))
-    points = [Point(stats.median(by_commit[w]) if w in by_commit else None, count.get(w, 0), tuple(failed.get(w, ())))
-              for w in range(oldest, -1, -1)]
+    at = _chain(commits)
+    points, oldest = chain_points(runs, commits)
     start = len(commits)  # the chain position where the level begins: runs at positions <= start are in it
     unavailable: tuple[str, ...] = ()
     try:

@@ -4,8 +4,8 @@ them to the rule the run passes in, judge/level.py's ``window``, which decides t
 window (the policy is documented there): record/ imports no judge policy, only its types.
 
 ``auto`` starts at HEAD when the tree is dirty (the change against the commit it sits on), else at
-HEAD's first parent. Dirty runs are never read. The plugin, ``solgate compare`` and the reports all
-come here; ``judge/`` then decides.
+HEAD's first parent. Dirty runs are never read. The plugin, ``solgate compare``, ``solgate bisect``
+and the reports all come here; ``judge/`` then decides.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # the plugin builds a chooser at start-up: judge and history 
     from pytest_solgate.judge.window import BaselineWindow
 
 LEVEL_LOOKBACK = 30  # runs read to find where the level began (at least 3 windows' worth)
+STORY_RUNS = 1_000_000  # the most runs read between two commits a story is told between
 
 
 def start_commit(root: Path, spec: str, head: gitinfo.GitFacts) -> str | None:
@@ -61,6 +62,18 @@ def runs_from(store: Any, key: tuple[str, str, str, str], commits: Sequence[str]
     """What one measurement's baseline is chosen from along ``commits``: its runs (nearest commit
     first, enough to find where the level began) and the commits where its slowdown was accepted."""
     runs = store.baseline_runs(*key, commits, max(window_size * 3, LEVEL_LOOKBACK))
+    return runs, accepted_commits(store, commits, key[0], key[1])
+
+
+def runs_between(store: Any, key: tuple[str, str, str, str], commits: Sequence[str],
+                 older: int) -> tuple[list[Any], list[str]]:
+    """What the story of one measurement between two commits of a first-parent chain is told from
+    (``commits`` nearest first; ``commits[older]`` the older of the two): every run at the commits
+    from the newer one down to ``commits[older]``, then as many runs before it as the gate reads to
+    find where a level began (LEVEL_LOOKBACK), nearest commit first; and the commits where its
+    slowdown was accepted. What ``solgate compare`` and ``solgate bisect`` read."""
+    runs = store.baseline_runs(*key, commits[:older + 1], STORY_RUNS)
+    runs += store.baseline_runs(*key, commits[older + 1:], LEVEL_LOOKBACK)
     return runs, accepted_commits(store, commits, key[0], key[1])
 
 

@@ -61,6 +61,34 @@ def _why_not_found(b: Any) -> list[str]:
     return []
 
 
+def _history_fall(fall: Any, b: Any) -> str:
+    """Up front: a fall the history's story already puts in the range, looked at first."""
+    step, cp = fall.step, fall.step.point
+    since = short(step.since) if step.since else "GOOD"
+    gap = fall.position - fall.since - 1
+    between = f", the history has no run of the {units.plural(gap, 'commit')} between" if gap > 0 else ""
+    return (f"the history's story already puts a fall at {_named(step.commit, b.subjects)} ({fall.position} of "
+            f"{len(b.commits)}) {units.percent(cp.change, signed=True)}: SOL {units.sol_fine(cp.before)} -> "
+            f"{units.sol_fine(cp.after)} after {since}{between}  {_label(fall.key)}"
+            + ("; the gate failed it" if step.failed or cp.by_gate else "")
+            + ("; provisional" if cp.provisional else "") + ": looked at first")
+
+
+def _history_agrees(b: Any) -> str:
+    """After the answer: whether it lies where the history's story puts the fall (one story), or not."""
+    fall = b.agreeing
+    if fall is not None:
+        if (b.culprit or b.candidates[-1]) == fall.step.commit:
+            return f"  the history's story agrees: it puts the fall at {short(fall.step.commit)} too"
+        since = short(fall.step.since) if fall.step.since else "GOOD"
+        return (f"  the history's story agrees: it puts the fall after {since}, at {short(fall.step.commit)}, the next "
+                "commit it has runs of; this is the one between them")
+    falls = ", ".join(short(f.step.commit) for f in b.history)
+    return (f"  the history's story puts a fall at {falls}, which this bisection does not read there against GOOD's "
+            "level (by the gate's rule: the tolerance and the noise floor); the history's runs may be another "
+            "machine's, or its step within the tolerance")
+
+
 def lines(bisection: Any) -> list[str]:
     """The whole answer: the range, GOOD's level, the evidence per commit, the culprit, the cost."""
     b = bisection
@@ -70,6 +98,7 @@ def lines(bisection: Any) -> list[str]:
         from_history = f", {level.reused} from the history" if level.reused else ""
         out.append(f"GOOD's level: SOL {units.sol_fine(level.sol)} over {level.runs} run(s){from_history}  "
                    f"{_label(level.key)}")
+    out += [_history_fall(fall, b) for fall in b.history]
     out.append("evidence (position in the range, commit, against GOOD's level):")
     for probe in b.probes:
         out += evidence(probe)
@@ -85,6 +114,8 @@ def lines(bisection: Any) -> list[str]:
         out.append(f"not found: BAD {short(b.bad)} is not below GOOD's level by more than the tolerance and the "
                    "noise floor" + (" once re-measured" if b.flaky else ""))
         out += _why_not_found(b)
+    if b.history:
+        out.append(_history_agrees(b))
     for drift in b.drift:
         out.append(f"  a gradual drift, not one step: {_label(drift.key)} fell {units.percent(drift.total, signed=True)} "
                    f"from GOOD to BAD, and only {units.percent(drift.step, signed=True)} at this commit (against "

@@ -24,6 +24,13 @@ How it decides, top to bottom:
   fell over several commits, and the answer says so (``drifts``).
 - **Reuse**: a commit's clean runs already in the history (same test, name, profile and ceilings)
   are readings like the ones made here; a commit is run only for the node ids it lacks.
+- **The history's story first**: where the history holds runs of the range, the gate's story of
+  each series along BAD's first-parent line (judge/level.py: ``along``, the one ``story`` the gate,
+  ``history --changes`` and ``compare`` tell) may already put a fall in it, at X after W (the
+  commit the series read before X). The search looks at X and then W before any middle commit:
+  read bad and good, they bracket the search to (W, X], so the bisection ends on the history's
+  step (or inside it, among commits the history has no run of) unless its own readings say
+  otherwise; the answer says which (``HistoryStep``, ``Bisection.agreeing``).
 
 Each run happens in one temporary ``git worktree`` (pytest_solgate/revisions/worktree.py, shared with
 ``solgate ab``), checked out at the probed commit; the user's work tree, index and HEAD are never
@@ -39,7 +46,7 @@ from typing import Any, Callable, Mapping, Sequence
 from pytest_solgate.judge import level as levels
 from pytest_solgate.judge import verdict
 from pytest_solgate.judge.window import BaselineRun
-from pytest_solgate.record import gitinfo, history, store
+from pytest_solgate.record import baseline, gitinfo, history, store
 from pytest_solgate.results import AMBIGUOUS, REGRESSED, Measurement
 from pytest_solgate.revisions import worktree
 from pytest_solgate.support.errors import SolgateError
@@ -121,6 +128,17 @@ DRIFT_SHARE = 0.5  # a step under this share of the whole drop: the level fell g
 
 
 @dataclass(frozen=True)
+class HistoryStep:
+    """A fall the history's story puts in the range (judge/level.py: ``along``): at ``step.commit``
+    (``position`` in the range), after ``step.since`` (``since``: its position, 0 for GOOD or older)."""
+
+    key: Key
+    step: levels.Step
+    position: int
+    since: int
+
+
+@dataclass(frozen=True)
 class Bisection:
     good: str
     bad: str
@@ -136,10 +154,21 @@ class Bisection:
     flaky: tuple[str, ...] = ()  # commits read bad once and not again on their confirmation
     unclear: tuple[str, ...] = ()  # commits read ambiguous twice: neither good nor bad, skipped
     drift: tuple[Drift, ...] = ()  # measurements whose level fell gradually rather than at the culprit
+    history: tuple[HistoryStep, ...] = ()  # the falls the history's story puts in the range, oldest first
 
     @property
     def found(self) -> bool:
         return bool(self.culprit or self.candidates)
+
+    @property
+    def agreeing(self) -> HistoryStep | None:
+        """The history's fall whose commits (after ``since``, up to its own) hold the first bad
+        commit found: the bisection and the history tell one story; None when none does."""
+        first_bad = self.culprit or (self.candidates[-1] if self.candidates else None)
+        if first_bad is None:
+            return None
+        at = self.commits.index(first_bad) + 1
+        return next((fall for fall in self.history if fall.since < at <= fall.position), None)
 
     @property
     def runs(self) -> int:
@@ -161,6 +190,7 @@ class Span:
     bad: str
     commits: tuple[str, ...]
     subjects: Mapping[str, str]
+    older: tuple[str, ...] = ()  # GOOD and its first-parent ancestors, nearest first (the story's lookback)
 
 
 def resolve_span(cwd: str | Path, good_ref: str, bad_ref: str) -> Span:
@@ -186,7 +216,7 @@ def resolve_span(cwd: str | Path, good_ref: str, bad_ref: str) -> Span:
     out = gitinfo.git(cwd, "log", "--no-walk=unsorted", "--stdin", "--format=%H %s",
                       stdin="\n".join(commits) + "\n") or ""
     subjects = dict((line.split(" ", 1) + [""])[:2] for line in out.splitlines())
-    return Span(where, good, bad, commits, subjects)
+    return Span(where, good, bad, commits, subjects, tuple(line[line.index(good):][:gitinfo.MAX_ANCESTORS]))
 
 
 # --- the search ---------------------------------------------------------------------------------
@@ -308,11 +338,29 @@ def _geometric_mean(values: Sequence[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
+def history_falls(reader: Any, span: Span, keys: Sequence[Key], min_change: float = levels.MIN_CHANGE) -> tuple[HistoryStep, ...]:
+    """The falls the gate's story puts in the range, for each of ``keys``: ``levels.along`` over
+    the runs the history holds along BAD's first-parent line, down to GOOD and the lookback before it."""
+    if reader is None:
+        return ()
+    chain = [*reversed(span.commits), *span.older]
+    position = {commit: i + 1 for i, commit in enumerate(span.commits)}
+    found = []
+    for key in keys:
+        runs, accepted = baseline.runs_between(reader, key, chain, len(span.commits))
+        for step in levels.along(runs, chain, accepted, min_change).steps:
+            if step.commit in position and step.point.change < 0:
+                found.append(HistoryStep(key, step, position[step.commit], position.get(step.since, 0)))
+    return tuple(sorted(found, key=lambda fall: (fall.position, fall.key)))
+
+
 class Search:
-    """Binary search over the range with ``git bisect skip``'s rule, confirming the answer."""
+    """Binary search over the range with ``git bisect skip``'s rule, confirming the answer. The
+    history's falls (``hints``: their commits, and the commits read before them) are looked at
+    before any middle commit."""
 
     def __init__(self, evidence: Evidence, span: Span, level: GoodLevel, tolerance: float | None,
-                 announce: Callable[[Probe], None]) -> None:
+                 announce: Callable[[Probe], None], hints: Sequence[int] = ()) -> None:
         self.evidence = evidence
         self.span = span
         self.level = level
@@ -322,6 +370,7 @@ class Search:
         self.skipped: set[int] = set()
         self.flaky: list[str] = []
         self.unclear: list[str] = []
+        self.hints = list(hints)
 
     def read(self, newest: Mapping[Key, tuple[dict[str, Any], Measurement, bool]], commit: str) -> tuple[Reading, ...]:
         """Each measurement of ``newest`` judged against GOOD's level by the gate's own rule."""
@@ -367,8 +416,12 @@ class Search:
         return any(now.below and then.below for now in probe.readings for then in before if then.key == now.key)
 
     def pick(self, low: int, high: int) -> int | None:
-        """The commit to look at between ``low`` (good) and ``high`` (bad): the middle one, else
-        the nearest one not skipped, as ``git bisect skip`` moves to a neighbour."""
+        """The commit to look at between ``low`` (good) and ``high`` (bad): the first of the
+        history's hints there, else the middle one, else the nearest one not skipped, as
+        ``git bisect skip`` moves to a neighbour."""
+        hinted = [position for position in self.hints if low < position < high and position not in self.skipped]
+        if hinted:
+            return hinted[0]
         middle = (low + high) // 2
         for step in range(high - low):
             for position in (middle - step, middle + step):
@@ -471,6 +524,7 @@ def bisect(
     tolerance: float | None = None,
     announce: Callable[[Probe], None] = lambda probe: None,
     pytest_args: Sequence[str] = (),
+    min_change: float = levels.MIN_CHANGE,
 ) -> Bisection:
     """Find the first commit after GOOD, on BAD's first-parent line, whose selected measurements
     fall below GOOD's level (see the module's docstring for the rule). ``announce`` hears of each
@@ -485,7 +539,9 @@ def bisect(
                 evidence = Evidence(reader, runner, tests)
                 level = GoodLevel(evidence, span.good, good_runs)
                 evidence.tests = tests = level.start()
-                search = Search(evidence, span, level, tolerance, announce)
+                history_steps = history_falls(reader, span, level.keys(), min_change)
+                search = Search(evidence, span, level, tolerance, announce,
+                                [position for step in history_steps for position in (step.position, step.since)])
                 low, high = search.run()
             finally:
                 runner.close()
@@ -502,4 +558,5 @@ def bisect(
         skipped=tuple(span.commits[p - 1] for p in sorted(search.skipped)), good_runs_made=level.made,
         flaky=tuple(search.flaky), unclear=tuple(search.unclear),
         drift=drifts(search.probes, span.good, first_bad if not between else None, span.bad),
+        history=history_steps,
     )
