@@ -188,7 +188,7 @@ class Guard:
         calls = min(3, int(0.05 * timing.wall_seconds / max(timing.seconds, 1e-9)))
         if calls < 1:
             return
-        check = tampering.second_clock(taken.fn, timing.seconds, calls)
+        check = tampering.second_clock(taken.fn, timing.seconds, calls, taken.context.backend)
         if check.disagrees:
             self.breach = check
 
