@@ -17,8 +17,9 @@ class SolFixture:
     """What a test receives as ``sol``: ``measure``, ``measure_step``, ``speed_of_light``, ``nbytes``,
     ``count_flops``, ``device``, ``profile``."""
 
-    def __init__(self, engine: Any, test: str, warn: Callable[[str], None]) -> None:
+    def __init__(self, engine: Any, test: str, warn: Callable[[str], None], clock: Any = None) -> None:
         self._engine = engine
+        self._clock = clock  # the sol_clock fixture's (backends.CpuClock), or None: the machine's
         self._test = test
         self._warn = warn
         self._closed = False
@@ -101,7 +102,7 @@ class SolFixture:
                                    "reference=torch.add))")
             measurement = self._engine.measure(
                 self._test, fn, flops=flops, bytes=bytes, precision=precision, name=name, gate=bool(gate),
-                checked=checked,
+                checked=checked, clock=self._clock,
             )
         except SolgateError as exc:
             raise exc.with_traceback(None) from None

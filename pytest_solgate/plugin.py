@@ -20,7 +20,7 @@ import pytest
 from pytest_solgate.support.errors import SolgateError, warn_at_users_code
 from pytest_solgate.support.inifile import ini_type, sol_values
 from pytest_solgate.support.locations import one_line, redact
-from pytest_solgate.support.settings import OPTIONS, Settings, naming_history, parse_settings
+from pytest_solgate.support.settings import OPTIONS, Settings, check_report_path, naming_history, parse_settings
 
 # Only what every run needs is imported here and in run.py: a suite that never measures must not pay
 # for the engine, the history or the reports (benchmarks/overhead.py keeps us honest).
@@ -66,17 +66,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     try:
         settings = parse_settings(_raw_settings(config))
-    except SolgateError as exc:
-        raise pytest.UsageError(one_line(str(exc))) from None
-    report = settings.report
-    if report and (Path(report).is_dir() or report.endswith(".py")):
-        what = "a folder" if Path(report).is_dir() else "a Python file"
-        inside = f"{report.rstrip('/')}/sol-report.html" if Path(report).is_dir() else "sol-report.html"
-        raise pytest.UsageError(
-            f"--sol-report took '{report}' as its output path, {what}: name the report's file, e.g. "
-            f"--sol-report={inside} (a bare --sol-report before a test path takes that path: put it last)"
-        )
-    try:
+        check_report_path(settings.report)
         session = SolgateSession(config, settings)
     except SolgateError as exc:
         raise pytest.UsageError(one_line(str(exc))) from None
@@ -84,10 +74,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture
-def sol(request: pytest.FixtureRequest) -> Any:
+def sol_clock() -> Any:
+    """The clock the CPU backend times on (None: the machine's); override it to return a
+    ``backends.CpuClock``: a fake one, so a test of a gate cannot depend on the load (docs/reference.md)."""
+    return None
+
+
+@pytest.fixture
+def sol(request: pytest.FixtureRequest, sol_clock: Any) -> Any:
     """Measure kernels against the speed of light: ``sol.measure(fn, bytes=..., flops=...)``."""
     session: SolgateSession = request.config.pluginmanager.get_plugin("solgate-session")
-    fixture = session.run.fixture(request.node.nodeid)
+    fixture = session.run.fixture(request.node.nodeid, sol_clock)
     request.node.stash[FIXTURE_KEY] = fixture
     yield fixture
     fixture.close()

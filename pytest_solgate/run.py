@@ -237,9 +237,10 @@ class Run:
 
     # --- each test ------------------------------------------------------------------------------
 
-    def fixture(self, nodeid: str) -> SolFixture:
-        """What the test ``nodeid`` receives as ``sol``."""
-        return SolFixture(self.engine, self.test_key(nodeid), self.warn)
+    def fixture(self, nodeid: str, clock: Any = None) -> SolFixture:
+        """What the test ``nodeid`` receives as ``sol``, timing on ``clock`` (the ``sol_clock``
+        fixture's) where it is not None."""
+        return SolFixture(self.engine, self.test_key(nodeid), self.warn, clock)
 
     def budget(self, nodeid: str, args: Sequence[Any], kwargs: dict[str, Any]) -> Budget:
         """The ``sol`` marker's arguments, checked: a bad one, or a profile glob that matches no

@@ -126,15 +126,6 @@ def _an_idle_machine(monkeypatch, idle_proc_root):
     monkeypatch.setenv(TEST_PROC_ROOT_VARIABLE, str(idle_proc_root))
 
 
-@pytest.fixture(autouse=True)
-def _contention_is_not_judged_here(monkeypatch):
-    """Whether a measurement was contended depends on how busy this machine is, and tests never
-    depend on that: in-process runs see no contention. The tests of contention itself run pytest
-    in subprocesses on purpose (tests/test_history.py) or call ``extras.contention`` directly."""
-    from pytest_solgate.measure import extras
-
-    monkeypatch.setattr(extras, "contention", lambda *args: "")
-
 
 
 @pytest.fixture(autouse=True)

@@ -30,7 +30,7 @@ def busy(seconds):
 # machine is. Everything else (sampling loop, cache flush, scoring, judging, history) is real.
 FAKE_CLOCK_KERNELS = '''
 import pytest
-from pytest_solgate.measure import backends
+from pytest_solgate.measure.backends import CpuClock
 
 FAKE_NS = [0]
 FAKE_PROBE_NS = [1_000_000]  # the memory probe reads 1 ms: the memory's usual speed, unless a test sets another
@@ -38,11 +38,10 @@ FAKE_PROBE_NS = [1_000_000]  # the memory probe reads 1 ms: the memory's usual s
 def busy(seconds):
     FAKE_NS[0] += round(seconds * 1e9)
 
-@pytest.fixture(autouse=True)
-def _fake_clock(monkeypatch):
+@pytest.fixture
+def sol_clock():
     # wall, thread CPU and process CPU time alike: the kernel runs on its thread alone, never waiting
-    monkeypatch.setattr(backends.CpuBackend, "now", staticmethod(lambda: (FAKE_NS[0],) * 3))
-    monkeypatch.setattr(backends.CpuBackend, "copy_probe", lambda self: FAKE_NS.__setitem__(0, FAKE_NS[0] + FAKE_PROBE_NS[0]))
+    return CpuClock(now=lambda: (FAKE_NS[0],) * 3, probe=lambda: FAKE_NS.__setitem__(0, FAKE_NS[0] + FAKE_PROBE_NS[0]))
 '''
 
 FAST_TIMING = ["--sol-device=cpu", "--sol-min-time=0.02", "--sol-max-time=0.3", "-p", "no:cacheprovider"]

@@ -146,16 +146,15 @@ def test_the_checks_see_what_they_guard(tmp_path):
 TESTS = Path(__file__).resolve().parent
 # Test files that still replace attributes of the package's modules, and how many places do: a
 # ratchet (issue 41 item 5). The number may only go down; a file not named here may replace none.
-# The fake clock (solgate_testing.FAKE_CLOCK_KERNELS: CpuBackend.now and copy_probe) is the big one
-# left: CpuBackend takes its clock in the constructor, but the clock lives in the test module that
-# every fake-clock suite writes, and nothing carries it into the plugin's session yet.
 STILL_REPLACED = {
-    "conftest.py": 1, "fake_gpu.py": 2, "solgate_testing.py": 2, "test_bad_input_commands_and_callables.py": 1,
-    "test_contention.py": 3, "test_gpu_measurements.py": 9, "test_gpu_paths.py": 13, "test_plugin.py": 1,
+    "fake_gpu.py": 2, "test_bad_input_commands_and_callables.py": 1,
+    "test_contention.py": 1, "test_gpu_measurements.py": 9, "test_gpu_paths.py": 13, "test_plugin.py": 1,
     "test_reports.py": 1, "test_settings_and_folders.py": 2, "test_steps.py": 1, "test_xdist.py": 1,
 }
 # The seams that are passed in now: no test may replace them again.
-PASSED_IN = {"CPU_CLOCKS", "PROC", "PROC_ROOT"}
+# The fake clock is the sol_clock fixture's CpuClock (solgate_testing.FAKE_CLOCK_KERNELS), and
+# contention reads the /proc the suite names (SOLGATE_TEST_PROC_ROOT).
+PASSED_IN = {"CPU_CLOCKS", "PROC", "PROC_ROOT", "now", "copy_probe", "contention"}
 
 
 def _package_names(tree):

@@ -19,8 +19,6 @@ from pytest_solgate.measure import contention, extras
 from pytest_solgate.run import contended_line
 from solgate_testing import FAKE_CLOCK_KERNELS, FAST_TIMING
 
-real_contention = extras.contention  # before conftest's patch (test modules are imported first)
-
 # The tests' kernels run on the shared fake clock (solgate_testing.FAKE_CLOCK_KERNELS): each call
 # moves it (and whatever else moves with it: a busy machine's counters) by the kernel's duration.
 FAKE_CLOCK = FAKE_CLOCK_KERNELS + '''
@@ -33,6 +31,8 @@ def advance(ns):
     busy(ns / 1e9)
     for move in MOVED_WITH_THE_CLOCK:
         move()
+
+from pytest_solgate.measure import backends
 
 @pytest.fixture(autouse=True)
 def _no_flush(monkeypatch):
@@ -68,7 +68,6 @@ class NappingRepo:
     """test_history's repository with the napping kernel, seeded with a steady window."""
 
     def __init__(self, repo: Repo, proc, monkeypatch):
-        monkeypatch.setattr(extras, "contention", real_contention)  # the rule itself is under test here
         # The machine the runs read: the fake idle one, or (no proc given) this machine's own /proc.
         if proc:
             monkeypatch.setenv(contention.TEST_PROC_ROOT_VARIABLE, str(proc))
@@ -137,19 +136,10 @@ def test_a_napping_kernel_regression_fails_through_the_baseline_ref_walk(sqlite_
     assert kernel["baseline"]["commit"] == sqlite_repo.git("rev-parse", "main")
 
 
-def test_a_long_kernel_that_reads_contended_is_not_taken_again_past_its_time_budget(sqlite_repo, monkeypatch):
-    """A 1 s kernel under --sol-max-time=0.3 is called 3 times (2 warm-up calls, 1 sample); a
-    contended retake would call it 6 times and double the cost of a test already over budget."""
-    napping = NappingRepo(sqlite_repo, "", monkeypatch)
-    monkeypatch.setattr(extras, "contention", lambda *args: "CPU pressure 60%: tasks waited for a CPU")
-    napping.commit("one long kernel", seconds=1.0, real_sleep=1.0)
-    _, verdicts, _ = napping.run(timing=FAST_TIMING)  # the 0.3 s wall budget is what is under test
-    assert verdicts["test_kernel"]["contended"].startswith("CPU pressure 60%")
-    assert (sqlite_repo.path / "calls.out").read_text().count("call") == 3
 
 
 def test_the_end_of_session_contention_line_fits_80_columns():
-    for reason in (real_contention("", "r1", contention.Busy(contention.CPU_PRESSURE, 0.43, 2, True), True),
+    for reason in (extras.contention("", "r1", contention.Busy(contention.CPU_PRESSURE, 0.43, 2, True), True),
                    "another solgate run (run 20261204T010203-abcdef0123456789 pid 123456) was using this device"):
         text = contended_line(12, reason)
         assert all(len(line) <= 80 for line in text.splitlines()), text
@@ -214,7 +204,7 @@ def test_the_wording_of_each_source():
     assert phrase(contention.Busy(contention.CPU_PRESSURE, 0.43, 2, True)) == "CPU pressure 43%: tasks waited for a CPU"
     assert phrase(contention.Busy(contention.BUSY_TIME, 1.8, 2, True)) == "other processes kept 1.8 of 2 cores busy"
     assert phrase(contention.Busy(contention.PROCESS_SHARE, 0.4, 2, True)) == "this process got 40% of a core"
-    assert real_contention("", "r1", contention.Busy(contention.CPU_PRESSURE, 0.1, 2, False), on_cpu=True) == ""
+    assert extras.contention("", "r1", contention.Busy(contention.CPU_PRESSURE, 0.1, 2, False), on_cpu=True) == ""
 
 
 def test_results_json_names_no_contention_for_a_napping_kernel_alone(sqlite_repo, idle_proc, monkeypatch):
@@ -255,22 +245,50 @@ def busy_machine():
     (PROC / "thread-self" / "schedstat").write_text(f"{FAKE_NS[0]} {round(FAKE_NS[0] * SPEED['wait'])} 1\\n")
 
 MOVED_WITH_THE_CLOCK.append(busy_machine)
+CALLS = pathlib.Path(__file__).with_name("calls.out")
+
+def kernel():
+    advance(round(SPEED["seconds"] * 1e9))
+    time.sleep(SPEED.get("real_sleep", 0))  # a long kernel spends the wall budget too
+    with CALLS.open("a") as calls:
+        calls.write("call\\n")
 
 def test_kernel(sol):
-    sol.measure(lambda: advance(round(SPEED["seconds"] * 1e9)), bytes=0.4e6)
+    sol.measure(kernel, bytes=0.4e6)
 '''
 
 
-def _busy_machine(repo, tmp_path_factory, monkeypatch, seconds, stall, wait):
+def _busy_proc(tmp_path_factory):
     proc = tmp_path_factory.mktemp("busyproc")
     (proc / "pressure").mkdir()
     (proc / "thread-self").mkdir()
     (proc / contention.TEST_CLOCK_FILE).write_text("0")  # the session reads the kernel's fake clock
+    # the counters at the clock's 0, for a reading taken before the kernel's first call
+    (proc / "pressure" / "cpu").write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+    (proc / "thread-self" / "schedstat").write_text("0 0 1\n")
+    return proc
+
+
+def _busy_machine(repo, tmp_path_factory, monkeypatch, seconds, stall, wait):
+    proc = _busy_proc(tmp_path_factory)
     NappingRepo(repo, proc, monkeypatch)  # the real rule, this /proc
     repo.seed(STEADY)  # SOL about 0.39: a 1 ms kernel
     (repo.path / "test_kernels.py").write_text(BUSY_MACHINE_KERNEL)
     repo.commit("slower, on a busy machine", seconds=seconds, proc=str(proc), stall=stall, wait=wait)
     return repo.run()
+
+
+def test_a_long_kernel_that_reads_contended_is_not_taken_again_past_its_time_budget(sqlite_repo, tmp_path_factory,
+                                                                                    monkeypatch):
+    """A 1 s kernel under --sol-max-time=0.3 is called 3 times (2 warm-up calls, 1 sample); a
+    contended retake would call it 6 times and double the cost of a test already over budget."""
+    proc = _busy_proc(tmp_path_factory)
+    NappingRepo(sqlite_repo, proc, monkeypatch)
+    (sqlite_repo.path / "test_kernels.py").write_text(BUSY_MACHINE_KERNEL)
+    sqlite_repo.commit("one long kernel", seconds=1.0, real_sleep=1.0, proc=str(proc), stall=0.6, wait=0.5)
+    _, verdicts, _ = sqlite_repo.run(timing=FAST_TIMING)  # the 0.3 s wall budget is what is under test
+    assert verdicts["test_kernel"].get("contended", "").startswith("CPU pressure 60%"), json.dumps(verdicts["test_kernel"])
+    assert (sqlite_repo.path / "calls.out").read_text().count("call") == 3
 
 
 def test_a_3x_slowdown_on_a_busy_machine_is_regressed_when_the_wait_cannot_explain_it(repo, tmp_path_factory, monkeypatch):

@@ -25,6 +25,24 @@ def test_pass_verdict_and_summary_table(suite):
     result.stdout.fnmatch_lines(["*SOL summary*", "*memory*0.??*>= 0.85*pass*test_kernels.py::test_pass"])
 
 
+def test_a_module_that_overrides_sol_clock_times_on_it_and_the_next_module_on_the_machines(suite):
+    # The fake clock is handed in through the sol_clock fixture (no module global is replaced):
+    # its module reads the kernel's exact 1 ms; the next module, without it, reads the machine's
+    # clock again, where the fake kernel takes no time at all.
+    result = suite("""
+        def test_on_the_fake_clock(sol):
+            m = sol.measure(lambda: busy(1e-3), bytes=0.5e6)
+            assert set(m.timing.samples) == {1e-3} and m.sol == 0.5, m.timing.samples
+        """, "test_kernels.py", "test_machine.py", files={"test_machine.py": """
+        from test_kernels import busy
+
+        def test_on_the_machines_clock(sol):
+            m = sol.measure(lambda: busy(1e-3), bytes=0.5e6, gate=False)
+            assert m.seconds < 0.5e-3, m.seconds  # the fake kernel only moves the fake clock
+        """}, fake_clock=True)
+    result.assert_outcomes(passed=2)
+
+
 def test_below_budget_fails_in_the_call_phase_with_an_actionable_message(suite):
     result = suite("""
         import pytest

@@ -17,19 +17,20 @@ nothing never imports torch.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Generic, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Generic, Mapping, Sequence
 
 from pytest_solgate import results, score
 from pytest_solgate.declare.profiles import HardwareProfile, ProfileOption, resolve_profile_option
 from pytest_solgate.declare.work import make_work
 from pytest_solgate.judge import integrity, step_budgets, verdict
 from pytest_solgate.judge.wording import CONTENDED_NOTE
-from pytest_solgate.measure import callables, clocks, extras, ncu_child, phases, pipeline, sampling
+from pytest_solgate.measure import backends, callables, clocks, extras, ncu_child, phases, pipeline, sampling
 from pytest_solgate.measure import context as measure_context
 from pytest_solgate.measure.contention import Readers
 from pytest_solgate.measure.context import Context
@@ -137,6 +138,21 @@ class Engine:
         if self._clock_lock is not None:
             self._clock_lock.restore()
 
+    def timing_on(self, clock: backends.CpuClock | None) -> ContextManager[None]:
+        """Time on ``clock`` while open (None: the machine's own). Only the CPU backend takes one:
+        a GPU's samples are its own events."""
+        if clock is None:
+            return contextlib.nullcontext()
+        context = self.context()
+        cpu = [b for b in (context.backend, context.cpu_fallback) if isinstance(b, backends.CpuBackend)]
+        if not cpu:
+            raise MeasureError(f"the sol_clock fixture returned a clock, but this session times on {context.device}: "
+                               "only the CPU backend times on a clock passed in; return None there")
+        stack = contextlib.ExitStack()
+        for backend in cpu:
+            stack.enter_context(backend.timing_on(clock))
+        return stack
+
     # --- declare, measure, score ----------------------------------------------------------------
 
     def measure(
@@ -150,7 +166,10 @@ class Engine:
         name: str = "default",
         gate: bool = True,
         checked: guard.outputs.Checked | None = None,
+        clock: backends.CpuClock | None = None,
     ) -> Measurement:
+        """``fn`` timed, on ``clock`` where one is passed (the sol_clock fixture's), and scored; what
+        confirms a suspected regression later times it on the same clock."""
         __tracebackhide__ = True
         # refused before anything runs when it cannot be timed
         fn, rotation = (checked.timed(), 0) if checked is not None else callables.timeable(fn, test)
@@ -177,7 +196,8 @@ class Engine:
             return pipeline.time_once(fn, context, sampling_settings, rotation or 1, work.bytes,
                                       rule=lambda inner: checks.rule(inner, context)), None
 
-        timed = self.take(test, name, "sol.measure", fn, time_once, sampling_settings.max_time, wrapped)
+        with self.timing_on(clock):
+            timed = self.take(test, name, "sol.measure", fn, time_once, sampling_settings.max_time, wrapped)
         if timed.fields.get(guard.KEY) is not None:  # the integrity checks' one point of failure
             raise MeasureError(integrity.line(test, name, timed.fields[guard.KEY]))
         timing = timed.timing
@@ -198,7 +218,7 @@ class Engine:
             notes.append(locked_clock_note(context.environment.get(clocks.ENVIRONMENT_KEY, ""), scored))
         self.keep({(test, name): lambda: self.measure(
             test, fn if checked is None else checked.fn, flops=flops, bytes=bytes, precision=precision, name=name,
-            gate=gate, checked=checked,
+            gate=gate, checked=checked, clock=clock,
         )})
         if timing.throttled:
             reasons = ", ".join((timing.telemetry or {}).get("throttle_reasons", [])) or "SM clock under 75% of its max"

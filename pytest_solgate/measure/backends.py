@@ -41,6 +41,16 @@ def read_cpu_stamp() -> CpuStamp:
     return CpuStamp(time.perf_counter_ns(), time.thread_time_ns(), time.process_time_ns())
 
 
+@dataclass(frozen=True)
+class CpuClock:
+    """A clock the CPU backend can time on instead of the machine's (the ``sol_clock`` fixture):
+    ``now`` gives the stamps (wall, thread CPU, process CPU nanoseconds); ``probe`` is the memory
+    probe timed after each sample, on the same clock (None: the backend's own copy)."""
+
+    now: Callable[[], Sequence[int]]
+    probe: Callable[[], None] | None = None
+
+
 class CpuInterval(NamedTuple):
     """One sample on the CPU backend: the stamps around its call(s)."""
 
@@ -124,6 +134,7 @@ class CpuBackend(Backend[CpuStamp, CpuInterval]):
         self.timer_note = ""
         self._warmup_calls: list[tuple[int, int, int]] | None = None  # while the warm-up runs
         self._probe_buffers: Any = None
+        self._probe_on_clock: Callable[[], None] | None = None  # a CpuClock's probe, while timing on it
 
     def now(self) -> CpuStamp:
         """Wall, thread CPU and process CPU nanoseconds, from the clock passed in."""
@@ -143,7 +154,19 @@ class CpuBackend(Backend[CpuStamp, CpuInterval]):
     def probe(self) -> Callable[[], None] | None:
         """The memory probe that the sampling loop times after each sample; none under the Triton
         interpreter (not flushed, not gated: there is nothing to compare its timings with)."""
-        return self.copy_probe if self.flush_bytes else None
+        if not self.flush_bytes:
+            return None
+        return self._probe_on_clock or self.copy_probe
+
+    @contextlib.contextmanager
+    def timing_on(self, clock: CpuClock) -> Iterator[None]:
+        """Time on ``clock`` (its stamps and its probe) while open; the backend's own after."""
+        own = self.clock
+        self.clock, self._probe_on_clock = clock.now, clock.probe  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            self.clock, self._probe_on_clock = own, None
 
     def copy_probe(self) -> None:
         """The memory probe: copy one fixed buffer of the flush's size into another."""

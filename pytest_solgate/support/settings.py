@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from pytest_solgate.support.errors import OptionError
@@ -155,6 +156,17 @@ def _bool(flag: str, raw: Any) -> bool:
     if text in ("0", "false", "no", "off", ""):
         return False
     raise OptionError(f"{flag}={raw!r} is not true or false")
+
+
+def check_report_path(report: str | None) -> None:
+    """A ``--sol-report`` that took a test path as its output (a folder, a Python file) is refused."""
+    if report and (Path(report).is_dir() or report.endswith(".py")):
+        what = "a folder" if Path(report).is_dir() else "a Python file"
+        inside = f"{report.rstrip('/')}/sol-report.html" if Path(report).is_dir() else "sol-report.html"
+        raise OptionError(
+            f"--sol-report took '{report}' as its output path, {what}: name the report's file, e.g. "
+            f"--sol-report={inside} (a bare --sol-report before a test path takes that path: put it last)"
+        )
 
 
 def parse_settings(raw: Mapping[str, Any]) -> Settings:
