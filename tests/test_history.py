@@ -866,3 +866,34 @@ def test_a_slowdown_read_ambiguous_stays_out_of_the_window_the_revert_is_judged_
     _, verdicts, _ = repo.run()
     kernel = verdicts["test_kernel"]
     assert kernel["baseline"]["runs"] == 1 and "1 ambiguous slow run left out" in kernel["reason"], kernel["reason"]
+
+
+GRAD_MODE_TEST = FAKE_CLOCK_KERNELS + '''
+import json, pathlib
+import torch
+
+SPEED = json.loads(pathlib.Path(__file__).with_name("speed.json").read_text())
+MODES = pathlib.Path(__file__).with_name("modes.out")
+
+def kernel():
+    with MODES.open("a") as out:
+        out.write(f"{torch.is_grad_enabled()} {torch.is_inference_mode_enabled()}\\n")
+    busy(SPEED["seconds"])
+
+def test_kernel(sol):
+    with torch.inference_mode():
+        sol.measure(kernel, bytes=0.4e6)
+'''
+
+
+def test_the_re_measurement_of_a_suspected_regression_runs_under_the_test_bodys_torch_modes(sqlite_repo):
+    # The confirmation runs after the body has left its `with torch.inference_mode():`; a step run
+    # bare there records autograd's graph and reads slower than what it confirms.
+    sqlite_repo.seed(STEADY)
+    (sqlite_repo.path / "test_kernels.py").write_text(GRAD_MODE_TEST)
+    sqlite_repo.commit("40 % slower", seconds=1.4e-3)
+    result, verdicts, _ = sqlite_repo.run()
+    kernel = verdicts["test_kernel"]
+    assert kernel["verdict"] == "regressed" and kernel["baseline"]["confirmed"] is True, kernel["reason"]
+    modes = (sqlite_repo.path / "modes.out").read_text().splitlines()
+    assert len(modes) > 20 and set(modes) == {"False True"}, sorted(set(modes))

@@ -35,6 +35,7 @@ from pytest_solgate.measure import context as measure_context
 from pytest_solgate.measure.contention import Readers
 from pytest_solgate.measure.context import Context
 from pytest_solgate.measure.integrity import guard
+from pytest_solgate.measure.torch_modes import under_modes_now
 from pytest_solgate.results import Measurement
 from pytest_solgate.support.errors import MeasureError, SolgateError
 from pytest_solgate.support.settings import Settings
@@ -285,8 +286,9 @@ class Engine:
         return Timed(context, timing, measured.read, contended, (*notes, *found.notes), fields)
 
     def keep(self, retakes: Retakes) -> None:
-        """Keep what measures each of these measurements again, until its test is judged (see forget)."""
-        self._retake.update(retakes)
+        """Keep what measures each of these measurements again, until its test is judged (see forget),
+        under the torch modes the test body measured them in (no_grad, inference_mode, autocast)."""
+        self._retake.update({key: under_modes_now(again) for key, again in retakes.items()})
 
     def _scorable(self, work: Any, profile: HardwareProfile, gated: bool) -> tuple[Any, str]:
         """The work to score, and a note. FLOPs in a precision the profile lacks are an error when
