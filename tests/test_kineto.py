@@ -289,3 +289,52 @@ def test_the_command_has_help_and_wants_a_profile():
     done = solgate("step", str(TRACES / "amd_mi250_train.json.gz"))
     assert done.returncode == 2 and "the following arguments are required: --profile" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+class ExportingProfiler:
+    """A finished torch.profiler session as ``measure_step`` holds one on a GPU, standing in with a
+    real GPU's trace: its ``export_chrome_trace`` writes the trace with the steps named as
+    measure_step names its runs (``solgate:step``)."""
+
+    def __init__(self, name):
+        self.events = [dict(e, name="solgate:step") if e.get("name", "").startswith("ProfilerStep#") else e
+                       for e in raw(name)]
+
+    def export_chrome_trace(self, path):
+        Path(path).write_text(json.dumps({"traceEvents": self.events}))
+
+
+@pytest.mark.parametrize("name", GPU_TRACES)
+def test_measure_step_on_a_gpu_reads_each_block_through_the_trace_reader(name):
+    """Issue 43 item 5: the reader tested on real GPUs' traces is the one measure_step reads its
+    blocks with on a GPU: each operator's kernel time the sum of the kernels it launched."""
+    from pytest_solgate.engine import steps
+
+    assert steps.block_reader("cuda") is kineto.profiler_runs and steps.block_reader("cpu") is None
+    expected = expected_device_time(raw(name))
+    got = {}
+    for run in kineto.profiler_runs(ExportingProfiler(name)):
+        for (operator, _), seconds in run.operators.items():
+            operator = operator if is_operator(operator) or operator in {k for k in expected if k} else None
+            got[operator] = got.get(operator, 0.0) + seconds
+    got.pop(None, None), expected.pop(None, None)
+    assert {k for k, v in got.items() if v > 0} == {k for k, v in expected.items() if v > 0}
+    for operator, seconds in expected.items():
+        assert got[operator] == pytest.approx(seconds, rel=1e-9), operator
+
+
+def test_a_step_profiled_here_reads_the_same_through_either_reader():
+    """profile_step with the trace reader (as on a GPU) on this CPU: the runs hold the operators,
+    modules and calls the profiler's own events give."""
+    torch = pytest.importorskip("torch")
+    from pytest_solgate.measure import step_profile
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 8))
+    x = torch.randn(16, 64)
+    by_events = step_profile.profile_step(lambda: model(x), "cpu", 5.0, runs=3)
+    by_trace = step_profile.profile_step(lambda: model(x), "cpu", 5.0, runs=3, read=kineto.profiler_runs)
+    assert len(by_trace.runs) == len(by_events.runs) == 3
+    for run, seen in zip(by_trace.runs, by_events.runs):
+        assert run.calls == seen.calls and ("aten::linear", "Sequential.2") in run.calls
+        assert all(seconds > 0 for seconds in run.operators.values()) and run.idle >= 0
+    assert by_trace.work == by_events.work  # counted once, before the blocks, either way

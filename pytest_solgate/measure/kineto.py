@@ -38,6 +38,7 @@ import functools
 import gzip
 import json
 import math
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -506,6 +507,18 @@ def profile_trace(trace: Trace, step_prefix: str = STEP_PREFIX, module_prefix: s
     return StepProfile(runs=tuple(runs), work=per_run, device="cuda" if on_device else "cpu",
                        mode="trace-kernels" if on_device else "trace-cpu", warmup_calls=0,
                        started_at=0.0, finished_at=0.0, notes=tuple(notes))
+
+
+def profiler_runs(profiler: Any, step_prefix: str = step_profile.STEP_RANGE,
+                  module_prefix: str = step_profile.MODULE_RANGE) -> list[RunReading]:
+    """The runs of a live ``torch.profiler`` session (``measure_step``'s blocks on a GPU), read as a
+    recorded trace is: exported through kineto and read by ``profile_trace``, so that each
+    operator's kernels are found by their correlation ids and timed by the device's own timestamps,
+    the reading tested on traces from real GPUs (tests/test_kineto.py)."""
+    with tempfile.TemporaryDirectory(prefix="solgate-step-") as folder:
+        path = Path(folder) / "block.json"
+        profiler.export_chrome_trace(str(path))
+        return list(profile_trace(load(path), step_prefix, module_prefix).runs)
 
 
 def trace_events(trace: Trace) -> list[kernel_trace.TraceEvent]:

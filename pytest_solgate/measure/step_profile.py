@@ -363,12 +363,13 @@ def _counting_mode(counted: list[OperatorWork], tf32: bool) -> Any:
 
 
 def profile_step(fn: Callable[[], Any], device: str, max_time: float, runs: int | None = None,
-                 clock: Callable[[], float] = time.perf_counter, min_time: float = 0.0, noise: float = 0.0
-                 ) -> StepProfile:
+                 clock: Callable[[], float] = time.perf_counter, min_time: float = 0.0, noise: float = 0.0,
+                 read: Callable[[Any], list[RunReading]] | None = None) -> StepProfile:
     """Warm ``fn`` up, count its work once, then profile ``runs`` runs of it; by default blocks of
     runs until the figures the gate compares are steady (``steady``: within ``noise``) after at
     least ``min_time`` seconds, or ``max_time`` seconds have passed (at least MIN_RUNS runs, at most
-    MAX_RUNS)."""
+    MAX_RUNS). ``read`` reads a block's profiler session into its runs (default: its events, as
+    ``read_runs`` does; on a GPU the engine passes the trace reader, kineto.profiler_runs)."""
     __tracebackhide__ = True  # a step that raises shows its own traceback, not ours
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
@@ -405,7 +406,7 @@ def profile_step(fn: Callable[[], Any], device: str, max_time: float, runs: int 
                     with record_function(STEP_RANGE):
                         fn()
                         sync()
-        readings += read_runs(timing.events(), on_gpu)
+        readings += read(timing) if read is not None else read_runs(timing.events(), on_gpu)
         elapsed = clock() - timed_from
         if runs is not None or len(readings) >= MAX_RUNS or elapsed >= max_time:
             break
