@@ -40,7 +40,9 @@ def pytest_configure(config):
     # numpy and ruptures (change points, read by every baseline lookup) likewise. Triton too: a fake-GPU session builds measure/sm_clock.py's Triton
     # stamp kernel, and a Triton imported afresh after a pytester test aborted the next test that
     # used torch's flop counter (the xdist worker crashed in test_work.py).
-    for module in ("torch", "triton", "psycopg", "numpy", "ruptures"):
+    # The plugin's engine too: pytester drops the modules an inner run imported first, and a test
+    # that patches one (the fake GPU's device discovery) would patch a copy the next run no longer uses.
+    for module in ("torch", "triton", "psycopg", "numpy", "ruptures", "pytest_solgate.engine.steps"):
         try:
             __import__(module)
         except ImportError:
