@@ -401,13 +401,15 @@ def fake_nvml(sm_clock=1980, reasons=0):
     return FakeNvml(clock_mhz=sm_clock, reasons=reasons)
 
 
-def cuda_backend(gpu, monkeypatch, nvml=None, kernel_timestamps=False):
+def cuda_backend(gpu, monkeypatch=None, nvml=None, kernel_timestamps=False, stamps=None):
     """The real CudaBackend on the fake GPU (its host clock is the fake one), with NVML or without,
-    and with torch.profiler's kernel timestamps or without."""
+    with torch.profiler's kernel timestamps or without, and with the SM clock stamps or without;
+    each passed to its constructor."""
     reader = telemetry.NvmlReader(nvml, handle=object()) if nvml is not None else None
-    monkeypatch.setattr(telemetry, "open_reader", lambda index, uuid=None: (reader, "" if reader else "no telemetry: fake"))
     return backends.CudaBackend(fake_torch(gpu, kernel_timestamps), types.SimpleNamespace(index=0), l2_bytes=gpu.l2_bytes,
-                                clock_mhz=1980, host_clock=gpu.clock)
+                                clock_mhz=1980, host_clock=gpu.clock,
+                                open_reader=lambda index, uuid=None: (reader, "" if reader else "no telemetry: fake"),
+                                open_stamps=lambda torch, device: (stamps, "") if stamps else sm_clock.open_stamps(torch, device))
 
 
 def quick(gpu, **settings):
@@ -442,9 +444,8 @@ class FakeClockStamps:
         return sm_clock.clock_mhz(self.stamps[start_slot], self.stamps[stop_slot])
 
 
-def stamped_backend(gpu, monkeypatch, nvml=None):
-    monkeypatch.setattr(sm_clock, "open_stamps", lambda torch, device: (FakeClockStamps(gpu), ""))
-    return cuda_backend(gpu, monkeypatch, nvml=nvml)
+def stamped_backend(gpu, monkeypatch=None, nvml=None):
+    return cuda_backend(gpu, nvml=nvml, stamps=FakeClockStamps(gpu))
 
 
 class NvmlError(Exception):

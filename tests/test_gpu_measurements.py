@@ -44,7 +44,7 @@ def fake_gpu_session(pytester, monkeypatch):
     through the module ``solgate_fake``."""
     import torch
 
-    from pytest_solgate.measure import backends, calibrate, devices, telemetry
+    from pytest_solgate.measure import backends, calibrate, devices
     from pytest_solgate.measure import context as measure_context
 
     def start(nvml_options=None, kernel_timestamps=False, **gpu_options):
@@ -52,7 +52,6 @@ def fake_gpu_session(pytester, monkeypatch):
         nvml = EnergyNvml(gpu, **(nvml_options or {}))
         backend = cuda_backend(gpu, monkeypatch, nvml=nvml, kernel_timestamps=kernel_timestamps)
         backend.host_pause = gpu.host_work
-        monkeypatch.setattr(telemetry, "open_reader", lambda index, uuid=None: (telemetry.NvmlReader(nvml, object()), ""))
         monkeypatch.setattr(devices, "choose_device", lambda spec, worker, count=None: devices.DeviceChoice("cuda", 0))
         monkeypatch.setattr(devices, "device_name", lambda choice: "NVIDIA H200")
         monkeypatch.setattr(devices, "device_facts", lambda choice: {})

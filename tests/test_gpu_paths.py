@@ -311,13 +311,13 @@ def test_more_xdist_workers_than_gpus_is_refused_with_what_to_do(monkeypatch):
     from pytest_solgate.support.errors import OptionError
 
     cuda = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 2, current_device=lambda: 0)
-    monkeypatch.setattr(devices, "torch_or_none", lambda: types.SimpleNamespace(cuda=cuda))
-    assert str(devices.choose_device("auto", worker_index=3, worker_count=2)) == "cuda:1"  # one worker per GPU
+    torch = types.SimpleNamespace(cuda=cuda)
+    assert str(devices.choose_device("auto", worker_index=3, worker_count=2, torch=torch)) == "cuda:1"  # one worker per GPU
     with pytest.raises(OptionError, match=r"pytest -n 4 with 2 GPU\(s\) for --sol-device=auto: .* use -n 2"):
-        devices.choose_device("auto", worker_index=3, worker_count=4)
+        devices.choose_device("auto", worker_index=3, worker_count=4, torch=torch)
     with pytest.raises(OptionError, match=r"pytest -n 2 with 1 GPU\(s\) for --sol-device=cuda:1"):
-        devices.choose_device("cuda:1", worker_index=0, worker_count=2)
-    assert str(devices.choose_device("cuda:1", worker_index=None)) == "cuda:1"  # no xdist
+        devices.choose_device("cuda:1", worker_index=0, worker_count=2, torch=torch)
+    assert str(devices.choose_device("cuda:1", worker_index=None, torch=torch)) == "cuda:1"  # no xdist
 
 
 def cold_rotation(gpu, sets=8, nbytes=16_000_000, then=None):
@@ -490,9 +490,9 @@ def test_a_failed_capture_leaves_the_process_on_the_stream_it_was_on(monkeypatch
 def test_sol_device_cuda_under_xdist_spreads_workers_like_auto(monkeypatch):
     """--sol-device=cuda under xdist put every worker on cuda:0 without a word."""
     cuda = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 2, current_device=lambda: 0)
-    monkeypatch.setattr(devices, "torch_or_none", lambda: types.SimpleNamespace(cuda=cuda))
-    assert [str(devices.choose_device("cuda", worker_index=w, worker_count=2)) for w in (0, 1)] == ["cuda:0", "cuda:1"]
-    assert str(devices.choose_device("cuda", worker_index=None)) == "cuda:0"  # no xdist: the current device
+    torch = types.SimpleNamespace(cuda=cuda)
+    assert [str(devices.choose_device("cuda", worker_index=w, worker_count=2, torch=torch)) for w in (0, 1)] == ["cuda:0", "cuda:1"]
+    assert str(devices.choose_device("cuda", worker_index=None, torch=torch)) == "cuda:0"  # no xdist: the current device
 
 
 def test_sol_at_clock_scales_each_roof_from_the_clock_it_was_quoted_or_measured_at():
@@ -590,9 +590,9 @@ def test_gpu_calibration_repeats_and_refuses_to_cache_noisy_throttled_or_spread_
 
 def test_the_flush_can_read_instead_of_write_for_the_dirty_line_check(monkeypatch):
     gpu = FakeGpu()
-    monkeypatch.setattr(telemetry, "open_reader", lambda index, uuid=None: (None, "no telemetry: fake"))
     reader = backends.CudaBackend(fake_torch(gpu), types.SimpleNamespace(index=0), l2_bytes=gpu.l2_bytes, clock_mhz=1980,
-                                  host_clock=gpu.clock, flush_by_reading=True)
+                                  host_clock=gpu.clock, flush_by_reading=True,
+                                  open_reader=lambda index, uuid=None: (None, "no telemetry: fake"))
     timing = take_timing(lambda: gpu.streaming_kernel("x", 16_000_000), reader, **quick(gpu))
     assert timing.seconds == pytest.approx(4e-6, rel=1e-3)  # still cold
     assert "read flush 100000000" in gpu.log and "flush 100000000" not in gpu.log

@@ -44,15 +44,15 @@ def test_worker_n_takes_device_n_mod_count(monkeypatch):
     from pytest_solgate.measure import context, devices
 
     cuda = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 4, current_device=lambda: 2)
-    monkeypatch.setattr(devices, "torch_or_none", lambda: types.SimpleNamespace(cuda=cuda))
+    torch = types.SimpleNamespace(cuda=cuda)
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
     for worker in range(4):
         monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{worker}")
-        chosen = devices.choose_device("auto", context.worker_index(), context.worker_count())
+        chosen = devices.choose_device("auto", context.worker_index(), context.worker_count(), torch=torch)
         assert str(chosen) == f"cuda:{worker}"
     monkeypatch.delenv("PYTEST_XDIST_WORKER")
     monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT")
-    assert str(devices.choose_device("auto", context.worker_index(), context.worker_count())) == "cuda:0"
+    assert str(devices.choose_device("auto", context.worker_index(), context.worker_count(), torch=torch)) == "cuda:0"
 
 
 def test_lock_excludes_a_second_process(tmp_path, monkeypatch):

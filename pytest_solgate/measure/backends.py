@@ -245,6 +245,8 @@ class CudaBackend(Backend[CudaStart, CudaSample]):
         clock_mhz: float | None,
         host_clock: Callable[[], float] = time.perf_counter,
         flush_by_reading: bool = False,
+        open_reader: Callable[..., tuple[Any, str]] = telemetry.open_reader,
+        open_stamps: Callable[[Any, Any], tuple[Any, str]] = sm_clock.open_stamps,
     ) -> None:
         self.torch = torch
         # benchmarks/gpu_check.py's check: a written flush leaves the L2 full of dirty lines that
@@ -256,10 +258,11 @@ class CudaBackend(Backend[CudaStart, CudaSample]):
         self.cache_bytes = flush_bytes // 2
         self.flush_buffer = torch.empty(flush_bytes // 4, dtype=torch.int32, device=device)
         self.cycles_per_second = (clock_mhz or 2000) * 1e6
-        self.reader, self.telemetry_note = telemetry.open_reader(device.index or 0, cuda_uuid(torch, device))
+        # NVML and the SM clock stamps are opened by what is passed in (a fake GPU passes its own)
+        self.reader, self.telemetry_note = open_reader(device.index or 0, cuda_uuid(torch, device))
         # The SM clock over each sample (nvbench's clock64/globaltimer stamps) and the peak clock it
         # is judged against; without the stamps, NVML's reading during each round stands in.
-        self.clock_stamps, self.clock_note = sm_clock.open_stamps(torch, device)
+        self.clock_stamps, self.clock_note = open_stamps(torch, device)
         nvml_max = self.reader.sm_clock_max if self.reader else None
         self.peak_clock_mhz = sm_clock.peak_clock_mhz(torch, device, nvml_max, clock_mhz)
         reader = self.reader
