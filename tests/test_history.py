@@ -573,9 +573,18 @@ def test_two_runs_at_once_are_marked_contended_and_never_baselines(sqlite_repo, 
     monkeypatch.delenv(TEST_PROC_ROOT_VARIABLE)  # this machine's own /proc: the contention is real
     repo = sqlite_repo
     (repo.path / "conftest.py").write_text(PINNED)
-    # Run B: a test that checks its results for 8 s (untimed work, outside the device lock) before
-    # it measures. Run A, started while B works, measures a kernel on the same core.
-    (repo.path / "test_b.py").write_text(KERNELS + "\ndef test_b(sol):\n    busy(8.0)\n    sol.measure(lambda: busy(1e-4), bytes=1e3)\n")
+    # Run B: a test that checks its results (untimed work, outside the device lock) until run A is
+    # done, then measures. Run A, started while B works, measures a kernel on the same core. B waits
+    # for A's end, not for a fixed time: on a loaded machine A's start-up alone took longer than 5 s.
+    (repo.path / "test_b.py").write_text(KERNELS + """
+import pathlib, time
+
+def test_b(sol):
+    done, started = pathlib.Path("a-done.out"), time.monotonic()
+    while not done.exists() and time.monotonic() - started < 120:
+        busy(0.05)
+    sol.measure(lambda: busy(1e-4), bytes=1e3)
+""")
     (repo.path / "test_a.py").write_text(KERNELS + "\ndef test_a(sol):\n    sol.measure(lambda: busy(2e-3), bytes=0.4e6)\n")
     repo.commit("A and B")
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--sol-device=cpu", "--sol-min-time=0.5",
@@ -585,6 +594,7 @@ def test_two_runs_at_once_are_marked_contended_and_never_baselines(sqlite_repo, 
     time.sleep(3.0)  # B is past its start-up and spinning
     a = subprocess.run([*command, "test_a.py", "--sol-json=a.json.out", "-W", "default"], cwd=repo.path,
                        capture_output=True, text=True)
+    (repo.path / "a-done.out").write_text("")
     b.communicate(timeout=120)
     assert a.returncode == 0, a.stdout + a.stderr
     (m,) = json.loads((repo.path / "a.json.out").read_text())["measurements"]
