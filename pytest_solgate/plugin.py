@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from pytest_solgate import hookspecs
 from pytest_solgate.support.errors import SolgateError, warn_at_users_code
 from pytest_solgate.support.inifile import ini_type, sol_values
 from pytest_solgate.support.locations import one_line, redact
@@ -31,6 +32,10 @@ RECORDS_KEY = pytest.StashKey[list]()
 
 class SolgateWarning(UserWarning):
     """A verdict that warns instead of failing (ambiguous, or --sol-gate=warn), or a setup caveat."""
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -114,6 +119,7 @@ class SolgateSession:
             warn=lambda text: warn_at_users_code(SolgateWarning(text)),
             warn_at_start=lambda text: config.issue_config_time_warning(SolgateWarning(text), stacklevel=2),
             contention_readers=readers_from(os.environ),  # a test suite's /proc, if it names one
+            platform=config.hook.pytest_solgate_platform(config=config),  # a stand-in's devices, if one says
         )
 
     def _announce(self, text: str) -> None:
@@ -132,9 +138,8 @@ class SolgateSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> None:
-        """Resolve the device and profile before the first test when a test will measure, so that
-        a CPU calibration (seconds) is announced on its own line, not among the progress dots.
-        Under xdist the workers do it (the controller measures nothing)."""
+        """Resolve the device and profile before the first test that measures, so that a CPU calibration is
+        announced on its own line, not among the progress dots (under xdist, the workers do it)."""
         if self.is_worker or getattr(self.config.option, "dist", "no") != "no" or session.config.option.collectonly:
             return
         if any("sol" in getattr(item, "fixturenames", ()) for item in session.items):
@@ -198,16 +203,14 @@ class SolgateSession:
         report = yield
         if report.when == "call" and RECORDS_KEY in item.stash:
             report.solgate_records = [m.to_dict() for m in item.stash.get(RECORDS_KEY, [])]
-        if report.failed and call.excinfo is not None and call.excinfo.errisinstance(SolgateError):
-            from pytest_solgate.run import at_users_call
+        if not report.failed or call.excinfo is None:
+            return report
+        from pytest_solgate.run import at_users_call, triton_hint
 
+        if call.excinfo.errisinstance(SolgateError):
             report.longrepr = at_users_call(call.excinfo, item.config.rootpath)
-        elif report.failed and call.excinfo is not None:
-            from pytest_solgate.measure.backends import triton_driver_hint
-
-            hint = triton_driver_hint(call.excinfo.value)
-            if hint:
-                report.sections.append(("solgate: Triton found no GPU", hint))
+        elif hint := triton_hint(call.excinfo.value):
+            report.sections.append(("solgate: Triton found no GPU", hint))
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

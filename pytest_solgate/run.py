@@ -41,6 +41,7 @@ from pytest_solgate.support.settings import Settings, history_required
 # engine, the judge, the history or the reports (benchmarks/overhead.py keeps us honest).
 if TYPE_CHECKING:
     from pytest_solgate.judge.budget import Budget
+    from pytest_solgate.measure.platform import Platform
     from pytest_solgate.results import Measurement
 
 UNAVAILABLE = "baselines unavailable, so only budgets were judged"
@@ -87,8 +88,10 @@ class Run:
         warn: Callable[[str], None],
         warn_at_start: Callable[[str], None],
         contention_readers: Readers = Readers(),
+        platform: Platform | None = None,
     ) -> None:
         self.settings = settings
+        self.platform = platform  # the devices to measure on; None: this machine's (measure/platform.py)
         self.rootdir = rootdir
         self.invocation_dir = invocation_dir
         self.command = command
@@ -149,6 +152,7 @@ class Run:
                 warn=self.warn,
                 dram_profiler=self._profile_dram,
                 contention_readers=self.contention_readers,
+                **({"platform": self.platform} if self.platform is not None else {}),
             )
         return self._engine
 
@@ -428,3 +432,10 @@ def _led_by_verdict(m: Any) -> str:
     """A verdict's reason led by the verdict, once (a comparison's message already starts with it)."""
     reason = m.judgement.reason
     return reason if reason.startswith(f"{m.verdict}:") else f"{m.verdict}: {reason}"
+
+
+def triton_hint(exc: BaseException) -> str:
+    """What to do when a test failed because Triton found no GPU ('' otherwise)."""
+    from pytest_solgate.measure.backends import triton_driver_hint  # only when a test failed
+
+    return triton_driver_hint(exc)

@@ -15,12 +15,14 @@ def suite(pytester: pytest.Pytester):
     the synthetic profile; run pytest on it."""
 
     def run(body: str, *args: str, profile: bool = True, subprocess: bool = False, files: dict | None = None,
-            fake_clock: bool = False):
+            fake_clock: bool = False, plugins: list | None = None):
         pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
         pytester.makepyfile(test_kernels=(FAKE_CLOCK_KERNELS if fake_clock else KERNELS) + textwrap.dedent(body))
         for name, text in (files or {}).items():
             (pytester.path / name).write_text(textwrap.dedent(text))
         options = [*(FAKE_CLOCK_TIMING if fake_clock else FAST_TIMING), *(["--sol-profile=synthetic.toml"] if profile else []), *args]
+        if plugins:  # plugin objects (a stand-in's platform) reach an in-process run only
+            return pytester.runpytest(*options, plugins=plugins)
         runner = pytester.runpytest_subprocess if subprocess else pytester.runpytest
         return runner(*options)
 
@@ -40,9 +42,7 @@ def pytest_configure(config):
     # numpy and ruptures (change points, read by every baseline lookup) likewise. Triton too: a fake-GPU session builds measure/sm_clock.py's Triton
     # stamp kernel, and a Triton imported afresh after a pytester test aborted the next test that
     # used torch's flop counter (the xdist worker crashed in test_work.py).
-    # The plugin's engine too: pytester drops the modules an inner run imported first, and a test
-    # that patches one (the fake GPU's device discovery) would patch a copy the next run no longer uses.
-    for module in ("torch", "triton", "psycopg", "numpy", "ruptures", "pytest_solgate.engine.steps"):
+    for module in ("torch", "triton", "psycopg", "numpy", "ruptures"):
         try:
             __import__(module)
         except ImportError:

@@ -10,7 +10,8 @@ import contextlib
 import math
 import types
 
-from pytest_solgate.measure import backends, sm_clock, telemetry
+from pytest_solgate.measure import backends, devices, sm_clock, telemetry
+from pytest_solgate.measure.platform import Platform
 from pytest_solgate.support.settings import SamplingSettings
 
 BUSY_WATTS, IDLE_WATTS = 600.0, 60.0
@@ -410,6 +411,33 @@ def cuda_backend(gpu, monkeypatch=None, nvml=None, kernel_timestamps=False, stam
                                 clock_mhz=1980, host_clock=gpu.clock,
                                 open_reader=lambda index, uuid=None: (reader, "" if reader else "no telemetry: fake"),
                                 open_stamps=lambda torch, device: (stamps, "") if stamps else sm_clock.open_stamps(torch, device))
+
+
+def fake_platform(backend, name="NVIDIA H200"):
+    """The session's devices on the fake GPU: one H200 (cuda:0), timed by ``backend``. The clock
+    lock's exit paths (atexit, SIGTERM) are tested in a subprocess of their own: registered here,
+    they would hold this fake device until the test process exits."""
+    return Platform(
+        choose_device=lambda spec, worker, count=None: devices.DeviceChoice("cuda", 0),
+        device_name=lambda choice: name,
+        device_facts=lambda choice: {},
+        device_key=lambda index: "GPU-fake0001",
+        make_backend=lambda choice, l2, clock: backend,
+        device_scope=lambda choice: contextlib.nullcontext(),
+        set_device=lambda index: None,
+        restore_at_exit=lambda restore: None,
+    )
+
+
+class StandIn:
+    """A plugin standing in for the machine's devices (the pytest_solgate_platform hook):
+    ``pytester.runpytest(..., plugins=[StandIn(platform)])``."""
+
+    def __init__(self, platform):
+        self.platform = platform
+
+    def pytest_solgate_platform(self, config):
+        return self.platform
 
 
 def quick(gpu, **settings):

@@ -9,7 +9,6 @@ counters of some GPUs do; its clock lock refuses as NVML does without root.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -19,7 +18,7 @@ import textwrap
 import types
 
 import pytest
-from fake_gpu import BUSY_WATTS, EnergyNvml, FakeGpu, FakeStream, cuda_backend
+from fake_gpu import BUSY_WATTS, EnergyNvml, FakeGpu, FakeStream, StandIn, cuda_backend, fake_platform
 
 from pytest_solgate.measure import block, clocks, ncu, ncu_child
 
@@ -41,27 +40,16 @@ def test_the_fake_nvml_lock_constants_and_calls_are_pynvmls():
 def fake_gpu_session(pytester, monkeypatch):
     """Make the plugin measure on the fake GPU: the device, its name and UUID, the CUDA backend
     and NVML are the fakes; everything else is the real plugin. The inner tests reach the fakes
-    through the module ``solgate_fake``."""
-    import torch
-
-    from pytest_solgate.measure import backends, calibrate, devices
-    from pytest_solgate.measure import context as measure_context
+    through the module ``solgate_fake``. The fakes are handed to the session as a plugin's
+    platform (tests/fake_gpu.py StandIn), not by replacing the plugin's functions."""
+    platforms = []
 
     def start(nvml_options=None, kernel_timestamps=False, **gpu_options):
         gpu = FakeGpu(**gpu_options)
         nvml = EnergyNvml(gpu, **(nvml_options or {}))
         backend = cuda_backend(gpu, monkeypatch, nvml=nvml, kernel_timestamps=kernel_timestamps)
         backend.host_pause = gpu.host_work
-        monkeypatch.setattr(devices, "choose_device", lambda spec, worker, count=None: devices.DeviceChoice("cuda", 0))
-        monkeypatch.setattr(devices, "device_name", lambda choice: "NVIDIA H200")
-        monkeypatch.setattr(devices, "device_facts", lambda choice: {})
-        monkeypatch.setattr(calibrate, "device_key", lambda index: "GPU-fake0001")
-        monkeypatch.setattr(backends, "make_backend", lambda choice, l2, clock: backend)
-        monkeypatch.setattr(measure_context, "device_scope", lambda context: contextlib.nullcontext())
-        monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
-        # The exit paths (atexit, SIGTERM) are tested in a subprocess of their own: registered here, they
-        # would hold this fake device until the test process exits.
-        monkeypatch.setattr(clocks, "restore_at_exit", lambda restore: None)
+        platforms.append(fake_platform(backend))
         side = FakeStream(gpu, "user's side stream")
 
         def side_stream_kernel(seconds):
@@ -76,7 +64,8 @@ def fake_gpu_session(pytester, monkeypatch):
         pytester.makepyfile(test_kernels="import solgate_fake\n" + textwrap.dedent(body))
         # no_reraise_ctrlc: an inner Ctrl-C ends the inner session only, as it would a user's
         result = pytester.runpytest("--sol-profile=h200", "--sol-min-time=0", "--sol-max-time=0.2",
-                                    "-p", "no:cacheprovider", "--sol-json=out.json", *args, no_reraise_ctrlc=True)
+                                    "-p", "no:cacheprovider", "--sol-json=out.json", *args, no_reraise_ctrlc=True,
+                                    plugins=[StandIn(platforms[-1])])
         out = pytester.path / "out.json"
         records = json.loads(out.read_text())["measurements"] if out.exists() else []
         return result, records, gpu, nvml

@@ -8,9 +8,10 @@ import contextlib
 import types
 
 import pytest
-from fake_gpu import FakeGpu, FakeNvml, cuda_backend, fake_nvml, fake_torch, quick, stamped_backend
+from fake_gpu import FakeGpu, FakeNvml, StandIn, cuda_backend, fake_nvml, fake_torch, quick, stamped_backend
 
 from pytest_solgate.measure import backends, devices, telemetry
+from pytest_solgate.measure.platform import Platform
 from pytest_solgate.measure.sampling import take_timing
 from pytest_solgate.support.settings import SamplingSettings
 
@@ -180,7 +181,7 @@ def test_throttled_measurement_is_flagged_warned_and_reported(suite, pytester, m
             return {"sm_clock_mhz": 1200, "sm_clock_max_mhz": 1980, "temperature_c": 88,
                     "throttle_reasons": ["hw_thermal_slowdown"]}
 
-    monkeypatch.setattr(backends, "make_backend", lambda choice, l2, clock: ThrottlingBackend())
+    platform = Platform(make_backend=lambda choice, l2, clock: ThrottlingBackend())
     result = suite("""
         def test_hot(sol):
             sol.measure(lambda: busy(1e-3), bytes=0.5e6)
@@ -189,7 +190,7 @@ def test_throttled_measurement_is_flagged_warned_and_reported(suite, pytester, m
         # not installed and the inner pytest would have no entry point to load it from.
         "-p", "no:solgate", "-p", "pytest_solgate.plugin",
         # In process the plugin module is already imported, so pytest cannot rewrite it: not ours to count.
-        "-W", "ignore::pytest.PytestAssertRewriteWarning")
+        "-W", "ignore::pytest.PytestAssertRewriteWarning", plugins=[StandIn(platform)])
     result.assert_outcomes(passed=1, warnings=1)
     result.stdout.fnmatch_lines(["*'default' was throttled (hw_thermal_slowdown) and stayed throttled after 5 pauses to recover*"])
     m = json.loads((pytester.path / "out.json").read_text())["measurements"][0]

@@ -35,6 +35,7 @@ from pytest_solgate.measure import context as measure_context
 from pytest_solgate.measure.contention import Readers
 from pytest_solgate.measure.context import Context
 from pytest_solgate.measure.integrity import guard
+from pytest_solgate.measure.platform import Platform
 from pytest_solgate.measure.torch_modes import under_modes_now
 from pytest_solgate.results import Measurement
 from pytest_solgate.support.errors import MeasureError, SolgateError
@@ -82,8 +83,10 @@ class Engine:
         run_id: str = "",
         dram_profiler: extras.DramProfiler | None = None,
         contention_readers: Readers = Readers(),
+        platform: Platform = Platform(),
     ) -> None:
         self.settings = settings
+        self.platform = platform  # the devices the session measures on (a stand-in's, in tests)
         self.run_id = run_id  # written into the device lock, so another run can tell it is not one of ours
         self.cache_dir = cache_dir
         self.baseline_finder = baseline_finder
@@ -121,7 +124,7 @@ class Engine:
             raise self._context_error
         try:
             self._context, self._clock_lock = measure_context.resolve(
-                self.settings, self.profile_option, self.cache_dir, self.announce)
+                self.settings, self.profile_option, self.cache_dir, self.announce, self.platform)
         except SolgateError as exc:
             self._context_error = exc
             raise
@@ -183,7 +186,7 @@ class Engine:
         if child:  # only the one call under the profiler counts here: the timing just lets the test go on
             sampling_settings = pipeline.INTERPRETER_SAMPLING
             if context.on_gpu and ncu_child.child_target() == (test, name):
-                with measure_context.device_scope(context):
+                with context.scope():
                     ncu_child.profile_one_call(fn, context.backend, *ncu_child.cuda_profiler())
         checks = guard.for_measurement(self.settings.integrity, checked, work, precision, context.backend, gate)
         wrapped: list[extras.Extra] = [checks]

@@ -9,7 +9,6 @@ imports torch.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any, Callable, Mapping
 from pytest_solgate.declare.profiles import HardwareProfile, ProfileOption, detect, known_profiles
 from pytest_solgate.measure import backends, calibrate, clocks, devices, environment, locking, ncu_child
 from pytest_solgate.measure.capabilities import Backend
+from pytest_solgate.measure.platform import Platform
 from pytest_solgate.support.errors import MeasureError, OptionError
 from pytest_solgate.support.settings import Settings
 
@@ -38,6 +38,11 @@ class Context:
     # In a Triton-interpreter session: the real CPU backend, for callables that launch no Triton
     # kernel (a torch reference), which are real CPU measurements.
     cpu_fallback: backends.CpuBackend | None = None
+    platform: Platform = Platform()  # the devices it runs on: this machine's, or a stand-in's
+
+    def scope(self) -> Any:
+        """The device's scope around a measurement (nothing on the CPU)."""
+        return self.platform.device_scope(self.device)
 
     @property
     def on_gpu(self) -> bool:
@@ -56,12 +61,13 @@ def worker_count() -> int | None:
 
 
 def resolve(settings: Settings, profile_option: ProfileOption, cache_dir: Path,
-            announce: Callable[[str], None]) -> tuple[Context, clocks.ClockLock | None]:
-    """The session's context, and the clock lock to restore when the session ends (or None)."""
+            announce: Callable[[str], None], platform: Platform = Platform()) -> tuple[Context, clocks.ClockLock | None]:
+    """The session's context on ``platform``'s devices, and the clock lock to restore when the
+    session ends (or None)."""
     explicit = profile_option.profile
-    choice = devices.choose_device(settings.device, worker_index(), worker_count())
-    facts = devices.device_facts(choice)
-    name = devices.device_name(choice)
+    choice = platform.choose_device(settings.device, worker_index(), worker_count())
+    facts = platform.device_facts(choice)
+    name = platform.device_name(choice)
     warnings: list[str] = []
     ceilings = settings.ceilings
     if choice.kind == "cpu":
@@ -86,7 +92,7 @@ def resolve(settings: Settings, profile_option: ProfileOption, cache_dir: Path,
                 profile = calibrate.cpu_profile(cache_dir, announce)
         lock_key, device_uuid = "cpu", None
     else:
-        device_uuid = calibrate.device_key(choice.index)  # survives CUDA_VISIBLE_DEVICES renumbering
+        device_uuid = platform.device_key(choice.index)  # survives CUDA_VISIBLE_DEVICES renumbering
         if explicit is not None:
             profile = explicit
         else:
@@ -99,11 +105,9 @@ def resolve(settings: Settings, profile_option: ProfileOption, cache_dir: Path,
         lock_key = f"cuda-{device_uuid}"
         # The whole process (this xdist worker) works on its GPU: Triton launches and tensors
         # created outside sol.measure then go to cuda:N too, not to cuda:0.
-        import torch
-
-        torch.cuda.set_device(choice.index)
+        platform.set_device(choice.index)
     l2_bytes = facts.get("l2_bytes") or profile.device.l2_bytes
-    backend = backends.make_backend(choice, l2_bytes, profile.device.boost_clock_mhz)
+    backend = platform.make_backend(choice, l2_bytes, profile.device.boost_clock_mhz)
     described = environment.describe(name, device_uuid, choice.kind == "cuda")
     clock_lock = None
     if choice.kind == "cuda":
@@ -111,7 +115,7 @@ def resolve(settings: Settings, profile_option: ProfileOption, cache_dir: Path,
         if ncu_child.is_child():
             clock_state = clocks.ClockState(clocks.OFF)
         else:
-            clock_state, clock_lock = lock_clocks(settings.lock_clocks, backend)
+            clock_state, clock_lock = lock_clocks(settings.lock_clocks, backend, platform.restore_at_exit)
             if clock_state.locked:  # a locked clock is not throttling: it is judged against the lock
                 backend.clocks_locked = True
                 backend.peak_clock_mhz = clock_state.mhz or backend.peak_clock_mhz
@@ -123,13 +127,15 @@ def resolve(settings: Settings, profile_option: ProfileOption, cache_dir: Path,
         device=choice, device_name=name, profile=profile, ceilings=profile.ceilings, backend=backend,
         lock_key=lock_key, warnings=tuple(warnings),
         environment=described,  # with the clocks' state (sm_clocks) on a GPU: compared like with like
-        cpu_fallback=fallback,
+        cpu_fallback=fallback, platform=platform,
     )
     return context, clock_lock
 
 
-def lock_clocks(mode: str, backend: Backend) -> tuple[clocks.ClockState, clocks.ClockLock | None]:
-    """--sol-lock-clocks on the backend's device, through the NVML handle its telemetry uses."""
+def lock_clocks(mode: str, backend: Backend, on_exit: Callable[[Callable[[], None]], None] = clocks.restore_at_exit
+                ) -> tuple[clocks.ClockState, clocks.ClockLock | None]:
+    """--sol-lock-clocks on the backend's device, through the NVML handle its telemetry uses; the
+    lock's restore registered with ``on_exit``."""
     reader = backend.reader
 
     def handle() -> tuple[Any, Any]:
@@ -137,7 +143,7 @@ def lock_clocks(mode: str, backend: Backend) -> tuple[clocks.ClockState, clocks.
             raise MeasureError(backend.telemetry_note or "no NVML reader")
         return reader.nvml_handle()
 
-    return clocks.lock_for_session(mode, handle)
+    return clocks.lock_for_session(mode, handle, on_exit)
 
 
 def measured_gpu_profile(cache_dir: Path, datasheet: HardwareProfile, choice: Any, key: str, name: str, facts: dict,
@@ -166,12 +172,3 @@ def gpu_only_options(settings: Settings) -> list[str]:
     if settings.ncu:
         said.append("--sol-ncu: measurements run on the CPU; Nsight Compute measures the DRAM bytes of GPU kernels only")
     return said
-
-
-def device_scope(context: Context) -> Any:
-    """The GPU's device scope around a measurement (nothing on the CPU)."""
-    if context.device.kind != "cuda":
-        return contextlib.nullcontext()
-    import torch
-
-    return torch.cuda.device(context.device.index)

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generic, Sequence, TypeVar
 
 from pytest_solgate.measure import backends, locking, sampling, telemetry
-from pytest_solgate.measure import context as measure_context
 from pytest_solgate.measure.context import Context
 from pytest_solgate.measure.extras import Extra, Findings, Taken, merged
 from pytest_solgate.measure.stopping import NoiseTarget, StoppingRule
@@ -52,7 +51,7 @@ def measure(test: str, name: str, fn: Callable[[], Any], context: Context,
     held = [extra for extra in extras if extra.holds_device]
     best: tuple[sampling.Timing, Read, Findings] | None = None
     for _ in range(1 + CONTENTION_RETAKES):
-        with locking.device_lock(context.lock_key, holder) as waited_for, measure_context.device_scope(context):
+        with locking.device_lock(context.lock_key, holder) as waited_for, context.scope():
             for extra in held:
                 extra.before()
             timing, read = attempt()

@@ -1,0 +1,14 @@
+"""The hooks pytest-solgate calls on other plugins (registered by plugin.py's ``pytest_addhooks``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_solgate_platform(config: pytest.Config) -> Any:
+    """The devices the session measures on: a ``pytest_solgate.measure.platform.Platform``, or
+    None for this machine's. A plugin that stands in for a GPU returns its own (solgate's tests
+    pass a fake GPU's with ``pytester.runpytest(plugins=[...])``: tests/fake_gpu.py)."""

@@ -1,0 +1,46 @@
+"""Measure (the machine's devices): what a session asks of them, in one object passed in.
+
+Which device a worker measures on, its name, facts and stable key, the backend that times on it,
+the scope a measurement runs in, the device the whole process works on, and how a clock lock is
+restored on every exit path. ``Platform()`` is this machine's. A plugin that stands in for a GPU
+returns its own from the ``pytest_solgate_platform`` hook (pytest_solgate/hookspecs.py): solgate's
+own tests do (tests/fake_gpu.py), so no test replaces a module's function.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager
+
+from pytest_solgate.measure import backends, calibrate, clocks, devices
+
+
+def cuda_device_scope(choice: devices.DeviceChoice) -> ContextManager[Any]:
+    """The GPU's device scope around a measurement (nothing on the CPU)."""
+    if choice.kind != "cuda":
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.cuda.device(choice.index)
+
+
+def set_cuda_device(index: int) -> None:
+    """The whole process (this xdist worker) works on GPU ``index``."""
+    import torch
+
+    torch.cuda.set_device(index)
+
+
+@dataclass(frozen=True)
+class Platform:
+    """What a session asks of the machine's devices (each field a function; see the module docstring)."""
+
+    choose_device: Callable[..., devices.DeviceChoice] = devices.choose_device
+    device_name: Callable[[devices.DeviceChoice], str] = devices.device_name
+    device_facts: Callable[[devices.DeviceChoice], dict] = devices.device_facts
+    device_key: Callable[[int], str] = calibrate.device_key
+    make_backend: Callable[..., Any] = backends.make_backend
+    device_scope: Callable[[devices.DeviceChoice], ContextManager[Any]] = cuda_device_scope
+    set_device: Callable[[int], None] = set_cuda_device
+    restore_at_exit: Callable[[Callable[[], None]], None] = clocks.restore_at_exit
