@@ -243,17 +243,17 @@ def run_on_fake_gpu(nvml: Any = None) -> list[Verdict]:
     sys.path.insert(0, str(ROOT / "tests"))
     import fake_gpu as fakes
 
-    from pytest_solgate.measure import backends, sm_clock, telemetry
+    from pytest_solgate.measure import backends, telemetry
 
     gpu = fakes.FakeGpu()
     torch = fakes.fake_torch(gpu)
     reader = telemetry.NvmlReader((nvml or fakes.FakeNvml)(gpu), handle=object())
-    sm_clock.open_stamps = lambda torch_, device_: (fakes.FakeClockStamps(gpu), "")  # this process only
     device = types.SimpleNamespace(index=0)
 
     def make_backend(flush: bool) -> Any:
-        backend = backends.CudaBackend(torch, device, gpu.l2_bytes, gpu.clock_mhz, host_clock=gpu.clock)
-        backend.reader = reader
+        backend = backends.CudaBackend(torch, device, gpu.l2_bytes, gpu.clock_mhz, host_clock=gpu.clock,
+                                       open_reader=lambda index, uuid=None: (reader, ""),
+                                       open_stamps=lambda torch_, device_: (fakes.FakeClockStamps(gpu), ""))
         if not flush:
             backend.flush = lambda: None
         return backend
