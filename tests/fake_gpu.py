@@ -413,10 +413,15 @@ def cuda_backend(gpu, monkeypatch=None, nvml=None, kernel_timestamps=False, stam
                                 open_stamps=lambda torch, device: (stamps, "") if stamps else sm_clock.open_stamps(torch, device))
 
 
-def fake_platform(backend, name="NVIDIA H200"):
-    """The session's devices on the fake GPU: one H200 (cuda:0), timed by ``backend``. The clock
-    lock's exit paths (atexit, SIGTERM) are tested in a subprocess of their own: registered here,
-    they would hold this fake device until the test process exits."""
+def fake_platform(backend, gpu=None, name="NVIDIA H200"):
+    """The session's devices on the fake GPU: one H200 (cuda:0), timed by ``backend``; the
+    profiler range of an --sol-ncu child is marked in ``gpu``'s log. The clock lock's exit paths
+    (atexit, SIGTERM) are tested in a subprocess of their own: registered here, they would hold
+    this fake device until the test process exits."""
+
+    def mark(what):
+        return lambda: gpu.log.append(what)
+
     return Platform(
         choose_device=lambda spec, worker, count=None: devices.DeviceChoice("cuda", 0),
         device_name=lambda choice: name,
@@ -426,6 +431,7 @@ def fake_platform(backend, name="NVIDIA H200"):
         device_scope=lambda choice: contextlib.nullcontext(),
         set_device=lambda index: None,
         restore_at_exit=lambda restore: None,
+        cuda_profiler=lambda: (mark("profiler start"), mark("profiler stop")),
     )
 
 

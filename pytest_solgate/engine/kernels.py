@@ -187,7 +187,7 @@ class Engine:
             sampling_settings = pipeline.INTERPRETER_SAMPLING
             if context.on_gpu and ncu_child.child_target() == (test, name):
                 with context.scope():
-                    ncu_child.profile_one_call(fn, context.backend, *ncu_child.cuda_profiler())
+                    ncu_child.profile_one_call(fn, context.backend, *context.platform.cuda_profiler())
         checks = guard.for_measurement(self.settings.integrity, checked, work, precision, context.backend, gate)
         wrapped: list[extras.Extra] = [checks]
         if context.on_gpu and not child:

@@ -1,8 +1,8 @@
 """Measure (the machine's devices): what a session asks of them, in one object passed in.
 
 Which device a worker measures on, its name, facts and stable key, the backend that times on it,
-the scope a measurement runs in, the device the whole process works on, and how a clock lock is
-restored on every exit path. ``Platform()`` is this machine's. A plugin that stands in for a GPU
+the scope a measurement runs in, the device the whole process works on, how a clock lock is
+restored on every exit path, and the profiler range an ``--sol-ncu`` child opens. ``Platform()`` is this machine's. A plugin that stands in for a GPU
 returns its own from the ``pytest_solgate_platform`` hook (pytest_solgate/hookspecs.py): solgate's
 own tests do (tests/fake_gpu.py), so no test replaces a module's function.
 """
@@ -13,7 +13,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager
 
-from pytest_solgate.measure import backends, calibrate, clocks, devices
+from pytest_solgate.measure import backends, calibrate, clocks, devices, ncu_child
 
 
 def cuda_device_scope(choice: devices.DeviceChoice) -> ContextManager[Any]:
@@ -44,3 +44,5 @@ class Platform:
     device_scope: Callable[[devices.DeviceChoice], ContextManager[Any]] = cuda_device_scope
     set_device: Callable[[int], None] = set_cuda_device
     restore_at_exit: Callable[[Callable[[], None]], None] = clocks.restore_at_exit
+    # cudaProfilerStart and Stop, around the one call an --sol-ncu child profiles
+    cuda_profiler: Callable[[], tuple[Callable[[], None], Callable[[], None]]] = ncu_child.cuda_profiler
