@@ -491,22 +491,23 @@ def test_speedup_gates_against_the_reference(suite, pytester):
 
 def test_the_calibration_is_announced_before_the_progress_dots(suite, monkeypatch, pytester):
     """A CPU calibration takes seconds: its message stands on its own line before the tests run."""
+    from fake_gpu import StandIn
+
     from pytest_solgate.declare.profiles import HardwareProfile
-    from pytest_solgate.measure import calibrate
+    from pytest_solgate.measure.platform import Platform
 
     def calibrating(cache_dir, announce=print, calibration=None):
         announce("solgate: measuring this CPU's ceilings once (stand-in) ...")
         return HardwareProfile(id="cpu-standin", name="this CPU", kind="cpu", memory_bandwidth_gbps=1,
                                peak_tflops={"fp32": 0.001}, ceilings="measured")
 
-    monkeypatch.setattr(calibrate, "cpu_profile", calibrating)
     result = suite("""
         def test_one(sol):
             sol.measure(lambda: busy(1e-4), bytes=1e3)
 
         def test_two(sol):
             sol.measure(lambda: busy(1e-4), bytes=1e3)
-    """, "--sol-report=r.html", profile=False, fake_clock=True)
+    """, "--sol-report=r.html", profile=False, fake_clock=True, plugins=[StandIn(Platform(cpu_profile=calibrating))])
     result.assert_outcomes(passed=2)
     # The stand-in profile is on no disk (like a calibration that refused to cache itself): the
     # report still draws its charts from the profile the session scored against.

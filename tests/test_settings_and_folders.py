@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import types
 
 import pytest
 
@@ -35,11 +36,17 @@ def solgate(*args, cwd, env=None):
 
 
 @pytest.fixture
-def fake_calibration(monkeypatch):
+def fake_calibration():
     """The CPU calibration with fixed figures (1 GB/s, 1 GFLOP/s): the real cpu_profile, its cache
-    and its messages, without the seconds of measuring. A test appends to the list it returns what
-    the next sessions' re-checks read, as shares of those figures."""
+    and its messages, without the seconds of measuring, handed to a session as a stand-in's
+    platform (``plugins``). A test appends to ``rechecks`` what the next sessions' re-checks read,
+    as shares of those figures."""
+    import functools
+
+    from fake_gpu import StandIn
+
     from pytest_solgate.measure import calibrate
+    from pytest_solgate.measure.platform import Platform
 
     figures = (1.0, {"copy": 1.0}, {"fp32": 0.001, "fp64": 0.0005}, {"bandwidth": 0.01})
     rechecks: list[float] = []  # what the next sessions' re-checks read, as shares of the calibration (else 1.0)
@@ -48,9 +55,8 @@ def fake_calibration(monkeypatch):
         share = rechecks.pop(0) if rechecks else 1.0
         return share * figures[0], {"copy": share * figures[1]["copy"]}, {k: share * v for k, v in figures[2].items()}
 
-    monkeypatch.setattr(calibrate, "repeated_cpu_calibration", lambda torch, *a, **k: figures)
-    monkeypatch.setattr(calibrate, "quick_cpu_check", recheck)
-    return rechecks
+    profile = functools.partial(calibrate.cpu_profile, calibration=lambda torch, *a, **k: figures, recheck=recheck)
+    return types.SimpleNamespace(rechecks=rechecks, plugins=[StandIn(Platform(cpu_profile=profile))])
 
 
 # --- 13: --help ---------------------------------------------------------------------------------
@@ -133,7 +139,7 @@ def test_a_cache_variable_naming_a_file_measures_anyway_and_says_so_once(suite, 
     blocker = pytester.path / "not-a-folder"
     blocker.write_text("")
     monkeypatch.setenv("SOLGATE_CACHE_DIR", str(blocker))
-    result = suite(PASSING, profile=False, fake_clock=True)
+    result = suite(PASSING, profile=False, fake_clock=True, plugins=fake_calibration.plugins)
     result.assert_outcomes(passed=2)
     said = [line for line in result.stdout.lines if "not cached" in line]
     assert len(said) == 1 and "$SOLGATE_CACHE_DIR" in said[0] and str(blocker) in said[0], result.stdout.str()
@@ -146,12 +152,12 @@ def test_a_relative_xdg_cache_home_is_ignored(suite, pytester, monkeypatch, tmp_
     monkeypatch.delenv("SOLGATE_CACHE_DIR")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_CACHE_HOME", "relative-cache")
-    suite(PASSING, profile=False, fake_clock=True).assert_outcomes(passed=2)
+    suite(PASSING, profile=False, fake_clock=True, plugins=fake_calibration.plugins).assert_outcomes(passed=2)
     assert not (pytester.path / "relative-cache").exists()
     assert list((home / ".cache" / "pytest-solgate" / "profiles").glob("cpu-*.toml"))
     # An absolute one is the cache, as before.
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    suite(PASSING, profile=False, fake_clock=True).assert_outcomes(passed=2)
+    suite(PASSING, profile=False, fake_clock=True, plugins=fake_calibration.plugins).assert_outcomes(passed=2)
     assert list((tmp_path / "xdg" / "pytest-solgate" / "profiles").glob("cpu-*.toml"))
 
 
@@ -190,12 +196,13 @@ def test_changing_torch_threads_names_the_new_profile_id_and_how_to_keep_the_old
 
     threads = torch.get_num_threads()
     before = f"cpu-{calibrate.fingerprint_key(calibrate.cpu_fingerprint(torch))}"
-    first = suite(PASSING, profile=False, fake_clock=True)
+    first = suite(PASSING, profile=False, fake_clock=True, plugins=fake_calibration.plugins)
     first.assert_outcomes(passed=2)
     assert "profile id is now" not in first.stdout.str()
     conftest = f"import torch\ntorch.set_num_threads({threads + 1})\n"
     try:
-        second = suite(PASSING, profile=False, fake_clock=True, files={"conftest.py": conftest})
+        second = suite(PASSING, profile=False, fake_clock=True, files={"conftest.py": conftest},
+                       plugins=fake_calibration.plugins)
         after = f"cpu-{calibrate.fingerprint_key(calibrate.cpu_fingerprint(torch))}"
     finally:
         torch.set_num_threads(threads)
@@ -205,9 +212,10 @@ def test_changing_torch_threads_names_the_new_profile_id_and_how_to_keep_the_old
     assert after in said[0] and before in said[0] and f"torch.set_num_threads({threads})" in said[0]
     # Back to the old count: said again (the id changed again), and a run that changes nothing is quiet.
     (pytester.path / "conftest.py").unlink()
-    third = suite(PASSING, profile=False, fake_clock=True)
+    third = suite(PASSING, profile=False, fake_clock=True, plugins=fake_calibration.plugins)
     assert f"torch.set_num_threads({threads + 1})" in third.stdout.str()
-    assert "profile id is now" not in suite(PASSING, profile=False, fake_clock=True).stdout.str()
+    assert "profile id is now" not in suite(PASSING, profile=False, fake_clock=True,
+                                            plugins=fake_calibration.plugins).stdout.str()
 
 
 def test_an_id_change_on_another_machine_is_not_the_users_doing():
@@ -254,7 +262,7 @@ def test_a_project_is_told_of_its_own_id_changes_only_and_detect_names_the_id_it
 
     def session(name):
         try:
-            result = pytester.runpytest(*FAKE_CLOCK_TIMING, name)
+            result = pytester.runpytest(*FAKE_CLOCK_TIMING, name, plugins=fake_calibration.plugins)
         finally:
             torch.set_num_threads(threads)  # the new project's conftest set this process's torch
         result.assert_outcomes(passed=2)
@@ -295,7 +303,7 @@ def test_runs_that_change_nothing_are_not_told_the_ceilings_changed(pytester, fa
     Runs on consecutive commits, on this CPU's own calibration, as a new project makes them."""
     # What each later session's re-check reads, as a share of the calibration: within its own
     # noise, a little faster each time; then a truly faster machine; then a slower one.
-    fake_calibration.extend([1.01, 1.02, 1.03, 1.2, 1.0])
+    fake_calibration.rechecks.extend([1.01, 1.02, 1.03, 1.2, 1.0])
     init_repo(pytester.path)
     (pytester.path / ".gitignore").write_text(".solgate/\n__pycache__/\n*.json\n")
     pytester.makepyfile(test_kernels=FAKE_CLOCK_KERNELS + textwrap.dedent(PASSING))
@@ -303,7 +311,7 @@ def test_runs_that_change_nothing_are_not_told_the_ceilings_changed(pytester, fa
     def run(commit):
         git(pytester.path, "add", "-A")
         git(pytester.path, "commit", "-q", "--allow-empty", "-m", commit)
-        result = pytester.runpytest(*FAKE_CLOCK_TIMING, "--sol-json=out.json")
+        result = pytester.runpytest(*FAKE_CLOCK_TIMING, "--sol-json=out.json", plugins=fake_calibration.plugins)
         result.assert_outcomes(passed=2)
         baselines = [m["baseline"] for m in json.loads((pytester.path / "out.json").read_text())["measurements"]]
         return " ".join(result.stdout.str().split()), baselines  # the session's lines wrap at 80 columns

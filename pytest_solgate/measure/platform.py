@@ -1,6 +1,7 @@
 """Measure (the machine's devices): what a session asks of them, in one object passed in.
 
-Which device a worker measures on, its name, facts and stable key, the backend that times on it,
+Which device a worker measures on, its name, facts and stable key, a CPU's calibrated profile, the
+backend that times on it,
 the scope a measurement runs in, the device the whole process works on, how a clock lock is
 restored on every exit path, and the profiler range an ``--sol-ncu`` child opens. ``Platform()`` is this machine's. A plugin that stands in for a GPU
 returns its own from the ``pytest_solgate_platform`` hook (pytest_solgate/hookspecs.py): solgate's
@@ -44,5 +45,7 @@ class Platform:
     device_scope: Callable[[devices.DeviceChoice], ContextManager[Any]] = cuda_device_scope
     set_device: Callable[[int], None] = set_cuda_device
     restore_at_exit: Callable[[Callable[[], None]], None] = clocks.restore_at_exit
+    # this CPU's profile: calibrated once and cached, re-checked briefly each session (calibrate.py)
+    cpu_profile: Callable[..., Any] = calibrate.cpu_profile
     # cudaProfilerStart and Stop, around the one call an --sol-ncu child profiles
     cuda_profiler: Callable[[], tuple[Callable[[], None], Callable[[], None]]] = ncu_child.cuda_profiler
