@@ -32,11 +32,6 @@ def advance(ns):
     for move in MOVED_WITH_THE_CLOCK:
         move()
 
-from pytest_solgate.measure import backends
-
-@pytest.fixture(autouse=True)
-def _no_flush(monkeypatch):
-    monkeypatch.setattr(backends.CpuBackend, "flush", lambda self: None)  # no CPU work of ours between the calls
 '''
 
 NAPPING_KERNEL = FAKE_CLOCK + '''
