@@ -243,10 +243,9 @@ def test_gpu_calibration_runs_inside_the_devices_scope_and_ids_differ_per_gpu(tm
         ), []
 
     monkeypatch.setattr(torch.cuda, "device", device)
-    monkeypatch.setattr(calibrate, "gpu_profile", fake_gpu_profile)
-    monkeypatch.setattr(calibrate, "device_key", lambda index: f"GPU-{index}a2b3c4d-0000")
     for index in (1, 3):
-        calibrate.calibrate_gpu(tmp_path, index, datasheet, "NVIDIA H100 80GB HBM3", None)
+        calibrate.calibrate_gpu(tmp_path, index, datasheet, "NVIDIA H100 80GB HBM3", None,
+                                key=f"GPU-{index}a2b3c4d-0000", profile_of=fake_gpu_profile)
     assert seen == [1, 3] and current[0] == 0
     ids = [p.id for p in known_profiles(tmp_path) if p.id.startswith("h100-sxm-measured")]
     assert sorted(ids) == ["h100-sxm-measured-1a2b3c4d", "h100-sxm-measured-3a2b3c4d"]  # no duplicate-id error
@@ -256,7 +255,7 @@ def test_a_worker_that_waited_for_the_lock_finds_the_calibration_and_does_not_re
     import contextlib
 
     from pytest_solgate.declare.profiles import find_profile, profile_to_toml
-    from pytest_solgate.measure import calibrate, context, locking
+    from pytest_solgate.measure import calibrate, context
 
     datasheet = find_profile("h100-sxm")
     path = calibrate.gpu_measured_path(tmp_path, datasheet.id, "GPU-feedbeef")
@@ -272,38 +271,34 @@ def test_a_worker_that_waited_for_the_lock_finds_the_calibration_and_does_not_re
     def must_not_run(*args, **kwargs):
         raise AssertionError("calibrated twice")
 
-    monkeypatch.setattr(locking, "device_lock", lock_taken_while_another_worker_calibrated)
-    monkeypatch.setattr(calibrate, "calibrate_gpu", must_not_run)
     got = context.measured_gpu_profile(tmp_path, datasheet, devices.DeviceChoice("cuda", 0), "GPU-feedbeef",
-                                       "NVIDIA H100 80GB HBM3", {}, announce=lambda text: None)
+                                       "NVIDIA H100 80GB HBM3", {}, announce=lambda text: None,
+                                       calibrating=must_not_run, lock=lock_taken_while_another_worker_calibrated)
     assert got.id == "h100-sxm-measured-feedbeef"
 
 
-def test_gpu_calibration_times_through_the_sampling_loop_and_the_cuda_backend(monkeypatch):
+def test_gpu_calibration_times_through_the_sampling_loop_and_the_cuda_backend():
     """No private timing loop: calibration uses take_timing with the CUDA backend (flush and hold)
     for at least half a second per figure; here the backend is a CPU one standing in for CUDA."""
     torch = pytest.importorskip("torch")
     from pytest_solgate.declare.profiles import find_profile
     from pytest_solgate.measure import calibrate
 
-    made = []
-
     class StandIn(backends.CpuBackend):
-        def __init__(self, torch_, device, l2_bytes, clock_mhz):
+        def __init__(self):
             super().__init__("cuda-stand-in")
             self.flushes = 0
-            made.append(self)
 
         def flush(self):
             self.flushes += 1
 
     assert calibrate.CALIBRATION_SAMPLING.min_time >= 0.5  # sustained, not a burst
-    monkeypatch.setattr(backends, "CudaBackend", StandIn)
-    monkeypatch.setattr(calibrate, "CALIBRATION_SAMPLING",
-                        calibrate.SamplingSettings(min_time=0.02, max_time=0.2, noise=0.5, min_samples=3, warmup_time=0))
+    backend = StandIn()
+    timer = calibrate.sampling_timer(backend, calibrate.SamplingSettings(min_time=0.02, max_time=0.2, noise=0.5,
+                                                                         min_samples=3, warmup_time=0))
     datasheet = find_profile("h100-sxm")
-    figures = calibrate.measure_gpu(torch, torch.device("cpu"), datasheet, None, matmul_size=64, copy_bytes=1 << 20)
-    (backend,) = made
+    figures = calibrate.measure_gpu(torch, torch.device("cpu"), datasheet, None, timer=timer, matmul_size=64,
+                                    copy_bytes=1 << 20)
     assert backend.flushes > 10 and figures["bandwidth:copy"][0] > 0 and figures["bf16_tensor:mm64"][0] > 0  # all through it
     assert figures["bf16_tensor:mm64"][1].backend == "cuda-stand-in"  # the timing comes back with the figure
 
@@ -569,14 +564,15 @@ def test_gpu_calibration_repeats_and_refuses_to_cache_noisy_throttled_or_spread_
                                   throttled=trouble == "throttled" and which == bf16_call and repetition == 2,
                                   noisy=trouble == "noisy" and which == fp32_call and repetition == 0)
 
-    monkeypatch.setattr(calibrate, "_sampling_timer", lambda torch_, device, l2: timer)
-    monkeypatch.setattr(calibrate, "device_key", lambda index: "GPU-0a2b3c4d")
     monkeypatch.setattr(torch.cuda, "device", lambda index: contextlib.nullcontext())
-    real_measure = calibrate.measure_gpu
-    monkeypatch.setattr(calibrate, "measure_gpu", lambda torch_, cuda_device, *a, **k: real_measure(
-        torch_, torch.device("cpu"), *a, matmul_size=16, copy_bytes=1 << 16))  # CPU tensors stand in for cuda:0
+
+    def profile_of(datasheet_, cuda_device, key, name, l2):  # CPU tensors stand in for cuda:0
+        return calibrate.gpu_profile(datasheet_, torch.device("cpu"), key, name, l2, timer=timer, matmul_size=16,
+                                     copy_bytes=1 << 16)
+
     said = []
-    profile, path = calibrate.calibrate_gpu(tmp_path, 0, datasheet, "NVIDIA H100 80GB HBM3", None, announce=said.append)
+    profile, path = calibrate.calibrate_gpu(tmp_path, 0, datasheet, "NVIDIA H100 80GB HBM3", None, announce=said.append,
+                                            key="GPU-0a2b3c4d", profile_of=profile_of)
     assert calls[0] == 3 * per_pass  # three passes over every figure
     assert profile.peak_clock_mhz["bf16_tensor"] == 1650.0  # each peak keeps the clock it was measured at
     assert profile.peak_clock_mhz["fp8_tensor" if "fp8_tensor" in profile.peak_clock_mhz else "fp32"] > 0

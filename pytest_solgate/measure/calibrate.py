@@ -492,16 +492,20 @@ def calibrate_gpu(
     device_name: str,
     l2_bytes: int | None,
     announce: Callable[[str], None] = print,
+    key: str | None = None,
+    profile_of: Callable[..., tuple[HardwareProfile, list[str]]] | None = None,
 ) -> tuple[HardwareProfile, Path | None]:
     """Measure GPU ``index`` and cache the profile per device under ``cache_dir``; the path is
-    None when the calibration was not fit to cache (``announce`` then says why)."""
+    None when the calibration was not fit to cache (``announce`` then says why). ``key`` (the
+    device's UUID, else read) and ``profile_of`` (``gpu_profile``'s arguments -> its result) are
+    passed in by tests, which calibrate CPU tensors with a timer of their own."""
     import torch
 
-    key = device_key(index)
+    key = key or device_key(index)
     # Inside the device's scope: events and work then share cuda:index's current stream (recorded
     # on cuda:0 while the work ran on cuda:N, the ceilings came out far too high).
     with torch.cuda.device(index):
-        profile, faults = gpu_profile(datasheet, torch.device("cuda", index), key, device_name, l2_bytes)
+        profile, faults = (profile_of or gpu_profile)(datasheet, torch.device("cuda", index), key, device_name, l2_bytes)
     if faults:
         announce(
             f"solgate: {device_name}'s calibration is not fit to cache ({'; '.join(faults)}): the GPU is busy, hot "
@@ -527,11 +531,12 @@ GPU_REPETITIONS = 3
 MAX_GPU_SPREAD = 0.10
 
 
-def _sampling_timer(torch: Any, device: Any, l2_bytes: int | None) -> "Timer":
-    from pytest_solgate.measure import backends, sampling, telemetry
+def sampling_timer(backend: Any, settings: SamplingSettings = CALIBRATION_SAMPLING) -> "Timer":
+    """A calibration's timer: the tests' sampling loop (take_timing) on ``backend`` (the CUDA
+    backend on a GPU), with a throttled round taken again."""
+    from pytest_solgate.measure import sampling, telemetry
 
-    backend = backends.CudaBackend(torch, device, l2_bytes, None)
-    return lambda fn: sampling.take_timing(fn, backend, CALIBRATION_SAMPLING, telemetry.is_throttled)
+    return lambda fn: sampling.take_timing(fn, backend, settings, telemetry.is_throttled)
 
 
 Timer = Callable[[Callable[[], Any]], Any]  # fn -> sampling.Timing of its calls
@@ -621,7 +626,10 @@ def measure_gpu(
     CPU in tests; on a GPU the defaults are the CUDA backend, 8192^3 and 4096^3 matmuls and buffers
     far beyond L2.
     """
-    timer = timer or _sampling_timer(torch, device, l2_bytes)
+    if timer is None:
+        from pytest_solgate.measure import backends
+
+        timer = sampling_timer(backends.CudaBackend(torch, device, l2_bytes, None))
     if copy_bytes is None:
         free, _total = torch.cuda.mem_get_info(device)
         copy_bytes = min(max(16 * (l2_bytes or 64 * MIB), 1024 * MIB), free // 8)  # "add" holds three buffers

@@ -147,19 +147,20 @@ def lock_clocks(mode: str, backend: Backend, on_exit: Callable[[Callable[[], Non
 
 
 def measured_gpu_profile(cache_dir: Path, datasheet: HardwareProfile, choice: Any, key: str, name: str, facts: dict,
-                         announce: Callable[[str], None]) -> HardwareProfile:
+                         announce: Callable[[str], None], calibrating: Callable[..., Any] = calibrate.calibrate_gpu,
+                         lock: Callable[[str], Any] = locking.device_lock) -> HardwareProfile:
+    """The GPU's measured profile: the cached one, else calibrated once under the device's lock
+    (``calibrating`` and ``lock`` passed in by tests)."""
     path = calibrate.gpu_measured_path(cache_dir, datasheet.id, key)
     cached = calibrate.cached_profile(path)
     if cached is not None:
         return cached
-    with locking.device_lock(f"cuda-{key}"):
+    with lock(f"cuda-{key}"):
         cached = calibrate.cached_profile(path)  # a worker that waited here finds what another measured
         if cached is not None:
             return cached
         announce(f"solgate: calibrating {name} once (cached in {path}) ...")
-        profile, _ = calibrate.calibrate_gpu(
-            cache_dir, choice.index, datasheet, name, facts.get("l2_bytes"), announce=announce
-        )
+        profile, _ = calibrating(cache_dir, choice.index, datasheet, name, facts.get("l2_bytes"), announce=announce)
     return profile
 
 
