@@ -148,7 +148,7 @@ TESTS = Path(__file__).resolve().parent
 # ratchet (issue 41 item 5). The number may only go down; a file not named here may replace none.
 STILL_REPLACED = {
     "test_bad_input_commands_and_callables.py": 1,
-    "test_reports.py": 1, "test_steps.py": 1,
+    "test_reports.py": 1,
 }
 # The seams that are passed in now: no test may replace them again.
 # The fake clock is the sol_clock fixture's CpuClock (solgate_testing.FAKE_CLOCK_KERNELS), and
@@ -160,7 +160,7 @@ PASSED_IN = {"CPU_CLOCKS", "PROC", "PROC_ROOT", "now", "copy_probe", "contention
              "torch_or_none", "choose_device", "device_name", "device_facts", "make_backend", "device_scope",
              "set_device", "restore_at_exit", "cuda_profiler", "cpu_profile", "repeated_cpu_calibration",
              "quick_cpu_check", "flush", "gpu_profile", "device_key", "device_lock", "calibrate_gpu", "CudaBackend",
-             "CALIBRATION_SAMPLING", "measure_gpu"}
+             "CALIBRATION_SAMPLING", "measure_gpu", "read_runs"}
 
 
 def _package_names(tree):

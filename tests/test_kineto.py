@@ -308,9 +308,9 @@ class ExportingProfiler:
 def test_measure_step_on_a_gpu_reads_each_block_through_the_trace_reader(name):
     """Issue 43 item 5: the reader tested on real GPUs' traces is the one measure_step reads its
     blocks with on a GPU: each operator's kernel time the sum of the kernels it launched."""
-    from pytest_solgate.engine import steps
+    from pytest_solgate.measure.platform import Platform
 
-    assert steps.block_reader("cuda") is kineto.profiler_runs and steps.block_reader("cpu") is None
+    assert Platform().step_reader("cuda") is kineto.profiler_runs and Platform().step_reader("cpu") is None
     expected = expected_device_time(raw(name))
     got = {}
     for run in kineto.profiler_runs(ExportingProfiler(name)):

@@ -353,19 +353,21 @@ def test_forward(sol):
 # default for the rest), plus a fixed idle; the profiler, the grouping and the counting run for real.
 FAKE_CONFTEST = '''
 import json, pathlib
-import pytest
 from pytest_solgate.measure import step_profile
+from pytest_solgate.measure.platform import Platform
 
-@pytest.fixture(autouse=True)
-def _fake_step_clock(monkeypatch):
+def pytest_solgate_platform(config):
+    # the session's step reader: the profiler's readings, each replaced by its exact one
     speed = json.loads(pathlib.Path(__file__).with_name("speed.json").read_text())
 
     def exact(reading):
         times = {key: speed.get(key[0], 20e-6) * speed["scale"] * calls for key, calls in reading.calls.items()}
         return step_profile.RunReading(sum(times.values()) + 50e-6, times, reading.calls, 50e-6)
 
-    profiled = step_profile.read_runs  # the profiler's readings, each replaced by its exact one
-    monkeypatch.setattr(step_profile, "read_runs", lambda events, on_gpu: [exact(r) for r in profiled(events, on_gpu)])
+    def read(profiler):
+        return [exact(r) for r in step_profile.read_runs(profiler.events(), False)]
+
+    return Platform(step_reader=lambda device: read)
 '''
 
 

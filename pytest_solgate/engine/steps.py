@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from pytest_solgate.declare.work import Work, make_work
 from pytest_solgate.engine import kernels as engines
-from pytest_solgate.measure import calibrate, callables, kineto, sampling, step_profile
+from pytest_solgate.measure import calibrate, callables, sampling, step_profile
 from pytest_solgate.results import Measurement
 from pytest_solgate.score import Score, step_breakdown
 from pytest_solgate.support import stats
@@ -46,14 +46,6 @@ def declared_work(flops: Any, bytes: Any, precision: str) -> Work | None:
     return make_work(flops, bytes, precision)
 
 
-def block_reader(device: str) -> Callable[[Any], list[step_profile.RunReading]] | None:
-    """What reads a block of a step's runs from its profiler session: on a GPU the trace reader
-    (measure/kineto.py: kernels by correlation id, the device's timestamps; tested on real GPUs'
-    traces); on a CPU the profiler's events as they are (None: step_profile.read_runs), which
-    needs no export of a trace per block."""
-    return kineto.profiler_runs if device == "cuda" else None
-
-
 def measure(engine: engines.Engine, test: str, fn: Callable[[], Any], *, name: str, flops: Any = None,
             bytes: Any = None, precision: str | None = None, gate: bool = True, top: int = DEFAULT_TOP
             ) -> list[Measurement]:
@@ -76,7 +68,8 @@ def measure(engine: engines.Engine, test: str, fn: Callable[[], Any], *, name: s
         def profile_once() -> tuple[sampling.Timing, step_profile.StepProfile]:
             __tracebackhide__ = True
             measured = step_profile.profile_step(fn, device, max_time, min_time=engine.settings.sampling.min_time,
-                                              noise=engine.settings.sampling.noise, read=block_reader(device))
+                                              noise=engine.settings.sampling.noise,
+                                              read=context.platform.step_reader(device))
             samples = tuple(run.seconds for run in measured.runs)
             median = stats.median(samples) if samples else 0.0
             return _timing(measured, median, samples, stats.relative_half_width(samples)), measured

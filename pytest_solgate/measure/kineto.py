@@ -521,6 +521,14 @@ def profiler_runs(profiler: Any, step_prefix: str = step_profile.STEP_RANGE,
         return list(profile_trace(load(path), step_prefix, module_prefix).runs)
 
 
+def block_reader(device: str) -> Any:
+    """What reads a block of ``measure_step``'s runs from its profiler session: on a GPU this
+    trace reader (``profiler_runs``: kernels by correlation id, the device's timestamps; tested on
+    real GPUs' traces); on a CPU the profiler's events as they are (None: step_profile.read_runs),
+    which needs no export of a trace per block."""
+    return profiler_runs if device == "cuda" else None
+
+
 def trace_events(trace: Trace) -> list[kernel_trace.TraceEvent]:
     """The trace's events in the fields the CUDA backend's sample reader takes (``kernel_trace``):
     a recorded trace checks that reader as the profiler's own events feed it. Host events are on
