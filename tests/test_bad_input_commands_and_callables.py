@@ -160,24 +160,25 @@ def test_callables_with_defaults_or_star_args_are_timed(suite):
     result.assert_outcomes(passed=1)
 
 
-def test_a_short_kernel_on_a_loaded_machine_raises_no_warning_of_ours_under_w_error(suite, monkeypatch):
+def test_a_short_kernel_on_a_loaded_machine_raises_no_warning_of_ours_under_w_error(suite):
     """A first clean run under `-W error` failed once under load: a 4 us kernel whose sampling the
     load stretched past 1.5x the time budget, with fewer samples than wanted, was warned as "one
     call takes 3.96e-06 s, longer than the time budget". The warning is said from the call's own
-    time now. The load is simulated: the timing's wall time is 5 s and it kept 3 samples (the
-    kernel's own time comes from the fake clock)."""
-    import dataclasses
+    time now. The load is simulated on the fake clock passed in (sol_clock): the kernel's own time
+    is exact, but the memory probe after each sample takes 0.2 s of real time, as a loaded
+    machine's would, so the sampling outlasts the 0.1 s budget with few samples."""
+    result = suite("""
+        import time
+        from pytest_solgate.measure.backends import CpuClock
 
-    from pytest_solgate.measure import sampling
+        @pytest.fixture
+        def sol_clock():
+            return CpuClock(now=lambda: (FAKE_NS[0],) * 3, probe=lambda: time.sleep(0.2))
 
-    real = sampling.take_timing
-
-    def loaded(*args, **kwargs):
-        timing = real(*args, **kwargs)
-        return dataclasses.replace(timing, wall_seconds=5.0, samples=timing.samples[:3], noisy=True)
-
-    monkeypatch.setattr(sampling, "take_timing", loaded)
-    result = suite("def test_k(sol):\n    sol.measure(lambda: busy(4e-6), bytes=1e3)\n", "-W", "error", fake_clock=True)
+        def test_k(sol):
+            m = sol.measure(lambda: busy(4e-6), bytes=1e3)
+            assert m.timing.wall_seconds > 0.15 and len(m.timing.samples) < 10, m.timing
+        """, "-W", "error", "--sol-max-time=0.1", fake_clock=True)
     result.assert_outcomes(passed=1)
     assert "SolgateWarning" not in result.stdout.str()
 
