@@ -194,19 +194,21 @@ def test_a_report_that_cannot_be_written_does_not_change_verdicts(suite, pyteste
     result.stdout.fnmatch_lines(["solgate: cannot write the HTML report to *blocked/report.html*; choose another path"])
 
 
-def test_a_rendering_failure_leaves_the_previous_report(suite, pytester, monkeypatch):
-    from pytest_solgate.report import html as html_module
+def test_a_rendering_failure_leaves_the_previous_report_and_says_so(tmp_path):
+    from pytest_solgate.report import outputs
 
-    (pytester.path / "r.html").write_text("previous report")
+    target = tmp_path / "r.html"
+    target.write_text("previous report")
 
-    def broken(*args, **kwargs):
+    def broken():
         raise RuntimeError("template exploded")
 
-    monkeypatch.setattr(html_module, "render_report", broken)
-    result = suite(REPORT_SUITE, "--sol-report=r.html", fake_clock=True)
-    result.assert_outcomes(passed=1, failed=1)
-    assert (pytester.path / "r.html").read_text() == "previous report"
-    result.stdout.fnmatch_lines(["*the HTML report could not be rendered (RuntimeError: template exploded)*untouched"])
+    said = outputs.write_one(target, "HTML report", broken)
+    assert target.read_text() == "previous report"
+    assert said == ("solgate: the HTML report could not be rendered (RuntimeError: template exploded); the previous "
+                    "file, if any, is untouched")
+    assert outputs.write_one(target, "HTML report", lambda: "new report") == f"solgate: HTML report written to {target}"
+    assert target.read_text() == "new report"
 
 
 def test_each_kernel_row_shows_its_torch_reference():

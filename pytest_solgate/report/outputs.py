@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from pytest_solgate.declare.profiles import HardwareProfile, ProfileOption
 from pytest_solgate.results import Measurement, RunInfo
@@ -37,6 +37,21 @@ def _profiles(
     return found
 
 
+def write_one(target: Path, what: str, render: Callable[[], str]) -> str:
+    """Render one output and write it whole (atomically); what to say of it. A rendering that
+    raises leaves the previous file as it was: a rendering bug must not take the run's verdicts
+    with it."""
+    from pytest_solgate.support import atomic
+
+    try:
+        return f"solgate: {what} written to {atomic.write_text(target, render(), what)}"
+    except SolgateError as exc:
+        return f"solgate: {exc}"
+    except Exception as exc:
+        return (f"solgate: the {what} could not be rendered ({type(exc).__name__}: {exc}); the previous file, if any, "
+                "is untouched")
+
+
 def publish(
     settings: Settings,
     run: RunInfo,
@@ -49,21 +64,14 @@ def publish(
     """Writes the reports; returns the messages to print."""
     from pytest_solgate.record import schema
     from pytest_solgate.report import ci_formats
-    from pytest_solgate.support import atomic
+    from pytest_solgate.support import atomic  # the GitHub step summary is appended to
 
     messages: list[str] = []
     measurements = list(measurements)
 
-    def write(path: str | None, what: str, render) -> None:  # noqa: ANN001
-        if not path:
-            return
-        try:
-            target = atomic.write_text(absolute_path(path, invocation_dir), render(), what)
-            messages.append(f"solgate: {what} written to {target}")
-        except SolgateError as exc:
-            messages.append(f"solgate: {exc}")
-        except Exception as exc:  # a rendering bug must not take the run's verdicts with it
-            messages.append(f"solgate: the {what} could not be rendered ({type(exc).__name__}: {exc}); the previous file, if any, is untouched")
+    def write(path: str | None, what: str, render: Callable[[], str]) -> None:
+        if path:
+            messages.append(write_one(absolute_path(path, invocation_dir), what, render))
 
     write(settings.json, "JSON results", lambda: schema.dump(run, measurements))
     if settings.benchmark_action and not measurements:
