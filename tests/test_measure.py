@@ -162,7 +162,9 @@ def test_the_pipeline_keeps_the_calmer_attempt_with_what_it_read(tmp_path, monke
     from pytest_solgate.measure.sampling import Timing
 
     monkeypatch.setenv("SOLGATE_LOCK_DIR", str(tmp_path))
-    context = SimpleNamespace(lock_key="cpu", device=SimpleNamespace(kind="cpu"))
+    import contextlib
+
+    context = SimpleNamespace(lock_key="cpu", device=SimpleNamespace(kind="cpu"), scope=contextlib.nullcontext)
     attempts = iter([(2e-3, "first reading", 5.0), (1e-3, "second reading", 1.0)])
     ranks = []
 
