@@ -402,7 +402,7 @@ def fake_nvml(sm_clock=1980, reasons=0):
     return FakeNvml(clock_mhz=sm_clock, reasons=reasons)
 
 
-def cuda_backend(gpu, monkeypatch=None, nvml=None, kernel_timestamps=False, stamps=None):
+def cuda_backend(gpu, nvml=None, kernel_timestamps=False, stamps=None):
     """The real CudaBackend on the fake GPU (its host clock is the fake one), with NVML or without,
     with torch.profiler's kernel timestamps or without, and with the SM clock stamps or without;
     each passed to its constructor."""
@@ -478,7 +478,7 @@ class FakeClockStamps:
         return sm_clock.clock_mhz(self.stamps[start_slot], self.stamps[stop_slot])
 
 
-def stamped_backend(gpu, monkeypatch=None, nvml=None):
+def stamped_backend(gpu, nvml=None):
     return cuda_backend(gpu, nvml=nvml, stamps=FakeClockStamps(gpu))
 
 

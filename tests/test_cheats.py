@@ -363,7 +363,7 @@ def _on_fake_gpu(gpu, backend, kernel, checked=None):
 
 def test_patched_events_on_the_gpu_are_named(monkeypatch):
     gpu = FakeGpu()
-    backend = cuda_backend(gpu, monkeypatch)
+    backend = cuda_backend(gpu)
     real = FakeEvent.elapsed_time
 
     def kernel():
@@ -384,7 +384,7 @@ def test_a_graph_replaying_its_captured_buffers_is_caught_on_new_storage(monkeyp
     import torch
 
     gpu = FakeGpu()
-    backend = cuda_backend(gpu, monkeypatch)
+    backend = cuda_backend(gpu)
     captured = []
 
     def kernel(x, y, out):
@@ -403,7 +403,7 @@ def test_an_honest_kernel_on_the_fake_gpu_raises_nothing(monkeypatch):
     import torch
 
     gpu = FakeGpu()
-    backend = cuda_backend(gpu, monkeypatch)
+    backend = cuda_backend(gpu)
 
     def kernel(x, y, out):
         gpu.launch("add", lambda: 1e-4)

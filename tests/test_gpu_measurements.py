@@ -47,7 +47,7 @@ def fake_gpu_session(pytester, monkeypatch):
     def start(nvml_options=None, kernel_timestamps=False, **gpu_options):
         gpu = FakeGpu(**gpu_options)
         nvml = EnergyNvml(gpu, **(nvml_options or {}))
-        backend = cuda_backend(gpu, monkeypatch, nvml=nvml, kernel_timestamps=kernel_timestamps)
+        backend = cuda_backend(gpu, nvml=nvml, kernel_timestamps=kernel_timestamps)
         backend.host_pause = gpu.host_work
         platforms.append(fake_platform(backend, gpu))
         side = FakeStream(gpu, "user's side stream")
@@ -176,7 +176,7 @@ def test_the_hidden_work_rule():
 def test_the_block_is_long_against_the_energy_counters_step(monkeypatch):
     gpu = FakeGpu()
     nvml = EnergyNvml(gpu)
-    backend = cuda_backend(gpu, monkeypatch, nvml=nvml)
+    backend = cuda_backend(gpu, nvml=nvml)
     reading = block.synchronized_block(lambda: gpu.kernel(1e-3), backend, 1e-3, backend.reader.energy_counter(),
                                        clock=gpu.clock, pause=gpu.host_work)
     assert reading.window_seconds >= block.ENERGY_WINDOW_SECONDS  # 25 steps of the 10 ms counter
@@ -192,7 +192,7 @@ def test_energy_over_a_slow_counter_is_the_busy_power_not_an_idle_tail(monkeypat
     window spans ten steps seen while the device was busy, and the figure is the busy power's."""
     gpu = FakeGpu()
     nvml = EnergyNvml(gpu, step_seconds=0.05, idle_watts=150.0)
-    backend = cuda_backend(gpu, monkeypatch, nvml=nvml)
+    backend = cuda_backend(gpu, nvml=nvml)
     copy = lambda: gpu.streaming_kernel("x", COPY_BYTES)  # noqa: E731  (100 us)
     reading = block.synchronized_block(copy, backend, 100e-6, backend.reader.energy_counter(),
                                        clock=gpu.clock, pause=gpu.host_work)

@@ -49,7 +49,7 @@ def test_the_fake_gpu_queues_work_stamps_events_on_the_device_and_caches_in_l2()
 
 def test_cuda_backend_flushes_twice_the_l2_and_holds_the_stream_outside_the_timed_region(monkeypatch):
     gpu = FakeGpu()
-    backend = cuda_backend(gpu, monkeypatch)
+    backend = cuda_backend(gpu)
     timing = take_timing(lambda: gpu.kernel(1e-3), backend, **quick(gpu))
     assert timing.backend == "cuda" and timing.seconds == pytest.approx(1e-3)
     log = gpu.log
@@ -66,7 +66,7 @@ def test_the_hold_outlasts_a_slow_python_launcher(monkeypatch):
     """A launcher that takes 2 ms to queue its kernel (an autotune wrapper, say) must not leave the
     GPU idle inside the timed region: the hold grows to twice the enqueue time."""
     gpu = FakeGpu()
-    backend = cuda_backend(gpu, monkeypatch)
+    backend = cuda_backend(gpu)
 
     def slow_launch():
         gpu.host_work(0.002)  # host time spent before the kernel reaches the stream
@@ -332,7 +332,7 @@ def cold_rotation(gpu, sets=8, nbytes=16_000_000, then=None):
 
 def test_a_batch_of_short_calls_is_timed_as_cuda_graph_replays_with_the_flush_outside(monkeypatch):
     gpu = FakeGpu()
-    backend = cuda_backend(gpu, monkeypatch)
+    backend = cuda_backend(gpu)
     rotation = cold_rotation(gpu)
     timing = take_timing(rotation.pop("fn"), backend, **rotation, **quick(gpu))
     assert timing.mode == "cuda-graph" and timing.batch == 5
@@ -351,7 +351,7 @@ def test_a_sample_of_one_call_is_never_captured(monkeypatch):
     """The hold already keeps a lone call's launch out of its timed region; a capture would only
     risk the allocator's state (see below) for nothing."""
     gpu = FakeGpu()
-    backend = cuda_backend(gpu, monkeypatch)
+    backend = cuda_backend(gpu)
     for setting in ("auto", "on"):
         timing = take_timing(lambda: gpu.kernel(2e-6), backend, **quick(gpu, cuda_graph=setting))
         assert timing.mode == "events" and timing.batch == 1 and timing.seconds == pytest.approx(2e-6)
@@ -363,12 +363,12 @@ def test_a_kernel_that_cannot_be_captured_falls_back_or_is_refused(monkeypatch):
     from pytest_solgate.support.errors import MeasureError
 
     gpu = FakeGpu()
-    backend = cuda_backend(gpu, monkeypatch)
+    backend = cuda_backend(gpu)
 
     rotation = cold_rotation(gpu, then=gpu.host_sync)  # .item() on each result
     with pytest.raises(MeasureError, match="--sol-cuda-graph=on but the kernel cannot be captured"):
         take_timing(rotation.pop("fn"), backend, **rotation, **quick(gpu, cuda_graph="on"))
-    backend = cuda_backend(gpu := FakeGpu(), monkeypatch)
+    backend = cuda_backend(gpu := FakeGpu())
     rotation = cold_rotation(gpu, then=gpu.host_sync)
     auto = take_timing(rotation.pop("fn"), backend, **rotation, **quick(gpu))
     assert auto.mode == "events-capture-off" and "CUDA graph capture failed (RuntimeError)" in auto.notes[0]
@@ -379,7 +379,7 @@ def test_a_short_kernel_is_timed_on_a_cold_l2_one_call_per_sample(monkeypatch):
     from the L2 at three times DRAM speed and the median (1.9 us) beats the DRAM roof. Timed one
     call per sample, each after a flush, it reads 4 us, in a graph of one call or with events."""
     gpu = FakeGpu()
-    backend = cuda_backend(gpu, monkeypatch)
+    backend = cuda_backend(gpu)
     kernel = lambda: gpu.streaming_kernel("x", 16_000_000)  # noqa: E731
     auto = take_timing(kernel, backend, **quick(gpu))
     assert auto.mode == "events" and auto.batch == 1 and auto.seconds == pytest.approx(4e-6, rel=1e-3)
@@ -393,7 +393,7 @@ def test_rotation_batches_only_when_its_sets_outnumber_the_calls_and_exceed_the_
     from pytest_solgate.measure.callables import rotating
 
     gpu = FakeGpu()
-    backend = cuda_backend(gpu, monkeypatch)
+    backend = cuda_backend(gpu)
     calls = [lambda i=i: gpu.streaming_kernel(f"set {i}", nbytes) for i in range(sets)]
     timing = take_timing(rotating(calls), backend, rotation_sets=sets, bytes_per_call=nbytes, **quick(gpu))
     assert timing.seconds == pytest.approx(nbytes / gpu.dram_rate, rel=1e-3)  # cold either way
@@ -409,7 +409,7 @@ def test_the_hold_is_sized_from_steady_state_calls_not_the_compiling_one(monkeyp
     10 ms maximum, and the device would spend about 90 % of each round spinning, so the telemetry
     read during a round would describe the spin, not the kernel."""
     gpu = FakeGpu()
-    backend = cuda_backend(gpu, monkeypatch)
+    backend = cuda_backend(gpu)
     calls = [0]
 
     def kernel():
@@ -433,7 +433,7 @@ def test_telemetry_leaves_the_idle_reading_out(monkeypatch):
     """Read before sampling, the GPU is idle (345 MHz here): that reading describes no kernel, and
     in the telemetry range it read as a clock drop to 345 MHz."""
     gpu = FakeGpu()
-    backend = cuda_backend(gpu, monkeypatch, nvml=FakeNvml(gpu))
+    backend = cuda_backend(gpu, nvml=FakeNvml(gpu))
     timing = take_timing(lambda: gpu.kernel(1e-3), backend, throttle_check=telemetry.is_throttled, **quick(gpu))
     assert timing.telemetry["sm_clock_mhz"] == {"min": 1980, "max": 1980} and not timing.throttled
     assert timing.telemetry["readings"] == gpu.log.count("sync") - timing.warmup_calls  # one per round
@@ -473,7 +473,7 @@ def test_a_failed_capture_leaves_the_process_on_the_stream_it_was_on(monkeypatch
     an outer stream context of our own, later measurements and the user's code ran on the capture
     stream."""
     gpu = FakeGpu()
-    backend = cuda_backend(gpu, monkeypatch)
+    backend = cuda_backend(gpu)
 
     rotation = cold_rotation(gpu, then=gpu.host_sync)  # .item() on the result
     timing = take_timing(rotation.pop("fn"), backend, **rotation, **quick(gpu))
@@ -616,7 +616,7 @@ def test_after_a_failed_capture_capture_is_off_for_the_session_and_said_once(mon
     events. Capture is now off for the rest of the session after the first failure, which is said
     once and recorded as the timing mode."""
     gpu = FakeGpu()
-    backend = cuda_backend(gpu, monkeypatch)
+    backend = cuda_backend(gpu)
     rotation = cold_rotation(gpu, then=gpu.host_sync)  # a kernel that calls .item()
     failed = take_timing(rotation.pop("fn"), backend, **rotation, **quick(gpu))
     assert failed.mode == "events-capture-off"
@@ -652,7 +652,7 @@ def test_throttled_samples_are_judged_by_the_sm_clock_over_each_sample_and_disca
     were kept. Judged per sample, every throttled sample is discarded, and the discarded rounds'
     NVML readings stay out of the telemetry range."""
     gpu = FakeGpu()
-    backend = stamped_backend(gpu, monkeypatch, nvml=FakeNvml(gpu))
+    backend = stamped_backend(gpu, nvml=FakeNvml(gpu))
     assert backend.peak_clock_mhz == 1980  # cudaDevAttrClockRate, from torch's device properties
     calls = [0]
     sampling_from = 4  # the warm-up's calls (the first call plus three, warmup_time 0)
@@ -673,7 +673,7 @@ def test_throttled_samples_are_judged_by_the_sm_clock_over_each_sample_and_disca
 
 def test_throttling_that_outlasts_the_recoveries_is_kept_and_flagged_by_the_sample_clock(monkeypatch):
     gpu = FakeGpu()
-    backend = stamped_backend(gpu, monkeypatch)  # no NVML at all: the stamps alone judge
+    backend = stamped_backend(gpu)  # no NVML at all: the stamps alone judge
     gpu.sm_mhz = 1200
     timing = take_timing(lambda: gpu.kernel(1e-3), backend, throttle_check=telemetry.is_throttled, **quick(gpu))
     assert timing.throttled and timing.dropped_samples > 0 and timing.sm_clock_mhz == pytest.approx(1200, rel=1e-3)
@@ -698,7 +698,7 @@ def test_one_slow_enqueue_does_not_stretch_every_later_hold(monkeypatch):
     sampling pushed every later hold of the measurement to 10 ms, and the device spent each round
     spinning. The hold is sized from the warm-up's steady-state calls only."""
     gpu = FakeGpu()
-    backend = cuda_backend(gpu, monkeypatch)
+    backend = cuda_backend(gpu)
     calls = [0]
 
     def kernel():

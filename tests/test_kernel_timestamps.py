@@ -60,7 +60,7 @@ def test_the_real_profilers_events_read_as_trace_events():
 def short_kernel_gpu(monkeypatch, seconds=2e-6, event_seconds=3e-6):
     gpu = FakeGpu()
     gpu.event_seconds = event_seconds
-    return gpu, cuda_backend(gpu, monkeypatch, kernel_timestamps=True)
+    return gpu, cuda_backend(gpu, kernel_timestamps=True)
 
 
 def test_a_2_us_kernel_reads_its_own_time_not_the_events_overhead(monkeypatch):
@@ -76,7 +76,7 @@ def test_a_2_us_kernel_reads_its_own_time_not_the_events_overhead(monkeypatch):
 def test_without_the_profiler_the_events_time_it_and_say_so(monkeypatch):
     gpu = FakeGpu()
     gpu.event_seconds = 3e-6
-    backend = cuda_backend(gpu, monkeypatch)
+    backend = cuda_backend(gpu)
     timing = take_timing(lambda: gpu.kernel(2e-6), backend, **quick(gpu))
     assert not backend.capabilities.kernel_timestamps
     assert timing.mode == "events" and timing.seconds == pytest.approx(5e-6, rel=0.03) and timing.events_seconds is None

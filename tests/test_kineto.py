@@ -227,7 +227,7 @@ def test_a_gpu_whose_runtime_is_hip_is_timed_from_its_kernel_timestamps(monkeypa
     still reads each sample's kernels from the device's timestamps."""
     gpu = FakeGpu(runtime="hip")
     gpu.event_seconds = 3e-6
-    backend = cuda_backend(gpu, monkeypatch, kernel_timestamps=True)
+    backend = cuda_backend(gpu, kernel_timestamps=True)
     timing = take_timing(lambda: gpu.kernel(2e-6), backend, **quick(gpu))
     assert timing.mode == KERNEL_TIMESTAMPS and timing.seconds == pytest.approx(2e-6, rel=0.03)
 

@@ -206,9 +206,9 @@ class Runner:
         found = json.loads(listed.read_text(encoding="utf-8")) if listed.exists() else {}
         return done, tuple(found.get("ids", ())), int(found.get("collected", 0))
 
-    def collect(self, commit: str | None, paths: Sequence[str] = ()) -> Collected:
+    def collect(self, commit: str | None) -> Collected:
         """The node ids pytest collects at ``commit``, or why it collects none."""
-        done, ids, _ = self._pytest(commit, self._arguments(paths, "--collect-only"), False)
+        done, ids, _ = self._pytest(commit, self._arguments((), "--collect-only"), False)
         if done.returncode in (0, PYTEST_NO_TESTS) and ids:
             return Collected(ids)
         problem = _failure(done.returncode, done.stdout + done.stderr, self.worktree.path)
@@ -216,12 +216,11 @@ class Runner:
             return Collected(ids, problem)
         return Collected((), problem)
 
-    def matching(self, commit: str | None, side: str, pattern: str | None,
-                 paths: Sequence[str] = ()) -> tuple[list[str], str]:
+    def matching(self, commit: str | None, side: str, pattern: str | None) -> tuple[list[str], str]:
         """The node ids collected at ``commit`` that match ``pattern``, and what did not collect
         there; ``side`` names the commit in the error (``at GOOD 1a2b3c4d5e``) when pytest collects
         nothing there or nothing matches."""
-        collected = self.collect(commit, paths)
+        collected = self.collect(commit)
         if not collected.ids:
             raise WorktreeError(f"{self.command}: {side} pytest collects nothing: {collected.problem}")
         chosen = [test for test in collected.ids if store.matches(pattern, test)]
