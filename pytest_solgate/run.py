@@ -152,7 +152,7 @@ class Run:
                 warn=self.warn,
                 dram_profiler=self._profile_dram,
                 contention_readers=self.contention_readers,
-                **({"platform": self.platform} if self.platform is not None else {}),
+                platform=self.platform,
             )
         return self._engine
 

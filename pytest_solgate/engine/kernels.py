@@ -83,10 +83,10 @@ class Engine:
         run_id: str = "",
         dram_profiler: extras.DramProfiler | None = None,
         contention_readers: Readers = Readers(),
-        platform: Platform = Platform(),
+        platform: Platform | None = None,
     ) -> None:
         self.settings = settings
-        self.platform = platform  # the devices the session measures on (a stand-in's, in tests)
+        self.platform = platform or Platform()  # the devices the session measures on (a stand-in's, in tests)
         self.run_id = run_id  # written into the device lock, so another run can tell it is not one of ours
         self.cache_dir = cache_dir
         self.baseline_finder = baseline_finder

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pytest_solgate.declare.profiles import CacheLevel, DeviceFacts, HardwareProfile, load_profile, profile_to_toml
-from pytest_solgate.measure.backends import CpuBackend
+from pytest_solgate.measure.backends import CpuBackend, CudaBackend
 from pytest_solgate.measure.devices import MIB, cpu_data_caches, last_level_cache_bytes
 from pytest_solgate.support import atomic, stats
 from pytest_solgate.support.atomic import ReportWriteError
@@ -626,10 +626,7 @@ def measure_gpu(
     CPU in tests; on a GPU the defaults are the CUDA backend, 8192^3 and 4096^3 matmuls and buffers
     far beyond L2.
     """
-    if timer is None:
-        from pytest_solgate.measure import backends
-
-        timer = sampling_timer(backends.CudaBackend(torch, device, l2_bytes, None))
+    timer = timer or sampling_timer(CudaBackend(torch, device, l2_bytes, None))
     if copy_bytes is None:
         free, _total = torch.cuda.mem_get_info(device)
         copy_bytes = min(max(16 * (l2_bytes or 64 * MIB), 1024 * MIB), free // 8)  # "add" holds three buffers

@@ -1,12 +1,11 @@
 """Measure (the machine's devices): what a session asks of them, in one object passed in.
 
 Which device a worker measures on, its name, facts and stable key, a CPU's calibrated profile, the
-backend that times on it,
-the scope a measurement runs in, the device the whole process works on, how a clock lock is
-restored on every exit path, the profiler range an ``--sol-ncu`` child opens, and the reader of a step's
-profile. ``Platform()`` is this machine's. A plugin that stands in for a GPU
-returns its own from the ``pytest_solgate_platform`` hook (pytest_solgate/hookspecs.py): solgate's
-own tests do (tests/fake_gpu.py), so no test replaces a module's function.
+backend that times on it, the scope a measurement runs in, the device the whole process works on,
+how a clock lock is restored on every exit path, the profiler range an ``--sol-ncu`` child opens,
+and the reader of a step's profile. ``Platform()`` is this machine's. A plugin that stands in for a
+GPU returns its own from the ``pytest_solgate_platform`` hook (pytest_solgate/hookspecs.py):
+solgate's own tests do (tests/fake_gpu.py), so no test replaces a module's function.
 """
 
 from __future__ import annotations

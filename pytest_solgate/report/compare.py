@@ -46,7 +46,6 @@ def _step(step: Any) -> str:
             f"{units.sol_fine(cp.after)}" + (f", after {step.since[:10]})" if step.since else ")"))
 
 
-
 def told(between: Any, base: str, head: str) -> list[str]:
     """Under a row: what the gate's story of its series saw between BASE and HEAD (judge/commits.py:
     ``between``): its steps there, and the fall the gate failed that HEAD is still below."""

@@ -10,10 +10,10 @@ the plugin's own sampling functions. Two checks use it, before and after each me
 - ``replaced``: a name bound to another object after the measurement than before: patched while
   it ran (from inside the kernel).
 
-The test seams of the plugin's own tests (``CpuBackend.now``, ``copy_probe``, ``flush``: the fake
-clock) are compared by ``replaced`` only; a faked ``now`` that reads less than the truth is caught
-by the second clock (``second_clock``), which reads the clocks saved here at import, out of reach
-of a later ``time.perf_counter = ...``.
+``CpuBackend.now``, ``copy_probe`` and ``flush`` (``SEAMS``: what solgate's own tests replaced for
+their fake clock before the ``sol_clock`` fixture passed it in) are compared by ``replaced`` only; a
+faked ``now`` that reads less than the truth is caught by the second clock (``second_clock``),
+which reads the clocks saved here at import, out of reach of a later ``time.perf_counter = ...``.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ PLUGIN_FUNCTIONS = {
         "CudaBackend.hold", "CudaBackend.flush", "choose_cpu_timer"),
     "pytest_solgate.measure.kernel_trace": ("sample_kernels",),
 }
-# The plugin's own tests replace these (the fake clock): compared within a measurement only.
+# Compared within a measurement only (a replacement before it is the second clock's to catch).
 SEAMS = {
     "pytest_solgate.measure.backends": ("CpuBackend.now", "CpuBackend.copy_probe", "CpuBackend.flush"),
 }
