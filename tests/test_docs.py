@@ -225,7 +225,7 @@ def test_profiles_and_results_cite_only_what_a_reader_can_open():
         for path in re.findall(r"[\w./-]+/[\w.-]+\.(?:md|py|toml)", page.read_text()):
             if not (ROOT / path).exists():
                 cited.append(f"{page.name}: {path}")
-    for page in sorted((ROOT / "docs").rglob("*.md")):
+    for page in sorted([*(ROOT / "docs").rglob("*.md"), *(ROOT / "benchmarks" / "results").rglob("*.md")]):
         for path in re.findall(r"/tmp/[\w./-]+\.(?:sh|py)\b", page.read_text()):
             cited.append(f"{page.relative_to(ROOT)}: {path}")
     assert not cited, "cite a file of the repository (benchmarks/ holds the scripts):\n" + "\n".join(cited)
