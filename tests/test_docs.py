@@ -229,3 +229,42 @@ def test_profiles_and_results_cite_only_what_a_reader_can_open():
         for path in re.findall(r"/tmp/[\w./-]+\.(?:sh|py)\b", page.read_text()):
             cited.append(f"{page.relative_to(ROOT)}: {path}")
     assert not cited, "cite a file of the repository (benchmarks/ holds the scripts):\n" + "\n".join(cited)
+
+
+# --- the troubleshooting page (issue 50) ------------------------------------------------------------
+
+
+def heading_anchors(text: str) -> set[str]:
+    """GitHub's anchors of a page's headings: lowercase, punctuation dropped, spaces as hyphens."""
+    headings = re.findall(r"^#+ (.+)$", text, re.M)
+    return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
+
+
+def test_every_link_within_a_page_reaches_one_of_its_headings():
+    broken = []
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        text = page.read_text()
+        for anchor in re.findall(r"\]\(#([^)]+)\)", text):
+            if anchor not in heading_anchors(text):
+                broken.append(f"{page.name}: #{anchor}")
+    assert not broken, broken
+
+
+def test_the_anchor_rule_reads_githubs_slugs():
+    assert heading_anchors("## My test failed: below-budget\n## It says `not-gated`\n") == {
+        "my-test-failed-below-budget", "it-says-not-gated"}
+
+
+def test_the_troubleshooting_page_answers_every_verdict_and_session_line():
+    from pytest_solgate import results, run
+    from pytest_solgate.judge import verdict_wording, wording
+
+    page = (ROOT / "docs" / "troubleshooting.md").read_text()
+    headings = " ".join(re.findall(r"^#+ (.+)$", page, re.M))
+    missing = [str(v) for v in results.VERDICTS if str(v) not in headings]
+    said = [run.UNAVAILABLE, run.HISTORY_REQUIRED.split(";")[0], verdict_wording.NOT_JUDGED,
+            verdict_wording.INTERPRETED, verdict_wording.GATE_OFF, wording.CONTENDED, verdict_wording.NOISY]
+    missing += [line for line in said if line not in page]
+    assert not missing, f"docs/troubleshooting.md says nothing of: {missing}"
+    for page_name in ("README.md", "docs/reference.md"):
+        assert "troubleshooting.md" in (ROOT / page_name).read_text(), page_name
