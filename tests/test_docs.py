@@ -268,3 +268,37 @@ def test_the_troubleshooting_page_answers_every_verdict_and_session_line():
     assert not missing, f"docs/troubleshooting.md says nothing of: {missing}"
     for page_name in ("README.md", "docs/reference.md"):
         assert "troubleshooting.md" in (ROOT / page_name).read_text(), page_name
+
+
+# --- docs/ is for users; the lab notebook is benchmarks/results/ (issue 50) -----------------------------
+
+# A page that tells how the code got here ("Until issue 44 ...", "the first version ..."): the reader
+# of a reference wants what is, not what was. Pages still to be cut are listed until they are.
+NARRATION = re.compile(r"\b(?:[Ii]ssue \d+|[Uu]ntil issue|[Bb]efore issue|[Ss]ince issue|[Tt]he first version)\b")
+NOT_YET_CUT = {"history.md", "steps.md", "integrity.md", "architecture.md"}
+
+
+def narrated(page: Path) -> list[str]:
+    return [f"{page.name}:{number}: {line.strip()[:80]}" for number, line in _prose(str(page), page.read_text())
+            if NARRATION.search(line)]
+
+
+def test_the_user_pages_tell_what_is_not_how_it_got_there():
+    told = [line for page in sorted((ROOT / "docs").glob("*.md")) if page.name not in NOT_YET_CUT
+            for line in narrated(page)]
+    assert not told, "move the history to the commit messages, the figures to benchmarks/results/:\n" + "\n".join(told)
+
+
+def test_the_narration_rule_finds_a_history_of_the_code(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text("# P\n\nUntil issue 44 the id was kept once per user.\n```\nissue 3 in a user's log\n```\n")
+    assert narrated(page) == ["p.md:3: Until issue 44 the id was kept once per user."]
+
+
+def test_the_lab_notebook_lives_beside_the_benchmarks():
+    assert not [f for f in tracked_files() if f.startswith(("docs/results", "docs/runs/"))]
+    index = (ROOT / "benchmarks" / "results" / "README.md").read_text()
+    pages = {p.name for p in (ROOT / "benchmarks" / "results").glob("*.md")} - {"README.md"}
+    assert pages and all(f"]({name}" in index for name in pages), "every results page is in the index"
+    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", index):
+        assert (ROOT / "benchmarks" / "results" / target).exists(), target
