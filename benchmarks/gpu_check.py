@@ -22,8 +22,8 @@ hatchling), no network, and the project not installed:
   against (that step refuses to run when none was cached, rather than calibrate again inside its
   first test). Nothing is written into the checkout (no bytecode, the CUDA epilogue built in the
   scratch folder: $KERNELS_BUILD_DIR); at most 8 files go to --out (default: $OUT, the folder a
-  device command brings back, else a temporary folder): results.md (the section for
-  docs/results.md, ready to commit), steps.json, checks.json (every verdict line: the self-checks,
+  device command brings back, else a temporary folder): $OUT/results.md (the section for
+  benchmarks/results/gpu.md, ready to commit), steps.json, checks.json (every verdict line: the self-checks,
   the device checks, the locked-clock and measured-ceiling checks), do_bench.json,
   sol-datasheet.json, sol-measured.json, sol-report.html and logs.tar.gz (every step's log, JSON and
   JUnit XML, and the calibrated profile).
@@ -508,7 +508,7 @@ def _budget(m: dict[str, Any]) -> str:
 
 
 def results_markdown(out: Path, steps: list[dict[str, Any]], dry: bool) -> str:
-    """The section docs/results.md holds for a GPU run, ready to paste: where, when, with what;
+    """The section benchmarks/results/gpu.md holds for a GPU run, ready to paste: where, when, with what;
     every gated measurement's SOL against the datasheet and the measured ceilings, the torch
     reference's SOL, do_bench; the flush check; the steps."""
     datasheet, measured = _load(out / "sol-datasheet.json"), _load(out / "sol-measured.json")

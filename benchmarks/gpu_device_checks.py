@@ -1,4 +1,4 @@
-"""The device checks of issue 35's "Done when", one verdict line each for results.md.
+"""The device checks of issue 35's "Done when", one verdict line each for $OUT/results.md.
 
 Run by benchmarks/gpu_check.py (its device-checks step), or alone:
 

@@ -1,7 +1,7 @@
 """GPU self-checks: does the measurement path itself measure what it says, on this device?
 
 Each check runs the plugin's own CUDA backend and sampling loop (or the CUDA primitives they rest
-on) on a case whose answer is known, and returns one verdict line for results.md:
+on) on a case whose answer is known, and returns one verdict line for $OUT/results.md:
 
 - events: CUDA-event time of a fixed ``torch.cuda._sleep`` against host wall time around it;
 - cold-warm: a vector copy timed cold (the plugin's L2 flush before each sample) and warm (no
@@ -51,7 +51,7 @@ NVML_AGREE, NVML_AGREE_MHZ = 0.05, 30.0
 class Verdict:
     check: str
     ok: bool
-    line: str  # one line for results.md
+    line: str  # one line for $OUT/results.md
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ Run on the GPU machine from the checkout (the project need not be installed; abo
 It runs ``kernels/tests/test_step.py`` under pytest with the plugin registered from the checkout
 (``-p no:solgate -p pytest_solgate.plugin``), in a scratch folder, and writes to --out:
 step.txt (pytest's output: the SOL table and each step's top five), step.json (the solgate/1 JSON,
-each step's whole breakdown in its "step" field), step-report.html, and results.md (the section for
-docs/results.md, ready to commit). A device script may call ``main([...])`` instead.
+each step's whole breakdown in its "step" field), step-report.html, and $OUT/results.md (the section for
+benchmarks/results/steps.md, ready to commit). A device script may call ``main([...])`` instead.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def run_pytest(out: Path, scratch: Path) -> subprocess.CompletedProcess:
 
 
 def summary(data: dict, machine: str) -> str:
-    """The docs/results.md section: each step's headline figures and its ranking's top five."""
+    """The benchmarks/results/steps.md section: each step's headline figures and its ranking's top five."""
     lines = [f"## Whole steps on a GPU ({datetime.date.today():%Y-%m-%d})", "",
              f"Machine: {machine}. Command: `python benchmarks/step_check.py --out $OUT` "
              "(kernels/tests/test_step.py, GPT-2-medium block in bf16, kernel times from the device's timestamps).", ""]

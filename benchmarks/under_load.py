@@ -1,5 +1,5 @@
 """Run a command with other processes spinning on the cores beside it, a given number of times:
-how the suite's "tests that never flake" runs were made (docs/results/cpu.md).
+how the suite's "tests that never flake" runs were made (benchmarks/results/cpu.md).
 
     python benchmarks/under_load.py --load 2 --repeat 3 -- python -m pytest tests -n 2 -p no:randomly -q
 

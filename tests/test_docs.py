@@ -225,7 +225,82 @@ def test_profiles_and_results_cite_only_what_a_reader_can_open():
         for path in re.findall(r"[\w./-]+/[\w.-]+\.(?:md|py|toml)", page.read_text()):
             if not (ROOT / path).exists():
                 cited.append(f"{page.name}: {path}")
-    for page in sorted((ROOT / "docs").rglob("*.md")):
+    for page in sorted([*(ROOT / "docs").rglob("*.md"), *(ROOT / "benchmarks" / "results").rglob("*.md")]):
         for path in re.findall(r"/tmp/[\w./-]+\.(?:sh|py)\b", page.read_text()):
             cited.append(f"{page.relative_to(ROOT)}: {path}")
     assert not cited, "cite a file of the repository (benchmarks/ holds the scripts):\n" + "\n".join(cited)
+
+
+# --- the troubleshooting page (issue 50) ------------------------------------------------------------
+
+
+def heading_anchors(text: str) -> set[str]:
+    """GitHub's anchors of a page's headings: lowercase, punctuation dropped, spaces as hyphens."""
+    headings = re.findall(r"^#+ (.+)$", text, re.M)
+    return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
+
+
+def test_every_link_to_a_heading_reaches_one():
+    """`[..](#anchor)` and `[..](PAGE#anchor)` in docs/ and the lab notebook: the page exists and
+    has that heading."""
+    broken = []
+    for page in sorted([*(ROOT / "docs").glob("*.md"), *(ROOT / "benchmarks" / "results").glob("*.md")]):
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", page.read_text()):
+            linked = (page.parent / target).resolve() if target else page
+            if not linked.is_file() or anchor not in heading_anchors(linked.read_text()):
+                broken.append(f"{page.relative_to(ROOT)}: {target}#{anchor}")
+    assert not broken, broken
+
+
+def test_the_anchor_rule_reads_githubs_slugs():
+    assert heading_anchors("## My test failed: below-budget\n## It says `not-gated`\n") == {
+        "my-test-failed-below-budget", "it-says-not-gated"}
+
+
+def test_the_troubleshooting_page_answers_every_verdict_and_session_line():
+    from pytest_solgate import results, run
+    from pytest_solgate.judge import verdict_wording, wording
+
+    page = (ROOT / "docs" / "troubleshooting.md").read_text()
+    headings = " ".join(re.findall(r"^#+ (.+)$", page, re.M))
+    missing = [str(v) for v in results.VERDICTS if str(v) not in headings]
+    said = [run.UNAVAILABLE, run.HISTORY_REQUIRED.split(";")[0], verdict_wording.NOT_JUDGED,
+            verdict_wording.INTERPRETED, verdict_wording.GATE_OFF, wording.CONTENDED, verdict_wording.NOISY]
+    missing += [line for line in said if line not in page]
+    assert not missing, f"docs/troubleshooting.md says nothing of: {missing}"
+    for page_name in ("README.md", "docs/reference.md"):
+        assert "troubleshooting.md" in (ROOT / page_name).read_text(), page_name
+
+
+# --- docs/ is for users; the lab notebook is benchmarks/results/ (issue 50) -----------------------------
+
+# A page that tells how the code got here ("Until issue 44 ...", "the first version ..."): the reader
+# of a reference wants what is, not what was. Pages still to be cut are listed until they are.
+NARRATION = re.compile(r"\b(?:[Ii]ssue \d+|[Uu]ntil issue|[Bb]efore issue|[Ss]ince issue|[Tt]he first version)\b")
+NOT_YET_CUT = {"history.md", "steps.md", "integrity.md", "architecture.md"}
+
+
+def narrated(page: Path) -> list[str]:
+    return [f"{page.name}:{number}: {line.strip()[:80]}" for number, line in _prose(str(page), page.read_text())
+            if NARRATION.search(line)]
+
+
+def test_the_user_pages_tell_what_is_not_how_it_got_there():
+    told = [line for page in sorted((ROOT / "docs").glob("*.md")) if page.name not in NOT_YET_CUT
+            for line in narrated(page)]
+    assert not told, "move the history to the commit messages, the figures to benchmarks/results/:\n" + "\n".join(told)
+
+
+def test_the_narration_rule_finds_a_history_of_the_code(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text("# P\n\nUntil issue 44 the id was kept once per user.\n```\nissue 3 in a user's log\n```\n")
+    assert narrated(page) == ["p.md:3: Until issue 44 the id was kept once per user."]
+
+
+def test_the_lab_notebook_lives_beside_the_benchmarks():
+    assert not [f for f in tracked_files() if f.startswith(("docs/results", "docs/runs/"))]
+    index = (ROOT / "benchmarks" / "results" / "README.md").read_text()
+    pages = {p.name for p in (ROOT / "benchmarks" / "results").glob("*.md")} - {"README.md"}
+    assert pages and all(f"]({name}" in index for name in pages), "every results page is in the index"
+    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", index):
+        assert (ROOT / "benchmarks" / "results" / target).exists(), target

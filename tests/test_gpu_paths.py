@@ -1,7 +1,7 @@
 """The GPU-only paths, exercised here against fakes of torch.cuda and NVML (no GPU on CI).
 
 They check the order of operations and the arithmetic; the real thing is checked by
-benchmarks/gpu_check.py whenever a GPU is at hand (docs/results.md).
+benchmarks/gpu_check.py whenever a GPU is at hand (benchmarks/results/gpu.md).
 """
 
 import contextlib
