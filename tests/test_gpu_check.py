@@ -310,7 +310,7 @@ def test_the_device_like_venv_of_ci_is_pinned_to_the_gpu_machines_versions():
     """triton 3.6.0 and nvidia-ml-py 13.615.71 as on the GPU machine (an API triton 3.6 lacks then
     fails in CI); torch stays the CPU 2.13.0 wheel (the machine's 2.11 is a CUDA build)."""
     script = (ROOT / ".ci/run").read_text()
-    device_venv = script[script.index('device_venv="$(mktemp -d)/venv"'):script.index("# The README's test command")]
+    device_venv = script[script.index("# The device-like dry run"):script.index("# The README's test command")]
     assert "triton==3.6.0" in device_venv and "nvidia-ml-py==13.615.71" in device_venv and "torch==2.13.0" in device_venv
     assert "git status --ignored --porcelain" in device_venv  # and the checkout is left as it was
     # the dry run is the test above, run by that venv's pytest (the README's command leaves it out)
