@@ -29,13 +29,20 @@ def suite(pytester: pytest.Pytester):
     return run
 
 
-def pytest_configure(config):
-    # The inner pytest runs print the SOL table as wide as the terminal allows; without a terminal
-    # that is 80 columns, and the table wraps. Tests that read table rows get a wide one; the
-    # 80-column layout has tests of its own (they set COLUMNS).
+@pytest.fixture(autouse=True)
+def _a_wide_terminal(monkeypatch):
+    """The inner pytest runs print the SOL table as wide as the terminal allows; without a terminal
+    that is 80 columns, and the table wraps. Tests that read table rows get a wide one; the
+    80-column layout has tests of its own (they set COLUMNS). Set per test, not for the session:
+    the suite's own progress line is as wide as the contributor's terminal (at 250 columns the
+    progress figure came once every 240 tests, and a CI log shows a line only when it ends)."""
     import os
 
-    os.environ.setdefault("COLUMNS", "250")
+    if "COLUMNS" not in os.environ:
+        monkeypatch.setenv("COLUMNS", "250")
+
+
+def pytest_configure(config):
     # pytester restores sys.modules after each in-process run; torch cannot be imported twice in
     # one process, and psycopg's compiled core keeps raising the exception classes of its first
     # import, so both are imported once up front, before any snapshot is taken.
@@ -91,11 +98,19 @@ def history_location(request, tmp_path):
 # that every other test shares: under xdist they wait for the running tests and run alone.
 
 
+def session_folder(config, tmp_path_factory):
+    """A folder of this session's own, shared by its xdist workers: the parent of their base
+    temporary folders (popen-gw0, popen-gw1) under xdist, the base folder itself without (its parent
+    is every session's of this user)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if hasattr(config, "workerinput") else base
+
+
 @pytest.fixture(autouse=True)
 def _cpu_share(request, tmp_path_factory):
     import fcntl
 
-    lock_path = tmp_path_factory.getbasetemp().parent / "solgate-cpu.lock"  # one per session, shared by workers
+    lock_path = session_folder(request.config, tmp_path_factory) / "solgate-cpu.lock"
     exclusive = request.node.get_closest_marker("hogs_cpu") is not None
     with open(lock_path, "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
@@ -103,6 +118,17 @@ def _cpu_share(request, tmp_path_factory):
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def _device_locks_of_this_session(request, monkeypatch, tmp_path_factory):
+    """The plugin's device lock is one per machine (measure/locking.py), so that two checkouts never
+    time on one device at once. This session's measurements (its workers' too) share one, as on a
+    CI runner of their own; another session on the machine, another contributor's suite, does not
+    hold them up. The tests of the lock itself point it elsewhere."""
+    from pytest_solgate.measure.locking import LOCK_DIR_VARIABLE
+
+    monkeypatch.setenv(LOCK_DIR_VARIABLE, str(session_folder(request.config, tmp_path_factory) / "solgate-locks"))
 
 
 IDLE_PRESSURE = "some avg10=0.00 avg60=0.00 avg300=0.00 total=1000\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"

@@ -49,7 +49,9 @@ class Repo:
         # the fake clock's timing: on a loaded machine a 0.3 s budget could run out in wall time, the
         # run be flagged noisy (never a level), and GOOD rightly run once more: the counts asserted
         # below are the algorithm's, not the machine's
-        (path / "pytest.ini").write_text("[pytest]\naddopts = -q " + " ".join(
+        # hypothesis's pytest plugin imports all of hypothesis at the end of every session (some 0.7 s
+        # of CPU), and every probe is a pytest session: this project has no hypothesis tests
+        (path / "pytest.ini").write_text("[pytest]\naddopts = -q -p no:hypothesispytest " + " ".join(
             [*FAKE_CLOCK_TIMING, "--sol-profile=synthetic.toml"]) + "\n")
         (path / ".gitignore").write_text(".solgate/\n")
         (path / "test_kernels.py").write_text(KERNEL_TEST)
@@ -62,6 +64,16 @@ class Repo:
         git(self.path, "commit", "-q", "--allow-empty", "-m", message)
         self.commits.append(git(self.path, "rev-parse", "HEAD"))
         return self.commits[-1]
+
+    def gate(self, pytester, commit, *args):
+        """The gate at ``commit``: a recorded pytest run in the repository, as CI runs it. In this
+        process (pytester's in-process run, the plugin loaded as in a subprocess): the gate is what
+        bisect is compared with, not what is tested, and an interpreter start per commit cost more
+        than the run."""
+        git(self.path, "checkout", "-q", commit)
+        with pytest.MonkeyPatch.context() as here:
+            here.chdir(self.path)
+            return pytester.runpytest_inprocess("-p", "no:cacheprovider", *args)
 
     def solgate(self, *args, cwd=None, env=None):
         env = {**os.environ, "TMPDIR": str(self.scratch), **(env or {})}
@@ -282,7 +294,7 @@ def test_a_gradual_drift_is_said_not_only_one_commit_named(repo):
 
 
 @pytest.mark.parametrize("seed", [3, 11])
-def test_bisects_probes_and_the_gate_agree_on_every_commit_of_a_seeded_series(repo, seed):
+def test_bisects_probes_and_the_gate_agree_on_every_commit_of_a_seeded_series(repo, seed, pytester):
     # A/A commits within +-2 % (under the 5 % tolerance), a 1.2x step at a seeded commit, more
     # A/A after it: bisect's probes (fresh runs in its worktree) and the gate (a recorded pytest
     # run at every commit, in order) must call the same commits below GOOD's level.
@@ -305,13 +317,11 @@ def test_bisects_probes_and_the_gate_agree_on_every_commit_of_a_seeded_series(re
 
     gate = {}
     for commit in repo.commits:
-        git(repo.path, "checkout", "-q", commit)
-        ran = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--sol-json=gate.json"],
-                             cwd=repo.path, capture_output=True, text=True)
+        ran = repo.gate(pytester, commit, "--sol-json=gate.json")
         (kernel,) = [m for m in json.loads((repo.path / "gate.json").read_text())["measurements"]
                      if m["test"].endswith("::test_kernel")]
         gate[commit[:10]] = kernel["verdict"]
-        assert ran.returncode == (1 if kernel["verdict"] == "regressed" else 0), ran.stdout
+        assert ran.ret == (1 if kernel["verdict"] == "regressed" else 0), ran.stdout.str()
     git(repo.path, "checkout", "-q", "main")
     for short, probe in probes.items():
         assert (probe == "below") == (gate[short] == "regressed"), (short, probe, gate[short], done.stdout)
@@ -319,7 +329,7 @@ def test_bisects_probes_and_the_gate_agree_on_every_commit_of_a_seeded_series(re
     assert [gate[c[:10]] == "regressed" for c in repo.commits] == [i >= step for i in range(len(repo.commits))], gate
 
 
-def test_a_history_that_already_shows_the_step_is_looked_at_first_and_the_answer_says_it_agrees(repo):
+def test_a_history_that_already_shows_the_step_is_looked_at_first_and_the_answer_says_it_agrees(repo, pytester):
     """Issue 41: CI measured only some commits (GOOD, 5, 9, 13 and BAD, 20); the kernel fell at 11.
     The gate's story (the one `history --changes` and the gate tell) puts the fall at 13, after 9:
     bisect says so up front, reads 13 and 9 from the history before any middle commit, bisects only
@@ -329,8 +339,7 @@ def test_a_history_that_already_shows_the_step_is_looked_at_first_and_the_answer
     for i in range(1, 21):
         repo.commit(f"commit {i}", seconds=1.2e-3 if i >= step else 1e-3)
     for i in (0, 5, 9, 13, 20):  # the gate's runs, recorded as CI records them
-        git(repo.path, "checkout", "-q", repo.commits[i])
-        subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider"], cwd=repo.path, capture_output=True)
+        repo.gate(pytester, repo.commits[i])
     git(repo.path, "checkout", "-q", "main")
     nine, thirteen, culprit = repo.commits[9], repo.commits[13], repo.commits[step]
     changes = repo.solgate("history", "--changes", "test_kernel")

@@ -55,6 +55,9 @@ def status_ignored(folder):
 # It calibrates the CPU on every core, then judges SOL against that calibration (above 1.05 fails):
 # beside another test, the calibration read 47 GB/s (spread 22 %) and the stand-in's vector add 51.
 @pytest.mark.hogs_cpu
+# .ci/run runs it with its device-like venv's pytest (the GPU machine's packages, the project not
+# installed): the dry run runs once in CI, there, with this test's checks (`-m device_like`).
+@pytest.mark.device_like
 def test_dry_run_on_a_clean_clone_walks_every_step_scores_against_the_calibrated_profile_and_leaves_it_clean(tmp_path):
     """The calibrate step's profile is the one sol-measured scores against (one state folder for
     every step: the rows say `measured`; they said `datasheet` when each step cached under its own
@@ -307,9 +310,27 @@ def test_the_device_like_venv_of_ci_is_pinned_to_the_gpu_machines_versions():
     """triton 3.6.0 and nvidia-ml-py 13.615.71 as on the GPU machine (an API triton 3.6 lacks then
     fails in CI); torch stays the CPU 2.13.0 wheel (the machine's 2.11 is a CUDA build)."""
     script = (ROOT / ".ci/run").read_text()
-    device_venv = script[script.index('device_venv="$(mktemp -d)/venv"'):script.index("# The README's test command.")]
+    device_venv = script[script.index("# The device-like dry run"):script.index("# The README's test command")]
     assert "triton==3.6.0" in device_venv and "nvidia-ml-py==13.615.71" in device_venv and "torch==2.13.0" in device_venv
     assert "git status --ignored --porcelain" in device_venv  # and the checkout is left as it was
+    # the dry run is the test above, run by that venv's pytest (the README's command leaves it out)
+    assert '"$device_venv/bin/python" -m pytest tests/test_gpu_check.py -m device_like' in device_venv
+
+
+def test_every_test_the_readme_command_leaves_out_runs_in_ci():
+    """pyproject's addopts deselect some markers from `python -m pytest tests -n 2`: each one is
+    selected by a step of .ci/run, so that CI still runs every test."""
+    import shlex
+
+    import tomllib
+
+    addopts = shlex.split(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"])
+    expression = addopts[addopts.index("-m") + 1].split()
+    left_out = [word for before, word in zip(expression, expression[1:]) if before == "not"]
+    assert left_out == ["long", "device_like"] and expression == ["not", "long", "and", "not", "device_like"]
+    script = (ROOT / ".ci/run").read_text()
+    assert "run_pytest python -m pytest tests -m long -n 2" in script
+    assert '"$device_venv/bin/python" -m pytest tests/test_gpu_check.py -m device_like' in script
 
 
 def test_the_state_folder_can_be_named_for_every_step(tmp_path, monkeypatch):
