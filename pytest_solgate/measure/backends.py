@@ -433,7 +433,7 @@ def make_backend(choice: DeviceChoice, l2_bytes: int | None, clock_mhz: float | 
     if choice.kind == "cuda":
         import torch
 
-        return CudaBackend(torch, torch.device(str(choice)), l2_bytes, clock_mhz)  # "cuda:N"
+        return CudaBackend(torch, torch.device("cuda", choice.cuda_index), l2_bytes, clock_mhz)
     if triton_interpreter_active():
         return CpuBackend(INTERPRETER, gated=False)
     return cpu_backend()
