@@ -211,7 +211,7 @@ class CpuBackend(Backend[CpuStamp, CpuInterval]):
         wall, thread, _ = handle.nanoseconds
         return (thread if self.timer == THREAD_CPU_TIME else wall) / 1e9
 
-    def capture_graph(self, fn: Callable[[], Any], calls: int) -> Callable[[], Any]:
+    def capture_graph(self, fn: Callable[[], object], calls: int) -> Callable[[], object]:
         raise NotImplementedError(f"{self.name} cannot capture graphs")  # Capabilities.graphs is False
 
 
@@ -396,7 +396,7 @@ class CudaBackend(Backend[CudaStart, CudaSample]):
             return None
         return self.clock_stamps.mhz(handle.start_slot, handle.stop_slot)
 
-    def capture_graph(self, fn: Callable[[], Any], calls: int) -> Callable[[], Any]:
+    def capture_graph(self, fn: Callable[[], object], calls: int) -> Callable[[], object]:
         """``calls`` calls of ``fn`` captured as one CUDA graph; returns its replay. The flush and
         the hold stay outside the graph, so every replay starts with a cold L2."""
         torch = self.torch

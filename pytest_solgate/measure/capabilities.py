@@ -109,6 +109,6 @@ class Backend(Protocol[Token, Handle]):
         """Each sample's device work from the closed trace (kernel_trace.SampleKernels), or None."""
         return [None] * len(handles)
 
-    def capture_graph(self, fn: Callable[[], Any], calls: int) -> Callable[[], Any]:
+    def capture_graph(self, fn: Callable[[], object], calls: int) -> Callable[[], object]:
         """``calls`` calls of ``fn`` as one replayable graph (Capabilities.graphs)."""
         raise NotImplementedError(f"{self.name} cannot capture graphs")
