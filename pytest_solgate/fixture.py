@@ -4,20 +4,33 @@ measurements for the run (``run.py``) to judge and record."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence, SupportsFloat
 
 from pytest_solgate.declare.work import measurement_name
 from pytest_solgate.support.errors import MeasureError, SolgateError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the plugin imports this module: the engine and torch stay unimported until a test measures
+    import torch
+
+    from pytest_solgate.declare.profiles import HardwareProfile
+    from pytest_solgate.engine.kernels import Engine
+    from pytest_solgate.measure.backends import CpuClock
     from pytest_solgate.results import Measurement
+    from pytest_solgate.score import Floor
+
+# A count of work (FLOPs, bytes): a number, or a NumPy or torch scalar (anything float() takes).
+Count = SupportsFloat
+# FLOPs: one count in the declared precision, or counts by precision ({"bf16": 2e12, "fp32": 1e9}).
+Flops = Count | Mapping[str, Count]
+# What args= takes: the call's arguments, or a function that returns new ones each time.
+Args = Sequence[object] | Callable[[], Sequence[object]]
 
 
 class SolFixture:
     """What a test receives as ``sol``: ``measure``, ``measure_step``, ``speed_of_light``, ``nbytes``,
     ``count_flops``, ``device``, ``profile``."""
 
-    def __init__(self, engine: Any, test: str, warn: Callable[[str], None], clock: Any = None) -> None:
+    def __init__(self, engine: Engine, test: str, warn: Callable[[str], None], clock: CpuClock | None = None) -> None:
         self._engine = engine
         self._clock = clock  # the sol_clock fixture's (backends.CpuClock), or None: the machine's
         self._test = test
@@ -26,13 +39,13 @@ class SolFixture:
         self.measurements: list[Measurement] = []
 
     @staticmethod
-    def nbytes(*arrays: Any) -> int:
+    def nbytes(*arrays: object) -> int:
         """Sum of ``nbytes`` of tensors or arrays: the usual way to write total fused bytes."""
         from pytest_solgate.declare.work import nbytes
 
         return nbytes(*arrays)
 
-    def count_flops(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, int]:
+    def count_flops(self, fn: Callable[..., object], *args: object, **kwargs: object) -> dict[str, int]:
         """FLOPs of ``fn(*args, **kwargs)`` by precision, through FlopCounterMode (meta tensors work);
         float64 matmuls count as ``fp64_tensor`` on profiles that have FP64 tensor cores."""
         from pytest_solgate.declare.work import count_flops, float64_on_tensor_cores
@@ -48,7 +61,8 @@ class SolFixture:
         return float64_on_tensor_cores(counted, self.profile.peak_tflops)
 
     @property
-    def device(self) -> Any:
+    def device(self) -> torch.device | str:
+        """The device measurements run on: a ``torch.device``, or its name where torch is not installed."""
         place = str(self._engine.context().device)
         try:
             import torch
@@ -57,21 +71,22 @@ class SolFixture:
         return torch.device(place)
 
     @property
-    def profile(self) -> Any:
+    def profile(self) -> HardwareProfile:
+        """The hardware profile measurements are scored against."""
         return self._engine.context().profile
 
     def measure(
         self,
-        fn: Callable[[], Any],
-        *positional: Any,
-        flops: Any = None,
-        bytes: Any = None,
+        fn: Callable[..., object],
+        *positional: object,
+        flops: Flops | None = None,
+        bytes: Count | None = None,
         precision: str | None = None,
         name: str | None = None,
         gate: bool = True,
-        args: Any = None,
-        outputs: Any = None,
-        reference: Callable[..., Any] | None = None,
+        args: Args | None = None,
+        outputs: int | Sequence[int] | None = None,
+        reference: Callable[..., object] | None = None,
         tolerance: float | None = None,
     ) -> Measurement:
         """Time ``fn()``; or, with ``args=``, time ``fn(*args)`` and check its outputs on fresh inputs
@@ -109,8 +124,9 @@ class SolFixture:
         self.measurements.append(measurement)
         return measurement
 
-    def measure_step(self, fn: Callable[[], Any], *, name: str | None = None, flops: Any = None, bytes: Any = None,
-                     precision: str | None = None, gate: bool = True, top: int = 5) -> Measurement:
+    def measure_step(self, fn: Callable[[], object], *, name: str | None = None, flops: Flops | None = None,
+                     bytes: Count | None = None, precision: str | None = None, gate: bool = True, top: int = 5
+                     ) -> Measurement:
         """A whole step (a forward, a forward and backward, a decode step) under the profiler: its
         time, MFU, idle share and operators ranked by time lost (``m.step``); its record and its ``top``
         operators' records are judged with the test's (docs/steps.md)."""
@@ -128,7 +144,8 @@ class SolFixture:
         self.measurements += measured
         return measured[0]
 
-    def speed_of_light(self, *, flops: Any = None, bytes: Any = None, precision: str | None = None) -> Any:
+    def speed_of_light(self, *, flops: Flops | None = None, bytes: Count | None = None,
+                       precision: str | None = None) -> Floor:
         """The floor of declared work on this session's profile, without running anything:
         ``.t_sol`` (seconds), ``.bound``, ``.intensity`` (FLOP/byte) and ``.ridge``."""
         __tracebackhide__ = True

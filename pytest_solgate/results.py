@@ -43,7 +43,9 @@ class Verdict(str, enum.Enum):
     NOT_GATED = "not-gated"
 
     __str__ = str.__str__  # "pass", not "Verdict.PASS", in f-strings, Jinja and JSON
-    __format__ = str.__format__
+
+    def __format__(self, format_spec: str) -> str:
+        return str.__format__(self, format_spec)
 
     @property
     def failing(self) -> bool:
@@ -337,7 +339,8 @@ class Measurement:
             gated=data["backend"] != INTERPRETER,
         )
         # The score's fields keep their names in the JSON (the dominant precision is not kept).
-        scored = Score(**{f.name: data.get(f.name) for f in dataclasses.fields(Score)})
+        score_fields: dict[str, Any] = {f.name: data.get(f.name) for f in dataclasses.fields(Score)}
+        scored = Score(**score_fields)
         judgement = None
         if data.get("verdict") is not None:
             baseline = data.get("baseline")

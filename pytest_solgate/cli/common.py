@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pytest_solgate.support.errors import SolgateError
 from pytest_solgate.support.settings import Settings
@@ -16,7 +16,7 @@ class UsageFailure(SolgateError):
 
 
 class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line and exit 2, as for every bad input
+    def error(self, message: str) -> NoReturn:  # one line and exit 2, as for every bad input
         raise UsageFailure(f"{self.prog}: {message} (see {self.prog} --help)")
 
 

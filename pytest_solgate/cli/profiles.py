@@ -185,7 +185,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         datasheet = detect(name, facts, known_profiles(cache)).profile
         print(f"solgate: calibrating {name} against {datasheet.id} ...", file=sys.stderr)
         say = lambda text: print(text, file=sys.stderr)  # noqa: E731
-        profile, path = calibrate.calibrate_gpu(cache, choice.index, datasheet, name, facts.get("l2_bytes"), announce=say)
+        profile, path = calibrate.calibrate_gpu(cache, choice.cuda_index, datasheet, name, facts.get("l2_bytes"), announce=say)
         if path is not None:
             print(f"solgate: cached in {path}", file=sys.stderr)
     if args.output:

@@ -38,7 +38,8 @@ def _magnitude(value: int | float) -> str:
     try:
         return f"{float(value):.3g}"
     except OverflowError:
-        return f"10**{len(str(abs(value))) - 1}" if value.bit_length() < 10_000 else f"an integer of {value.bit_length()} bits"
+        bits = int(value).bit_length()  # only an integer is too large for a float
+        return f"10**{len(str(abs(value))) - 1}" if bits < 10_000 else f"an integer of {bits} bits"
 
 
 def _check_count(what: str, value: Any) -> float:

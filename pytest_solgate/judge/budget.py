@@ -3,28 +3,26 @@ profile (a float everywhere, a ``{profile-glob: value}`` mapping by its first ma
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import math
-from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
 
 from pytest_solgate.support.errors import MarkerError
 
-MARKER_KEYS = ("min", "mfu", "max_regression", "speedup", "reference")
-
 BudgetSpec = float | tuple[tuple[str, float], ...] | None
+# How one marker argument is checked: (test, argument, its value) -> the value kept (of its field's
+# type, which one alias cannot name), or MarkerError.
+Check = Callable[[str, str, object], Any]
 
 
-@dataclass(frozen=True)
-class Budget:
-    min: BudgetSpec = None
-    mfu: BudgetSpec = None
-    max_regression: float | None = None
-    speedup: BudgetSpec = None  # how many times faster than the test's gate=False reference
-    reference: str | None = None  # which reference, by name; else the test's only one
+def _option(check: Check) -> Any:
+    """A field of the marker's options: absent (None) unless given, then checked by ``check``."""
+    return field(default=None, metadata={"check": check})
 
 
-def _fraction(test: str, key: str, value: Any, low_open: bool) -> float:
+def _fraction(test: str, key: str, value: object, low_open: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         raise MarkerError(f"{test}: @pytest.mark.sol({key}={value!r}): must be a number")
     if low_open and not 0 < value <= 1:
@@ -34,60 +32,75 @@ def _fraction(test: str, key: str, value: Any, low_open: bool) -> float:
     return float(value)
 
 
-def _factor(test: str, key: str, value: Any) -> float:
+def _budget_fraction(test: str, key: str, value: object) -> float:
+    return _fraction(test, key, value, low_open=True)
+
+
+def _allowed_drop(test: str, key: str, value: object) -> float:
+    return _fraction(test, key, value, low_open=False)
+
+
+def _factor(test: str, key: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise MarkerError(f"{test}: @pytest.mark.sol({key}={value!r}): must be a number of times faster > 0, e.g. 1.15")
     return float(value)
 
 
-def _budget_spec(test: str, key: str, value: Any) -> BudgetSpec:
-    if value is None:
-        return None
-    check = (lambda k, v: _factor(test, k, v)) if key == "speedup" else (lambda k, v: _fraction(test, k, v, low_open=True))
-    if isinstance(value, Mapping):
+def _per_profile(check: Callable[[str, str, object], float]) -> Check:
+    """``check`` on a number, which applies everywhere, or on each value of a {profile-glob: value} mapping."""
+
+    def spec(test: str, key: str, value: object) -> BudgetSpec:
+        if not isinstance(value, Mapping):
+            return check(test, key, value)
         if not value:
             raise MarkerError(f"{test}: @pytest.mark.sol({key}={{}}): give at least one 'glob': budget")
         pairs = []
         for pattern, budget in value.items():
             if not isinstance(pattern, str) or not pattern:
                 raise MarkerError(f"{test}: @pytest.mark.sol({key}=...): key {pattern!r} must be a profile-id glob string")
-            pairs.append((pattern, check(f"{key}[{pattern!r}]", budget)))
+            pairs.append((pattern, check(test, f"{key}[{pattern!r}]", budget)))
         return tuple(pairs)
-    return check(key, value)
+
+    return spec
+
+
+def _measurement_name(test: str, key: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise MarkerError(f"{test}: @pytest.mark.sol({key}={value!r}): give the name= of a gate=False measurement")
+    return value
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The options of ``@pytest.mark.sol``: its fields are the marker's keyword arguments, in the
+    order its messages list them, and each field's ``check`` is how its argument is checked."""
+
+    min: BudgetSpec = _option(_per_profile(_budget_fraction))
+    mfu: BudgetSpec = _option(_per_profile(_budget_fraction))
+    max_regression: float | None = _option(_allowed_drop)
+    speedup: BudgetSpec = _option(_per_profile(_factor))  # how many times faster than the test's gate=False reference
+    reference: str | None = _option(_measurement_name)  # which reference, by name; else the test's only one
+
+
+OPTIONS = dataclasses.fields(Budget)
 
 
 def parse_marker(test: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Budget:
     """Check ``@pytest.mark.sol`` arguments; errors name the test and the argument."""
+    takes = ", ".join(f"{option.name}=" for option in OPTIONS)
     if args:
-        raise MarkerError(
-            f"{test}: @pytest.mark.sol takes keyword arguments only (min=, mfu=, max_regression=, speedup=, reference=), "
-            f"got positional {args[0]!r}"
-        )
-    unknown = [k for k in kwargs if k not in MARKER_KEYS]
+        raise MarkerError(f"{test}: @pytest.mark.sol takes keyword arguments only ({takes}), got positional {args[0]!r}")
+    unknown = [k for k in kwargs if k not in {option.name for option in OPTIONS}]
     if unknown:
-        raise MarkerError(
-            f"{test}: @pytest.mark.sol got unknown argument {unknown[0]!r}; it takes min=, mfu=, max_regression=, "
-            "speedup=, reference="
-        )
-    max_regression = kwargs.get("max_regression")
-    if max_regression is not None:
-        max_regression = _fraction(test, "max_regression", max_regression, low_open=False)
-    reference = kwargs.get("reference")
-    if reference is not None and (not isinstance(reference, str) or not reference):
-        raise MarkerError(f"{test}: @pytest.mark.sol(reference={reference!r}): give the name= of a gate=False measurement")
-    return Budget(
-        min=_budget_spec(test, "min", kwargs.get("min")),
-        mfu=_budget_spec(test, "mfu", kwargs.get("mfu")),
-        max_regression=max_regression,
-        speedup=_budget_spec(test, "speedup", kwargs.get("speedup")),
-        reference=reference,
-    )
+        raise MarkerError(f"{test}: @pytest.mark.sol got unknown argument {unknown[0]!r}; it takes {takes}")
+    given = {option.name: option.metadata["check"] for option in OPTIONS if kwargs.get(option.name) is not None}
+    return Budget(**{key: check(test, key, kwargs[key]) for key, check in given.items()})
 
 
 def per_profile(budget: Budget) -> list[tuple[str, tuple[tuple[str, float], ...]]]:
     """(marker argument, its {glob: value} pairs) for each budget given per profile."""
-    return [(key, spec) for key, spec in (("min", budget.min), ("mfu", budget.mfu), ("speedup", budget.speedup))
-            if isinstance(spec, tuple)]
+    given = ((option.name, getattr(budget, option.name)) for option in OPTIONS)
+    return [(key, spec) for key, spec in given if isinstance(spec, tuple)]
 
 
 def budget_globs(budget: Budget) -> list[tuple[str, str]]:

@@ -6,16 +6,28 @@ torch is imported here, lazily, and only when a measurement needs it.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import math
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, NamedTuple, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, NamedTuple, Sequence
 
 from pytest_solgate.measure import kernel_trace, sm_clock, telemetry
 from pytest_solgate.measure.capabilities import Backend, Capabilities
 from pytest_solgate.measure.devices import DeviceChoice, cuda_uuid, last_level_cache_bytes
 from pytest_solgate.support import stats, units
+
+if TYPE_CHECKING:  # torch stays unimported until a measurement needs it
+    import torch
+    from torch import Tensor
+    from torch.cuda import CUDAGraph
+
+    from pytest_solgate.measure.telemetry import NvmlReader
+
+# A CPU buffer of the flush's size (ctypes), written by the flush and copied by the memory probe.
+CpuBuffer = ctypes.Array[ctypes.c_char]
 
 DEFAULT_FLUSH_BYTES = 256 * 1024 * 1024  # when neither the device nor the profile gives an L2 size
 BASE_HOLD_SECONDS = 100e-6
@@ -120,7 +132,7 @@ class CpuBackend(Backend[CpuStamp, CpuInterval]):
     telemetry_note = "no telemetry on the CPU backend"
 
     def __init__(self, name: str = "cpu", flush_bytes: int = 0, gated: bool = True,
-                 clock: Callable[[], CpuStamp] = read_cpu_stamp) -> None:
+                 clock: Callable[[], Sequence[int]] = read_cpu_stamp) -> None:
         self.name = name
         self.gated = gated
         self.clock = clock  # a test passes its own, as the CUDA backend takes its host clock
@@ -128,15 +140,15 @@ class CpuBackend(Backend[CpuStamp, CpuInterval]):
         # Short CPU calls are still batched after one flush (and say so), not cold each call: the
         # flush costs about 7 ms here, so one call per sample would leave a 2 s budget a few hundred samples.
         self.capabilities = Capabilities(memory_probe=bool(flush_bytes))
-        self._flush_buffer: Any = None
+        self._flush_buffer: CpuBuffer | None = None
         self._flush_value = 0
         self.timer = WALL_TIME  # what the record's timing_mode says; chosen for each measurement by steady()
         self.timer_note = ""
         self._warmup_calls: list[tuple[int, int, int]] | None = None  # while the warm-up runs
-        self._probe_buffers: Any = None
+        self._probe_buffers: tuple[CpuBuffer, CpuBuffer] | None = None
         self._probe_on_clock: Callable[[], None] | None = None  # a CpuClock's probe, while timing on it
 
-    def now(self) -> CpuStamp:
+    def now(self) -> Sequence[int]:
         """Wall, thread CPU and process CPU nanoseconds, from the clock passed in."""
         return self.clock()
 
@@ -145,8 +157,6 @@ class CpuBackend(Backend[CpuStamp, CpuInterval]):
         self.timer, self.timer_note = WALL_TIME, ""
         self._warmup_calls = []
         if self.flush_bytes and self._probe_buffers is None:
-            import ctypes
-
             self._probe_buffers = ((ctypes.c_char * self.flush_bytes)(), (ctypes.c_char * self.flush_bytes)())
             self.copy_probe()  # the first touch of its pages stays out of the timed probes
 
@@ -162,7 +172,7 @@ class CpuBackend(Backend[CpuStamp, CpuInterval]):
     def timing_on(self, clock: CpuClock) -> Iterator[None]:
         """Time on ``clock`` (its stamps and its probe) while open; the backend's own after."""
         own = self.clock
-        self.clock, self._probe_on_clock = clock.now, clock.probe  # type: ignore[assignment]
+        self.clock, self._probe_on_clock = clock.now, clock.probe
         try:
             yield
         finally:
@@ -170,8 +180,7 @@ class CpuBackend(Backend[CpuStamp, CpuInterval]):
 
     def copy_probe(self) -> None:
         """The memory probe: copy one fixed buffer of the flush's size into another."""
-        import ctypes
-
+        assert self._probe_buffers is not None, "begin() makes the probe's buffers"
         source, destination = self._probe_buffers
         ctypes.memmove(destination, source, self.flush_bytes)
 
@@ -184,8 +193,6 @@ class CpuBackend(Backend[CpuStamp, CpuInterval]):
     def flush(self) -> None:
         if not self.flush_bytes:
             return
-        import ctypes
-
         if self._flush_buffer is None:
             self._flush_buffer = (ctypes.c_char * self.flush_bytes)()
         self._flush_value = (self._flush_value + 1) % 256  # a new value each time: real writes
@@ -204,12 +211,15 @@ class CpuBackend(Backend[CpuStamp, CpuInterval]):
         wall, thread, _ = handle.nanoseconds
         return (thread if self.timer == THREAD_CPU_TIME else wall) / 1e9
 
+    def capture_graph(self, fn: Callable[[], object], calls: int) -> Callable[[], object]:
+        raise NotImplementedError(f"{self.name} cannot capture graphs")  # Capabilities.graphs is False
+
 
 @dataclass(frozen=True)
 class CudaStart:
     """What ``CudaBackend.start`` hands to ``stop``."""
 
-    event: Any  # torch.cuda.Event, recorded where the timed region starts
+    event: torch.cuda.Event  # recorded where the timed region starts
     clock_slot: int | None  # the SM clock stamp's slot (sm_clock), None without the stamps
     sample: int | None  # the sample's number in the kernel trace, None outside a trace
 
@@ -219,8 +229,8 @@ class CudaSample:
     """One sample on the CUDA backend: the events around it, its SM clock stamps and its number in
     the kernel trace."""
 
-    start_event: Any  # torch.cuda.Event
-    stop_event: Any
+    start_event: torch.cuda.Event
+    stop_event: torch.cuda.Event
     start_slot: int | None
     stop_slot: int | None
     sample: int | None
@@ -236,17 +246,20 @@ class CudaBackend(Backend[CudaStart, CudaSample]):
     name = "cuda"
     gated = True
     min_sample_seconds = 20e-6
+    flush_buffer: Tensor
+    _done_marker: Tensor | None  # what the trace's done-marker zeroes (kernel timestamps only)
+    _sample_range: torch.profiler.record_function | None  # the open range naming a sample's launches
 
     def __init__(
         self,
-        torch: Any,
-        device: Any,
+        torch: ModuleType,  # torch, or a fake GPU's stand-in for it
+        device: torch.device,
         l2_bytes: int | None,
         clock_mhz: float | None,
         host_clock: Callable[[], float] = time.perf_counter,
         flush_by_reading: bool = False,
-        open_reader: Callable[..., tuple[Any, str]] = telemetry.open_reader,
-        open_stamps: Callable[[Any, Any], tuple[Any, str]] = sm_clock.open_stamps,
+        open_reader: Callable[[int, str | None], tuple[NvmlReader | None, str]] = telemetry.open_reader,
+        open_stamps: Callable[[ModuleType, torch.device], tuple[sm_clock.TritonClockStamps | None, str]] = sm_clock.open_stamps,
     ) -> None:
         self.torch = torch
         # benchmarks/gpu_check.py's check: a written flush leaves the L2 full of dirty lines that
@@ -270,7 +283,7 @@ class CudaBackend(Backend[CudaStart, CudaSample]):
         timestamps = kernel_trace.available(torch)
         self._done_marker = torch.empty(1, dtype=torch.int32, device=device) if timestamps else None
         self._session: kernel_trace.Session | None = None
-        self._sample_range: Any = None
+        self._sample_range = None
         self._next_sample = 0
         self._traced: dict[int, kernel_trace.SampleKernels] = {}
         self.capabilities = Capabilities(
@@ -304,7 +317,7 @@ class CudaBackend(Backend[CudaStart, CudaSample]):
         with self._marked(kernel_trace.HOLD):  # the timed region starts when the hold ends
             self.torch.cuda._sleep(int(hold_seconds * self.cycles_per_second))
 
-    def _marked(self, prefix: str) -> Any:
+    def _marked(self, prefix: str) -> ContextManager[None]:
         if self._session is None:
             return contextlib.nullcontext()
         return kernel_trace.marked(self.torch, prefix, self._next_sample)
@@ -348,6 +361,7 @@ class CudaBackend(Backend[CudaStart, CudaSample]):
         event.record()
         sample = token.sample
         if sample is not None:  # runs once the timed stream is done with the sample
+            assert self._done_marker is not None, "a traced sample: the device has kernel timestamps"
             with self._marked(kernel_trace.DONE):
                 self._done_marker.zero_()
             self._next_sample += 1
@@ -378,17 +392,17 @@ class CudaBackend(Backend[CudaStart, CudaSample]):
 
     def sample_clock_mhz(self, handle: CudaSample) -> float | None:
         """The SM clock over one sample (after the round's synchronize), or None without the stamps."""
-        if self.clock_stamps is None or handle.start_slot is None:
+        if self.clock_stamps is None or handle.start_slot is None or handle.stop_slot is None:
             return None
         return self.clock_stamps.mhz(handle.start_slot, handle.stop_slot)
 
-    def capture_graph(self, fn: Any, calls: int) -> Any:
+    def capture_graph(self, fn: Callable[[], object], calls: int) -> Callable[[], object]:
         """``calls`` calls of ``fn`` captured as one CUDA graph; returns its replay. The flush and
         the hold stay outside the graph, so every replay starts with a cold L2."""
         torch = self.torch
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
-        graph = torch.cuda.CUDAGraph()
+        graph: CUDAGraph = torch.cuda.CUDAGraph()
         # Our own stream context around the capture: torch.cuda.graph's __exit__ raises in
         # capture_end() (a kernel that calls .item()) before its own stream context exits, which
         # left the process on the capture stream; this outer one restores the stream either way.
@@ -408,7 +422,8 @@ class CudaBackend(Backend[CudaStart, CudaSample]):
         self.torch.cuda.synchronize(self.device)
 
     def elapsed(self, handle: CudaSample) -> float:
-        return handle.start_event.elapsed_time(handle.stop_event) / 1e3
+        milliseconds: float = handle.start_event.elapsed_time(handle.stop_event)
+        return milliseconds / 1e3
 
     def read_telemetry(self) -> dict[str, Any] | None:
         return self.reader.read() if self.reader else None
@@ -418,7 +433,7 @@ def make_backend(choice: DeviceChoice, l2_bytes: int | None, clock_mhz: float | 
     if choice.kind == "cuda":
         import torch
 
-        return CudaBackend(torch, torch.device("cuda", choice.index), l2_bytes, clock_mhz)
+        return CudaBackend(torch, torch.device("cuda", choice.cuda_index), l2_bytes, clock_mhz)
     if triton_interpreter_active():
         return CpuBackend(INTERPRETER, gated=False)
     return cpu_backend()

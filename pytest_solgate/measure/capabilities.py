@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Protocol, Seque
 
 if TYPE_CHECKING:
     from pytest_solgate.measure.kernel_trace import SampleKernels
+    from pytest_solgate.measure.telemetry import NvmlReader
 
 Token = TypeVar("Token")
 Handle = TypeVar("Handle")
@@ -46,22 +47,26 @@ class Backend(Protocol[Token, Handle]):
     pieces. A backend subclasses it, sets ``name``, ``gated``, ``min_sample_seconds`` and
     ``capabilities`` and implements flush, hold, start, stop, synchronize and elapsed."""
 
-    name = "backend"
-    gated = True  # whether its timings may pass or fail a test
-    min_sample_seconds = 100e-6  # a sample shorter than this is batched
-    capabilities = Capabilities()
-    cache_bytes = 0
-    timer = "events"  # the timing mode the record names (the CPU backend chooses its own in steady())
-    timer_note = ""
-    telemetry_note = ""
+    name: str = "backend"
+    gated: bool = True  # whether its timings may pass or fail a test
+    min_sample_seconds: float = 100e-6  # a sample shorter than this is batched
+    capabilities: Capabilities = Capabilities()
+    cache_bytes: int = 0
+    timer: str = "events"  # the timing mode the record names (the CPU backend chooses its own in steady())
+    timer_note: str = ""
+    telemetry_note: str = ""
     peak_clock_mhz: float | None = None  # what a sample's SM clock is judged against (throttling)
     # --sol-lock-clocks took: the SMs hold the locked clock, which is then the throttling reference
-    clocks_locked = False
-    capture_off_reason = ""  # why graph capture is off for the session ("" while it is on)
-    reader: Any = None  # the NVML reader of the device (telemetry, energy counter, clock lock)
-    probe: Callable[[], None] | None = None  # the memory probe (Capabilities.memory_probe)
+    clocks_locked: bool = False
+    capture_off_reason: str = ""  # why graph capture is off for the session ("" while it is on)
+    reader: NvmlReader | None = None  # the NVML reader of the device (telemetry, energy counter, clock lock)
     host_clock: Callable[[], float] = staticmethod(time.perf_counter)  # a fake GPU's tests pass their own
     host_pause: Callable[[float], None] = staticmethod(time.sleep)
+
+    @property
+    def probe(self) -> Callable[[], None] | None:
+        """The memory probe (Capabilities.memory_probe), timed after each sample; None without one."""
+        return None
 
     def begin(self) -> None:
         """A new measurement starts (before its first call)."""
@@ -73,7 +78,7 @@ class Backend(Protocol[Token, Handle]):
         raise NotImplementedError
 
     def hold(self, batch: int) -> None:  # keep launch latency out of the timed region
-        pass
+        return None
 
     def start(self) -> Token:
         raise NotImplementedError
@@ -82,7 +87,7 @@ class Backend(Protocol[Token, Handle]):
         raise NotImplementedError
 
     def synchronize(self) -> None:
-        pass
+        return None
 
     def elapsed(self, handle: Handle) -> float:
         """The seconds one sample took (what the record's timer reads); reads, records nothing."""
@@ -104,6 +109,6 @@ class Backend(Protocol[Token, Handle]):
         """Each sample's device work from the closed trace (kernel_trace.SampleKernels), or None."""
         return [None] * len(handles)
 
-    def capture_graph(self, fn: Callable[[], Any], calls: int) -> Callable[[], Any]:
+    def capture_graph(self, fn: Callable[[], object], calls: int) -> Callable[[], object]:
         """``calls`` calls of ``fn`` as one replayable graph (Capabilities.graphs)."""
         raise NotImplementedError(f"{self.name} cannot capture graphs")

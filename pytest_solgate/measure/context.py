@@ -92,7 +92,7 @@ def resolve(settings: Settings, profile_option: ProfileOption, cache_dir: Path,
                 profile = platform.cpu_profile(cache_dir, announce)
         lock_key, device_uuid = "cpu", None
     else:
-        device_uuid = platform.device_key(choice.index)  # survives CUDA_VISIBLE_DEVICES renumbering
+        device_uuid = platform.device_key(choice.cuda_index)  # survives CUDA_VISIBLE_DEVICES renumbering
         if explicit is not None:
             profile = explicit
         else:
@@ -105,7 +105,7 @@ def resolve(settings: Settings, profile_option: ProfileOption, cache_dir: Path,
         lock_key = f"cuda-{device_uuid}"
         # The whole process (this xdist worker) works on its GPU: Triton launches and tensors
         # created outside sol.measure then go to cuda:N too, not to cuda:0.
-        platform.set_device(choice.index)
+        platform.set_device(choice.cuda_index)
     l2_bytes = facts.get("l2_bytes") or profile.device.l2_bytes
     backend = platform.make_backend(choice, l2_bytes, profile.device.boost_clock_mhz)
     described = environment.describe(name, device_uuid, choice.kind == "cuda")

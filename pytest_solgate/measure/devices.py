@@ -39,6 +39,13 @@ class DeviceChoice:
     def __str__(self) -> str:
         return self.kind if self.index is None else f"{self.kind}:{self.index}"
 
+    @property
+    def cuda_index(self) -> int:
+        """The index of a CUDA device (choose_device always names one; a CPU has none)."""
+        if self.index is None:
+            raise ValueError(f"{self} is not a CUDA device")
+        return self.index
+
 
 def choose_device(spec: str, worker_index: int | None, worker_count: int | None = None, torch: Any = None) -> DeviceChoice:
     """Resolve ``--sol-device``; under xdist, worker N takes GPU N mod count with ``auto`` or ``cuda``.

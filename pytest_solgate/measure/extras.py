@@ -89,6 +89,7 @@ class Contention:
         self._before = self.readers.snapshot()
 
     def after(self, taken: Taken) -> Findings:
+        assert self._before is not None, "before() ran"
         busy = between(self._before, self.readers.snapshot())
         # The interpreter's timings mean nothing whether or not the machine was busy.
         on_cpu = taken.context.device.kind == "cpu"
@@ -145,8 +146,9 @@ class SynchronizedBlock:
         if taken.timing.hidden_work:  # seen in the kernel timestamps, however small
             return Findings(error=side_stream_message(taken.test, taken.name, taken.timing.hidden_work))
         backend = taken.context.backend
-        read_energy = backend.reader.energy_counter() if backend.capabilities.energy_counter else None
-        others = backend.reader.other_processes(os.getpid()) if read_energy is not None else []
+        reader = backend.reader  # there wherever the backend has the energy counter
+        read_energy = reader.energy_counter() if reader is not None and backend.capabilities.energy_counter else None
+        others = reader.other_processes(os.getpid()) if reader is not None and read_energy is not None else []
         reading = block.synchronized_block(taken.fn, backend, taken.timing.seconds, read_energy,
                                            clock=backend.host_clock, pause=backend.host_pause)
         if block.hidden_work(reading):

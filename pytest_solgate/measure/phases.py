@@ -265,7 +265,8 @@ def _rounds(plan: Plan, backend: Backend, settings: SamplingSettings, rule: Stop
     throttled = False
     recoveries = dropped = 0
     while True:
-        handles, probe_handles = [], []
+        handles: list[object] = []  # the backend's handles (its Handle type)
+        probe_handles: list[object] = []
         for _ in range(plan.round_size):
             # The memory probe streams twice the cache (after its own flush): the next sample finds
             # the cache evicted, and a flush of its own would only double the cost of a sample (on a

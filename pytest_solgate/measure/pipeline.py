@@ -61,6 +61,7 @@ def measure(test: str, name: str, fn: Callable[[], Any], context: Context,
             best = (timing, read, found)
         if not found.retake or timing.wall_seconds > max_time * 1.5:
             break
+    assert best is not None  # the loop runs at least once
     timing, read, found = best
     if found.error:
         raise MeasureError(found.error)

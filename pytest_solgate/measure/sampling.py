@@ -98,7 +98,7 @@ def kernel_timed(events_samples: tuple[float, ...], traced: tuple[Any, ...], bat
 
 def take_timing(
     fn: Callable[[], Any],
-    backend: Backend,
+    backend: Backend[Any, Any],  # any backend: its tokens and handles are only handed back to it
     settings: SamplingSettings,
     throttle_check: Callable[[dict[str, Any]], bool] | None = None,
     clock: Callable[[], float] = time.perf_counter,

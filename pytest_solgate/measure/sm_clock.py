@@ -40,7 +40,7 @@ def clock_mhz(start: tuple[int, int] | list[int], stop: tuple[int, int] | list[i
 
 def is_below_threshold(mhz: float | None, peak_mhz: float | None) -> bool:
     """nvbench's rule: the clock over the timed region under 75 % of the peak (default) SM clock."""
-    return mhz is not None and bool(peak_mhz) and mhz < MIN_CLOCK_FRACTION * peak_mhz
+    return mhz is not None and peak_mhz is not None and bool(peak_mhz) and mhz < MIN_CLOCK_FRACTION * peak_mhz
 
 
 def peak_clock_mhz(torch: Any, device: Any, nvml_max_mhz: float | None, fallback_mhz: float | None) -> float | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, cast
 
 from pytest_solgate import results
 from pytest_solgate.declare.profiles import HardwareProfile
@@ -153,7 +153,12 @@ def _decade_label(exponent: int) -> str:
 
 def plottable(m: Measurement) -> bool:
     intensity = m.score.intensity
-    return bool(intensity) and intensity > 0 and m.score.tflops > 0 and math.isfinite(intensity)
+    return intensity is not None and intensity > 0 and m.score.tflops > 0 and math.isfinite(intensity)
+
+
+def _intensity(m: Measurement) -> float:
+    """A plottable measurement's FLOP per byte (a finite number > 0: see ``plottable``)."""
+    return cast(float, m.score.intensity)
 
 
 def why_left_out(m: Measurement) -> str:
@@ -196,7 +201,7 @@ def roofline(profile: HardwareProfile, measurements: Sequence[Measurement], fram
     bandwidth = profile.memory_bandwidth
     peaks = {p: profile.peak_flops(p) for p in profile.peak_tflops}
     ridges = [peak / bandwidth for peak in peaks.values()]
-    intensities = [m.score.intensity for m in on_chart] or [1.0]
+    intensities = [_intensity(m) for m in on_chart] or [1.0]
     rates = [m.score.tflops * 1e12 for m in on_chart] or [min(peaks.values())]
     x_low = math.floor(math.log10(min(min(intensities), min(ridges)) / 4))
     x_high = math.ceil(math.log10(max(max(intensities), max(ridges)) * 4))
@@ -232,7 +237,7 @@ def roofline(profile: HardwareProfile, measurements: Sequence[Measurement], fram
     memory_label = _memory_label(profile, (px(start_x), py(start_y)), (px(min(ridges)), py(min(peaks.values()))))
     placed_points = [
         Point(
-            x=px(m.score.intensity),
+            x=px(_intensity(m)),
             y=py(m.score.tflops * 1e12),
             verdict=str(table.verdict(m)),
             title=f"{kind(m)} {m.test} [{m.name}]: {m.score.intensity:.3g} FLOP/B, {m.score.tflops:.3g} TFLOP/s, "

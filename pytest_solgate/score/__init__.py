@@ -99,9 +99,10 @@ def score(work: Work, seconds: float, profile: HardwareProfile, sm_clock_mhz: fl
         raise ValueError(f"measured time must be positive, got {seconds!r}")
     floor = speed_of_light(work, profile)
     at_clock = _sol_at_clock(work, floor, seconds, profile, sm_clock_mhz)
-    if clocks_locked and at_clock is not None:
-        running = min(sm_clock_mhz, profile.device.boost_clock_mhz)
-        compute_time = _compute_time_at(work, profile, running)
+    boost = profile.device.boost_clock_mhz
+    if clocks_locked and at_clock is not None and sm_clock_mhz and boost:  # (a SOL at the clock needs both)
+        running = min(sm_clock_mhz, boost)
+        compute_time = _compute_time_at(work, profile, running, boost)
         return Score(
             t_sol=at_clock * seconds, sol=at_clock, mfu=compute_time / seconds,
             bound="memory" if floor.memory_time >= compute_time else "compute",
@@ -128,7 +129,7 @@ def _tensor_class(work: Work, floor: Floor, seconds: float, profile: HardwarePro
     """The dominant precision's tensor-core class, and the SOL with its FLOPs counted there."""
     vector = floor.dominant_precision
     tensor = TENSOR_CLASS.get(vector or "")
-    if tensor is None or tensor not in profile.peak_tflops:
+    if vector is None or tensor is None or tensor not in profile.peak_tflops:
         return None
     flops = dict(work.flops)
     flops[tensor] = flops.get(tensor, 0) + flops.pop(vector)
@@ -148,14 +149,14 @@ def _sol_at_clock(
     boost = profile.device.boost_clock_mhz
     if not sm_clock_mhz or not boost:
         return None
-    compute_time = _compute_time_at(work, profile, min(sm_clock_mhz, boost))
+    compute_time = _compute_time_at(work, profile, min(sm_clock_mhz, boost), boost)
     return max(floor.memory_time, compute_time) / seconds
 
 
-def _compute_time_at(work: Work, profile: HardwareProfile, running_mhz: float) -> float:
-    """The declared FLOPs' time at peaks scaled from their own clocks to ``running_mhz``."""
-    boost = profile.device.boost_clock_mhz
+def _compute_time_at(work: Work, profile: HardwareProfile, running_mhz: float, boost_mhz: float) -> float:
+    """The declared FLOPs' time at peaks scaled from their own clocks (the boost clock ``boost_mhz``
+    where the profile names none) to ``running_mhz``."""
     return max(
-        (count / (profile.peak_flops(p) * running_mhz / (profile.roof_clock_mhz(p) or boost)) for p, count in work.flops.items()),
+        (count / (profile.peak_flops(p) * running_mhz / (profile.roof_clock_mhz(p) or boost_mhz)) for p, count in work.flops.items()),
         default=0.0,
     )

@@ -8,6 +8,7 @@ errors or test failures; the CLI turns them into exit status 2. Anything else es
 import os
 import sys
 import warnings
+from types import FrameType
 
 _PACKAGE_FOLDER = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
@@ -62,7 +63,8 @@ class ImportFileError(SolgateError):
 def warn_at_users_code(warning: Warning) -> None:
     """Warn at the first line outside this package that led here (a test's ``sol.measure`` call),
     never at a line of the plugin (engine/kernels.py): that is where the user can act."""
-    frame, level = sys._getframe(1), 2  # stacklevel 2 is this function's caller
+    frame: FrameType | None = sys._getframe(1)
+    level = 2  # stacklevel 2 is this function's caller
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_FOLDER):
         frame, level = frame.f_back, level + 1
     warnings.warn(warning, stacklevel=level)

@@ -98,7 +98,8 @@ def stdev(values: Sequence[float]) -> float:
 
 def covered_length(intervals: Sequence[tuple[float, float]]) -> float:
     """How much of the line the (start, end) intervals cover, overlaps counted once (ints stay ints)."""
-    covered, reach = 0, None
+    covered: float = 0
+    reach: float | None = None
     for start, end in sorted(intervals):
         if reach is None or start > reach:
             covered += end - start
