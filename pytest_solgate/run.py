@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from pytest_solgate.fixture import SolFixture
 from pytest_solgate.measure.contention import Readers
 from pytest_solgate.record import gitinfo
+from pytest_solgate.roles import Controller, Role
 from pytest_solgate.support.errors import (
     HistoryElsewhere,
     HistoryError,
@@ -81,8 +82,7 @@ class Run:
         invocation_dir: Path,
         command: str,
         history_source: str,
-        run_id: str | None = None,
-        is_worker: bool = False,
+        role: Role | None = None,
         outputs: Sequence[tuple[str, Any]] = (),
         announce: Callable[[str], None],
         warn: Callable[[str], None],
@@ -95,7 +95,7 @@ class Run:
         self.rootdir = rootdir
         self.invocation_dir = invocation_dir
         self.command = command
-        self.is_worker = is_worker
+        self.role: Role = role or Controller()  # pytest-xdist's part for this process (roles.py)
         self.announce = announce
         self.warn = warn
         self.contention_readers = contention_readers  # the clocks and /proc a contention reading reads
@@ -108,7 +108,7 @@ class Run:
         self.history_lost = False  # set when the run could not be recorded and the history is required: the session fails
         self._refuse_colliding_outputs(outputs)
         self.started_at = datetime.datetime.now(datetime.timezone.utc)
-        self.run_id = run_id or new_run_id()
+        self.run_id = self.role.run_id or new_run_id()
         self.records: list[Measurement] = []
         self.messages: list[str] = []
         self._git: Any = None
@@ -119,8 +119,8 @@ class Run:
         from pytest_solgate.judge.level import is_pull_request, window
         from pytest_solgate.record.baseline import BaselineChooser, start_commit
 
-        if settings.baseline not in ("auto", "none") and not is_worker:
-            start_commit(self.project_root, settings.baseline, gitinfo.facts(self.project_root))  # a bad ref fails now
+        if settings.baseline not in ("auto", "none"):  # a bad ref fails now
+            self.role.at_start(lambda: start_commit(self.project_root, settings.baseline, gitinfo.facts(self.project_root)))
         self.baselines = BaselineChooser(
             self.project_root, settings.baseline, settings.baseline_window, lambda: self.git, self._store_or_none,
             window, unavailable, settings.min_change, is_pull_request(os.environ.get("GITHUB_EVENT_NAME", "")),
@@ -224,8 +224,7 @@ class Run:
         try:
             self._open_store()
         except HistoryUnavailable as exc:
-            if not self.is_worker:
-                warn_at_start(one_line(f"{UNAVAILABLE}: {exc}"))
+            self.role.warn_at_start(warn_at_start, one_line(f"{UNAVAILABLE}: {exc}"))
             return str(exc)
         except HistoryElsewhere as exc:
             raise HistoryElsewhere(f"{exc}; {history_remedy(self.history_source)}") from None
@@ -331,10 +330,14 @@ class Run:
     # --- the end --------------------------------------------------------------------------------
 
     def finish(self, interrupted: bool) -> bool:
-        """Record the run (or spool it), then write every output asked for; what there is to say
-        goes to ``messages``. True when the session must fail: a required history was not written."""
+        """Record the run (or spool it), then write every output asked for, where this process's
+        role records; what there is to say goes to ``messages``. True when the session must fail: a
+        required history was not written."""
+        return self.role.finish(lambda: self._record_and_publish(interrupted))
+
+    def _record_and_publish(self, interrupted: bool) -> bool:
         wanted = (self.settings.report, self.settings.json, self.settings.markdown, self.settings.benchmark_action)
-        if self.is_worker or not (self.records or any(wanted)):
+        if not (self.records or any(wanted)):
             return False
         from pytest_solgate.measure import ncu_child
 

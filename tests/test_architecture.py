@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pytest_solgate"
 ORDER = ["support", "declare", "measure", "score", "results", "judge", "record", "report", "engine", "run", "wiring"]
 # The stages that are one module, and the pieces that drive the stages, at the top of the package
 # (a folder named here, like the command's ``cli/``, is that piece split into modules).
-TOP_LEVEL = {"score": "score", "results": "results", "engine": "engine", "run": "run", "fixture": "run", "revisions": "run",
+TOP_LEVEL = {"score": "score", "results": "results", "engine": "engine", "run": "run", "fixture": "run", "revisions": "run", "roles": "run",
              "plugin": "wiring", "hookspecs": "wiring", "cli": "wiring", "__init__": "wiring", "__main__": "wiring"}
 # The judge decides in budget, window and verdict and words in wording; the command is one module
 # per command group: a module of either that grows past this many lines does two things again.
@@ -276,3 +276,12 @@ def test_the_seam_and_privacy_checks_see_what_they_guard():
     assert replaced_attributes("import os\nos.environ = {}\n") == []
     tree = ast.parse("class E:\n    def __init__(self):\n        self._unsaid = []\n")
     assert private_names(tree) == {"_unsaid"}
+
+
+def test_only_the_roles_ask_which_part_of_xdist_a_process_plays():
+    """pytest-xdist's controller and worker are objects (roles.py, pytest-cov's Central/DistWorker):
+    nothing else asks whether it runs in a worker and branches on the answer."""
+    asking = [f"{name}:{number}" for name, path in modules().items() if name != "roles"
+              for number, line in enumerate(path.read_text().splitlines(), 1)
+              if "is_worker" in line or "workerinput" in line and "node.workerinput" not in line]
+    assert not asking, "let the role decide (pytest_solgate/roles.py): " + "; ".join(asking)
