@@ -248,17 +248,17 @@ class Run:
     def budget(self, nodeid: str, args: Sequence[Any], kwargs: dict[str, Any]) -> Budget:
         """The ``sol`` marker's arguments, checked: a bad one, or a profile glob that matches no
         known profile (a typo would remove the gate), raises MarkerError naming the test."""
-        from pytest_solgate.judge import budget as budgets
+        from pytest_solgate.judge.budget import budget_globs, check_budget_globs, parse_marker
 
-        budget = budgets.parse_marker(nodeid, args, kwargs)
-        if budgets.budget_globs(budget):
+        budget = parse_marker(nodeid, args, kwargs)
+        if budget_globs(budget):
             try:
-                budgets.check_budget_globs(nodeid, budget, self._profile_ids())
+                check_budget_globs(nodeid, budget, self._profile_ids())
             except MarkerError:
                 if not self._import_torch_for_cpu_id():
                     raise
                 # The advice then names this CPU's real id (cpu-<fingerprint>), not the shape's stand-in.
-                budgets.check_budget_globs(nodeid, budget, self._profile_ids())
+                check_budget_globs(nodeid, budget, self._profile_ids())
         return budget
 
     def _import_torch_for_cpu_id(self) -> bool:
@@ -399,11 +399,9 @@ def _relative_prefix(rootdir: Path, top: Path) -> str:
 def at_users_call(excinfo: Any, rootpath: Path) -> str:
     """A declaration the user got wrong (no bytes=, a bad name) as one line at their own call,
     '<file>:<line>: no work declared: ...': no traceback, no exception class."""
-    from _pytest.pathlib import bestrelpath
-
     package = Path(__file__).resolve().parent
     users = [e for e in excinfo.traceback if package not in Path(str(e.path)).resolve().parents]
-    where = f"{bestrelpath(rootpath, Path(str(users[-1].path)))}:{users[-1].lineno + 1}: " if users else ""
+    where = f"{os.path.relpath(Path(str(users[-1].path)), rootpath)}:{users[-1].lineno + 1}: " if users else ""
     return f"{where}{one_line(str(excinfo.value))}"
 
 
