@@ -43,6 +43,7 @@ from pytest_solgate.support.settings import Settings, history_required
 if TYPE_CHECKING:
     from pytest_solgate.judge.budget import Budget
     from pytest_solgate.measure.platform import Platform
+    from pytest_solgate.record.baseline import BaselineChooser
     from pytest_solgate.results import Measurement
 
 UNAVAILABLE = "baselines unavailable, so only budgets were judged"
@@ -116,15 +117,7 @@ class Run:
         self._engine: Any = None
         self._known_ids: list[str] | None = None  # the profile ids a budget glob may name, read on first use
         unavailable = self._open_store_at_start(warn_at_start) if settings.baseline != "none" or not settings.no_save else None
-        from pytest_solgate.judge.level import is_pull_request, window
-        from pytest_solgate.record.baseline import BaselineChooser, start_commit
-
-        if settings.baseline not in ("auto", "none"):  # a bad ref fails now
-            self.role.at_start(lambda: start_commit(self.project_root, settings.baseline, gitinfo.facts(self.project_root)))
-        self.baselines = BaselineChooser(
-            self.project_root, settings.baseline, settings.baseline_window, lambda: self.git, self._store_or_none,
-            window, unavailable, settings.min_change, is_pull_request(os.environ.get("GITHUB_EVENT_NAME", "")),
-        )
+        self.baselines = self._baseline_chooser(unavailable)
         # Where pytest's ids start, relative to the git top level: "" when the rootdir is the top.
         self.key_prefix = _relative_prefix(rootdir, self.project_root)
         self.profile_option: Any = None  # resolved once, here: a bad --sol-profile fails before any test runs
@@ -132,6 +125,20 @@ class Run:
             from pytest_solgate.declare.profiles import resolve_profile_option
 
             self.profile_option = resolve_profile_option(settings.profile)
+
+    def _baseline_chooser(self, unavailable: str | None) -> BaselineChooser:
+        """What chooses each measurement's baseline window (record/baseline.py, by judge/level.py's
+        rule); a --sol-baseline ref that names no commit fails now, once a session (the role's check)."""
+        from pytest_solgate.judge.level import is_pull_request, window
+        from pytest_solgate.record.baseline import BaselineChooser, start_commit
+
+        settings = self.settings
+        if settings.baseline not in ("auto", "none"):
+            self.role.at_start(lambda: start_commit(self.project_root, settings.baseline, gitinfo.facts(self.project_root)))
+        return BaselineChooser(
+            self.project_root, settings.baseline, settings.baseline_window, lambda: self.git, self._store_or_none,
+            window, unavailable, settings.min_change, is_pull_request(os.environ.get("GITHUB_EVENT_NAME", "")),
+        )
 
     # --- what the session measures with ---------------------------------------------------------
 

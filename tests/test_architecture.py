@@ -285,3 +285,22 @@ def test_only_the_roles_ask_which_part_of_xdist_a_process_plays():
               for number, line in enumerate(path.read_text().splitlines(), 1)
               if "is_worker" in line or "workerinput" in line and "node.workerinput" not in line]
     assert not asking, "let the role decide (pytest_solgate/roles.py): " + "; ".join(asking)
+
+
+# The pieces a maintainer reads first, where a function fits a screen (the engine, the run, the
+# wiring): one that grows past it does two things again (nvbench's measure_cold, one screen a kind).
+ONE_SCREEN = 50
+SCREEN_SIZED = ("engine", "run", "roles", "plugin", "fixture")
+
+
+def long_functions(source, limit=ONE_SCREEN):
+    """The functions of ``source`` longer than ``limit`` lines, as 'name (lines)'."""
+    return [f"{node.name} ({node.end_lineno - node.lineno + 1} lines)" for node in ast.walk(ast.parse(source))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > limit]
+
+
+def test_the_engine_the_run_and_the_wiring_read_one_screen_a_function():
+    long = [f"{name}: {', '.join(found)}" for name, path in modules().items()
+            if name.split(".")[0] in SCREEN_SIZED and (found := long_functions(path.read_text()))]
+    assert not long, f"split these by idea (at most {ONE_SCREEN} lines a function): " + "; ".join(long)
+    assert long_functions("def f():\n" + "    x = 1\n" * ONE_SCREEN) == ["f (51 lines)"]
