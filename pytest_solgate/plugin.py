@@ -106,7 +106,6 @@ class SolgateSession:
     Registered as a plugin so that its methods are hooks."""
 
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
-        from pytest_solgate.measure.contention import readers_from
         from pytest_solgate.run import Run
 
         self.config = config
@@ -122,8 +121,7 @@ class SolgateSession:
             announce=self._announce,
             warn=lambda text: warn_at_users_code(SolgateWarning(text)),
             warn_at_start=lambda text: config.issue_config_time_warning(SolgateWarning(text), stacklevel=2),
-            contention_readers=readers_from(os.environ),  # a test suite's /proc, if it names one
-            platform=config.hook.pytest_solgate_platform(config=config),  # a stand-in's devices, if one says
+            platform=config.hook.pytest_solgate_platform(config=config),  # a stand-in's devices and /proc, if one says
         )
 
     def _announce(self, text: str) -> None:

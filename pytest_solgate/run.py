@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from pytest_solgate.fixture import SolFixture
-from pytest_solgate.measure.contention import Readers
 from pytest_solgate.record import gitinfo
 from pytest_solgate.roles import Controller, Role
 from pytest_solgate.support.errors import (
@@ -88,7 +87,6 @@ class Run:
         announce: Callable[[str], None],
         warn: Callable[[str], None],
         warn_at_start: Callable[[str], None],
-        contention_readers: Readers = Readers(),
         platform: Platform | None = None,
     ) -> None:
         self.settings = settings
@@ -99,7 +97,6 @@ class Run:
         self.role: Role = role or Controller()  # pytest-xdist's part for this process (roles.py)
         self.announce = announce
         self.warn = warn
-        self.contention_readers = contention_readers  # the clocks and /proc a contention reading reads
         # The history and the calibration cache live at the git top level (else the rootdir),
         # whichever directory the session starts in; a relative --sol-history is taken from there too.
         self.project_root = gitinfo.project_root(rootdir)
@@ -158,7 +155,6 @@ class Run:
                 announce=self.announce,
                 warn=self.warn,
                 dram_profiler=self._profile_dram,
-                contention_readers=self.contention_readers,
                 platform=self.platform,
             )
         return self._engine

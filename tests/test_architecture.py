@@ -149,7 +149,7 @@ TESTS = Path(__file__).resolve().parent
 STILL_REPLACED: dict[str, int] = {}
 # The seams that are passed in now: no test may replace them again.
 # The fake clock is the sol_clock fixture's CpuClock (solgate_testing.FAKE_CLOCK_KERNELS), and
-# contention reads the /proc the suite names (SOLGATE_TEST_PROC_ROOT).
+# contention reads the /proc of the session's Platform (the suite's: tests/idle_machine.py).
 # NVML's reader and the SM clock stamps go to CudaBackend's constructor, torch to choose_device.
 # A session's devices are a Platform (measure/platform.py) a stand-in plugin returns from the
 # pytest_solgate_platform hook (tests/fake_gpu.py StandIn).

@@ -32,7 +32,6 @@ from pytest_solgate.judge import integrity, step_budgets, verdict
 from pytest_solgate.judge.wording import CONTENDED_NOTE
 from pytest_solgate.measure import backends, callables, clocks, extras, ncu_child, phases, pipeline, sampling
 from pytest_solgate.measure import context as measure_context
-from pytest_solgate.measure.contention import Readers
 from pytest_solgate.measure.context import Context
 from pytest_solgate.measure.integrity import guard
 from pytest_solgate.measure.integrity.outputs import Checked
@@ -85,7 +84,6 @@ class Engine:
         head: Callable[[], tuple[str | None, bool]] | None = None,
         run_id: str = "",
         dram_profiler: extras.DramProfiler | None = None,
-        contention_readers: Readers = Readers(),
         platform: Platform | None = None,
     ) -> None:
         self.settings = settings
@@ -97,7 +95,7 @@ class Engine:
         self.warn = warn or self.announce
         # --sol-ncu: None without it; said once and dropped when ncu proves unusable here
         self._dram = extras.DramBytes(dram_profiler, self.warn) if settings.ncu and dram_profiler else None
-        self._contention = extras.Contention(run_id, contention_readers)
+        self._contention = extras.Contention(run_id, self.platform.contention)
         self._block = extras.SynchronizedBlock()
         self._clock_lock: clocks.ClockLock | None = None
         self._context: Context | None = None
