@@ -1,15 +1,16 @@
 """Engine: the measuring half of a run (``run.py``'s ``Run`` owns one), knowing nothing of pytest.
 
 It resolves the device context once, takes every measurement of the session through one path, and
-judges each test's measurements. A measurement, a kernel's (``Engine.measure``, here) or a whole
-step's (``engine/steps.py``), is:
+judges each test's measurements. A measurement, a kernel's (``KernelMeasurement.run``, here, which
+``Engine.measure`` builds) or a whole step's (``engine/steps.py``), is:
 
     Engine.begin   refused inside another measurement (before the lock it would wait on forever);
                    the context (device, profile, backend: resolved once), its warnings said once
     -> Engine.take measure/pipeline.py (device lock, timing, extras: contention and its retake,
                    energy and hidden work, --sol-ncu); the notes and warnings every kind shares
     -> score -> Measurement (``provenance`` for the fields every kind shares);
-       Engine.keep what re-measures it; judge_test then judges a test's measurements (judge/verdict.py).
+       Engine.keep what re-measures it (a kernel's: KernelMeasurement.retake); judge_test then judges a
+       test's measurements (judge/verdict.py).
 
 The context is resolved lazily, on the first measurement, so that a session that measures
 nothing never imports torch.

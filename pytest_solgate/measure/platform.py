@@ -41,7 +41,7 @@ class Platform:
 
     choose_device: Callable[..., devices.DeviceChoice] = devices.choose_device
     device_name: Callable[[devices.DeviceChoice], str] = devices.device_name
-    device_facts: Callable[[devices.DeviceChoice], dict] = devices.device_facts
+    device_facts: Callable[[devices.DeviceChoice], dict[str, Any]] = devices.device_facts
     device_key: Callable[[int], str] = calibrate.device_key
     make_backend: Callable[..., Any] = backends.make_backend
     device_scope: Callable[[devices.DeviceChoice], ContextManager[Any]] = cuda_device_scope
