@@ -304,3 +304,11 @@ def test_the_engine_the_run_and_the_wiring_read_one_screen_a_function():
             if name.split(".")[0] in SCREEN_SIZED and (found := long_functions(path.read_text()))]
     assert not long, f"split these by idea (at most {ONE_SCREEN} lines a function): " + "; ".join(long)
     assert long_functions("def f():\n" + "    x = 1\n" * ONE_SCREEN) == ["f (51 lines)"]
+
+
+def test_no_shipped_module_reads_a_test_only_variable():
+    """What a test changes about the machine reaches the session through a plugin's Platform (the
+    suite's own: tests/idle_machine.py), never through a variable the shipped code reads for tests."""
+    reading = [f"{name}:{number}" for name, path in modules().items()
+               for number, line in enumerate(path.read_text().splitlines(), 1) if "SOLGATE_TEST_" in line]
+    assert not reading, "hand it in through the Platform (measure/platform.py) instead: " + "; ".join(reading)
