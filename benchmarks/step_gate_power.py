@@ -17,8 +17,8 @@ the profiler) that makes 5 passes over its input; the slow commit makes ``--slow
 
 A run the machine was busy in is marked contended and cannot fail as ``regressed`` (it reads
 ``ambiguous``, the drop beyond the floor, "run it alone"); on a shared 2-core VM nearly every run is.
-``--blind-to-contention`` points the runs at an idle machine's /proc (the tests' seam,
-``SOLGATE_TEST_PROC_ROOT``), so that what is measured is the gate's noise floor against the drop;
+``--blind-to-contention`` points the runs at an idle machine's /proc (the tests' plugin,
+tests/idle_machine.py, and its ``SOLGATE_TEST_PROC_ROOT``), so that what is measured is the gate's noise floor against the drop;
 say so, with the load, beside any figure taken with it.
 
     python benchmarks/step_gate_power.py [--slowdown 2] [--trials 5] [--aa 20] [--min-time 0.5] [--max-time 3]
@@ -111,12 +111,19 @@ def make_repo(folder: Path, min_time: float, max_time: float, blind: bool = Fals
     return repo
 
 
+def idle_machine_env(idle: Path) -> dict[str, str]:
+    """The environment that loads the tests' plugin (tests/idle_machine.py) reading ``idle`` as /proc."""
+    tests = str(Path(__file__).resolve().parents[1] / "tests")
+    return {"SOLGATE_TEST_PROC_ROOT": str(idle), "PYTEST_PLUGINS": "idle_machine",
+            "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), tests) if p)}
+
+
 def commit_and_run(repo: Path, passes: int, message: str) -> tuple[str, dict[str, dict]]:
     (repo / "softmax.json").write_text(json.dumps({"passes": passes}))
     git(repo, "commit", "-q", "--allow-empty", "-am", message)
     sha = git(repo, "rev-parse", "HEAD")
     idle = repo.parent / "idle-proc"
-    env = {**os.environ, **({"SOLGATE_TEST_PROC_ROOT": str(idle)} if idle.is_dir() else {})}
+    env = {**os.environ, **(idle_machine_env(idle) if idle.is_dir() else {})}
     subprocess.run([sys.executable, "-m", "pytest", "--sol-json=run.json.out"], cwd=repo, capture_output=True, text=True,
                    env=env)
     data = json.loads((repo / "run.json.out").read_text())

@@ -13,11 +13,12 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
 from pytest_solgate import hookspecs
+from pytest_solgate.roles import role_of
 from pytest_solgate.support.errors import SolgateError, warn_at_users_code
 from pytest_solgate.support.inifile import ini_type, sol_values
 from pytest_solgate.support.locations import one_line, redact
@@ -78,6 +79,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(session, "solgate-session")
 
 
+def _around_capture(capture: Any, write: Callable[[str], None], line: str) -> None:
+    with capture.global_and_fixture_disabled():  # capture is on during the test that triggers this: step around it
+        write(line)
+
+
 @pytest.fixture
 def sol_clock() -> Any:
     """The clock the CPU backend times on (None: the machine's); override it to return a
@@ -100,11 +106,9 @@ class SolgateSession:
     Registered as a plugin so that its methods are hooks."""
 
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
-        from pytest_solgate.measure.contention import readers_from
         from pytest_solgate.run import Run
 
         self.config = config
-        self.is_worker = hasattr(config, "workerinput")
         history_source = naming_history(config.getoption("sol_history"), os.environ, config.getini("sol_history"))
         self.run = Run(
             settings,
@@ -112,41 +116,33 @@ class SolgateSession:
             invocation_dir=Path(config.invocation_params.dir),
             command="pytest " + " ".join(config.invocation_params.args),
             history_source=history_source,
-            run_id=(getattr(config, "workerinput", {}) or {}).get("solgate_run_id"),
-            is_worker=self.is_worker,
+            role=role_of(config),
             outputs=[("--junitxml", getattr(config.option, "xmlpath", None))],
             announce=self._announce,
             warn=lambda text: warn_at_users_code(SolgateWarning(text)),
             warn_at_start=lambda text: config.issue_config_time_warning(SolgateWarning(text), stacklevel=2),
-            contention_readers=readers_from(os.environ),  # a test suite's /proc, if it names one
-            platform=config.hook.pytest_solgate_platform(config=config),  # a stand-in's devices, if one says
+            platform=config.hook.pytest_solgate_platform(config=config),  # a stand-in's devices and /proc, if one says
         )
 
     def _announce(self, text: str) -> None:
-        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        capture = self.config.pluginmanager.get_plugin("capturemanager")
-        if reporter is not None and capture is not None and not self.is_worker:
-            # Output capture is on during the test that triggers this: step around it.
-            with capture.global_and_fixture_disabled():
-                reporter.write_line(text)
-        else:
-            import sys
-
-            print(text, file=sys.__stderr__)
+        plugins = self.config.pluginmanager
+        reporter, capture = plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager")
+        self.run.role.announce(text, None if reporter is None or capture is None else
+                               lambda line: _around_capture(capture, reporter.write_line, line))
 
     # --- collection and running -----------------------------------------------------------------
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> None:
-        """Resolve the device and profile before the first test that measures, so that a CPU calibration is
-        announced on its own line, not among the progress dots (under xdist, the workers do it)."""
-        if self.is_worker or getattr(self.config.option, "dist", "no") != "no" or session.config.option.collectonly:
-            return
-        if any("sol" in getattr(item, "fixturenames", ()) for item in session.items):
-            try:
-                self.run.engine.context()
-            except SolgateError:
-                pass  # remembered: the first measurement fails with it, in its test
+        """Resolve the device and profile before the first test that measures, where the role does (roles.py)."""
+        if not session.config.option.collectonly and any("sol" in getattr(i, "fixturenames", ()) for i in session.items):
+            self.run.role.before_tests(self._resolve_context)
+
+    def _resolve_context(self) -> None:
+        try:
+            self.run.engine.context()
+        except SolgateError:
+            pass  # remembered: the first measurement fails with it, in its test
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
@@ -215,11 +211,8 @@ class SolgateSession:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         data = getattr(report, "solgate_records", None)
-        if not data or self.is_worker:
-            return
-        from pytest_solgate.results import Measurement
-
-        self.run.records += [Measurement.from_dict(d) for d in data]
+        if data:
+            self.run.role.receive(self.run.records, data)
 
     # --- xdist: one run id for the whole session -------------------------------------------------
 
@@ -238,7 +231,7 @@ class SolgateSession:
         self.run.close()  # --sol-lock-clocks: restored however the session ended (a failure, Ctrl-C)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.is_worker or not (self.run.records or self.run.messages):  # every report asked for leaves a message
+        if not self.run.role.summarizes() or not (self.run.records or self.run.messages):  # every report asked for leaves a message
             return
         from pytest_solgate.report import terminal
 

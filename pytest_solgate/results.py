@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from pytest_solgate.declare.work import Work
-from pytest_solgate.measure.backends import INTERPRETER
+from pytest_solgate.measure.backends import timings_gated
 from pytest_solgate.measure.sampling import Timing
 from pytest_solgate.score import Score
 from pytest_solgate.score.step_breakdown import StepBreakdown
@@ -335,8 +335,8 @@ class Measurement:
             events_seconds=data.get("events_seconds"),
             span_seconds=data.get("kernel_span_seconds"),
             gap_seconds=data.get("kernel_gap_seconds"),
-            # A record names its backend, and the Triton interpreter's is the one whose timings are not gated.
-            gated=data["backend"] != INTERPRETER,
+            # A record keeps its backend's name: whether that backend's timings gate is what it declares.
+            gated=timings_gated(data["backend"]),
         )
         # The score's fields keep their names in the JSON (the dominant precision is not kept).
         score_fields: dict[str, Any] = {f.name: data.get(f.name) for f in dataclasses.fields(Score)}

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from pytest_solgate.fixture import SolFixture
-from pytest_solgate.measure.contention import Readers
 from pytest_solgate.record import gitinfo
+from pytest_solgate.roles import Controller, Role
 from pytest_solgate.support.errors import (
     HistoryElsewhere,
     HistoryError,
@@ -42,6 +42,7 @@ from pytest_solgate.support.settings import Settings, history_required
 if TYPE_CHECKING:
     from pytest_solgate.judge.budget import Budget
     from pytest_solgate.measure.platform import Platform
+    from pytest_solgate.record.baseline import BaselineChooser
     from pytest_solgate.results import Measurement
 
 UNAVAILABLE = "baselines unavailable, so only budgets were judged"
@@ -81,13 +82,11 @@ class Run:
         invocation_dir: Path,
         command: str,
         history_source: str,
-        run_id: str | None = None,
-        is_worker: bool = False,
+        role: Role | None = None,
         outputs: Sequence[tuple[str, Any]] = (),
         announce: Callable[[str], None],
         warn: Callable[[str], None],
         warn_at_start: Callable[[str], None],
-        contention_readers: Readers = Readers(),
         platform: Platform | None = None,
     ) -> None:
         self.settings = settings
@@ -95,10 +94,9 @@ class Run:
         self.rootdir = rootdir
         self.invocation_dir = invocation_dir
         self.command = command
-        self.is_worker = is_worker
+        self.role: Role = role or Controller()  # pytest-xdist's part for this process (roles.py)
         self.announce = announce
         self.warn = warn
-        self.contention_readers = contention_readers  # the clocks and /proc a contention reading reads
         # The history and the calibration cache live at the git top level (else the rootdir),
         # whichever directory the session starts in; a relative --sol-history is taken from there too.
         self.project_root = gitinfo.project_root(rootdir)
@@ -108,7 +106,7 @@ class Run:
         self.history_lost = False  # set when the run could not be recorded and the history is required: the session fails
         self._refuse_colliding_outputs(outputs)
         self.started_at = datetime.datetime.now(datetime.timezone.utc)
-        self.run_id = run_id or new_run_id()
+        self.run_id = self.role.run_id or new_run_id()
         self.records: list[Measurement] = []
         self.messages: list[str] = []
         self._git: Any = None
@@ -116,15 +114,7 @@ class Run:
         self._engine: Any = None
         self._known_ids: list[str] | None = None  # the profile ids a budget glob may name, read on first use
         unavailable = self._open_store_at_start(warn_at_start) if settings.baseline != "none" or not settings.no_save else None
-        from pytest_solgate.judge.level import is_pull_request, window
-        from pytest_solgate.record.baseline import BaselineChooser, start_commit
-
-        if settings.baseline not in ("auto", "none") and not is_worker:
-            start_commit(self.project_root, settings.baseline, gitinfo.facts(self.project_root))  # a bad ref fails now
-        self.baselines = BaselineChooser(
-            self.project_root, settings.baseline, settings.baseline_window, lambda: self.git, self._store_or_none,
-            window, unavailable, settings.min_change, is_pull_request(os.environ.get("GITHUB_EVENT_NAME", "")),
-        )
+        self.baselines = self._baseline_chooser(unavailable)
         # Where pytest's ids start, relative to the git top level: "" when the rootdir is the top.
         self.key_prefix = _relative_prefix(rootdir, self.project_root)
         self.profile_option: Any = None  # resolved once, here: a bad --sol-profile fails before any test runs
@@ -132,6 +122,20 @@ class Run:
             from pytest_solgate.declare.profiles import resolve_profile_option
 
             self.profile_option = resolve_profile_option(settings.profile)
+
+    def _baseline_chooser(self, unavailable: str | None) -> BaselineChooser:
+        """What chooses each measurement's baseline window (record/baseline.py, by judge/level.py's
+        rule); a --sol-baseline ref that names no commit fails now, once a session (the role's check)."""
+        from pytest_solgate.judge.level import is_pull_request, window
+        from pytest_solgate.record.baseline import BaselineChooser, start_commit
+
+        settings = self.settings
+        if settings.baseline not in ("auto", "none"):
+            self.role.at_start(lambda: start_commit(self.project_root, settings.baseline, gitinfo.facts(self.project_root)))
+        return BaselineChooser(
+            self.project_root, settings.baseline, settings.baseline_window, lambda: self.git, self._store_or_none,
+            window, unavailable, settings.min_change, is_pull_request(os.environ.get("GITHUB_EVENT_NAME", "")),
+        )
 
     # --- what the session measures with ---------------------------------------------------------
 
@@ -151,7 +155,6 @@ class Run:
                 announce=self.announce,
                 warn=self.warn,
                 dram_profiler=self._profile_dram,
-                contention_readers=self.contention_readers,
                 platform=self.platform,
             )
         return self._engine
@@ -224,8 +227,7 @@ class Run:
         try:
             self._open_store()
         except HistoryUnavailable as exc:
-            if not self.is_worker:
-                warn_at_start(one_line(f"{UNAVAILABLE}: {exc}"))
+            self.role.warn_at_start(warn_at_start, one_line(f"{UNAVAILABLE}: {exc}"))
             return str(exc)
         except HistoryElsewhere as exc:
             raise HistoryElsewhere(f"{exc}; {history_remedy(self.history_source)}") from None
@@ -249,17 +251,17 @@ class Run:
     def budget(self, nodeid: str, args: Sequence[Any], kwargs: dict[str, Any]) -> Budget:
         """The ``sol`` marker's arguments, checked: a bad one, or a profile glob that matches no
         known profile (a typo would remove the gate), raises MarkerError naming the test."""
-        from pytest_solgate.judge import budget as budgets
+        from pytest_solgate.judge.budget import budget_globs, check_budget_globs, parse_marker
 
-        budget = budgets.parse_marker(nodeid, args, kwargs)
-        if budgets.budget_globs(budget):
+        budget = parse_marker(nodeid, args, kwargs)
+        if budget_globs(budget):
             try:
-                budgets.check_budget_globs(nodeid, budget, self._profile_ids())
+                check_budget_globs(nodeid, budget, self._profile_ids())
             except MarkerError:
                 if not self._import_torch_for_cpu_id():
                     raise
                 # The advice then names this CPU's real id (cpu-<fingerprint>), not the shape's stand-in.
-                budgets.check_budget_globs(nodeid, budget, self._profile_ids())
+                check_budget_globs(nodeid, budget, self._profile_ids())
         return budget
 
     def _import_torch_for_cpu_id(self) -> bool:
@@ -331,10 +333,14 @@ class Run:
     # --- the end --------------------------------------------------------------------------------
 
     def finish(self, interrupted: bool) -> bool:
-        """Record the run (or spool it), then write every output asked for; what there is to say
-        goes to ``messages``. True when the session must fail: a required history was not written."""
+        """Record the run (or spool it), then write every output asked for, where this process's
+        role records; what there is to say goes to ``messages``. True when the session must fail: a
+        required history was not written."""
+        return self.role.finish(lambda: self._record_and_publish(interrupted))
+
+    def _record_and_publish(self, interrupted: bool) -> bool:
         wanted = (self.settings.report, self.settings.json, self.settings.markdown, self.settings.benchmark_action)
-        if self.is_worker or not (self.records or any(wanted)):
+        if not (self.records or any(wanted)):
             return False
         from pytest_solgate.measure import ncu_child
 
@@ -396,11 +402,9 @@ def _relative_prefix(rootdir: Path, top: Path) -> str:
 def at_users_call(excinfo: Any, rootpath: Path) -> str:
     """A declaration the user got wrong (no bytes=, a bad name) as one line at their own call,
     '<file>:<line>: no work declared: ...': no traceback, no exception class."""
-    from _pytest.pathlib import bestrelpath
-
     package = Path(__file__).resolve().parent
     users = [e for e in excinfo.traceback if package not in Path(str(e.path)).resolve().parents]
-    where = f"{bestrelpath(rootpath, Path(str(users[-1].path)))}:{users[-1].lineno + 1}: " if users else ""
+    where = f"{os.path.relpath(Path(str(users[-1].path)), rootpath)}:{users[-1].lineno + 1}: " if users else ""
     return f"{where}{one_line(str(excinfo.value))}"
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -146,12 +148,17 @@ def idle_proc_root(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _an_idle_machine(monkeypatch, idle_proc_root):
-    """Every session a test starts (in process or in a subprocess) reads an idle machine's /proc,
-    passed in through the plugin's test-only variable: a verdict never depends on this machine's
-    load. The tests of contention itself point it elsewhere or remove it."""
-    from pytest_solgate.measure.contention import TEST_PROC_ROOT_VARIABLE
+    """Every session a test starts (in process or in a subprocess) reads an idle machine's /proc:
+    tests/idle_machine.py, loaded into each by PYTEST_PLUGINS, hands it in through the session's
+    Platform, so a verdict never depends on this machine's load. The tests of contention itself
+    point PROC_ROOT_VARIABLE elsewhere or remove it."""
+    from idle_machine import MODULE, PROC_ROOT_VARIABLE
 
-    monkeypatch.setenv(TEST_PROC_ROOT_VARIABLE, str(idle_proc_root))
+    monkeypatch.setenv(PROC_ROOT_VARIABLE, str(idle_proc_root))
+    plugins = [p for p in os.environ.get("PYTEST_PLUGINS", "").split(",") if p and p != MODULE]
+    monkeypatch.setenv("PYTEST_PLUGINS", ",".join([*plugins, MODULE]))
+    here = str(Path(__file__).resolve().parent)  # where a subprocess imports it from
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([p for p in (os.environ.get("PYTHONPATH"), here) if p]))
 
 
 

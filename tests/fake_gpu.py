@@ -7,10 +7,15 @@ use them; the real thing is checked by benchmarks/gpu_check.py whenever a GPU is
 
 import collections
 import contextlib
+import dataclasses
 import math
+import os
 import types
 
+import idle_machine
+
 from pytest_solgate.measure import backends, devices, sm_clock, telemetry
+from pytest_solgate.measure.contention import Readers
 from pytest_solgate.measure.platform import Platform
 from pytest_solgate.support.settings import SamplingSettings
 
@@ -437,13 +442,16 @@ def fake_platform(backend, gpu=None, name="NVIDIA H200"):
 
 class StandIn:
     """A plugin standing in for the machine's devices (the pytest_solgate_platform hook):
-    ``pytester.runpytest(..., plugins=[StandIn(platform)])``."""
+    ``pytester.runpytest(..., plugins=[StandIn(platform)])``. A platform that names no contention
+    readers reads the suite's machine (tests/idle_machine.py: an idle one unless the test says)."""
 
     def __init__(self, platform):
         self.platform = platform
 
     def pytest_solgate_platform(self, config):
-        return self.platform
+        if self.platform.contention != Readers():
+            return self.platform
+        return dataclasses.replace(self.platform, contention=idle_machine.readers_from(os.environ))
 
 
 def quick(gpu, **settings):

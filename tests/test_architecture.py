@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pytest_solgate"
 ORDER = ["support", "declare", "measure", "score", "results", "judge", "record", "report", "engine", "run", "wiring"]
 # The stages that are one module, and the pieces that drive the stages, at the top of the package
 # (a folder named here, like the command's ``cli/``, is that piece split into modules).
-TOP_LEVEL = {"score": "score", "results": "results", "engine": "engine", "run": "run", "fixture": "run", "revisions": "run",
+TOP_LEVEL = {"score": "score", "results": "results", "engine": "engine", "run": "run", "fixture": "run", "revisions": "run", "roles": "run",
              "plugin": "wiring", "hookspecs": "wiring", "cli": "wiring", "__init__": "wiring", "__main__": "wiring"}
 # The judge decides in budget, window and verdict and words in wording; the command is one module
 # per command group: a module of either that grows past this many lines does two things again.
@@ -149,7 +149,7 @@ TESTS = Path(__file__).resolve().parent
 STILL_REPLACED: dict[str, int] = {}
 # The seams that are passed in now: no test may replace them again.
 # The fake clock is the sol_clock fixture's CpuClock (solgate_testing.FAKE_CLOCK_KERNELS), and
-# contention reads the /proc the suite names (SOLGATE_TEST_PROC_ROOT).
+# contention reads the /proc of the session's Platform (the suite's: tests/idle_machine.py).
 # NVML's reader and the SM clock stamps go to CudaBackend's constructor, torch to choose_device.
 # A session's devices are a Platform (measure/platform.py) a stand-in plugin returns from the
 # pytest_solgate_platform hook (tests/fake_gpu.py StandIn).
@@ -276,3 +276,39 @@ def test_the_seam_and_privacy_checks_see_what_they_guard():
     assert replaced_attributes("import os\nos.environ = {}\n") == []
     tree = ast.parse("class E:\n    def __init__(self):\n        self._unsaid = []\n")
     assert private_names(tree) == {"_unsaid"}
+
+
+def test_only_the_roles_ask_which_part_of_xdist_a_process_plays():
+    """pytest-xdist's controller and worker are objects (roles.py, pytest-cov's Central/DistWorker):
+    nothing else asks whether it runs in a worker and branches on the answer."""
+    asking = [f"{name}:{number}" for name, path in modules().items() if name != "roles"
+              for number, line in enumerate(path.read_text().splitlines(), 1)
+              if "is_worker" in line or "workerinput" in line and "node.workerinput" not in line]
+    assert not asking, "let the role decide (pytest_solgate/roles.py): " + "; ".join(asking)
+
+
+# The pieces a maintainer reads first, where a function fits a screen (the engine, the run, the
+# wiring): one that grows past it does two things again (nvbench's measure_cold, one screen a kind).
+ONE_SCREEN = 50
+SCREEN_SIZED = ("engine", "run", "roles", "plugin", "fixture")
+
+
+def long_functions(source, limit=ONE_SCREEN):
+    """The functions of ``source`` longer than ``limit`` lines, as 'name (lines)'."""
+    return [f"{node.name} ({node.end_lineno - node.lineno + 1} lines)" for node in ast.walk(ast.parse(source))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > limit]
+
+
+def test_the_engine_the_run_and_the_wiring_read_one_screen_a_function():
+    long = [f"{name}: {', '.join(found)}" for name, path in modules().items()
+            if name.split(".")[0] in SCREEN_SIZED and (found := long_functions(path.read_text()))]
+    assert not long, f"split these by idea (at most {ONE_SCREEN} lines a function): " + "; ".join(long)
+    assert long_functions("def f():\n" + "    x = 1\n" * ONE_SCREEN) == ["f (51 lines)"]
+
+
+def test_no_shipped_module_reads_a_test_only_variable():
+    """What a test changes about the machine reaches the session through a plugin's Platform (the
+    suite's own: tests/idle_machine.py), never through a variable the shipped code reads for tests."""
+    reading = [f"{name}:{number}" for name, path in modules().items()
+               for number, line in enumerate(path.read_text().splitlines(), 1) if "SOLGATE_TEST_" in line]
+    assert not reading, "hand it in through the Platform (measure/platform.py) instead: " + "; ".join(reading)

@@ -12,10 +12,13 @@ import json
 import os
 import sys
 
+import idle_machine
 import pytest
+from fake_gpu import StandIn
 from test_history import STEADY, Repo, repo, sqlite_repo  # noqa: F401 (fixtures)
 
 from pytest_solgate.measure import contention, extras
+from pytest_solgate.measure.platform import Platform
 from pytest_solgate.run import contended_line
 from solgate_testing import FAKE_CLOCK_KERNELS, FAST_TIMING
 
@@ -65,9 +68,9 @@ class NappingRepo:
     def __init__(self, repo: Repo, proc, monkeypatch):
         # The machine the runs read: the fake idle one, or (no proc given) this machine's own /proc.
         if proc:
-            monkeypatch.setenv(contention.TEST_PROC_ROOT_VARIABLE, str(proc))
+            monkeypatch.setenv(idle_machine.PROC_ROOT_VARIABLE, str(proc))
         else:
-            monkeypatch.delenv(contention.TEST_PROC_ROOT_VARIABLE, raising=False)
+            monkeypatch.delenv(idle_machine.PROC_ROOT_VARIABLE, raising=False)
         self.repo, self.proc = repo, proc
         (repo.path / "test_kernels.py").write_text(NAPPING_KERNEL)
         (repo.path / ".gitignore").write_text(".solgate/\n*.out\n")
@@ -212,11 +215,11 @@ def test_results_json_names_no_contention_for_a_napping_kernel_alone(sqlite_repo
     assert json.dumps(data)  # the file is whole
 
 
-def test_the_readers_are_passed_in_and_a_test_suite_names_its_proc_in_one_variable(idle_proc):
-    # The engine's builder passes the clocks and /proc in (plugin.py: readers_from(os.environ));
-    # nothing replaces a module's global.
-    assert contention.readers_from({}) == contention.Readers()
-    named = contention.readers_from({contention.TEST_PROC_ROOT_VARIABLE: str(idle_proc)})
+def test_the_readers_are_the_platforms_and_the_suite_names_its_proc_in_its_own_plugin(idle_proc):
+    # The session's Platform carries the clocks and /proc (the suite's plugin, tests/idle_machine.py,
+    # hands in the folder its variable names); nothing replaces a module's global.
+    assert idle_machine.readers_from({}) == contention.Readers() == Platform().contention
+    named = idle_machine.readers_from({idle_machine.PROC_ROOT_VARIABLE: str(idle_proc)})
     assert named.proc == idle_proc
     ticks = iter(range(100))
     readers = contention.Readers(own_cpu=lambda: 0.0, wall=lambda: float(next(ticks)), proc=idle_proc)
@@ -224,6 +227,21 @@ def test_the_readers_are_passed_in_and_a_test_suite_names_its_proc_in_one_variab
     assert extras.Contention("r1", readers).readers is readers
     busy = contention.between(readers.snapshot(), readers.snapshot())
     assert (busy.source, busy.value, busy.contended) == (contention.CPU_PRESSURE, 0.0, False)
+
+
+def test_a_stand_in_platform_hands_the_session_the_machine_its_contention_reads(suite, tmp_path):
+    """The readers reach the engine through the session's Platform (the pytest_solgate_platform
+    hook): on a machine where this process never gets a CPU (its CPU clock stands still while the
+    wall clock moves, and there is no /proc to read) every measurement reads contended."""
+    ticks = iter(range(10**6))
+    starved = contention.Readers(own_cpu=lambda: 0.0, wall=lambda: float(next(ticks)), proc=tmp_path / "no-proc")
+    result = suite("""
+        def test_one(sol):
+            sol.measure(lambda: busy(1e-4), bytes=1e3)
+    """, "--sol-no-save", fake_clock=True, plugins=[StandIn(Platform(contention=starved))])
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["solgate: 1 measurement(s) taken while the machine was busy",
+                                 "*(this process got 0% of a core);"])
 
 
 # --- a slowdown the busy machine cannot explain (issue 44 item 3) ---------------------------------
@@ -257,7 +275,7 @@ def _busy_proc(tmp_path_factory):
     proc = tmp_path_factory.mktemp("busyproc")
     (proc / "pressure").mkdir()
     (proc / "thread-self").mkdir()
-    (proc / contention.TEST_CLOCK_FILE).write_text("0")  # the session reads the kernel's fake clock
+    (proc / idle_machine.CLOCK_FILE).write_text("0")  # the session reads the kernel's fake clock
     # the counters at the clock's 0, for a reading taken before the kernel's first call
     (proc / "pressure" / "cpu").write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
     (proc / "thread-self" / "schedstat").write_text("0 0 1\n")

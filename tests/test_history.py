@@ -568,9 +568,9 @@ def test_two_runs_at_once_are_marked_contended_and_never_baselines(sqlite_repo, 
     import sys
     import time
 
-    from pytest_solgate.measure.contention import TEST_PROC_ROOT_VARIABLE
+    from idle_machine import PROC_ROOT_VARIABLE
 
-    monkeypatch.delenv(TEST_PROC_ROOT_VARIABLE)  # this machine's own /proc: the contention is real
+    monkeypatch.delenv(PROC_ROOT_VARIABLE)  # this machine's own /proc: the contention is real
     repo = sqlite_repo
     (repo.path / "conftest.py").write_text(PINNED)
     # Run B: a test that checks its results (untimed work, outside the device lock) until run A is

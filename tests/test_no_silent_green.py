@@ -137,7 +137,8 @@ def test_the_actions_ab_step_skips_with_a_note_where_base_has_no_tests_to_pair(r
     contexts = {"runner.temp": str(tmp_path), "github.event_name": "pull_request",
                 "github.event.pull_request.base.sha": base}
     env = {**_step_env("ab", _inputs(test_path="kernels", ab_max_time="300"), contexts),
-           "SOLGATE_VENV": str(_solgate_shim(tmp_path / "venv")), "TMPDIR": str(repo.scratch), "PYTHONPATH": ROOT}
+           "SOLGATE_VENV": str(_solgate_shim(tmp_path / "venv")), "TMPDIR": str(repo.scratch),
+           "PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "tests")])}  # tests/: the suite's idle_machine plugin
     done = _run_step("ab", env, repo.path, tmp_path / "ab.out")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "exit-code=0" in (tmp_path / "ab.out").read_text()

@@ -352,7 +352,8 @@ def test_forward(sol):
 # The operators' times on the fake clock: each call of an operator takes what speed.json says (a
 # default for the rest), plus a fixed idle; the profiler, the grouping and the counting run for real.
 FAKE_CONFTEST = '''
-import json, pathlib
+import json, os, pathlib
+import idle_machine
 from pytest_solgate.measure import step_profile
 from pytest_solgate.measure.platform import Platform
 
@@ -367,7 +368,7 @@ def pytest_solgate_platform(config):
     def read(profiler):
         return [exact(r) for r in step_profile.read_runs(profiler.events(), False)]
 
-    return Platform(step_reader=lambda device: read)
+    return Platform(step_reader=lambda device: read, contention=idle_machine.readers_from(os.environ))  # the suite's idle /proc
 '''
 
 

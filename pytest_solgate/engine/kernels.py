@@ -1,15 +1,16 @@
 """Engine: the measuring half of a run (``run.py``'s ``Run`` owns one), knowing nothing of pytest.
 
 It resolves the device context once, takes every measurement of the session through one path, and
-judges each test's measurements. A measurement, a kernel's (``Engine.measure``, here) or a whole
-step's (``engine/steps.py``), is:
+judges each test's measurements. A measurement, a kernel's (``KernelMeasurement.run``, here, which
+``Engine.measure`` builds) or a whole step's (``engine/steps.py``), is:
 
     Engine.begin   refused inside another measurement (before the lock it would wait on forever);
                    the context (device, profile, backend: resolved once), its warnings said once
     -> Engine.take measure/pipeline.py (device lock, timing, extras: contention and its retake,
                    energy and hidden work, --sol-ncu); the notes and warnings every kind shares
     -> score -> Measurement (``provenance`` for the fields every kind shares);
-       Engine.keep what re-measures it; judge_test then judges a test's measurements (judge/verdict.py).
+       Engine.keep what re-measures it (a kernel's: KernelMeasurement.retake); judge_test then judges a
+       test's measurements (judge/verdict.py).
 
 The context is resolved lazily, on the first measurement, so that a session that measures
 nothing never imports torch.
@@ -27,19 +28,20 @@ from typing import Any, Callable, ContextManager, Generic, Mapping, Sequence
 
 from pytest_solgate import results, score
 from pytest_solgate.declare.profiles import HardwareProfile, ProfileOption, resolve_profile_option
-from pytest_solgate.declare.work import make_work
+from pytest_solgate.declare.work import Work, make_work
 from pytest_solgate.judge import integrity, step_budgets, verdict
 from pytest_solgate.judge.wording import CONTENDED_NOTE
 from pytest_solgate.measure import backends, callables, clocks, extras, ncu_child, phases, pipeline, sampling
 from pytest_solgate.measure import context as measure_context
-from pytest_solgate.measure.contention import Readers
 from pytest_solgate.measure.context import Context
 from pytest_solgate.measure.integrity import guard
+from pytest_solgate.measure.integrity.outputs import Checked
 from pytest_solgate.measure.platform import Platform
+from pytest_solgate.measure.stopping import StoppingRule
 from pytest_solgate.measure.torch_modes import under_modes_now
 from pytest_solgate.results import Measurement
 from pytest_solgate.support.errors import MeasureError, SolgateError
-from pytest_solgate.support.settings import Settings
+from pytest_solgate.support.settings import SamplingSettings, Settings
 
 # Declared FLOPs and no bytes: scored as compute-bound whatever the kernel does, so a copy or an
 # elementwise kernel reads a SOL far from the truth. A warning, not an error: a large GEMM's bytes
@@ -52,6 +54,7 @@ NO_BYTES = ("declares flops= but no bytes=, so it is scored as compute-bound wha
 BaselineFinder = Callable[[str, str, str, str, Mapping[str, str]], "verdict.BaselineWindow | None"]
 # (test, measurement name) -> what measures it again, for the confirmation of a suspected regression
 Retakes = Mapping[tuple[str, str], Callable[[], Measurement]]
+CALL = "sol.measure"  # what a kernel's measurement is called by, in the engine's messages
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,6 @@ class Engine:
         head: Callable[[], tuple[str | None, bool]] | None = None,
         run_id: str = "",
         dram_profiler: extras.DramProfiler | None = None,
-        contention_readers: Readers = Readers(),
         platform: Platform | None = None,
     ) -> None:
         self.settings = settings
@@ -94,7 +96,7 @@ class Engine:
         self.warn = warn or self.announce
         # --sol-ncu: None without it; said once and dropped when ncu proves unusable here
         self._dram = extras.DramBytes(dram_profiler, self.warn) if settings.ncu and dram_profiler else None
-        self._contention = extras.Contention(run_id, contention_readers)
+        self._contention = extras.Contention(run_id, self.platform.contention)
         self._block = extras.SynchronizedBlock()
         self._clock_lock: clocks.ClockLock | None = None
         self._context: Context | None = None
@@ -169,81 +171,23 @@ class Engine:
         precision: str | None = None,
         name: str = "default",
         gate: bool = True,
-        checked: guard.outputs.Checked | None = None,
+        checked: Checked | None = None,
         clock: backends.CpuClock | None = None,
     ) -> Measurement:
         """``fn`` timed, on ``clock`` where one is passed (the sol_clock fixture's), and scored; what
-        confirms a suspected regression later times it on the same clock."""
+        confirms a suspected regression later times it on the same clock (``KernelMeasurement``)."""
         __tracebackhide__ = True
-        # refused before anything runs when it cannot be timed
-        fn, rotation = (checked.timed(), 0) if checked is not None else callables.timeable(fn, test)
-        work = make_work(flops, bytes, precision or self.settings.precision)
-        context = self.begin(test, "sol.measure")
-        if context.backend.gated:
-            score.check_precisions(work, context.profile)  # before timing: a declaration error fails fast
-        sampling_settings = self.settings.sampling
-        child = ncu_child.is_child()
-        if child:  # only the one call under the profiler counts here: the timing just lets the test go on
-            sampling_settings = pipeline.INTERPRETER_SAMPLING
-            if context.on_gpu and ncu_child.child_target() == (test, name):
-                with context.scope():
-                    ncu_child.profile_one_call(fn, context.backend, *context.platform.cuda_profiler())
-        checks = guard.for_measurement(self.settings.integrity, checked, work, precision, context.backend, gate)
+        return KernelMeasurement(self, test, fn, flops, bytes, precision, name, gate, checked, clock).run()
+
+    def kernel_extras(self, context: Context, checks: guard.Guard, gate: bool, child: bool) -> list[extras.Extra]:
+        """The extras a kernel's measurement is wrapped in: its integrity checks, and on a GPU (not in
+        an --sol-ncu child) the synchronized block and, for a gated one, --sol-ncu's DRAM bytes."""
         wrapped: list[extras.Extra] = [checks]
         if context.on_gpu and not child:
             wrapped.append(self._block)
             if gate and self._dram is not None and self._dram.usable:
                 wrapped.append(self._dram)
-
-        def time_once() -> tuple[sampling.Timing, None]:
-            __tracebackhide__ = True
-            return pipeline.time_once(fn, context, sampling_settings, rotation or 1, work.bytes,
-                                      rule=lambda inner: checks.rule(inner, context)), None
-
-        with self.timing_on(clock):
-            timed = self.take(test, name, "sol.measure", fn, time_once, sampling_settings.max_time, wrapped)
-        if timed.fields.get(guard.KEY) is not None:  # the integrity checks' one point of failure
-            raise MeasureError(integrity.line(test, name, timed.fields[guard.KEY]))
-        timing = timed.timing
-        timed_for_real = timing.gated  # not the interpreter's timing of a Triton kernel
-        scorable, unscored = self._scorable(work, context.profile, gate and timed_for_real)
-        notes = list(timing.notes)
-        if unscored:
-            notes.append(unscored)
-        if not work.bytes and work.total_flops:
-            notes.append(NO_BYTES)
-            self.warn(f"{test} '{name}' {NO_BYTES}")
-        if rotation:
-            # Whether the rotation kept batched calls cold is the timing's own note (calls_per_sample).
-            notes.append(f"rotating inputs: {rotation} buffer sets, called in turn")
-        notes += timed.notes
-        scored = score.score(scorable, timing.seconds, context.profile, timing.sm_clock_mhz, context.backend.clocks_locked)
-        if scored.sol_clock_mhz is not None:
-            notes.append(locked_clock_note(context.environment.get(clocks.ENVIRONMENT_KEY, ""), scored))
-        self.keep({(test, name): lambda: self.measure(
-            test, fn if checked is None else checked.fn, flops=flops, bytes=bytes, precision=precision, name=name,
-            gate=gate, checked=checked, clock=clock,
-        )})
-        if timing.throttled:
-            reasons = ", ".join((timing.telemetry or {}).get("throttle_reasons", [])) or "SM clock under 75% of its max"
-            self.warn(
-                f"{test} '{name}' was throttled ({reasons}) and stayed throttled after "
-                f"{phases.MAX_RECOVERIES} pauses to recover; its SOL may be low for a reason other than the "
-                "kernel: check cooling, power and clocks"
-            )
-        return Measurement(
-            test=test,
-            name=name,
-            work=work,
-            timing=timing,
-            score=scored,
-            gate=gate,
-            notes=tuple(notes),
-            joules=timed.fields.get("joules"),
-            measured_bytes=timed.fields.get("measured_bytes"),
-            contended_wait=timed.fields.get("contended_wait"),
-            **provenance(context, timed.contended),
-        )
+        return wrapped
 
     # --- what every measurement goes through, a kernel's or a step's ----------------------------
 
@@ -292,20 +236,6 @@ class Engine:
         """Keep what measures each of these measurements again, until its test is judged (see forget),
         under the torch modes the test body measured them in (no_grad, inference_mode, autocast)."""
         self._retake.update({key: under_modes_now(again) for key, again in retakes.items()})
-
-    def _scorable(self, work: Any, profile: HardwareProfile, gated: bool) -> tuple[Any, str]:
-        """The work to score, and a note. FLOPs in a precision the profile lacks are an error when
-        the verdict is gated; otherwise (the Triton interpreter, a gate=False reference) they are
-        left out of the score with a note, so that a bf16 kernel's correctness suite runs on a CPU."""
-        missing = score.missing_precisions(work, profile)
-        if not missing or gated:
-            score.check_precisions(work, profile)
-            return work, ""
-        kept = {p: n for p, n in work.flops.items() if p not in missing}
-        return dataclasses.replace(work, flops=kept), (
-            f"flops in {', '.join(missing)} left out of the score: profile '{profile.id}' has no roof for "
-            "them, and this measurement is not gated"
-        )
 
     def speed_of_light(self, flops: Any = None, bytes: Any = None, precision: str | None = None) -> score.Floor:
         """T_SOL, bound, intensity and ridge of declared work on this session's profile, untimed."""
@@ -357,6 +287,132 @@ class Engine:
         """Drop what was kept to re-measure ``test``'s measurements (its callables and tensors)."""
         for key in [key for key in self._retake if key[0] == test]:
             del self._retake[key]
+
+
+@dataclass(frozen=True)
+class KernelMeasurement:
+    """One kernel's measurement (``sol.measure``), as nvbench's ``measure_cold``: the declaration
+    (the callable, its work, its name, whether it gates, its integrity checks, the clock it times on)
+    and ``run``, which takes it through the engine: declare, time under the extras, score, keep
+    ``retake`` (what confirms a suspected regression), warn. A step's is ``engine/steps.py``'s."""
+
+    engine: Engine
+    test: str
+    fn: Callable[[], Any]  # a zero-argument callable, or a list of them (rotating inputs)
+    flops: Any
+    bytes: Any
+    precision: str | None
+    name: str
+    gate: bool
+    checked: Checked | None  # args= given: the outputs checked on fresh inputs
+    clock: backends.CpuClock | None  # the sol_clock fixture's (None: the machine's)
+
+    def run(self) -> Measurement:
+        __tracebackhide__ = True
+        engine, test, name = self.engine, self.test, self.name
+        # refused before anything runs when it cannot be timed
+        fn, rotation = (self.checked.timed(), 0) if self.checked is not None else callables.timeable(self.fn, test)
+        work = make_work(self.flops, self.bytes, self.precision or engine.settings.precision)
+        context = engine.begin(test, CALL)
+        if context.backend.gated:
+            score.check_precisions(work, context.profile)  # before timing: a declaration error fails fast
+        child = ncu_child.is_child()
+        sampling_settings = self._under_ncu(fn, context) if child else engine.settings.sampling
+        checks = guard.for_measurement(engine.settings.integrity, self.checked, work, self.precision, context.backend,
+                                       self.gate)
+        attempt = Attempt(fn, context, sampling_settings, rotation or 1, work.bytes, checks)
+        with engine.timing_on(self.clock):
+            timed = engine.take(test, name, CALL, fn, attempt.time_once, sampling_settings.max_time,
+                                engine.kernel_extras(context, checks, self.gate, child))
+        if timed.fields.get(guard.KEY) is not None:  # the integrity checks' one point of failure
+            raise MeasureError(integrity.line(test, name, timed.fields[guard.KEY]))
+        timing = timed.timing
+        scorable, unscored = scorable_work(work, context.profile, self.gate and timing.gated)
+        scored = score.score(scorable, timing.seconds, context.profile, timing.sm_clock_mhz, context.backend.clocks_locked)
+        notes = self._notes(timed, work, rotation, unscored, scored)
+        # The retake times what this measurement timed (a rotation's list as the one callable it became).
+        again = self if self.checked is not None else dataclasses.replace(self, fn=fn)
+        engine.keep({(test, name): again.retake})
+        if timing.throttled:
+            engine.warn(throttled_warning(test, name, timing))
+        return Measurement(
+            test=test, name=name, work=work, timing=timing, score=scored, gate=self.gate, notes=tuple(notes),
+            joules=timed.fields.get("joules"), measured_bytes=timed.fields.get("measured_bytes"),
+            contended_wait=timed.fields.get("contended_wait"), **provenance(context, timed.contended),
+        )
+
+    def retake(self) -> Measurement:
+        """The same declaration measured again: a fresh block of samples, for the confirmation of a
+        suspected regression (Engine.keep holds it until the test is judged)."""
+        __tracebackhide__ = True
+        return self.run()
+
+    def _under_ncu(self, fn: Callable[[], Any], context: Context) -> SamplingSettings:
+        """In an --sol-ncu child only the one call under the profiler counts: the timing (the
+        interpreter's few samples) just lets the test go on."""
+        if context.on_gpu and ncu_child.child_target() == (self.test, self.name):
+            with context.scope():
+                ncu_child.profile_one_call(fn, context.backend, *context.platform.cuda_profiler())
+        return pipeline.INTERPRETER_SAMPLING
+
+    def _notes(self, timed: Timed[None], work: Work, rotation: int, unscored: str, scored: score.Score) -> list[str]:
+        """The record's notes: the timing's, what was left out of the score, a declaration without
+        bytes (also warned), the rotation, what the extras found, the locked clocks."""
+        notes = list(timed.timing.notes)
+        if unscored:
+            notes.append(unscored)
+        if not work.bytes and work.total_flops:
+            notes.append(NO_BYTES)
+            self.engine.warn(f"{self.test} '{self.name}' {NO_BYTES}")
+        if rotation:
+            # Whether the rotation kept batched calls cold is the timing's own note (calls_per_sample).
+            notes.append(f"rotating inputs: {rotation} buffer sets, called in turn")
+        notes += timed.notes
+        if scored.sol_clock_mhz is not None:
+            notes.append(locked_clock_note(timed.context.environment.get(clocks.ENVIRONMENT_KEY, ""), scored))
+        return notes
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One timing of a kernel, as the pipeline takes it (again, when the machine was busy)."""
+
+    fn: Callable[[], Any]
+    context: Context
+    settings: SamplingSettings
+    buffer_sets: int
+    bytes: float
+    checks: guard.Guard
+
+    def time_once(self) -> tuple[sampling.Timing, None]:
+        __tracebackhide__ = True
+        return pipeline.time_once(self.fn, self.context, self.settings, self.buffer_sets, self.bytes,
+                                  rule=self.rule), None
+
+    def rule(self, inner: StoppingRule) -> StoppingRule:
+        """The sampling's stopping rule, with the integrity checks' say in it."""
+        return self.checks.rule(inner, self.context)
+
+
+def scorable_work(work: Work, profile: HardwareProfile, gated: bool) -> tuple[Work, str]:
+    """The work to score, and a note. FLOPs in a precision the profile lacks are an error when
+    the verdict is gated; otherwise (the Triton interpreter, a gate=False reference) they are
+    left out of the score with a note, so that a bf16 kernel's correctness suite runs on a CPU."""
+    missing = score.missing_precisions(work, profile)
+    if not missing or gated:
+        score.check_precisions(work, profile)
+        return work, ""
+    kept = {p: n for p, n in work.flops.items() if p not in missing}
+    return dataclasses.replace(work, flops=kept), (
+        f"flops in {', '.join(missing)} left out of the score: profile '{profile.id}' has no roof for "
+        "them, and this measurement is not gated"
+    )
+
+
+def throttled_warning(test: str, name: str, timing: sampling.Timing) -> str:
+    reasons = ", ".join((timing.telemetry or {}).get("throttle_reasons", [])) or "SM clock under 75% of its max"
+    return (f"{test} '{name}' was throttled ({reasons}) and stayed throttled after {phases.MAX_RECOVERIES} pauses "
+            "to recover; its SOL may be low for a reason other than the kernel: check cooling, power and clocks")
 
 
 def provenance(context: Context, contended: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from pytest_solgate.declare.work import Work, make_work
-from pytest_solgate.engine import kernels as engines
+from pytest_solgate.engine.kernels import Engine, provenance
 from pytest_solgate.measure import calibrate, callables, sampling, step_profile
 from pytest_solgate.results import Measurement
 from pytest_solgate.score import Score, step_breakdown
@@ -46,7 +46,7 @@ def declared_work(flops: Any, bytes: Any, precision: str) -> Work | None:
     return make_work(flops, bytes, precision)
 
 
-def measure(engine: engines.Engine, test: str, fn: Callable[[], Any], *, name: str, flops: Any = None,
+def measure(engine: Engine, test: str, fn: Callable[[], Any], *, name: str, flops: Any = None,
             bytes: Any = None, precision: str | None = None, gate: bool = True, top: int = DEFAULT_TOP
             ) -> list[Measurement]:
     """``sol.measure_step`` in ``engine``'s session, through the engine's pipeline like a kernel (its
@@ -96,7 +96,7 @@ def records(context: Any, test: str, name: str, measured: step_profile.StepProfi
     """The step's record, then one per top operator (pure: tested without a profiler). ``taken_notes``
     are the engine's notes of how the step was taken (contended, over the time budget)."""
     notes = [*breakdown.notes, *taken_notes]
-    common = dict(test=test, gate=gate, contended_wait=contended_wait, **engines.provenance(context, contended))
+    common = dict(test=test, gate=gate, contended_wait=contended_wait, **provenance(context, contended))
     step_samples = tuple(run.seconds for run in measured.runs)
     compute = sum(op.t_sol for op in breakdown.operators if op.bound == "compute")
     step = Measurement(

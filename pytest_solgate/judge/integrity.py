@@ -6,8 +6,8 @@ what was seen, and what an honest kernel does instead.
 
 from __future__ import annotations
 
-from pytest_solgate.measure.integrity import guard as integrity
 from pytest_solgate.measure.integrity import outputs, tampering
+from pytest_solgate.measure.integrity.guard import Breach, LeftRunning, NoInputs, Tampered
 
 
 def _share(count: int, total: int) -> str:
@@ -48,15 +48,15 @@ def _finding(found: outputs.Finding) -> str:
     return template.format(**fields)
 
 
-def line(test: str, name: str, breach: integrity.Breach) -> str:
+def line(test: str, name: str, breach: Breach) -> str:
     """The one line of a breach (the measurement fails with it)."""
     label = f"{test} '{name}'"
     if isinstance(breach, outputs.Finding):
         return f"{label}: {_finding(breach)}"
-    if isinstance(breach, integrity.Tampered):
+    if isinstance(breach, Tampered):
         return (f"{label}: tampered timing: {', '.join(breach.names)} replaced {breach.when}; the code under test "
                 "must not patch the clocks, torch.cuda's events or synchronize, or the plugin's sampling functions")
-    if isinstance(breach, integrity.LeftRunning):
+    if isinstance(breach, LeftRunning):
         running = [f"thread '{t.name}'" + (f" at {t.where}" if t.where else "") for t in breach.threads]
         running += [f"child process {p.pid}" + (f" ({p.command})" if p.command else "") for p in breach.processes]
         return (f"{label}: work left running {breach.when}: {'; '.join(running[:3])} still ran after the call "
@@ -64,7 +64,7 @@ def line(test: str, name: str, breach: integrity.Breach) -> str:
     if isinstance(breach, tampering.ClockCheck):
         return (f"{label}: timer disagrees with a second clock: the timer read {breach.timer_seconds * 1e6:.3g} us a call, "
                 f"the {breach.clock} saved at start-up {breach.real_seconds * 1e6:.3g} us; the timer was faked")
-    if isinstance(breach, integrity.NoInputs):
+    if isinstance(breach, NoInputs):
         return (f"{label}: no inputs to check under --sol-integrity=strict: hand them with "
                 "sol.measure(kernel, args=(x, y, out), outputs=(2,), reference=torch.add) (docs/integrity.md)")
     return f"{label}: integrity check failed: {breach!r}"

@@ -18,8 +18,8 @@ an idle machine. So the machine is read, in this order, from the first source it
 
 ``snapshot`` is taken before and after the sampling loop; ``between`` returns the facts. The
 wording is the engine's. Where the counters are read (``Readers``: the clocks and the /proc root)
-is passed in by whoever builds the engine; a test suite names a /proc of its own for a whole
-session with SOLGATE_TEST_PROC_ROOT (``readers_from``), never by replacing a module's global.
+is the session's ``Platform``'s (measure/platform.py): a plugin that stands in for the machine
+returns one with its own (solgate's tests: tests/idle_machine.py), never by replacing a module's global.
 """
 
 from __future__ import annotations
@@ -28,15 +28,9 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable
 
 PROC_ROOT = Path("/proc")
-# Test-only: a folder of fake /proc files the session reads instead of /proc (an idle machine's, say).
-TEST_PROC_ROOT_VARIABLE = "SOLGATE_TEST_PROC_ROOT"
-# Test-only: a file in that folder holding the seconds of a fake clock; where it is, the session
-# reads it as both its wall and its CPU clock, so that a kernel on the tests' fake clock moves the
-# counters and the clocks together and the reading is exact under any load.
-TEST_CLOCK_FILE = "solgate-clock"
 
 # PSI: at least one task waited for a CPU during more than this share of the window. Two busy
 # processes on one core stall each other about half the time; an idle machine reads 0.
@@ -135,27 +129,6 @@ class Readers:
 
     def snapshot(self) -> Snapshot:
         return snapshot(self.own_cpu, self.wall, self.proc)
-
-
-def readers_from(environ: Mapping[str, str]) -> Readers:
-    """The session's readers: the real ones, or a test suite's /proc (TEST_PROC_ROOT_VARIABLE)."""
-    root = environ.get(TEST_PROC_ROOT_VARIABLE)
-    if not root:
-        return Readers()
-    clock = Path(root) / TEST_CLOCK_FILE
-    if clock.is_file():
-        return Readers(own_cpu=FileClock(clock), wall=FileClock(clock), proc=Path(root))
-    return Readers(proc=Path(root))
-
-
-@dataclass(frozen=True)
-class FileClock:
-    """A test suite's fake clock (TEST_CLOCK_FILE): the seconds its file holds when called."""
-
-    path: Path
-
-    def __call__(self) -> float:
-        return float(self.path.read_text())
 
 
 def between(start: Snapshot, end: Snapshot) -> Busy:

@@ -3,7 +3,8 @@
 Which device a worker measures on, its name, facts and stable key, a CPU's calibrated profile, the
 backend that times on it, the scope a measurement runs in, the device the whole process works on,
 how a clock lock is restored on every exit path, the profiler range an ``--sol-ncu`` child opens,
-and the reader of a step's profile. ``Platform()`` is this machine's. A plugin that stands in for a
+the reader of a step's profile, and what a contention reading reads (the clocks and /proc).
+``Platform()`` is this machine's. A plugin that stands in for a
 GPU returns its own from the ``pytest_solgate_platform`` hook (pytest_solgate/hookspecs.py):
 solgate's own tests do (tests/fake_gpu.py), so no test replaces a module's function.
 """
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, ContextManager
 
 from pytest_solgate.measure import backends, calibrate, clocks, devices, kineto, ncu_child
+from pytest_solgate.measure.contention import Readers
 
 
 def cuda_device_scope(choice: devices.DeviceChoice) -> ContextManager[Any]:
@@ -39,7 +41,7 @@ class Platform:
 
     choose_device: Callable[..., devices.DeviceChoice] = devices.choose_device
     device_name: Callable[[devices.DeviceChoice], str] = devices.device_name
-    device_facts: Callable[[devices.DeviceChoice], dict] = devices.device_facts
+    device_facts: Callable[[devices.DeviceChoice], dict[str, Any]] = devices.device_facts
     device_key: Callable[[int], str] = calibrate.device_key
     make_backend: Callable[..., Any] = backends.make_backend
     device_scope: Callable[[devices.DeviceChoice], ContextManager[Any]] = cuda_device_scope
@@ -51,3 +53,5 @@ class Platform:
     step_reader: Callable[[str], Any] = kineto.block_reader
     # cudaProfilerStart and Stop, around the one call an --sol-ncu child profiles
     cuda_profiler: Callable[[], tuple[Callable[[], None], Callable[[], None]]] = ncu_child.cuda_profiler
+    # this process's CPU clock, the wall clock and the /proc a contention reading reads (contention.py)
+    contention: Readers = Readers()

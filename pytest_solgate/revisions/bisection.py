@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from pytest_solgate.judge import level as levels
 from pytest_solgate.judge import verdict
+from pytest_solgate.judge.level import MIN_CHANGE, Step, along, select
 from pytest_solgate.judge.window import BaselineRun
 from pytest_solgate.record import baseline, gitinfo, history, store
 from pytest_solgate.results import AMBIGUOUS, REGRESSED, Measurement
@@ -133,7 +133,7 @@ class HistoryStep:
     (``position`` in the range), after ``step.since`` (``since``: its position, 0 for GOOD or older)."""
 
     key: Key
-    step: levels.Step
+    step: Step
     position: int
     since: int
 
@@ -338,8 +338,8 @@ def _geometric_mean(values: Sequence[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def history_falls(reader: Any, span: Span, keys: Sequence[Key], min_change: float = levels.MIN_CHANGE) -> tuple[HistoryStep, ...]:
-    """The falls the gate's story puts in the range, for each of ``keys``: ``levels.along`` over
+def history_falls(reader: Any, span: Span, keys: Sequence[Key], min_change: float = MIN_CHANGE) -> tuple[HistoryStep, ...]:
+    """The falls the gate's story puts in the range, for each of ``keys``: ``along`` over
     the runs the history holds along BAD's first-parent line, down to GOOD and the lookback before it."""
     if reader is None:
         return ()
@@ -348,7 +348,7 @@ def history_falls(reader: Any, span: Span, keys: Sequence[Key], min_change: floa
     found = []
     for key in keys:
         runs, accepted = baseline.runs_between(reader, key, chain, len(span.commits))
-        for step in levels.along(runs, chain, accepted, min_change).steps:
+        for step in along(runs, chain, accepted, min_change).steps:
             if step.commit in position and step.point.change < 0:
                 found.append(HistoryStep(key, step, position[step.commit], position.get(step.since, 0)))
     return tuple(sorted(found, key=lambda fall: (fall.position, fall.key)))
@@ -378,7 +378,7 @@ class Search:
         readings = []
         for key, (_, m, reused) in sorted(newest.items()):
             runs = self.level.window(key) if key[0] in self.evidence.tests else None
-            window = levels.select(runs, m.environment) if runs else None  # like with like, as the gate chooses
+            window = select(runs, m.environment) if runs else None  # like with like, as the gate chooses
             if window is None:
                 continue
             compared = verdict.rejudge(m, window, settings, self.tolerance)
@@ -524,7 +524,7 @@ def bisect(
     tolerance: float | None = None,
     announce: Callable[[Probe], None] = lambda probe: None,
     pytest_args: Sequence[str] = (),
-    min_change: float = levels.MIN_CHANGE,
+    min_change: float = MIN_CHANGE,
 ) -> Bisection:
     """Find the first commit after GOOD, on BAD's first-parent line, whose selected measurements
     fall below GOOD's level (see the module's docstring for the rule). ``announce`` hears of each

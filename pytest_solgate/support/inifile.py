@@ -83,14 +83,26 @@ def _by_pytest(start: Path) -> tuple[dict[str, Any], Path | None] | None:
         raise OptionError(f"the pytest configuration file here cannot be read: {exc}") from None
     rootpath, path, inicfg = found[0], found[1], found[2]
     try:
-        config = Config(PytestPluginManager(), invocation_params=Config.InvocationParams(args=(), plugins=None, dir=start))
-        for option in OPTIONS:
-            config._parser.addini(option.name, help=option.help, default=None, type=ini_type(option))
-        config._rootpath, config._inipath, config._inicfg = rootpath, path, inicfg
+        config = _reading_config(start, rootpath, path, inicfg, Config, PytestPluginManager)
     except (AttributeError, TypeError):
         # a pytest whose Config has another shape: its values as given (pytest 9 wraps each one)
         return {k: getattr(v, "value", v) for k, v in dict(inicfg).items() if k.startswith("sol_")}, path
     return sol_values(config), path
+
+
+def _reading_config(start: Path, rootpath: Path, path: Path | None, inicfg: Any, config_class: Any, manager: Any) -> Any:
+    """A pytest ``Config`` that only reads the ini file ``determine_setup`` found, with the ``sol_*``
+    options registered as the plugin registers them: ``getini`` then applies pytest's own types.
+
+    The one place solgate writes pytest's private fields, on purpose: pytest has no public way to
+    read an ini file without starting a session (``Config.parse`` loads every plugin and conftest,
+    this one included), and these are the fields ``getini`` reads. A pytest whose Config has other
+    fields raises AttributeError or TypeError here, and the caller reads the values as given."""
+    config = config_class(manager(), invocation_params=config_class.InvocationParams(args=(), plugins=None, dir=start))
+    for option in OPTIONS:
+        config._parser.addini(option.name, help=option.help, default=None, type=ini_type(option))
+    config._rootpath, config._inipath, config._inicfg = rootpath, path, inicfg
+    return config
 
 
 def _nearest(start: Path, name: str) -> Path | None:

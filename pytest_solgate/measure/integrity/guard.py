@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from pytest_solgate.measure import backends
 from pytest_solgate.measure.extras import Findings, Taken
 from pytest_solgate.measure.integrity import leftover, outputs, precision, tampering
 from pytest_solgate.measure.stopping import Stop, StoppingRule
@@ -183,7 +182,7 @@ class Guard:
         (wall or thread time) that reads far less lies, however loaded the machine. Skipped where
         the calls would cost more than a twentieth of the timing."""
         timing = taken.timing
-        if timing.backend == backends.INTERPRETER or taken.context.device.kind != "cpu":
+        if not timing.gated or taken.context.device.kind != "cpu":  # the interpreter's timings mean nothing
             return
         calls = min(3, int(0.05 * timing.wall_seconds / max(timing.seconds, 1e-9)))
         if calls < 1:
