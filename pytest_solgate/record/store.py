@@ -20,7 +20,6 @@ from pytest_solgate.judge.window import BaselineRun
 from pytest_solgate.results import Measurement, RunInfo
 from pytest_solgate.support.errors import HistoryElsewhere, HistoryError
 from pytest_solgate.support.locations import redact
-from pytest_solgate.support.settings import DEFAULT_MAX_REGRESSION
 from pytest_solgate.support.stats import median
 
 RUN_COLUMNS = (
@@ -67,7 +66,7 @@ def _baseline_run(
         environment=environment,
         verdict=str(record.get("verdict") or ""),
         judged_against=str((record.get("baseline") or {}).get("commit") or ""),
-        slow=_ambiguous_drop(record),
+        **_judged(record),
         disturbed=_disturbance(status, record),
         probe_seconds=float(probe) if isinstance(probe, (int, float)) and probe > 0 else None,
         sm_clock_mhz=_positive(record.get("sm_clock_mhz")),
@@ -81,17 +80,13 @@ def baseline_run(run: Mapping[str, Any], m: Measurement) -> BaselineRun:
                          [run.get(c) for c in ENVIRONMENT_COLUMNS])
 
 
-def _ambiguous_drop(record: dict[str, Any]) -> bool:
-    """Whether the run was judged ``ambiguous`` on a drop beyond its tolerance that its window's
-    floor did not cover (none yet, or held back for another reason): a fact the level's choice
-    reads (judge/level.py). A drop within a known floor is the noise its window showed, and stays."""
+def _judged(record: dict[str, Any]) -> dict[str, float | None]:
+    """How the run was judged against its window, as its record keeps it (the gate reads what
+    follows from it: judge/regression_rules.py held_back_slow)."""
     baseline = record.get("baseline") or {}
-    change, floor = baseline.get("change"), baseline.get("noise_floor")
-    tolerance = (record.get("budget") or {}).get("max_regression")
-    if record.get("verdict") != "ambiguous" or not isinstance(change, (int, float)):
-        return False
-    beyond_floor = not isinstance(floor, (int, float)) or change < -floor
-    return beyond_floor and change < -(tolerance if isinstance(tolerance, (int, float)) else DEFAULT_MAX_REGRESSION)
+    facts = (baseline.get("change"), baseline.get("noise_floor"), (record.get("budget") or {}).get("max_regression"))
+    return dict(zip(("judged_change", "judged_floor", "judged_tolerance"),
+                    (float(f) if isinstance(f, (int, float)) else None for f in facts)))
 
 
 def _disturbance(status: str, record: dict[str, Any]) -> str:
