@@ -203,6 +203,25 @@ def test_one_baseline_run_is_honest_about_its_unknown_noise(repo):
                                  "*  one baseline run cannot show the run-to-run noise*"])
 
 
+def test_against_one_clean_run_a_drop_beyond_this_machines_noise_fails(repo):
+    """The machine's run-to-run noise, from its runs of the same commit, judges a drop against a
+    base with one clean run: a 3x slowdown is regressed, not `1 run ambiguous`."""
+    from test_cli import solgate
+
+    a = repo.commit("A", seconds=1e-3)
+    repo.run("-k", "test_other")  # the machine's noise: another series, run twice at one commit
+    repo.run()
+    b = repo.commit("B: three times slower", seconds=3e-3)
+    result, verdicts, _ = repo.run()
+    kernel = verdicts["test_kernel"]
+    assert kernel["verdict"] == "regressed" and kernel["baseline"]["runs"] == 1, kernel["reason"]
+    assert kernel["baseline"]["noise_floor"] is not None
+    result.assert_outcomes(failed=1, passed=1)
+    compared = solgate("compare", a, b, cwd=repo.path)  # compare follows the same rule
+    (line,) = [line for line in compared.stdout.splitlines() if "test_kernel [default]" in line]
+    assert compared.returncode == 1 and line.endswith("regressed"), compared.stdout + compared.stderr
+
+
 def test_same_kernel_again_passes(repo):
     repo.seed(STEADY)
     repo.commit("docs only")

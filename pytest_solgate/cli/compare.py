@@ -86,8 +86,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
             runs, accepted = (baseline.runs_between(store, key, chain, chain.index(base_sha))
                               if commits.on_line(chain, base_sha) else ([], []))
             stories[key] = commits.between(runs, accepted, chain, base_sha, min_change)
+        hosts = {str(m.environment.get("host", "")) for m in head.values()} - {""}
+        machine_noise = store.machine_noise(hosts.pop()) if len(hosts) == 1 else None
     settings = verdict.JudgeSettings(gate="fail", commit=head_sha, max_regression=ini.max_regression)
-    rows = commits.compare(head, base, settings, args.max_regression, stories)
+    rows = commits.compare(head, base, settings, args.max_regression, stories, machine_noise)
     print("\n".join(compare.table(rows, base_sha, head_sha, window)))
     return 1 if compare.regressed(rows) else 0
 

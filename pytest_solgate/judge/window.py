@@ -71,6 +71,9 @@ class BaselineWindow:
     environment_differs: tuple[str, ...] = ()
     # Where the level began and what was left out of it (level.level), for the message.
     notes: tuple[str, ...] = ()
+    # This machine's run-to-run noise from its other series (log-SOL standard deviation, degrees of
+    # freedom), read from the history: what judges a drop against a window of one run.
+    machine_noise: tuple[float, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,13 @@ def _clock_moved(m: Measurement, runs: Sequence[BaselineRun]) -> tuple[float, fl
     return moved, m.timing.sm_clock_mhz, m.timing.sm_clock_mhz / (1 + moved)
 
 
+def machine_bound_99(sd: float, df: int) -> float:
+    """How far one run falls below one other run of an unchanged kernel in 1 % of cases, at the
+    machine's run-to-run standard deviation ``sd`` known with ``df`` degrees of freedom: both runs
+    are draws, so their difference has sd * sqrt(2)."""
+    return stats.t_quantile_99(df) * sd * math.sqrt(2)
+
+
 def _fails_from(drop_log: float, sd: float, runs: int, head_term: float) -> int | None:
     """The fewest runs (up to YOUNG_WINDOW) whose floor at spread ``sd`` this drop would clear, or None."""
     return next((count for count in range(runs + 1, YOUNG_WINDOW + 1)
@@ -203,6 +213,9 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
             spread = sd
             window_term = stats.prediction_bound_99(sd, len(keep)) if len(keep) >= 2 else None
             floor_log = math.hypot(window_term, head_term) if window_term is not None else None
+        elif window.machine_noise is not None:
+            spread = max(window.machine_noise[0], within)
+            floor_log = math.hypot(machine_bound_99(spread, window.machine_noise[1]), head_term)
         centre_log = stats.mean([values[i] for i in keep])
         centre = math.exp(centre_log)
         change = math.exp(math.log(sol) - centre_log) - 1
@@ -219,6 +232,7 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
         centre=centre, commit=settings.commit or "", dirty=settings.dirty, newest=window.runs[0].commit,
         oldest=window.runs[-1].commit, window_runs=len(window.runs), notes=window.notes, left_out=runs_at(left_out),
         clock=_clock_moved(m, [window.runs[i] for i in keep]), raw_change=raw_change, runs=len(keep), hosts=fleet,
+        machine_spread=spread if len(keep) == 1 and window.machine_noise is not None else None,
     )
 
     shift, probe_range = memory_moved(m, [window.runs[i].probe_seconds for i in keep])

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import math
 from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 from pytest_solgate.judge.window import BaselineRun
 from pytest_solgate.results import Measurement, RunInfo
 from pytest_solgate.support.errors import HistoryElsewhere, HistoryError
 from pytest_solgate.support.locations import redact
-from pytest_solgate.support.stats import median
+from pytest_solgate.support.stats import median, pooled_sd
 
 RUN_COLUMNS = (
     "run_uid", "started_at", "commit_sha", "commit_time", "branch", "dirty", "host", "device",
@@ -301,6 +302,20 @@ class Store:
 
     def _results(self, where: str, params: Sequence[Any]) -> list[tuple[dict[str, Any], Measurement]]:
         return [(run, Measurement.from_dict(json.loads(record))) for run, (record,) in self._joined("m.record_json", where, params)]
+
+    def machine_noise(self, host: str, newest: int = 2000) -> tuple[float, int] | None:
+        """This host's run-to-run noise: the log-SOL standard deviation between clean runs of one
+        measurement at one commit, pooled over its series (its newest ``newest`` measurements), with
+        its degrees of freedom; None when no measurement ran twice at a commit. A busy run among
+        them widens it: it errs towards fewer failures."""
+        rows = self._rows(
+            "SELECT m.test, m.name, m.profile, m.ceilings, r.commit_sha, m.sol FROM measurements m "
+            "JOIN runs r ON r.id = m.run_id WHERE r.host = ? AND r.dirty = 0 AND r.status = 'complete' "
+            "AND r.commit_sha IS NOT NULL AND m.sol > 0 ORDER BY m.id DESC LIMIT ?", (host, newest))
+        groups: dict[tuple[Any, ...], list[float]] = {}
+        for *key, sol in rows:
+            groups.setdefault(tuple(key), []).append(math.log(sol))
+        return pooled_sd(list(groups.values()))
 
     def trend(self, test: str, name: str, profile: str, ceilings: str, limit: int = 50) -> list[dict[str, Any]]:
         """SOL of this result over clean runs, oldest first (by commit date, then run start)."""
