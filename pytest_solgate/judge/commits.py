@@ -64,10 +64,10 @@ def between(runs: Sequence[BaselineRun], accepted: Sequence[str], chain: Sequenc
 def base_runs(runs: Sequence[BaselineRun]) -> list[BaselineRun]:
     """BASE's runs of one measurement that can be a baseline: the undisturbed ones, or the noisy
     ones too where too few quiet ones remain (as the gate's level keeps them, judge/level.py)."""
-    quiet = [run for run in runs if not run.disturbed]
+    quiet = [run for run in runs if not run.kept_out]
     if len(quiet) >= level.MIN_QUIET:
         return quiet
-    return [run for run in runs if run.disturbed in ("", "noisy")]
+    return [run for run in runs if run.kept_out in ("", "noisy")]
 
 
 def compare(head: Mapping[Key, Measurement], base: Mapping[Key, Sequence[BaselineRun]], settings: JudgeSettings,

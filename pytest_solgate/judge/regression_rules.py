@@ -17,6 +17,7 @@ from typing import Callable, Mapping, Sequence
 
 from pytest_solgate.judge import wording
 from pytest_solgate.judge.contended import beyond_contention
+from pytest_solgate.measure.backends import THREAD_CPU_TIME
 from pytest_solgate.results import AMBIGUOUS, IMPROVED, PASS, REGRESSED, Verdict
 from pytest_solgate.support.settings import DEFAULT_MAX_REGRESSION
 
@@ -31,6 +32,7 @@ class Evidence:
     environment_differs: tuple[str, ...] = ()  # facts in which every run of the window differs
     contended: str = ""  # how the machine was busy while this run measured, or ''
     contended_wait: float | None = None  # the share of its window the thread waited for a CPU
+    timer: str = ""  # the clock the run was timed on (backends.THREAD_CPU_TIME: a neighbour cannot move it)
     probe_shift: float = 0.0  # log-time shift of the memory probe beyond the window's range
     probe_range: float = 0.0
     # The words of a drop within the floor: its kind of noise, from how many runs it would fail (window.py)
@@ -77,7 +79,7 @@ def other_environment(ev: Evidence) -> Ruling | None:
 
 
 def _busy(ev: Evidence) -> dict[str, object]:
-    if not ev.contended:
+    if not ev.contended or ev.timer == THREAD_CPU_TIME:
         return {}
     return {"detail": ev.contended, "wait_share": ev.contended_wait,
             "bounded_change": beyond_contention(ev.change, ev.contended_wait)}
@@ -85,8 +87,9 @@ def _busy(ev: Evidence) -> dict[str, object]:
 
 def contended(ev: Evidence) -> Ruling | None:
     """A contended run's drop is held back unless it stays beyond the tolerance and the floor after
-    its wait for a CPU is taken out of it."""
-    if not ev.contended:
+    its wait for a CPU is taken out of it. A run timed on its thread's CPU clock is judged as it
+    is: the wait is not in that clock."""
+    if not ev.contended or ev.timer == THREAD_CPU_TIME:
         return None
     busy = _busy(ev)
     bounded = busy["bounded_change"]

@@ -12,6 +12,7 @@ from pytest_solgate.judge import hosts, regression_rules, robust, wording
 from pytest_solgate.judge.memory_probe import follows_probe, memory_moved, probe_applies
 from pytest_solgate.judge.robust import robust_values
 from pytest_solgate.measure import clocks
+from pytest_solgate.measure.backends import THREAD_CPU_TIME
 from pytest_solgate.results import PASS, BaselineComparison, Measurement, Verdict
 from pytest_solgate.support import stats
 from pytest_solgate.support.settings import DEFAULT_MAX_REGRESSION
@@ -51,9 +52,20 @@ class BaselineRun:
     judged_change: float | None = None
     judged_floor: float | None = None
     judged_tolerance: float | None = None
-    disturbed: str = ""  # "interrupted", "contended" or "noisy": recorded, never a baseline
+    disturbed: str = ""  # "interrupted", "contended", "noisy" or "not-gated", as recorded ('' when none)
+    timer: str = ""  # the clock its kernel was timed on (the record's timing_mode)
     probe_seconds: float | None = None  # the run's memory probe (measure/backends.py), when it had one
     sm_clock_mhz: float | None = None  # the mean SM clock over its timed region (GPU telemetry), when read
+
+    @property
+    def kept_out(self) -> str:
+        """Why this run is no baseline, or '' when it can be one. A contended run timed on its
+        thread's CPU clock is one: a neighbour takes the core away, but while the thread ran that
+        clock is the kernel's, so the machine's pressure cannot move it (its cache and memory
+        traffic still can, and shows in the window's spread)."""
+        if self.disturbed == "contended" and self.timer == THREAD_CPU_TIME:
+            return ""
+        return self.disturbed
 
     @property
     def slow(self) -> bool:
@@ -238,7 +250,7 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
     shift, probe_range = memory_moved(m, [window.runs[i].probe_seconds for i in keep])
     evidence = regression_rules.Evidence(
         change=change, tolerance=tolerance, floor_log=floor_log, environment_differs=window.environment_differs,
-        contended=m.contended, contended_wait=m.contended_wait, probe_shift=shift, probe_range=probe_range,
+        contended=m.contended, contended_wait=m.contended_wait, timer=m.timing.mode, probe_shift=shift, probe_range=probe_range,
         within_noise=(_within_noise(values, keep, within, spread or 0.0, change, tolerance, head_term, runs_at)
                       if change < -tolerance and floor_log is not None else {}),
     )

@@ -69,6 +69,7 @@ def _baseline_run(
         judged_against=str((record.get("baseline") or {}).get("commit") or ""),
         **_judged(record),
         disturbed=_disturbance(status, record),
+        timer=str(record.get("timing_mode") or ""),
         probe_seconds=float(probe) if isinstance(probe, (int, float)) and probe > 0 else None,
         sm_clock_mhz=_positive(record.get("sm_clock_mhz")),
     )
