@@ -72,7 +72,7 @@ class Repo:
         return result, verdicts, data
 
 
-    def seed(self, sols, environment=None, ceilings_id=None, seconds=None):
+    def seed(self, sols, environment=None, ceilings_id=None, seconds=None, contended=""):
         """A synthetic history: one commit and one clean run of test_kernel per SOL, oldest first,
         as if measured earlier on this runner. Returns the commits."""
         from pytest_solgate.declare.profiles import load_profile
@@ -86,7 +86,7 @@ class Repo:
                               commit=commits[-1], profile="synthetic", ceilings="measured")
                 m = changed(
                     a_measurement(sol), test="test_kernels.py::test_kernel", t_sol=0.4e-3, seconds=seconds or 0.4e-3 / sol,
-                    noise=0.002, ceilings_id=ceilings_id, environment=environment or {},
+                    noise=0.002, ceilings_id=ceilings_id, environment=environment or {}, contended=contended,
                 )
                 store.record_run(run, [m])
         return commits
@@ -731,6 +731,19 @@ def test_a_version_1_postgres_history_is_migrated_in_place(postgres_url):
         assert store.record_accept({"commit_sha": "a" * 40, "pattern": "*", "reason": "r", "accepted_at": "2026-12-03"})
         assert not store.record_accept({"commit_sha": "a" * 40, "pattern": "*", "reason": "r", "accepted_at": "2026-12-03"})
         assert [a["reason"] for a in store.accepts(["a" * 40])] == ["r"]
+
+
+def test_compare_and_accept_say_when_a_commits_runs_were_all_contended(sqlite_repo):
+    from test_cli import solgate
+
+    (base,) = sqlite_repo.seed([0.40], contended="CPU pressure 90%: tasks waited for a CPU")
+    (head,) = sqlite_repo.seed([0.30])
+    compared = solgate("compare", base, head, cwd=sqlite_repo.path)
+    assert compared.returncode == 2, compared.stdout + compared.stderr
+    assert "none of its 1 recorded run(s) can be a baseline: 1 contended (the machine was busy" in compared.stderr
+    accepted = solgate("accept", base, "--reason", "slower on purpose", cwd=sqlite_repo.path)
+    assert accepted.returncode == 0 and f"{base[:10]} has no clean run of these tests (1 recorded, 1 contended)" \
+        in accepted.stderr, accepted.stderr
 
 
 def test_compare_skips_what_was_not_gated_and_never_compares_a_commit_with_itself(sqlite_repo):

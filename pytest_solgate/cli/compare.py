@@ -4,6 +4,7 @@ deliberate slowdown."""
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 import pytest_solgate.cli.common as common
@@ -78,7 +79,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         base = {key: store.baseline_runs(*key, [base_sha], window) for key, m in head.items() if verdict.judged(m)}
         if not any(commits.base_runs(runs) for runs in base.values()):
             raise UsageFailure(f"compare: no clean results for '{args.base}' in {store.location} "
-                               "(compare reads each commit's own runs: measure it there first)")
+                               f"({_why_none(base)}compare reads each commit's own runs: measure it there first)")
         # The gate's story of each series along HEAD's first-parent line, as far back as BASE.
         chain = gitinfo.first_parent_chain(".", head_sha, STORY_COMMITS)
         stories = {}
@@ -92,6 +93,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
     rows = commits.compare(head, base, settings, args.max_regression, stories, machine_noise)
     print("\n".join(compare.table(rows, base_sha, head_sha, window)))
     return 1 if compare.regressed(rows) else 0
+
+
+def _why_none(base: dict) -> str:
+    """Why BASE's recorded runs are no baseline, when it has some: all contended, interrupted, ..."""
+    kinds: dict[str, int] = {}
+    for runs in base.values():
+        for run in runs:
+            kinds[run.kept_out] = kinds.get(run.kept_out, 0) + 1
+    if not kinds:
+        return ""
+    said = ", ".join(f"{count} {kind or 'kept out'}" for kind, count in sorted(kinds.items()))
+    busy = " (the machine was busy while they measured)" if "contended" in kinds else ""
+    return f"none of its {sum(kinds.values())} recorded run(s) can be a baseline: {said}{busy}; "
 
 
 def cmd_accept(args: argparse.Namespace) -> int:
@@ -128,10 +142,16 @@ def cmd_accept(args: argparse.Namespace) -> int:
               "accepted_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     with common.open_history(common.history_path(args)) as store:  # an accept amends a history, never starts one
         matched = _accepted_tests(args.pattern, store.series(), store.location)
+        at_commit = [m for run, m in store.results_at(sha)
+                     if not run["dirty"] and (args.pattern == "*" or m.test in matched)]
         store.record_accept(accept)
         location = store.location
     scope = "every test" if args.pattern == "*" else f"{args.pattern!r} ({len(matched)} recorded test(s): {_listed(matched)})"
     print(f"accepted the level at {sha[:10]} for {scope} in {location}: baselines start there from now on ({_first_line(reason)})")
+    if not any(not m.contended and not m.timing.noisy for m in at_commit):
+        contended = sum(1 for m in at_commit if m.contended)
+        print(f"accept: warning: {sha[:10]} has no clean run of these tests ({len(at_commit)} recorded, {contended} "
+              "contended): its level is not known yet; run the tests at that commit on a quiet machine", file=sys.stderr)
     return 0
 
 
