@@ -18,7 +18,7 @@ from typing import Callable, Mapping, Sequence
 from pytest_solgate.judge import wording
 from pytest_solgate.judge.contended import beyond_contention
 from pytest_solgate.measure.backends import THREAD_CPU_TIME
-from pytest_solgate.results import AMBIGUOUS, IMPROVED, PASS, REGRESSED, Verdict
+from pytest_solgate.results import AMBIGUOUS, IMPROVED, PASS, REGRESSED, Measurement, Verdict
 from pytest_solgate.support.settings import DEFAULT_MAX_REGRESSION
 
 
@@ -169,3 +169,13 @@ def held_back_slow(verdict: str, change: object, floor: object, tolerance: objec
         return False
     beyond_floor = not isinstance(floor, (int, float)) or change < -floor
     return beyond_floor and change < -(tolerance if isinstance(tolerance, (int, float)) else DEFAULT_MAX_REGRESSION)
+
+
+def unexplained_drop(m: Measurement) -> bool:
+    """A measurement whose test passed as ``ambiguous`` on a drop beyond its tolerance that no known
+    noise floor covers: a slowdown the plugin could not judge (a busy machine, one baseline run,
+    another environment). Not a pass in CI (``solgate check``): no silent green."""
+    baseline = m.judgement.baseline if m.judgement is not None else None
+    if baseline is None or m.verdict is None:
+        return False
+    return held_back_slow(m.verdict.value, baseline.change, baseline.noise_floor, m.judgement.budget.max_regression)
