@@ -741,6 +741,11 @@ def test_compare_and_accept_say_when_a_commits_runs_were_all_contended(sqlite_re
     compared = solgate("compare", base, head, cwd=sqlite_repo.path)
     assert compared.returncode == 2, compared.stdout + compared.stderr
     assert "none of its 1 recorded run(s) can be a baseline: 1 contended (the machine was busy" in compared.stderr
+    listed = solgate("history", cwd=sqlite_repo.path).stdout.splitlines()
+    assert [line.endswith("(contended: the machine was busy)") for line in listed[1:]] == [True, False], listed
+    page = sqlite_repo.path.parent / "trend.html"
+    assert solgate("trend", "-o", str(page), cwd=sqlite_repo.path).returncode == 0
+    assert "its run was contended (the machine was busy): no clean run" in page.read_text()
     accepted = solgate("accept", base, "--reason", "slower on purpose", cwd=sqlite_repo.path)
     assert accepted.returncode == 0 and f"{base[:10]} has no clean run of these tests (1 recorded, 1 contended)" \
         in accepted.stderr, accepted.stderr

@@ -33,6 +33,9 @@ MEASUREMENT_COLUMNS = ("run_id", "test", "name", "profile", "ceilings", "sol", "
 
 # Run facts that make two runs comparable, as the runs table names them (see environment.py).
 ENVIRONMENT_COLUMNS = ("host", "driver", "cuda", "torch", "triton", "python")
+# Whether a record holds a "contended" reading (written only when set), in SQL both databases read
+# (no LIKE: its '%' would clash with PostgreSQL's parameter markers).
+CONTENDED_SQL = "length(m.record_json) <> length(replace(m.record_json, '\"contended\": \"', ''))"
 IN_LIST = 50  # values per IN (...) list (commits, test ids): well under SQLite's limit on bound parameters
 
 
@@ -47,6 +50,7 @@ class Summary(NamedTuple):
     sol: float
     seconds: float
     verdict: str | None
+    contended: bool = False  # measured while the machine was busy (the record says so): never a baseline on wall time
 
 
 def _baseline_run(
@@ -298,7 +302,7 @@ class Store:
         return [(dict(zip(RUN_COLUMNS, row[:width])), row[width:]) for row in rows]
 
     def _summaries(self, where: str, params: Sequence[Any]) -> list[tuple[dict[str, Any], Summary]]:
-        columns = ", ".join("m." + f for f in Summary._fields)
+        columns = ", ".join("m." + f for f in Summary._fields if f != "contended") + ", " + CONTENDED_SQL
         return [(run, Summary(*rest)) for run, rest in self._joined(columns, where, params)]
 
     def _results(self, where: str, params: Sequence[Any]) -> list[tuple[dict[str, Any], Measurement]]:
@@ -357,6 +361,7 @@ def commit_series(
         )
         point["runs"].append(m.sol)
         point["times"].append(m.seconds)
+        point["contended"] = point.get("contended", 0) + bool(m.contended)
         point["verdict"] = m.verdict or "-"
         point.setdefault("verdicts", []).append(m.verdict or "-")
         point["started_at"] = max(point["started_at"], run["started_at"])
