@@ -79,8 +79,10 @@ def other_environment(ev: Evidence) -> Ruling | None:
 
 
 def _busy(ev: Evidence) -> dict[str, object]:
-    if not ev.contended or ev.timer == THREAD_CPU_TIME:
+    if not ev.contended:
         return {}
+    if ev.timer == THREAD_CPU_TIME:  # said, but nothing is taken out of it
+        return {"detail": ev.contended, "thread_clock": True}
     return {"detail": ev.contended, "wait_share": ev.contended_wait,
             "bounded_change": beyond_contention(ev.change, ev.contended_wait)}
 

@@ -57,6 +57,7 @@ class ComparisonFacts:
     runs: int = 0  # runs kept in the window
     probe_beyond: bool = False  # a regression beyond the machine's shift by the memory probe too
     hosts: HostSpread | None = None  # the spread between the runners of the window, when it has two or more
+    thread_clock: bool = False  # busy, but timed on the thread's CPU clock, which a wait for a CPU does not move
     machine_spread: float | None = None  # this machine's run-to-run spread from its other series (a window of one run)
     fails_from: int | None = None  # within the floor: the window's runs from which this drop would fail at their spread
     wait_share: float | None = None  # contended: the share of the window this run may have waited for a CPU
@@ -184,6 +185,9 @@ def _why(facts: ComparisonFacts, floor: str) -> list[str]:
                    "series" if facts.machine_spread is not None else "")
         lines = [f"regressed (beyond the tolerance and the noise: 99 % t prediction bound over "
                  f"{units.plural(facts.runs, 'run')}{beyond})"]
+        if facts.thread_clock:
+            lines += [f"the machine was busy while it measured ({facts.detail}),",
+                      "but the kernel was timed on its thread's CPU clock, which a wait for a CPU does not move"]
         if facts.bounded_change is not None:
             lines += [f"the machine was busy while it measured ({facts.detail}),", f"but {_waiting(facts)}: still "
                       f"{units.percent(facts.bounded_change, signed=True)} without it"]
