@@ -5,7 +5,13 @@ real temporary git worktree, HEAD in the user's tree; each run is a real pytest 
 
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
 
+import pytest
 from test_bisect import repo  # noqa: F401 (a fixture)
 
 from pytest_solgate.judge import paired
@@ -78,9 +84,67 @@ def test_bad_input_is_one_line(repo):
     repo.commit("BASE", seconds=1e-3)
     for args, said in ((["ab", "nosuchref"], "BASE 'nosuchref' is not a commit"),
                        (["ab", "HEAD", "--rounds", "2"], "--rounds=2: give 3 or more"),
-                       (["ab", "HEAD", "test_nothing_like_it"], "no test at HEAD matches 'test_nothing_like_it'")):
+                       (["ab", "HEAD", "test_nothing_like_it"], "no test at HEAD matches 'test_nothing_like_it'"),
+                       (["ab", "HEAD", "--path", "no/such/dir"], "--path no/such/dir: no such file or folder at HEAD "
+                                                                 "or at BASE")):
         done = repo.solgate(*args)
         assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+SLEEPS_IN_THE_WORKTREE = """\
+import os, pathlib, time
+
+def test_sleepy():
+    if pathlib.Path.cwd().resolve() != pathlib.Path(os.environ["AB_REPO"]).resolve():  # the base's worktree
+        pathlib.Path(os.environ["AB_MARKER"]).write_text(str(os.getpid()))
+        time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("sent", [signal.SIGTERM, signal.SIGINT])
+def test_a_stopped_ab_stops_its_pytest_and_removes_its_worktree(repo, tmp_path, sent):
+    """A real signal to a real `solgate ab` while its base's pytest runs in the worktree: the
+    child is stopped, the worktree is gone from git and from disk, and the exit is not 0."""
+    (repo.path / "test_sleepy.py").write_text(SLEEPS_IN_THE_WORKTREE)
+    base = repo.commit("BASE", seconds=1e-3)
+    repo.commit("HEAD", seconds=1e-3)
+    marker = tmp_path / "child.pid"
+    env = {**os.environ, "TMPDIR": str(repo.scratch), "AB_REPO": str(repo.path), "AB_MARKER": str(marker)}
+    ab = subprocess.Popen([sys.executable, "-m", "pytest_solgate.cli", "ab", base, "--no-record"], cwd=repo.path,
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while not marker.exists() and ab.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert marker.exists(), ab.communicate()
+    child = int(marker.read_text())
+    assert len(subprocess.run(["git", "worktree", "list"], cwd=repo.path, capture_output=True,
+                              text=True).stdout.splitlines()) == 2  # the base's worktree is there while it runs
+    ab.send_signal(sent)
+    try:
+        out, err = ab.communicate(timeout=60)
+        child_left = _running(child)
+    finally:  # whatever the outcome, this test leaves nothing running
+        ab.kill()
+        _kill_if_running(child)
+    assert ab.returncode == 128 + sent, out + err
+    assert f"stopped by {sent.name}" in err and "worktree removed" in err, err
+    listed = subprocess.run(["git", "worktree", "list"], cwd=repo.path, capture_output=True, text=True).stdout
+    assert len(listed.splitlines()) == 1, listed
+    assert not list(repo.scratch.glob("solgate-ab-*")), list(repo.scratch.iterdir())
+    assert not child_left, "the base's pytest is still running"
+
+
+def _running(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _kill_if_running(pid):
+    if _running(pid):
+        os.kill(pid, signal.SIGKILL)
 
 
 def _pairs(ratio, sd, n, seed):

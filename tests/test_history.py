@@ -72,7 +72,7 @@ class Repo:
         return result, verdicts, data
 
 
-    def seed(self, sols, environment=None, ceilings_id=None, seconds=None):
+    def seed(self, sols, environment=None, ceilings_id=None, seconds=None, contended=""):
         """A synthetic history: one commit and one clean run of test_kernel per SOL, oldest first,
         as if measured earlier on this runner. Returns the commits."""
         from pytest_solgate.declare.profiles import load_profile
@@ -86,7 +86,7 @@ class Repo:
                               commit=commits[-1], profile="synthetic", ceilings="measured")
                 m = changed(
                     a_measurement(sol), test="test_kernels.py::test_kernel", t_sol=0.4e-3, seconds=seconds or 0.4e-3 / sol,
-                    noise=0.002, ceilings_id=ceilings_id, environment=environment or {},
+                    noise=0.002, ceilings_id=ceilings_id, environment=environment or {}, contended=contended,
                 )
                 store.record_run(run, [m])
         return commits
@@ -201,6 +201,25 @@ def test_one_baseline_run_is_honest_about_its_unknown_noise(repo):
     assert kernel["baseline"]["runs"] == 1 and kernel["baseline"]["noise_floor"] is None
     result.stdout.fnmatch_lines(["*ambiguous: test_kernel -23.1%, tolerance 5.0%, noise floor unknown (one run)",
                                  "*  one baseline run cannot show the run-to-run noise*"])
+
+
+def test_against_one_clean_run_a_drop_beyond_this_machines_noise_fails(repo):
+    """The machine's run-to-run noise, from its runs of the same commit, judges a drop against a
+    base with one clean run: a 3x slowdown is regressed, not `1 run ambiguous`."""
+    from test_cli import solgate
+
+    a = repo.commit("A", seconds=1e-3)
+    repo.run("-k", "test_other")  # the machine's noise: another series, run twice at one commit
+    repo.run()
+    b = repo.commit("B: three times slower", seconds=3e-3)
+    result, verdicts, _ = repo.run()
+    kernel = verdicts["test_kernel"]
+    assert kernel["verdict"] == "regressed" and kernel["baseline"]["runs"] == 1, kernel["reason"]
+    assert kernel["baseline"]["noise_floor"] is not None
+    result.assert_outcomes(failed=1, passed=1)
+    compared = solgate("compare", a, b, cwd=repo.path)  # compare follows the same rule
+    (line,) = [line for line in compared.stdout.splitlines() if "test_kernel [default]" in line]
+    assert compared.returncode == 1 and line.endswith("regressed"), compared.stdout + compared.stderr
 
 
 def test_same_kernel_again_passes(repo):
@@ -712,6 +731,24 @@ def test_a_version_1_postgres_history_is_migrated_in_place(postgres_url):
         assert store.record_accept({"commit_sha": "a" * 40, "pattern": "*", "reason": "r", "accepted_at": "2026-12-03"})
         assert not store.record_accept({"commit_sha": "a" * 40, "pattern": "*", "reason": "r", "accepted_at": "2026-12-03"})
         assert [a["reason"] for a in store.accepts(["a" * 40])] == ["r"]
+
+
+def test_compare_and_accept_say_when_a_commits_runs_were_all_contended(sqlite_repo):
+    from test_cli import solgate
+
+    (base,) = sqlite_repo.seed([0.40], contended="CPU pressure 90%: tasks waited for a CPU")
+    (head,) = sqlite_repo.seed([0.30])
+    compared = solgate("compare", base, head, cwd=sqlite_repo.path)
+    assert compared.returncode == 2, compared.stdout + compared.stderr
+    assert "none of its 1 recorded run(s) can be a baseline: 1 contended (the machine was busy" in compared.stderr
+    listed = solgate("history", cwd=sqlite_repo.path).stdout.splitlines()
+    assert [line.endswith("(contended: the machine was busy)") for line in listed[1:]] == [True, False], listed
+    page = sqlite_repo.path.parent / "trend.html"
+    assert solgate("trend", "-o", str(page), cwd=sqlite_repo.path).returncode == 0
+    assert "its run was contended (the machine was busy): no clean run" in page.read_text()
+    accepted = solgate("accept", base, "--reason", "slower on purpose", cwd=sqlite_repo.path)
+    assert accepted.returncode == 0 and f"{base[:10]} has no clean run of these tests (1 recorded, 1 contended)" \
+        in accepted.stderr, accepted.stderr
 
 
 def test_compare_skips_what_was_not_gated_and_never_compares_a_commit_with_itself(sqlite_repo):

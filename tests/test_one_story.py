@@ -134,7 +134,7 @@ def _runs(*sols_and_verdicts):
         older = [j for j in range(i + 1, len(sols_and_verdicts)) if not isinstance(sols_and_verdicts[j], tuple)]
         runs.append(BaselineRun(commit=f"c{i}", run_id=f"r{i}", sol=sol, seconds=1e-3, noise=0.002,
                                 verdict="ambiguous" if verdict == "ambiguous-slow" else verdict,
-                                slow=verdict == "ambiguous-slow", judged_against=f"c{older[0] if older else i + 1}"))
+                                judged_change=-0.5 if verdict == "ambiguous-slow" else None, judged_against=f"c{older[0] if older else i + 1}"))
     return runs, [f"c{i}" for i in range(len(sols_and_verdicts))]
 
 

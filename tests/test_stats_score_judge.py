@@ -1,5 +1,6 @@
 """Fast unit tests of the pure core: statistics, scoring and judging."""
 
+import dataclasses
 import math
 
 import pytest
@@ -175,6 +176,18 @@ def test_one_run_cannot_show_the_spread_so_a_drop_is_ambiguous():
     got = verdict.judge(at_sol(0.35), budgets.Budget(), window(0.70), SETTINGS)
     assert got.verdict == results.AMBIGUOUS
     assert "noise floor unknown (one run)" in got.judgement.reason and got.judgement.baseline.noise_floor is None
+
+
+def test_against_one_clean_run_a_drop_beyond_the_machines_noise_fails():
+    """The machine's run-to-run noise, known from its other series, judges a drop against one run."""
+    quiet = dataclasses.replace(window(0.70), machine_noise=(0.02, 40))  # 2 % between runs, from 40 df
+    third = verdict.judge(at_sol(0.70 / 3), budgets.Budget(), quiet, SETTINGS)
+    assert third.verdict == results.REGRESSED, third.judgement.reason
+    assert "this machine's run-to-run spread of 2.0% from its other series" in third.judgement.reason
+    assert verdict.judge(at_sol(0.68), budgets.Budget(), quiet, SETTINGS).verdict == results.PASS
+    # a drop this machine's noise can explain stays ambiguous
+    noisy = dataclasses.replace(window(0.70), machine_noise=(0.20, 40))
+    assert verdict.judge(at_sol(0.70 / 1.3), budgets.Budget(), noisy, SETTINGS).verdict == results.AMBIGUOUS
 
 
 def test_within_run_precision_bounds_the_spread_from_below():

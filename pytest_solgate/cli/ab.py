@@ -4,6 +4,7 @@ pytest_solgate/revisions/ab.py's; the words report/ab.py's)."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import Any
 
@@ -43,6 +44,14 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(run=cmd_ab, takes_pytest_args=True)
 
 
+def _stop(signum: int, frame: object) -> None:
+    """SIGTERM as an exception, so that the A/B's cleanup runs (Python's default ends the process at once)."""
+    from pytest_solgate.revisions import ab
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the cleanup short
+    raise ab.Stopped(signum)
+
+
 def cmd_ab(args: argparse.Namespace) -> int:
     from pytest_solgate.report import ab as words
     from pytest_solgate.revisions import ab
@@ -55,6 +64,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     if args.max_regression is not None and not 0 <= args.max_regression < 1:
         raise UsageFailure(f"--max-regression={args.max_regression}: give a fraction in [0, 1)")
     tolerance = args.max_regression if args.max_regression is not None else common.ini()[1].max_regression
+    previous = signal.signal(signal.SIGTERM, _stop)  # a CI runner's cancel: the worktree and children go too
     try:
         result = ab.ab(
             ".", args.base, args.pattern, common.history_path(args), record=not args.no_record, rounds=args.rounds,
@@ -65,6 +75,15 @@ def cmd_ab(args: argparse.Namespace) -> int:
     except ab.NothingToPair as exc:
         print(exc, file=sys.stderr)
         return NOTHING_TO_PAIR
+    except KeyboardInterrupt:
+        print("ab: stopped by SIGINT: its pytest runs were stopped and its worktree removed; nothing was judged",
+              file=sys.stderr)
+        return 128 + signal.SIGINT
+    except ab.Stopped as exc:
+        print(exc, file=sys.stderr)
+        return 128 + exc.signum
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print("\n".join(words.lines(result)))
     code = 1 if result.regressed else 0
     if not result.compared:  # no silent green: a side that measured nothing is not a pass

@@ -4,13 +4,12 @@ deliberate slowdown."""
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 import pytest_solgate.cli.common as common
 from pytest_solgate.cli.common import UsageFailure
 from pytest_solgate.support.settings import Settings
-
-STORY_COMMITS = 100_000  # first-parent commits read from HEAD back to BASE for the story between them
 
 
 def add_parsers(sub: Any) -> None:
@@ -36,28 +35,10 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(run=cmd_accept)
 
 
-def _find_commit(ref: str, shas: set[str], history_path: str) -> str:
-    """A git ref, or a unique prefix of a commit in the history."""
-    from pytest_solgate.record import gitinfo
-
-    try:
-        sha = gitinfo.resolve(".", ref) if ref else None
-    except gitinfo.AmbiguousCommit as exc:
-        raise UsageFailure(f"compare: {exc}") from None
-    if sha:
-        return sha
-    matches = sorted(s for s in shas if ref and s.startswith(ref))
-    if len(matches) > 1:
-        raise UsageFailure(f"compare: '{ref}' is ambiguous in {history_path}: {', '.join(m[:12] for m in matches)}")
-    if not matches:
-        raise UsageFailure(f"compare: '{ref}' is neither a git ref here nor a commit in {history_path}")
-    return matches[0]
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
-    from pytest_solgate.judge import commits, verdict
-    from pytest_solgate.record import baseline, gitinfo
+    from pytest_solgate.judge import verdict
     from pytest_solgate.report import compare
+    from pytest_solgate.revisions import queries
 
     if args.max_regression is not None and not 0 <= args.max_regression < 1:
         raise UsageFailure(f"--max-regression={args.max_regression}: give a fraction in [0, 1)")
@@ -67,29 +48,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not 1 <= window <= 100:
         raise UsageFailure(f"--window={window}: give a whole number of runs from 1 to 100")
     with common.open_history(common.history_path(args)) as store:
-        shas = store.commits()
-        base_sha, head_sha = _find_commit(args.base, shas, store.location), _find_commit(args.head, shas, store.location)
-        if base_sha == head_sha:
-            raise UsageFailure(f"compare: '{args.base}' and '{args.head}' are the same commit; give two commits")
-        head = {(m.test, m.name, m.profile, m.ceilings): m  # oldest first, so the newest clean run wins
-                for run, m in store.results_at(head_sha) if not run["dirty"]}
-        if not head:
-            raise UsageFailure(f"compare: no clean results for '{args.head}' in {store.location}")
-        base = {key: store.baseline_runs(*key, [base_sha], window) for key, m in head.items() if verdict.judged(m)}
-        if not any(commits.base_runs(runs) for runs in base.values()):
-            raise UsageFailure(f"compare: no clean results for '{args.base}' in {store.location} "
-                               "(compare reads each commit's own runs: measure it there first)")
-        # The gate's story of each series along HEAD's first-parent line, as far back as BASE.
-        chain = gitinfo.first_parent_chain(".", head_sha, STORY_COMMITS)
-        stories = {}
-        for key in base:
-            runs, accepted = (baseline.runs_between(store, key, chain, chain.index(base_sha))
-                              if commits.on_line(chain, base_sha) else ([], []))
-            stories[key] = commits.between(runs, accepted, chain, base_sha, min_change)
-    settings = verdict.JudgeSettings(gate="fail", commit=head_sha, max_regression=ini.max_regression)
-    rows = commits.compare(head, base, settings, args.max_regression, stories)
-    print("\n".join(compare.table(rows, base_sha, head_sha, window)))
-    return 1 if compare.regressed(rows) else 0
+        settings = verdict.JudgeSettings(gate="fail", max_regression=ini.max_regression)
+        compared = queries.compare(store, args.base, args.head, window, min_change, settings, args.max_regression)
+    print("\n".join(compare.table(compared.rows, compared.base, compared.head, window)))
+    return 1 if compare.regressed(compared.rows) else 0
 
 
 def cmd_accept(args: argparse.Namespace) -> int:
@@ -126,10 +88,16 @@ def cmd_accept(args: argparse.Namespace) -> int:
               "accepted_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     with common.open_history(common.history_path(args)) as store:  # an accept amends a history, never starts one
         matched = _accepted_tests(args.pattern, store.series(), store.location)
+        at_commit = [m for run, m in store.results_at(sha)
+                     if not run["dirty"] and (args.pattern == "*" or m.test in matched)]
         store.record_accept(accept)
         location = store.location
     scope = "every test" if args.pattern == "*" else f"{args.pattern!r} ({len(matched)} recorded test(s): {_listed(matched)})"
     print(f"accepted the level at {sha[:10]} for {scope} in {location}: baselines start there from now on ({_first_line(reason)})")
+    if not any(not m.contended and not m.timing.noisy for m in at_commit):
+        contended = sum(1 for m in at_commit if m.contended)
+        print(f"accept: warning: {sha[:10]} has no clean run of these tests ({len(at_commit)} recorded, {contended} "
+              "contended): its level is not known yet; run the tests at that commit on a quiet machine", file=sys.stderr)
     return 0
 
 

@@ -41,9 +41,9 @@ def cmd_history(args: argparse.Namespace) -> int:
     if not args.changes:
         print("\n".join(history.listing(results, args.pattern)))
         return 0
-    from pytest_solgate.judge import level
+    from pytest_solgate.revisions import queries
 
-    stories = [(key, points, level.series_story(points, min_change)) for key, points in sorted(_series(results).items())]
+    stories = queries.stories(results, min_change)
     if args.json:
         listed = [history.changes_json(test, name, profile, points, told) for (test, name, profile, _), points, told in stories]
         print(json.dumps({"min_change": min_change, "measurements": listed}, indent=1))
@@ -62,16 +62,9 @@ def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
-def _series(results: list) -> dict[tuple[str, str, str, str], list[dict[str, Any]]]:
-    from pytest_solgate.record import gitinfo, store
-
-    commits = sorted({run["commit_sha"] for run, _ in results if run["commit_sha"] and not run["dirty"]})
-    return store.commit_series(results, gitinfo.commit_times(".", commits))
-
-
 def cmd_trend(args: argparse.Namespace) -> int:
-    from pytest_solgate.judge import changepoints, level
-    from pytest_solgate.report import html, trend
+    from pytest_solgate.report import html
+    from pytest_solgate.revisions import queries
     from pytest_solgate.support import atomic
 
     if args.last < 0:
@@ -82,22 +75,9 @@ def cmd_trend(args: argparse.Namespace) -> int:
     min_change = common.min_change(args)
     if not is_history_url(history_path) and same_file(args.output, history_path):
         raise UsageFailure(f"trend: -o {args.output} is the history database itself; write the page elsewhere")
-    panels = []
-    note = ""
     with common.open_history(history_path) as store:
         history_path = store.location  # never a password on the page
-        for (test, name, profile, ceilings), points in sorted(_series(store.summaries(args.pattern)).items()):
-            try:  # over the whole series: a step is found with all the evidence there is
-                changes = level.series_story(points, min_change).changes
-            except changepoints.ChangePointsUnavailable as exc:
-                changes, note = changepoints.Changes(), str(exc)
-            newest = store.newest(test, name, profile, ceilings)
-            budget = newest.judgement.budget.min if newest is not None and newest.gate and newest.judgement else None
-            panels.append(trend.panel(
-                test, name, profile, points, [points[cp.index]["commit"] for cp in changes.points], budget, args.last,
-                provisional=[points[cp.index]["commit"] for cp in changes.points if cp.provisional],
-                outliers=[points[o.index]["commit"] for o in changes.outliers],
-            ))
+        panels, note = queries.trend_panels(store, args.pattern, min_change, args.last)
     target = atomic.write_text(args.output, html.render_trend(panels, history_path, note), "trend page")
     print(f"trend of {len(panels)} measurement(s) written to {target}" + (f" ({note})" if note else ""))
     return 0

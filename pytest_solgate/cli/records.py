@@ -23,14 +23,17 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("source", help="the history to read: a SQLite file or a postgresql:// URL")
     p.add_argument("destination", help="the history to write: a SQLite file or a postgresql:// URL")
     p.set_defaults(run=cmd_migrate)
+    p = sub.add_parser("check", help="exit 1 when a --sol-json file holds a slowdown the gate could not judge "
+                       "(ambiguous beyond its tolerance: a busy machine, one baseline run): in CI that is no pass")
+    p.add_argument("file", help="a JSON file written by pytest --sol-json")
+    p.set_defaults(run=cmd_check)
     p = sub.add_parser("init", help="create or upgrade the history's tables (once, as a PostgreSQL database's owner)")
     common.history_arg(p)
     p.set_defaults(run=cmd_init)
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from pytest_solgate.record import schema, spool
-    from pytest_solgate.support.errors import ImportFileError
+    from pytest_solgate.record import spool
 
     if args.spool == bool(args.file):
         raise UsageFailure("import: give a --sol-json FILE, or --spool (not both)")
@@ -48,14 +51,7 @@ def cmd_import(args: argparse.Namespace) -> int:
               + (f", {sent.already_there} already there" if sent.already_there else "")
               + (f"; {sent.left} left in the spool: the server went away again" if sent.left else ""))
         return 1 if sent.left or sent.problems else 0
-    path = Path(args.file)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ImportFileError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ImportFileError(f"{path}: cannot read it ({exc})") from None
-    run, measurements = schema.read_run(text, str(path))  # every field checked before anything is written
+    run, measurements = _read_results(Path(args.file))  # every field checked before anything is written
     with common.open_history(history_path, create=True) as store:
         added = store.record_run(run, measurements)
         location = store.location
@@ -63,6 +59,40 @@ def cmd_import(args: argparse.Namespace) -> int:
         print(f"imported run {run.id[:12]} ({len(measurements)} measurements) into {location}")
     else:
         print(f"run {run.id[:12]} is already in {location}: nothing added")
+    return 0
+
+
+def _read_results(path: Path) -> tuple[Any, list[Any]]:
+    from pytest_solgate.record import schema
+    from pytest_solgate.support.errors import ImportFileError
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ImportFileError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ImportFileError(f"{path}: cannot read it ({exc})") from None
+    return schema.read_run(text, str(path))
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """No silent green in CI: a slowdown the gate held back as ``ambiguous`` (beyond its tolerance,
+    beyond any floor it knew) fails here, naming why it could not judge it."""
+    from pytest_solgate.judge.regression_rules import unexplained_drop
+    from pytest_solgate.support import units
+
+    _, measurements = _read_results(Path(args.file))
+    unjudged = [m for m in measurements if unexplained_drop(m)]
+    for m in unjudged:
+        assert m.judgement is not None and m.judgement.baseline is not None  # unexplained_drop says so
+        why = (f"the machine was busy ({m.contended})" if m.contended else
+               m.judgement.reason.splitlines()[-1].strip() if m.judgement.reason else "the gate could not judge it")
+        print(f"{m.test} [{m.name}]: {units.percent(m.judgement.baseline.change, signed=True)}, ambiguous: {why}")
+    if unjudged:
+        print(f"{len(unjudged)} slowdown(s) beyond the tolerance that the gate could not judge: not a pass; measure "
+              "again on a quiet runner, or pair HEAD with its base under the same load (solgate ab BASE)")
+        return 1
+    print(f"no slowdown left unjudged in {len(measurements)} measurement(s)")
     return 0
 
 

@@ -12,6 +12,7 @@ the one story the gate, ``history --changes`` and ``bisect`` tell).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -63,17 +64,19 @@ def between(runs: Sequence[BaselineRun], accepted: Sequence[str], chain: Sequenc
 def base_runs(runs: Sequence[BaselineRun]) -> list[BaselineRun]:
     """BASE's runs of one measurement that can be a baseline: the undisturbed ones, or the noisy
     ones too where too few quiet ones remain (as the gate's level keeps them, judge/level.py)."""
-    quiet = [run for run in runs if not run.disturbed]
+    quiet = [run for run in runs if not run.kept_out]
     if len(quiet) >= level.MIN_QUIET:
         return quiet
-    return [run for run in runs if run.disturbed in ("", "noisy")]
+    return [run for run in runs if run.kept_out in ("", "noisy")]
 
 
 def compare(head: Mapping[Key, Measurement], base: Mapping[Key, Sequence[BaselineRun]], settings: JudgeSettings,
-            given: float | None = None, stories: Mapping[Key, Between] | None = None) -> list[Row]:
+            given: float | None = None, stories: Mapping[Key, Between] | None = None,
+            machine_noise: tuple[float, int] | None = None) -> list[Row]:
     """Every measurement of ``head`` (sorted) against ``base``'s runs of it, at the gate's
     tolerance (``verdict.rejudge``; ``given``: the command's --max-regression), with its story
-    between the two (``stories``, from ``between``) beside the verdict."""
+    between the two (``stories``, from ``between``) beside the verdict. A base of one clean run is
+    judged at HEAD's machine's run-to-run noise (``machine_noise``), as the gate judges it."""
     rows = []
     for key, m in sorted(head.items()):
         if not verdict.judged(m):
@@ -84,5 +87,7 @@ def compare(head: Mapping[Key, Measurement], base: Mapping[Key, Sequence[Baselin
         if window is None:
             rows.append(Row(key, m, not_judged="only in head"))
             continue
+        if len(window.runs) == 1 and machine_noise is not None:
+            window = dataclasses.replace(window, machine_noise=machine_noise)
         rows.append(Row(key, m, verdict.rejudge(m, window, settings, given), between=(stories or {}).get(key)))
     return rows

@@ -108,7 +108,7 @@ def chain_points(runs: Sequence[BaselineRun], commits: Sequence[str]) -> tuple[l
     for run in runs:
         where = at(run.commit)
         count[where] = count.get(where, 0) + 1
-        if not run.disturbed:
+        if not run.kept_out:
             by_commit.setdefault(where, []).append(run.sol)
         if run.verdict == "regressed":
             failed.setdefault(where, []).append(max(oldest - at(run.judged_against), -1))
@@ -211,7 +211,7 @@ def level(
         if where > start:
             continue  # an older level
         this_level = at(run.judged_against) <= start
-        why = run.disturbed or (
+        why = run.kept_out or (
             "regressed" if run.verdict == "regressed" and this_level else
             "ambiguous slow" if run.slow and this_level else
             "outlier" if where in outliers else ""
@@ -239,7 +239,7 @@ def level(
         return _finish(kept[:window_size], commits, start, since, left, unavailable)
     commit = run_commit(commits, fell_at)
     if inherit:
-        since_fall = [run for run in runs if not run.disturbed and at(run.commit) <= fell_at]
+        since_fall = [run for run in runs if not run.kept_out and at(run.commit) <= fell_at]
         return since_fall[:window_size], (
             f"the level fell at {commit} in the base (regressed there, neither reverted nor accepted): "
             f"inherited, not this change's; compared with the base's level since", *unavailable)

@@ -6,14 +6,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
-from pytest_solgate.judge import hosts, robust, wording
-from pytest_solgate.judge.contended import beyond_contention
+from pytest_solgate.judge import hosts, regression_rules, robust, wording
 from pytest_solgate.judge.memory_probe import follows_probe, memory_moved, probe_applies
 from pytest_solgate.judge.robust import robust_values
 from pytest_solgate.measure import clocks
-from pytest_solgate.results import AMBIGUOUS, IMPROVED, PASS, REGRESSED, BaselineComparison, Measurement, Verdict
+from pytest_solgate.measure.backends import THREAD_CPU_TIME
+from pytest_solgate.results import PASS, BaselineComparison, Measurement, Verdict
 from pytest_solgate.support import stats
 from pytest_solgate.support.settings import DEFAULT_MAX_REGRESSION
 
@@ -48,10 +48,29 @@ class BaselineRun:
     environment: Mapping[str, str] = field(default_factory=dict)
     verdict: str = ""  # the run's own verdict
     judged_against: str = ""  # the newest commit of the window that run was judged against
-    slow: bool = False  # judged `ambiguous` as a drop beyond its tolerance: never widens a later floor
-    disturbed: str = ""  # "interrupted", "contended" or "noisy": recorded, never a baseline
+    # How the run itself was judged against its window, as recorded (None where it was not):
+    judged_change: float | None = None
+    judged_floor: float | None = None
+    judged_tolerance: float | None = None
+    disturbed: str = ""  # "interrupted", "contended", "noisy" or "not-gated", as recorded ('' when none)
+    timer: str = ""  # the clock its kernel was timed on (the record's timing_mode)
     probe_seconds: float | None = None  # the run's memory probe (measure/backends.py), when it had one
     sm_clock_mhz: float | None = None  # the mean SM clock over its timed region (GPU telemetry), when read
+
+    @property
+    def kept_out(self) -> str:
+        """Why this run is no baseline, or '' when it can be one. A contended run timed on its
+        thread's CPU clock is one: a neighbour takes the core away, but while the thread ran that
+        clock is the kernel's, so the machine's pressure cannot move it (its cache and memory
+        traffic still can, and shows in the window's spread)."""
+        if self.disturbed == "contended" and self.timer == THREAD_CPU_TIME:
+            return ""
+        return self.disturbed
+
+    @property
+    def slow(self) -> bool:
+        """Judged `ambiguous` on a drop beyond its tolerance that no floor covered: it never widens a later floor."""
+        return regression_rules.held_back_slow(self.verdict, self.judged_change, self.judged_floor, self.judged_tolerance)
 
 
 @dataclass(frozen=True)
@@ -64,6 +83,9 @@ class BaselineWindow:
     environment_differs: tuple[str, ...] = ()
     # Where the level began and what was left out of it (level.level), for the message.
     notes: tuple[str, ...] = ()
+    # This machine's run-to-run noise from its other series (log-SOL standard deviation, degrees of
+    # freedom), read from the history: what judges a drop against a window of one run.
+    machine_noise: tuple[float, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -139,6 +161,13 @@ def _clock_moved(m: Measurement, runs: Sequence[BaselineRun]) -> tuple[float, fl
     return moved, m.timing.sm_clock_mhz, m.timing.sm_clock_mhz / (1 + moved)
 
 
+def machine_bound_99(sd: float, df: int) -> float:
+    """How far one run falls below one other run of an unchanged kernel in 1 % of cases, at the
+    machine's run-to-run standard deviation ``sd`` known with ``df`` degrees of freedom: both runs
+    are draws, so their difference has sd * sqrt(2)."""
+    return stats.t_quantile_99(df) * sd * math.sqrt(2)
+
+
 def _fails_from(drop_log: float, sd: float, runs: int, head_term: float) -> int | None:
     """The fewest runs (up to YOUNG_WINDOW) whose floor at spread ``sd`` this drop would clear, or None."""
     return next((count for count in range(runs + 1, YOUNG_WINDOW + 1)
@@ -196,6 +225,9 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
             spread = sd
             window_term = stats.prediction_bound_99(sd, len(keep)) if len(keep) >= 2 else None
             floor_log = math.hypot(window_term, head_term) if window_term is not None else None
+        elif window.machine_noise is not None:
+            spread = max(window.machine_noise[0], within)
+            floor_log = math.hypot(machine_bound_99(spread, window.machine_noise[1]), head_term)
         centre_log = stats.mean([values[i] for i in keep])
         centre = math.exp(centre_log)
         change = math.exp(math.log(sol) - centre_log) - 1
@@ -212,39 +244,24 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
         centre=centre, commit=settings.commit or "", dirty=settings.dirty, newest=window.runs[0].commit,
         oldest=window.runs[-1].commit, window_runs=len(window.runs), notes=window.notes, left_out=runs_at(left_out),
         clock=_clock_moved(m, [window.runs[i] for i in keep]), raw_change=raw_change, runs=len(keep), hosts=fleet,
+        machine_spread=spread if len(keep) == 1 and window.machine_noise is not None else None,
     )
 
-    def result(verdict: Verdict, held_back: str = "", **more: object) -> Comparison:
-        said = dataclasses.replace(facts, verdict=verdict.value, held_back=held_back, **more)
-        return Comparison(verdict, change, centre, spread, floor, window, compared_on, said, raw_change, ceilings_changed)
-
-    beyond_floor = floor_log is not None and abs(math.log1p(change)) > floor_log
     shift, probe_range = memory_moved(m, [window.runs[i].probe_seconds for i in keep])
-    moved = dict(probe_shift=shift, probe_range=probe_range)
-    if change < -tolerance:
-        if floor_log is None:
-            return result(AMBIGUOUS, wording.ONE_RUN)
-        if not beyond_floor:
-            widening = robust.widening(values, keep, within)
-            return result(AMBIGUOUS, wording.WITHIN_NOISE, noise=_noise_kind(widening, within, tolerance),
-                          widening=runs_at(widening), within=within, spread=spread or 0.0,
-                          fails_from=_fails_from(abs(math.log1p(change)), spread or 0.0, len(keep), head_term))
-        if window.environment_differs:
-            return result(AMBIGUOUS, wording.OTHER_ENVIRONMENT, detail="; ".join(window.environment_differs))
-        busy: dict[str, object] = {}
-        if m.contended:
-            busy = dict(detail=m.contended, wait_share=m.contended_wait,
-                        bounded_change=beyond_contention(change, m.contended_wait))
-            bounded = busy["bounded_change"]
-            if bounded is None or bounded >= -tolerance or abs(math.log1p(bounded)) <= floor_log:
-                return result(AMBIGUOUS, wording.CONTENDED, **busy)
-        if shift and abs(math.log1p(change)) <= floor_log + abs(shift):
-            return result(AMBIGUOUS, wording.MEMORY_MOVED, **moved)
-        return result(REGRESSED, probe_beyond=bool(shift), **busy)
-    if change > tolerance:
-        if not beyond_floor:  # say why a large gain is not `improved`
-            return result(PASS, wording.WITHIN_NOISE if floor_log is not None else wording.ONE_RUN)
-        if shift:
-            return result(PASS, wording.MEMORY_MOVED, **moved)
-        return result(IMPROVED)
-    return result(PASS)
+    evidence = regression_rules.Evidence(
+        change=change, tolerance=tolerance, floor_log=floor_log, environment_differs=window.environment_differs,
+        contended=m.contended, contended_wait=m.contended_wait, timer=m.timing.mode, probe_shift=shift, probe_range=probe_range,
+        within_noise=(_within_noise(values, keep, within, spread or 0.0, change, tolerance, head_term, runs_at)
+                      if change < -tolerance and floor_log is not None else {}),
+    )
+    ruling = regression_rules.rule(evidence)
+    said = dataclasses.replace(facts, verdict=ruling.verdict.value, held_back=ruling.held_back, **(ruling.facts or {}))
+    return Comparison(ruling.verdict, change, centre, spread, floor, window, compared_on, said, raw_change, ceilings_changed)
+
+
+def _within_noise(values: Sequence[float], keep: Sequence[int], within: float, spread: float, change: float,
+                  tolerance: float, head_term: float, runs_at: Callable[[Sequence[int]], object]) -> dict[str, object]:
+    """The words of a drop within the floor: which noise, the runs that widen it, from how many runs it would fail."""
+    widening = robust.widening(values, keep, within)
+    return dict(noise=_noise_kind(widening, within, tolerance), widening=runs_at(widening), within=within,
+                spread=spread, fails_from=_fails_from(abs(math.log1p(change)), spread, len(keep), head_term))

@@ -57,6 +57,8 @@ class ComparisonFacts:
     runs: int = 0  # runs kept in the window
     probe_beyond: bool = False  # a regression beyond the machine's shift by the memory probe too
     hosts: HostSpread | None = None  # the spread between the runners of the window, when it has two or more
+    thread_clock: bool = False  # busy, but timed on the thread's CPU clock, which a wait for a CPU does not move
+    machine_spread: float | None = None  # this machine's run-to-run spread from its other series (a window of one run)
     fails_from: int | None = None  # within the floor: the window's runs from which this drop would fail at their spread
     wait_share: float | None = None  # contended: the share of the window this run may have waited for a CPU
     bounded_change: float | None = None  # contended: the change had it not waited at all (None: unbounded)
@@ -179,8 +181,13 @@ def _why(facts: ComparisonFacts, floor: str) -> list[str]:
     if facts.verdict == "regressed":
         beyond = " and the machine's shift by the memory probe" if facts.probe_beyond else ""
         beyond += f", the host spread of {units.percent(facts.hosts.between)} included" if facts.hosts else ""
+        beyond += (f", at this machine's run-to-run spread of {units.percent(facts.machine_spread)} from its other "
+                   "series" if facts.machine_spread is not None else "")
         lines = [f"regressed (beyond the tolerance and the noise: 99 % t prediction bound over "
                  f"{units.plural(facts.runs, 'run')}{beyond})"]
+        if facts.thread_clock:
+            lines += [f"the machine was busy while it measured ({facts.detail}),",
+                      "but the kernel was timed on its thread's CPU clock, which a wait for a CPU does not move"]
         if facts.bounded_change is not None:
             lines += [f"the machine was busy while it measured ({facts.detail}),", f"but {_waiting(facts)}: still "
                       f"{units.percent(facts.bounded_change, signed=True)} without it"]

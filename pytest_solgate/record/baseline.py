@@ -10,6 +10,7 @@ and the reports all come here; ``judge/`` then decides.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -77,6 +78,14 @@ def runs_between(store: Any, key: tuple[str, str, str, str], commits: Sequence[s
     return runs, accepted_commits(store, commits, key[0], key[1])
 
 
+def with_machine_noise(window: BaselineWindow | None, store: Any, host: str) -> BaselineWindow | None:
+    """A window of one run, with this machine's run-to-run noise from its other series: what a drop
+    against one clean run is judged by (judge/window.py)."""
+    if window is None or len(window.runs) != 1 or not host:
+        return window
+    return dataclasses.replace(window, machine_noise=store.machine_noise(host))
+
+
 # The judge's rule for a window (judge/level.py: window), passed in by the run: record/ only reads.
 Decide = Callable[..., "BaselineWindow | None"]
 
@@ -126,7 +135,8 @@ class BaselineChooser:
             if store is None:
                 return None
             runs, accepted = runs_from(store, (test, name, profile, ceilings), commits, self.window_size)
-            return self._decide(runs, commits, accepted, self.window_size, head_environment, self.min_change, self.inherit)
+            chosen = self._decide(runs, commits, accepted, self.window_size, head_environment, self.min_change, self.inherit)
+            return with_machine_noise(chosen, store, str(head_environment.get("host", "")))
         except HistoryUnavailable as exc:
             self.unavailable = str(exc)
             return None

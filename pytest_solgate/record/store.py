@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import math
 from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 from pytest_solgate.judge.window import BaselineRun
 from pytest_solgate.results import Measurement, RunInfo
 from pytest_solgate.support.errors import HistoryElsewhere, HistoryError
 from pytest_solgate.support.locations import redact
-from pytest_solgate.support.settings import DEFAULT_MAX_REGRESSION
-from pytest_solgate.support.stats import median
+from pytest_solgate.support.stats import median, pooled_sd
 
 RUN_COLUMNS = (
     "run_uid", "started_at", "commit_sha", "commit_time", "branch", "dirty", "host", "device",
@@ -33,6 +33,9 @@ MEASUREMENT_COLUMNS = ("run_id", "test", "name", "profile", "ceilings", "sol", "
 
 # Run facts that make two runs comparable, as the runs table names them (see environment.py).
 ENVIRONMENT_COLUMNS = ("host", "driver", "cuda", "torch", "triton", "python")
+# Whether a record holds a "contended" reading (written only when set), in SQL both databases read
+# (no LIKE: its '%' would clash with PostgreSQL's parameter markers).
+CONTENDED_SQL = "length(m.record_json) <> length(replace(m.record_json, '\"contended\": \"', ''))"
 IN_LIST = 50  # values per IN (...) list (commits, test ids): well under SQLite's limit on bound parameters
 
 
@@ -47,6 +50,7 @@ class Summary(NamedTuple):
     sol: float
     seconds: float
     verdict: str | None
+    contended: bool = False  # measured while the machine was busy (the record says so): never a baseline on wall time
 
 
 def _baseline_run(
@@ -67,8 +71,9 @@ def _baseline_run(
         environment=environment,
         verdict=str(record.get("verdict") or ""),
         judged_against=str((record.get("baseline") or {}).get("commit") or ""),
-        slow=_ambiguous_drop(record),
+        **_judged(record),
         disturbed=_disturbance(status, record),
+        timer=str(record.get("timing_mode") or ""),
         probe_seconds=float(probe) if isinstance(probe, (int, float)) and probe > 0 else None,
         sm_clock_mhz=_positive(record.get("sm_clock_mhz")),
     )
@@ -81,17 +86,13 @@ def baseline_run(run: Mapping[str, Any], m: Measurement) -> BaselineRun:
                          [run.get(c) for c in ENVIRONMENT_COLUMNS])
 
 
-def _ambiguous_drop(record: dict[str, Any]) -> bool:
-    """Whether the run was judged ``ambiguous`` on a drop beyond its tolerance that its window's
-    floor did not cover (none yet, or held back for another reason): a fact the level's choice
-    reads (judge/level.py). A drop within a known floor is the noise its window showed, and stays."""
+def _judged(record: dict[str, Any]) -> dict[str, float | None]:
+    """How the run was judged against its window, as its record keeps it (the gate reads what
+    follows from it: judge/regression_rules.py held_back_slow)."""
     baseline = record.get("baseline") or {}
-    change, floor = baseline.get("change"), baseline.get("noise_floor")
-    tolerance = (record.get("budget") or {}).get("max_regression")
-    if record.get("verdict") != "ambiguous" or not isinstance(change, (int, float)):
-        return False
-    beyond_floor = not isinstance(floor, (int, float)) or change < -floor
-    return beyond_floor and change < -(tolerance if isinstance(tolerance, (int, float)) else DEFAULT_MAX_REGRESSION)
+    facts = (baseline.get("change"), baseline.get("noise_floor"), (record.get("budget") or {}).get("max_regression"))
+    return dict(zip(("judged_change", "judged_floor", "judged_tolerance"),
+                    (float(f) if isinstance(f, (int, float)) else None for f in facts)))
 
 
 def _disturbance(status: str, record: dict[str, Any]) -> str:
@@ -301,11 +302,25 @@ class Store:
         return [(dict(zip(RUN_COLUMNS, row[:width])), row[width:]) for row in rows]
 
     def _summaries(self, where: str, params: Sequence[Any]) -> list[tuple[dict[str, Any], Summary]]:
-        columns = ", ".join("m." + f for f in Summary._fields)
+        columns = ", ".join("m." + f for f in Summary._fields if f != "contended") + ", " + CONTENDED_SQL
         return [(run, Summary(*rest)) for run, rest in self._joined(columns, where, params)]
 
     def _results(self, where: str, params: Sequence[Any]) -> list[tuple[dict[str, Any], Measurement]]:
         return [(run, Measurement.from_dict(json.loads(record))) for run, (record,) in self._joined("m.record_json", where, params)]
+
+    def machine_noise(self, host: str, newest: int = 2000) -> tuple[float, int] | None:
+        """This host's run-to-run noise: the log-SOL standard deviation between clean runs of one
+        measurement at one commit, pooled over its series (its newest ``newest`` measurements), with
+        its degrees of freedom; None when no measurement ran twice at a commit. A busy run among
+        them widens it: it errs towards fewer failures."""
+        rows = self._rows(
+            "SELECT m.test, m.name, m.profile, m.ceilings, r.commit_sha, m.sol FROM measurements m "
+            "JOIN runs r ON r.id = m.run_id WHERE r.host = ? AND r.dirty = 0 AND r.status = 'complete' "
+            "AND r.commit_sha IS NOT NULL AND m.sol > 0 ORDER BY m.id DESC LIMIT ?", (host, newest))
+        groups: dict[tuple[Any, ...], list[float]] = {}
+        for *key, sol in rows:
+            groups.setdefault(tuple(key), []).append(math.log(sol))
+        return pooled_sd(list(groups.values()))
 
     def trend(self, test: str, name: str, profile: str, ceilings: str, limit: int = 50) -> list[dict[str, Any]]:
         """SOL of this result over clean runs, oldest first (by commit date, then run start)."""
@@ -346,6 +361,7 @@ def commit_series(
         )
         point["runs"].append(m.sol)
         point["times"].append(m.seconds)
+        point["contended"] = point.get("contended", 0) + bool(m.contended)
         point["verdict"] = m.verdict or "-"
         point.setdefault("verdicts", []).append(m.verdict or "-")
         point["started_at"] = max(point["started_at"], run["started_at"])

@@ -17,6 +17,7 @@ def listing(results: Sequence[tuple[dict[str, Any], Any]], pattern: str | None) 
         lines.append(
             f"{run['started_at'][:19]:<20} {(run['commit_sha'] or 'unknown')[:10]:<10} {'yes' if run['dirty'] else '':<5} "
             f"{m.profile[:14]:<14} {units.sol_fine(m.sol):>7} {units.seconds(m.seconds):>10}  {m.verdict or '-':<12} {m.test} [{m.name}]"
+            + ("  (contended: the machine was busy)" if m.contended else "")
         )
     return lines
 

@@ -8,6 +8,7 @@ the end of its function's name, its parameters kept), then its figures, wrapped 
 from __future__ import annotations
 
 import math
+import textwrap
 from typing import Sequence
 
 from pytest_solgate.report.step_table import terminal_lines
@@ -16,6 +17,7 @@ from pytest_solgate.results import Measurement
 from pytest_solgate.support import units
 
 INDENT = "    "
+PROSE_WIDTH = 80  # the sentences under the table wrap here even on a wider terminal: they read as prose
 
 
 def render(measurements: Sequence[Measurement], width: int | None = None) -> list[str]:
@@ -23,33 +25,52 @@ def render(measurements: Sequence[Measurement], width: int | None = None) -> lis
         return ["no SOL measurements in this run"]
     rows = [row(m, measurements) for m in ordered(measurements)]
     table = _table(rows)
+    prose = min(width or PROSE_WIDTH, PROSE_WIDTH)
+    said = [*_prose(_totals(measurements), prose), *(line for text in _noisy(measurements) for line in _prose(text, prose))]
     if width is None or max(len(line) for line in table) <= width:
-        return table + [_totals(measurements), *_noisy(measurements)] + terminal_lines(measurements)
+        return table + said + terminal_lines(measurements)
     lines = []
     for r in rows:
         lines.append(short_id(r.test, r.name, width))
         lines += _wrap(_figures(r), width - len(INDENT), INDENT)
-    return lines + [_totals(measurements), *_noisy(measurements)] + terminal_lines(measurements)
+    return lines + said + terminal_lines(measurements)
+
+
+def _prose(text: str, width: int) -> list[str]:
+    """A sentence of the summary wrapped at words, its continuation lines indented."""
+    indent = "  " if text.startswith("  ") else ""
+    return textwrap.wrap(text, width, subsequent_indent=indent + "  ", break_on_hyphens=False,
+                         break_long_words=False) or [text]
 
 
 def short_id(test: str, name: str, width: int) -> str:
     """``test [name]`` within ``width`` columns: the file's folders go first, then the function's
-    name is shortened at its end; its parameters and the measurement's name stay whole, so that
+    name is shortened in its middle; its parameters and the measurement's name stay whole, so that
     ``test_add[fp32]`` and ``test_add[bf16]`` never read alike. Only when they alone are wider
-    is the line cut at its end."""
+    is the whole line cut in its middle."""
     full = f"{test} [{name}]"
     if len(full) <= width:
         return full
     path, _, function = test.rpartition("::")
-    shorter = f"{path.rsplit('/', 1)[-1]}::{function}" if path else function
-    base, bracket, params = shorter.partition("[")
+    prefix = f"{path.rsplit('/', 1)[-1]}::" if path else ""
+    base, bracket, params = function.partition("[")
     tail = f"{bracket}{params} [{name}]"
-    room = width - len(tail)
-    if len(base) + len(tail) <= width:
-        return base + tail
-    if room >= 12:
-        return base[: room - 1] + "…" + tail
-    return (base + tail)[: width - 1] + "…"
+    if len(prefix) + len(base) + len(tail) <= width:
+        return prefix + base + tail
+    for head in (prefix, ""):  # the file's name goes before the function's does
+        room = width - len(head) - len(tail)
+        if room >= 12:
+            return head + _middle_cut(base, room) + tail
+    return _middle_cut(prefix + base + tail, width)
+
+
+def _middle_cut(text: str, width: int) -> str:
+    """``text`` within ``width`` columns, cut in its middle: names that share a long prefix (and
+    names that share a long suffix) still read apart by the end (or the start) they keep."""
+    if len(text) <= width:
+        return text
+    end = (width - 1) // 2
+    return text[: width - 1 - end] + "…" + (text[-end:] if end else "")
 
 
 def _table(rows: Sequence[Row]) -> list[str]:

@@ -118,6 +118,7 @@ def panel(test: str, name: str, profile: str, points: Sequence[dict[str, Any]], 
         hover = (f"{p['commit'][:10]} · {str(p.get('commit_time') or '')[:10]} · SOL {units.sol_fine(p['sol'])} · "
                  f"{units.seconds(p['seconds']) if p.get('seconds') else '-'} · {p.get('verdict') or '-'}"
                  + (f" · median of {runs} runs" if runs > 1 else "")
+                 + _contended(p.get("contended", 0), runs)
                  + (f" · above the physical limit {PHYSICAL_MAX:g}, drawn at the top edge" if above else ""))
         drawn.append({"x": x(i), "y": y(p["sol"]), "hover": hover, "verdict": p.get("verdict") or "not-gated",
                       "above": above})
@@ -170,3 +171,12 @@ def groups(panels: Sequence[Panel]) -> list[tuple[str, list[Panel]]]:
     for p in sorted(panels, key=lambda p: (p.test.split("::")[0], p.profile, p.test, p.name)):
         grouped.setdefault(f"{p.test.split('::')[0]} · {p.profile}", []).append(p)
     return list(grouped.items())
+
+
+def _contended(contended: int, runs: int) -> str:
+    """How many of a commit's runs measured while the machine was busy (none a baseline on wall time)."""
+    if not contended:
+        return ""
+    if contended == runs:
+        return f" · {'its run was' if runs == 1 else f'all {runs} runs were'} contended (the machine was busy): no clean run"
+    return f" · {contended} of {runs} runs contended (the machine was busy)"

@@ -12,6 +12,7 @@ any run (unless ``record`` is off, as on a pull request); the base's are scratch
 from __future__ import annotations
 
 import math
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,16 @@ class ABError(SolgateError):
 class NothingToPair(ABError):
     """None of the selected tests exists at the base (a pull request that adds the first ones):
     nothing to compare, which is not a usage error (the action skips its A/B on it)."""
+
+
+class Stopped(ABError):
+    """A signal stopped the A/B (SIGTERM, as `kill` and a CI runner's cancel send it): its pytest
+    runs are stopped and its worktree removed on the way out."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"ab: stopped by {signal.Signals(signum).name}: its pytest runs were stopped and its "
+                         "worktree removed; nothing was judged")
+        self.signum = signum
 
 
 @dataclass(frozen=True)
@@ -179,6 +190,11 @@ def _paths_at_base(runner: worktree.Runner, base: str, paths: Sequence[str]) -> 
     except worktree.WorktreeError as exc:
         raise ABError(str(exc)) from None
     base_paths = [path for path in paths if (folder / path.partition("::")[0]).exists()]
+    at_head = runner.folder(None)
+    nowhere = [path for path in paths if path not in base_paths and not (at_head / path.partition("::")[0]).exists()]
+    if nowhere:
+        raise ABError(f"ab: --path {', '.join(nowhere)}: no such file or folder at HEAD or {at}; give a path pytest "
+                      "collects from, relative to where solgate runs")
     if paths and not base_paths:
         raise NothingToPair(f"ab: none of the paths ({', '.join(paths)}) exists {at}: nothing to pair")
     return base_paths, [f"{path}: not {at} (new at HEAD): nothing to pair" for path in paths if path not in base_paths]

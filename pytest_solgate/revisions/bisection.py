@@ -275,7 +275,7 @@ class GoodLevel:
             if key in run:
                 row, m, from_history = run[key]
                 kept = store.baseline_run(row, m)
-                if not kept.disturbed:  # interrupted, contended, noisy, not gated: never a baseline
+                if not kept.kept_out:  # interrupted, contended, noisy, not gated: never a baseline
                     found.append((kept, from_history))
         return found
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -114,10 +115,12 @@ class Worktree:
         return self.path
 
     def remove(self) -> None:
-        if self.at is not None:
+        # Also when stopped half-way through `git worktree add`: git may have registered it already.
+        if self.at is not None or self.path.exists():
             subprocess.run(["git", "worktree", "remove", "--force", str(self.path)], cwd=self.root,
                            capture_output=True, check=False)
         shutil.rmtree(self.path, ignore_errors=True)
+        subprocess.run(["git", "worktree", "prune"], cwd=self.root, capture_output=True, check=False)
 
     def _git(self, cwd: Path, *args: str, why: str = "") -> None:
         done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
@@ -200,9 +203,8 @@ class Runner:
         many it collected."""
         listed = self.scratch / "collected.json"
         listed.unlink(missing_ok=True)
-        done = subprocess.run([sys.executable, "-c", PYTEST, str(listed), pattern or "", *arguments],
-                              cwd=self.folder(commit), env=self._environment(record), capture_output=True, text=True,
-                              check=False)
+        done = run_as_group([sys.executable, "-c", PYTEST, str(listed), pattern or "", *arguments],
+                            cwd=self.folder(commit), env=self._environment(record))
         found = json.loads(listed.read_text(encoding="utf-8")) if listed.exists() else {}
         return done, tuple(found.get("ids", ())), int(found.get("collected", 0))
 
@@ -277,6 +279,42 @@ def _failure(code: int, output: str, folder: Path) -> str:
     what = {1: "tests failed", 2: "the tests do not collect (or were interrupted)", 3: "pytest internal error",
             4: "pytest usage error", PYTEST_NO_TESTS: "no tests collected"}.get(code, f"pytest exit status {code}")
     return f"{what}: {last}"
+
+
+STOP_GRACE = 5.0  # seconds a stopped pytest child has to finish its own cleanup before it is killed
+
+
+def run_as_group(command: Sequence[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Run ``command`` in a process group of its own, its output captured. If this process is
+    stopped while it runs (Ctrl-C, or a SIGTERM the command turns into an exception), the whole
+    group is stopped before the exception goes on: pytest and anything it started (xdist workers,
+    an ncu child), so that nothing is left running."""
+    child = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    try:
+        out, err = child.communicate()
+    except BaseException:
+        _stop_group(child)
+        raise
+    return subprocess.CompletedProcess(command, child.returncode, out, err)
+
+
+def _stop_group(child: subprocess.Popen) -> None:
+    for sent in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(child.pid, sent)
+        except ProcessLookupError:
+            break
+        try:
+            child.communicate(timeout=STOP_GRACE)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    child.wait()
+    try:  # a grandchild that outlived pytest is in the group still
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 @contextmanager

@@ -96,6 +96,16 @@ def stdev(values: Sequence[float]) -> float:
     return math.sqrt(sum((v - centre) ** 2 for v in values) / (len(values) - 1))
 
 
+def pooled_sd(groups: Sequence[Sequence[float]]) -> tuple[float, int] | None:
+    """(standard deviation, degrees of freedom) pooled over groups of draws that share a mean each
+    (each group's deviations from its own mean), or None when no group has two draws."""
+    df = sum(len(g) - 1 for g in groups if len(g) >= 2)
+    if df < 1:
+        return None
+    squares = sum(sum((v - mean(g)) ** 2 for v in g) for g in groups if len(g) >= 2)
+    return math.sqrt(squares / df), df
+
+
 def covered_length(intervals: Sequence[tuple[float, float]]) -> float:
     """How much of the line the (start, end) intervals cover, overlaps counted once (ints stay ints)."""
     covered: float = 0
