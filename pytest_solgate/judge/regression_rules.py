@@ -177,7 +177,8 @@ def unexplained_drop(m: Measurement) -> bool:
     """A measurement whose test passed as ``ambiguous`` on a drop beyond its tolerance that no known
     noise floor covers: a slowdown the plugin could not judge (a busy machine, one baseline run,
     another environment). Not a pass in CI (``solgate check``): no silent green."""
-    baseline = m.judgement.baseline if m.judgement is not None else None
-    if baseline is None or m.verdict is None:
+    judgement = m.judgement
+    if judgement is None or judgement.baseline is None or m.verdict is None:
         return False
-    return held_back_slow(m.verdict.value, baseline.change, baseline.noise_floor, m.judgement.budget.max_regression)
+    baseline = judgement.baseline
+    return held_back_slow(m.verdict.value, baseline.change, baseline.noise_floor, judgement.budget.max_regression)
