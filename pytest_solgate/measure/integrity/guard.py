@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from pytest_solgate.measure import backends
+from pytest_solgate.measure import backends, phases
 from pytest_solgate.measure.extras import Findings, Taken
-from pytest_solgate.measure.integrity import leftover, outputs, precision, tampering
+from pytest_solgate.measure.integrity import cache, leftover, outputs, precision, tampering
 from pytest_solgate.measure.stopping import Stop, StoppingRule
 
 OFF, ON, STRICT = "off", "on", "strict"
@@ -33,7 +34,7 @@ class NoInputs:
     """--sol-integrity=strict and a gated measurement that handed no inputs to check."""
 
 
-Breach = Any  # outputs.Finding | Tampered | LeftRunning | tampering.ClockCheck | NoInputs
+Breach = Any  # outputs.Finding | Tampered | LeftRunning | tampering.ClockCheck | cache.CacheCheck | NoInputs
 
 
 class CheckingRule:
@@ -108,7 +109,11 @@ class Guard:
         if not self.active:
             return Findings()
         if self.breach is None:
-            self._after(taken)
+            try:
+                self._after(taken)
+            finally:
+                if self._check is not None:
+                    self._check.release()
         return Findings(fields={KEY: self.breach}) if self.breach is not None else Findings()
 
     def _after(self, taken: Taken) -> None:
@@ -121,6 +126,8 @@ class Guard:
         if self._left_running("after the timing"):
             return
         if self.checked is not None and self._outputs(taken.context, "after timing"):
+            return
+        if self.checked is not None and self._served_from_cache(taken):
             return
         self._second_clock(taken)
 
@@ -143,16 +150,33 @@ class Guard:
             self.breach = LeftRunning(threads, processes, when)
         return self.breach is not None
 
+    def _left_by_call(self, watch: leftover.CallWatch, when: str) -> LeftRunning | None:
+        """What the call just watched left working after it returned: a thread it started that ended
+        later or still runs, a child on a CPU since (read again after a moment, when a woken worker
+        picks its work up), a worker started before it that runs the kernel's code now."""
+        threads, processes = watch.left()
+        if not threads and not processes:
+            leftover.pause(leftover.PICK_UP_SECONDS)
+            threads, processes = watch.left()
+            threads = threads or leftover.left_running(self._threads)
+        return LeftRunning(threads, processes, when) if threads or processes else None
+
     def _outputs(self, context: Any, when: str) -> bool:
         __tracebackhide__ = True
         assert self.checked is not None
         if self._check is None:
             tensors = [a for a in self.checked.args if outputs.is_tensor(a)]
             bits = precision.allowed_bits(self.declared, self.explicit, [t.dtype for t in tensors])
-            self._check = outputs.OutputCheck(self.checked, bits, context.backend.synchronize)
+            self._check = outputs.OutputCheck(
+                self.checked, bits, context.backend.synchronize, on_device=context.device.kind != "cpu",
+                watch=lambda: leftover.CallWatch(self.proc or Path("/proc")),
+                after_call=lambda watch: self._left_by_call(watch, f"after a call {when}"))
         since_call = leftover.threads()
         children = leftover.children(**self._proc_kwargs()) if self._children is not None else None
         finding = self._check.run(when)
+        if isinstance(finding, LeftRunning):
+            self.breach = finding
+            return True
         # What a call left running explains its outputs (written later, by another thread): said first.
         if self._left_running(f"after a call {when}", since_call, children):
             return True
@@ -176,6 +200,29 @@ class Guard:
                                           bits=self._check.bits,
                                           operators=tuple(f"{o.operator} ({o.dtype})" for o in found))
         return bool(found)
+
+    def _served_from_cache(self, taken: Taken) -> bool:
+        """The timed calls against calls on fresh inputs, timed as a sample is (measure/integrity/cache.py)."""
+        timing, backend = taken.timing, taken.context.backend
+        if not timing.gated or self._check is None:
+            return False
+        check = self._check
+        assert self.checked is not None
+        fn, timed = self.checked.fn, self.checked.timed()
+
+        def fresh() -> Any:
+            args = check.fresh_args()
+            return lambda: fn(*args)
+
+        def time_one(call: Any) -> float:
+            handle = phases.timed_call(call, backend, 1)
+            backend.synchronize()
+            return float(backend.elapsed(handle))
+
+        found = cache.check(timing.seconds, timed, fresh, time_one)
+        if found.served:
+            self.breach = found
+        return found.served
 
     def _second_clock(self, taken: Taken) -> None:
         """On the CPU, a few calls timed with the calling thread's CPU time, read through the clock
