@@ -165,7 +165,7 @@ def kernel(x, y, out):
     torch.add(x, y, out=out)
 def quarter():
     return tuple(t // 4 for t in (time.perf_counter_ns(), time.thread_time_ns(), time.process_time_ns()))
-''', "timer disagrees with a second clock")
+''', "tampered timing: backends.CpuBackend.now replaced before the measurement")
 # Round 2 (issue 51): caches the output checks never meet, work left running, inputs users hand every day.
 CHEATS["version_counter_cache"] = ('''
 LAST = {}
@@ -262,6 +262,19 @@ def kernel(x, y):
         CACHE[x.data_ptr()] = x + y
     return CACHE[x.data_ptr()]
 ''', "stale result")
+CHEATS["wrapped_take_timing"] = ('''
+import dataclasses
+import functools
+from pytest_solgate.measure import sampling
+REAL = sampling.take_timing
+@functools.wraps(REAL)  # its name and module copied: only its identity tells it apart
+def third(*args, **kwargs):
+    timing = REAL(*args, **kwargs)
+    return dataclasses.replace(timing, seconds=timing.seconds / 3)
+def kernel(x, y, out):
+    busy(1e-3)
+    torch.add(x, y, out=out)
+''', "tampered timing: sampling.take_timing replaced before the measurement")
 # how each cheat's test measures (default: ``measure(sol, kernel)``)
 BODIES = {
     "lazy_subclass": "sol.measure(kernel, args=tensors()[:2], reference=lambda x, y: x + y, bytes=1e3)",
@@ -273,6 +286,7 @@ BODIES = {
                                    "    measure(sol, kernel)"),
     "faked_timer_seam": "monkeypatch.setattr(backends.CpuBackend, 'now', staticmethod(quarter))\n    measure(sol, kernel)",
     "patched_sampling_while_running": "try:\n        measure(sol, kernel)\n    finally:\n        phases.timed_call = REAL",
+    "wrapped_take_timing": "monkeypatch.setattr(sampling, 'take_timing', third)\n    measure(sol, kernel)",
     "pool_left_running": "try:\n        measure(sol, kernel)\n    finally:\n        POOL.shutdown(cancel_futures=True)",
     "precomputed_for_the_seed": "torch.manual_seed(0)\n    measure(sol, kernel)",
     "cached_by_list_addresses": ("x, y, out = tensors()\n"
@@ -413,10 +427,10 @@ def _module() -> str:
         parts.append(kernel.replace("def kernel", f"def kernel_{name}").replace("REAL", f"REAL_{name}")
                      .replace("CACHE", f"CACHE_{name}").replace("DONE", f"DONE_{name}").replace("CALLS", f"CALLS_{name}")
                      .replace("POOL", f"POOL_{name}").replace("quarter", f"quarter_{name}")
-                     .replace("LAST", f"LAST_{name}").replace("SEEDED", f"SEEDED_{name}")
+                     .replace("third", f"third_{name}").replace("LAST", f"LAST_{name}").replace("SEEDED", f"SEEDED_{name}")
                      .replace("PROCESSES", f"PROCESSES_{name}"))
         body = (body.replace("kernel", f"kernel_{name}").replace("REAL", f"REAL_{name}").replace("quarter", f"quarter_{name}")
-                .replace("POOL", f"POOL_{name}").replace("PROCESSES", f"PROCESSES_{name}"))
+                .replace("third", f"third_{name}").replace("POOL", f"POOL_{name}").replace("PROCESSES", f"PROCESSES_{name}"))
         parts.append(f"\ndef test_{name}(sol, monkeypatch):\n    {body}\n")
     return "\n".join(parts)
 

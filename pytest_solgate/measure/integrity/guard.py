@@ -91,7 +91,7 @@ class Guard:
         self._before = tampering.watched(self.torch)
         self._threads = leftover.threads()
         self._children = leftover.children(**self._proc_kwargs())
-        names = tampering.foreign(self._before)
+        names = tampering.foreign(self._before) or tampering.not_original(self._before)
         if names:
             self.breach = Tampered(names, "before the measurement")
         elif self.level == STRICT and self.gated and self.checked is None:
@@ -119,7 +119,7 @@ class Guard:
     def _after(self, taken: Taken) -> None:
         __tracebackhide__ = True
         now = tampering.watched(self.torch)
-        names = tampering.replaced(self._before or now, now) or tampering.foreign(now)
+        names = tampering.replaced(self._before or now, now) or tampering.foreign(now) or tampering.not_original(now)
         if names:
             self.breach = Tampered(names, "while it ran")
             return
