@@ -147,6 +147,7 @@ class Engine:
         a GPU's samples are its own events."""
         if clock is None:
             return contextlib.nullcontext()
+        guard.check_clock(clock)
         context = self.context()
         cpu = [b for b in (context.backend, context.cpu_fallback) if isinstance(b, backends.CpuBackend)]
         if not cpu:

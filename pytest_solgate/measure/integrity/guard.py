@@ -240,6 +240,15 @@ class Guard:
             self.breach = check
 
 
+def check_clock(clock: Any) -> None:
+    """A clock from the ``sol_clock`` fixture is a ``CpuClock`` (or None); anything else, one line."""
+    if clock is not None and not isinstance(clock, backends.CpuClock):
+        from pytest_solgate.support.errors import MeasureError
+
+        raise MeasureError(f"the sol_clock fixture returned {type(clock).__name__}, not a "
+                           "pytest_solgate.measure.backends.CpuClock(now=...) or None; return one of those")
+
+
 def for_measurement(level: str, checked: outputs.Checked | None, work: Any, precision_given: str | None,
                     backend: Any, gate: bool) -> Guard:
     """The guard of one measurement, from the declared work: its FLOPs' precisions, or the
