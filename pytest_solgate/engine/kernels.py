@@ -189,6 +189,7 @@ class Engine:
             if context.on_gpu and ncu_child.child_target() == (test, name):
                 with context.scope():
                     ncu_child.profile_one_call(fn, context.backend, *context.platform.cuda_profiler())
+        gate, test_clock = guard.on_test_clock(clock, gate, self.settings.trust_test_clock)  # never a real result
         checks = guard.for_measurement(self.settings.integrity, checked, work, precision, context.backend, gate)
         wrapped: list[extras.Extra] = [checks]
         if context.on_gpu and not child:
@@ -208,7 +209,9 @@ class Engine:
         timing = timed.timing
         timed_for_real = timing.gated  # not the interpreter's timing of a Triton kernel
         scorable, unscored = self._scorable(work, context.profile, gate and timed_for_real)
-        notes = list(timing.notes)
+        notes = list(timing.notes) + ([test_clock] if test_clock else [])
+        if test_clock:
+            self.warn(f"{test} '{name}': {test_clock}")
         if unscored:
             notes.append(unscored)
         if not work.bytes and work.total_flops:

@@ -240,6 +240,19 @@ class Guard:
             self.breach = check
 
 
+TEST_CLOCK_NOTE = ("test clock: timed on a clock the test passed in (the sol_clock fixture), not the one the "
+                   "plugin chooses: not a real result, never gated and never a baseline")
+
+
+def on_test_clock(clock: Any, gate: bool, trusted: bool) -> tuple[bool, str]:
+    """Whether a measurement timed on ``clock`` may be gated, and the note that marks it: a clock
+    the plugin did not choose never makes a real result, unless the session trusts it
+    (--sol-trust-test-clock, for the plugin's own tests)."""
+    if clock is None or trusted:
+        return gate, ""
+    return False, TEST_CLOCK_NOTE
+
+
 def check_clock(clock: Any) -> None:
     """A clock from the ``sol_clock`` fixture is a ``CpuClock`` (or None); anything else, one line."""
     if clock is not None and not isinstance(clock, backends.CpuClock):
