@@ -450,7 +450,7 @@ def catalogue(tmp_path_factory):
     folder = tmp_path_factory.mktemp("cheats")
     (folder / "synthetic.toml").write_text(SYNTHETIC_PROFILE)
     (folder / "test_cheats.py").write_text(FAKE_CLOCK_KERNELS + textwrap.dedent(_module()))
-    env = {**os.environ, "COLUMNS": "2000", "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "COLUMNS": "2000", "SOLGATE_TRUST_TEST_CLOCK": "1", "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "-rf", "--sol-no-save",
                           "--sol-profile=synthetic.toml", *FAKE_CLOCK_TIMING, "test_cheats.py"],
                          cwd=folder, env=env, capture_output=True, text=True, timeout=600)
