@@ -209,6 +209,9 @@ class Guard:
         check = self._check
         assert self.checked is not None
         fn, timed = self.checked.fn, self.checked.timed()
+        # The output checks' fresh sets go (memory: a GPU's inputs are large); this check's own stay
+        # alive until it is over, so that none of its calls meets an address an earlier one cached.
+        check.release()
 
         def fresh() -> Any:
             args = check.fresh_args()
