@@ -7,7 +7,7 @@ interpreter, or written with torch where Triton is missing, and torch's referenc
 It prints the median wall time of each, their ratio (target: under 1.10) and the A/A count: how
 many of the ``on`` runs' measurements failed (target: none).
 
-    python benchmarks/integrity_cost.py [--runs 20]
+    python benchmarks/integrity_cost.py [--runs 20] [--torch]
 """
 
 from __future__ import annotations
@@ -129,10 +129,13 @@ def run_once(folder: Path, level: str) -> tuple[float, int, int, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20, help="runs with the checks on (and as many off)")
+    parser.add_argument("--torch", action="store_true", help="the torch kernels even where Triton is installed")
     args = parser.parse_args()
+    triton = has_triton() and not args.torch
+    load_before = os.getloadavg()[0]
     folder = Path(tempfile.mkdtemp(prefix="solgate-integrity-cost-"))
     write_synthetic(folder)
-    (folder / "test_integrity_cost.py").write_text(MODULE if has_triton() else TORCH_MODULE)
+    (folder / "test_integrity_cost.py").write_text(MODULE if triton else TORCH_MODULE)
     run_once(folder, "off")  # warm the file-system cache and bytecode
     times: dict[str, list[float]] = {"on": [], "off": []}
     failures = []
@@ -143,9 +146,9 @@ def main() -> None:
             if failed or passed != 3:
                 failures.append(f"run {run} --sol-integrity={level}: {passed} passed, {failed} failed\n{tail}")
     on, off = statistics.median(times["on"]), statistics.median(times["off"])
-    kernels = "Triton interpreter and torch" if has_triton() else "torch on the CPU (no Triton here)"
+    kernels = "Triton interpreter and torch" if triton else "torch on the CPU"
     print(f"{machine()}; {args.runs} runs each, alternating, default sampling; kernels: {kernels}")
-    print(f"load average before: {os.getloadavg()[0]:.2f}")
+    print(f"1-minute load average: {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
     print(f"--sol-integrity=on  median {on:.2f} s (min {min(times['on']):.2f}, max {max(times['on']):.2f})")
     print(f"--sol-integrity=off median {off:.2f} s (min {min(times['off']):.2f}, max {max(times['off']):.2f})")
     print(f"on / off = {on / off:.3f} (target under 1.10)")
