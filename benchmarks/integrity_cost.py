@@ -62,7 +62,8 @@ def test_layernorm(sol):
 '''
 
 # Without Triton (a machine without it cannot run the interpreter): the same three kernels written
-# with torch on the CPU, each writing into its output buffer, beside torch's references.
+# with torch on the CPU, each writing into its output buffer, beside torch's references. Not gated:
+# the synthetic profile's 1 GB/s is no roof for a real CPU, and the checks run all the same.
 TORCH_MODULE = '''
 import torch
 import torch.nn.functional as F
@@ -83,7 +84,7 @@ def layernorm(x, w, b):
 def test_vector_add(sol):
     x, y = torch.randn(1 << 20), torch.randn(1 << 20)
     out = torch.empty_like(x)
-    sol.measure(add, args=(x, y, out), outputs=2, reference=torch.add, name="kernel",
+    sol.measure(add, args=(x, y, out), outputs=2, reference=torch.add, name="kernel", gate=False,
                 bytes=sol.nbytes(x, y, out), flops={"fp32": x.numel()})
     sol.measure(torch.add, args=(x, y), name="torch", gate=False, bytes=sol.nbytes(x, y, out))
 
@@ -91,7 +92,7 @@ def test_vector_add(sol):
 def test_softmax(sol):
     x = torch.randn(1024, 1000)
     out = torch.empty_like(x)
-    sol.measure(softmax, args=(x, out), outputs=1, reference=lambda v: torch.softmax(v.double(), -1), name="kernel",
+    sol.measure(softmax, args=(x, out), outputs=1, reference=lambda v: torch.softmax(v.double(), -1), name="kernel", gate=False,
                 bytes=sol.nbytes(x, out))
     sol.measure(torch.softmax, args=(x, -1), name="torch", gate=False, bytes=sol.nbytes(x, out))
 
@@ -99,7 +100,7 @@ def test_softmax(sol):
 def test_layernorm(sol):
     x, w, b = torch.randn(1024, 1024), torch.randn(1024), torch.randn(1024)
     sol.measure(layernorm, args=(x, w, b), reference=lambda v, w, b: F.layer_norm(v.double(), (1024,), w.double(),
-                b.double()), name="kernel", bytes=sol.nbytes(x, w, b, x))
+                b.double()), name="kernel", gate=False, bytes=sol.nbytes(x, w, b, x))
     sol.measure(F.layer_norm, args=(x, (1024,), w, b), name="torch", gate=False, bytes=sol.nbytes(x, w, b, x))
 '''
 
