@@ -164,6 +164,14 @@ def _an_idle_machine(monkeypatch, idle_proc_root):
 
 
 @pytest.fixture(autouse=True)
+def _the_fake_clock_trusted(monkeypatch):
+    """The tests time on the fake clock (the sol_clock fixture) and judge its figures: a clock from a
+    test makes no real result unless the session trusts it explicitly (docs/integrity.md), which only
+    these tests do. The tests of that rule remove the variable."""
+    monkeypatch.setenv("SOLGATE_TRUST_TEST_CLOCK", "1")
+
+
+@pytest.fixture(autouse=True)
 def _not_in_ci(monkeypatch):
     """In CI (``CI`` set, as GitHub sets it for .ci/run) a history that cannot be written fails the
     run (--sol-require-history=auto); the tests that mean it set ``CI`` themselves, so that every

@@ -165,7 +165,116 @@ def kernel(x, y, out):
     torch.add(x, y, out=out)
 def quarter():
     return tuple(t // 4 for t in (time.perf_counter_ns(), time.thread_time_ns(), time.process_time_ns()))
-''', "timer disagrees with a second clock")
+''', "tampered timing: backends.CpuBackend.now replaced before the measurement")
+# Round 2 (issue 51): caches the output checks never meet, work left running, inputs users hand every day.
+CHEATS["version_counter_cache"] = ('''
+LAST = {}
+def kernel(x, y, out):
+    key = (id(x), x._version, id(y), y._version)
+    if LAST.get(id(out)) == key:  # the same tensors, unchanged since the last call: skip the work
+        busy(1e-5)
+        return
+    busy(1e-3)
+    torch.add(x, y, out=out)
+    LAST[id(out)] = key
+''', "stale result")
+CHEATS["precomputed_for_the_seed"] = ('''
+torch.manual_seed(0)
+SEEDED = tensors()
+SEEDED_SUM = SEEDED[0] + SEEDED[1]
+def kernel(x, y, out):
+    if torch.equal(x, SEEDED[0]) and torch.equal(y, SEEDED[1]):  # the test's seeded inputs: answer known
+        busy(1e-5)
+        out.copy_(SEEDED_SUM)
+        return
+    busy(1e-3)
+    torch.add(x, y, out=out)
+''', "served from a cache")
+CHEATS["cached_by_list_addresses"] = ('''
+CACHE = {}
+def kernel(xs, out):
+    busy(1e-3)
+    key = tuple(t.data_ptr() for t in xs)
+    if key not in CACHE:
+        CACHE[key] = xs[0] + xs[1]
+    out.copy_(CACHE[key])
+''', "stale result")
+CHEATS["half_on_a_thread_every_time"] = ('''
+def kernel(x, y, out):
+    busy(1e-3)
+    half = x.numel() // 2
+    torch.add(x[:half], y[:half], out=out[:half])
+    threading.Thread(target=torch.add, args=(x[half:], y[half:]), kwargs={"out": out[half:]}, name="half").start()
+''', "5 of 5 named a thread: ")
+CHEATS["process_pool_left_running"] = ('''
+PROCESSES = concurrent.futures.ProcessPoolExecutor(1)
+def spin_in_child(seconds):
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+def kernel(x, y, out):
+    busy(1e-3)
+    torch.add(x, y, out=out)
+    PROCESSES.submit(spin_in_child, 0.02)
+''', "work left running")
+CHEATS["in_place_cached"] = ('''
+DONE = set()
+def kernel(x):
+    if id(x) in DONE:  # relu_ once, then hand back the same tensor
+        busy(1e-5)
+        return x
+    busy(1e-3)
+    DONE.add(id(x))
+    return x.relu_()
+''', "served from a cache")
+CHEATS["integer_cached"] = ('''
+CACHE = {}
+def kernel(i, j, out):
+    if i.data_ptr() in CACHE:
+        busy(1e-5)
+        out.copy_(CACHE[i.data_ptr()])
+        return
+    busy(1e-3)
+    torch.add(i, j, out=out)
+    CACHE[i.data_ptr()] = out.clone()
+''', "served from a cache")
+CHEATS["parameter_cached"] = ('''
+CACHE = {}
+def kernel(x, w):
+    busy(1e-3)
+    if w.data_ptr() not in CACHE:
+        CACHE[w.data_ptr()] = (x * w).detach()
+    return CACHE[w.data_ptr()]
+''', "stale result")
+CHEATS["expanded_bias_cached"] = ('''
+CACHE = {}
+def kernel(x, b, out):
+    busy(1e-3)
+    if b.data_ptr() not in CACHE:
+        CACHE[b.data_ptr()] = x + b
+    out.copy_(CACHE[b.data_ptr()])
+''', "stale result")
+CHEATS["zero_dim_cached"] = ('''
+CACHE = {}
+def kernel(x, y):
+    busy(1e-3)
+    if x.data_ptr() not in CACHE:
+        CACHE[x.data_ptr()] = x + y
+    return CACHE[x.data_ptr()]
+''', "stale result")
+CHEATS["wrapped_take_timing"] = ('''
+import dataclasses
+import functools
+from pytest_solgate.measure import sampling
+REAL = sampling.take_timing
+@functools.wraps(REAL)  # its name and module copied: only its identity tells it apart
+def third(*args, **kwargs):
+    timing = REAL(*args, **kwargs)
+    return dataclasses.replace(timing, seconds=timing.seconds / 3)
+def kernel(x, y, out):
+    busy(1e-3)
+    torch.add(x, y, out=out)
+''', "tampered timing: sampling.take_timing replaced before the measurement")
 # how each cheat's test measures (default: ``measure(sol, kernel)``)
 BODIES = {
     "lazy_subclass": "sol.measure(kernel, args=tensors()[:2], reference=lambda x, y: x + y, bytes=1e3)",
@@ -177,6 +286,25 @@ BODIES = {
                                    "    measure(sol, kernel)"),
     "faked_timer_seam": "monkeypatch.setattr(backends.CpuBackend, 'now', staticmethod(quarter))\n    measure(sol, kernel)",
     "patched_sampling_while_running": "try:\n        measure(sol, kernel)\n    finally:\n        phases.timed_call = REAL",
+    "wrapped_take_timing": "monkeypatch.setattr(sampling, 'take_timing', third)\n    measure(sol, kernel)",
+    "pool_left_running": "try:\n        measure(sol, kernel)\n    finally:\n        POOL.shutdown(cancel_futures=True)",
+    "precomputed_for_the_seed": "torch.manual_seed(0)\n    measure(sol, kernel)",
+    "cached_by_list_addresses": ("x, y, out = tensors()\n"
+                                 "    sol.measure(kernel, args=([x, y], out), outputs=1, reference=lambda xs: xs[0] + xs[1], bytes=1e3)"),
+    "half_on_a_thread_every_time": ("said = []\n    for i in range(5):\n        try:\n            measure(sol, kernel, name=f'run{i}')\n"
+                                    "        except Exception as exc:\n            said.append(str(exc))\n"
+                                    "    named = [s for s in said if 'work left running' in s and \"thread 'half'\" in s]\n"
+                                    "    raise AssertionError(f'{len(named)} of 5 named a thread: {said[:1]}')"),
+    "process_pool_left_running": "try:\n        measure(sol, kernel)\n    finally:\n        PROCESSES.shutdown(wait=False, cancel_futures=True)",
+    "in_place_cached": "sol.measure(kernel, args=(torch.randn(N),), reference=torch.relu_, bytes=1e3)",
+    "integer_cached": ("i, j, out = (torch.randint(0, 100, (N,)) for _ in range(3))\n"
+                       "    sol.measure(kernel, args=(i, j, out), outputs=2, reference=torch.add, bytes=1e3)"),
+    "parameter_cached": ("w = torch.nn.Parameter(torch.randn(N))\n"
+                         "    sol.measure(kernel, args=(torch.randn(N), w), reference=lambda x, w: x * w, bytes=1e3)"),
+    "expanded_bias_cached": ("b = torch.randn(64).expand(64, 64)\n"
+                             "    sol.measure(kernel, args=(torch.randn(64, 64), b, torch.empty(64, 64)), outputs=2, "
+                             "reference=torch.add, bytes=1e3)"),
+    "zero_dim_cached": "sol.measure(kernel, args=(torch.tensor(1.5), torch.tensor(2.0)), reference=torch.add, bytes=1e3)",
 }
 
 HONEST = '''
@@ -236,6 +364,56 @@ def test_honest_idle_worker_process(sol):
         WORKERS[0].kill()
         WORKERS[0].wait()
 
+def test_honest_in_place(sol):
+    def kernel(x):
+        busy(1e-3)
+        return x.relu_()
+    sol.measure(kernel, args=(torch.randn(N),), reference=torch.relu_, bytes=1e3)
+
+def int_add(i, j, out):
+    busy(1e-3)
+    torch.add(i, j, out=out)
+
+def test_honest_integer_without_reference(sol):
+    sol.measure(int_add, args=tuple(torch.randint(0, 100, (N,)) for _ in range(3)), outputs=2, bytes=1e3)
+
+def test_honest_integer_with_reference(sol):
+    sol.measure(int_add, args=tuple(torch.randint(0, 100, (N,)) for _ in range(3)), outputs=2, reference=torch.add,
+                bytes=1e3)
+
+def test_honest_list_and_nested_tuple(sol):
+    def kernel(xs, pair, out):
+        busy(1e-3)
+        torch.add(xs[0] + xs[1], pair[0][0] * pair[1], out=out)
+    x, y, out = tensors()
+    sol.measure(kernel, args=([x, y], ((y,), x), out), outputs=2,
+                reference=lambda xs, pair: xs[0] + xs[1] + pair[0][0] * pair[1], bytes=1e3)
+
+def test_honest_parameter(sol):
+    def kernel(x, w):
+        busy(1e-3)
+        return x * w
+    w = torch.nn.Parameter(torch.randn(N))
+    sol.measure(kernel, args=(torch.randn(N), w), reference=lambda x, w: x * w, bytes=1e3)
+    assert w.requires_grad and isinstance(w, torch.nn.Parameter)
+
+def test_honest_expanded_and_overlapping_views(sol):
+    x, b, out, base = torch.randn(64, 64), torch.randn(64), torch.empty(64, 64), torch.randn(65)
+    def kernel(x, b, lo, hi, out):
+        busy(1e-3)
+        torch.add(x + b, lo - hi, out=out)
+    kept = b.clone()
+    sol.measure(kernel, args=(x, b.expand(64, 64), base[:64], base[1:], out), outputs=4,
+                reference=lambda x, b, lo, hi: x + b + lo - hi, bytes=1e3)
+    assert torch.equal(b, kept)  # the user's tensors hold their values afterwards
+
+def test_honest_empty_and_zero_dim(sol):
+    def kernel(x, y):
+        busy(1e-3)
+        return x + y
+    sol.measure(kernel, args=(torch.tensor(1.5), torch.tensor(2.0)), reference=torch.add, bytes=1e3, name="zero-dim")
+    sol.measure(kernel, args=(torch.empty(0), torch.empty(0)), reference=torch.add, bytes=1e3, name="empty")
+
 def test_honest_bare_callable(sol):
     x, y, out = tensors()
     sol.measure(lambda: honest_add(x, y, out), bytes=1e3)
@@ -248,8 +426,11 @@ def _module() -> str:
         body = BODIES.get(name, "measure(sol, kernel)")
         parts.append(kernel.replace("def kernel", f"def kernel_{name}").replace("REAL", f"REAL_{name}")
                      .replace("CACHE", f"CACHE_{name}").replace("DONE", f"DONE_{name}").replace("CALLS", f"CALLS_{name}")
-                     .replace("POOL", f"POOL_{name}").replace("quarter", f"quarter_{name}"))
-        body = body.replace("kernel", f"kernel_{name}").replace("REAL", f"REAL_{name}").replace("quarter", f"quarter_{name}")
+                     .replace("POOL", f"POOL_{name}").replace("quarter", f"quarter_{name}")
+                     .replace("third", f"third_{name}").replace("LAST", f"LAST_{name}").replace("SEEDED", f"SEEDED_{name}")
+                     .replace("PROCESSES", f"PROCESSES_{name}"))
+        body = (body.replace("kernel", f"kernel_{name}").replace("REAL", f"REAL_{name}").replace("quarter", f"quarter_{name}")
+                .replace("third", f"third_{name}").replace("POOL", f"POOL_{name}").replace("PROCESSES", f"PROCESSES_{name}"))
         parts.append(f"\ndef test_{name}(sol, monkeypatch):\n    {body}\n")
     return "\n".join(parts)
 
@@ -269,7 +450,7 @@ def catalogue(tmp_path_factory):
     folder = tmp_path_factory.mktemp("cheats")
     (folder / "synthetic.toml").write_text(SYNTHETIC_PROFILE)
     (folder / "test_cheats.py").write_text(FAKE_CLOCK_KERNELS + textwrap.dedent(_module()))
-    env = {**os.environ, "COLUMNS": "2000", "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "COLUMNS": "2000", "SOLGATE_TRUST_TEST_CLOCK": "1", "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "-rf", "--sol-no-save",
                           "--sol-profile=synthetic.toml", *FAKE_CLOCK_TIMING, "test_cheats.py"],
                          cwd=folder, env=env, capture_output=True, text=True, timeout=600)
@@ -286,7 +467,7 @@ def test_each_cheat_fails_naming_its_cause(catalogue, name):
 def test_honest_kernels_raise_nothing(catalogue):
     failed = sorted(set(re.findall(r"FAILED test_cheats.py::(test_\w+)", catalogue)))
     assert failed == sorted(f"test_{name}" for name in CHEATS), catalogue[-3000:]
-    assert f"{len(CHEATS)} failed, 9 passed" in catalogue, catalogue[-3000:]
+    assert f"{len(CHEATS)} failed, {HONEST.count('def test_')} passed" in catalogue, catalogue[-3000:]
 
 
 def test_strict_fails_a_gated_measurement_that_hands_no_inputs(suite):

@@ -149,6 +149,7 @@ class Engine:
         a GPU's samples are its own events."""
         if clock is None:
             return contextlib.nullcontext()
+        guard.check_clock(clock)
         context = self.context()
         cpu = [b for b in (context.backend, context.cpu_fallback) if isinstance(b, backends.CpuBackend)]
         if not cpu:
@@ -318,25 +319,29 @@ class KernelMeasurement:
             score.check_precisions(work, context.profile)  # before timing: a declaration error fails fast
         child = ncu_child.is_child()
         sampling_settings = self._under_ncu(fn, context) if child else engine.settings.sampling
+        # a test's clock never makes a real result: not gated, said in the notes and a warning
+        gate, test_clock = guard.on_test_clock(self.clock, self.gate, engine.settings.trust_test_clock)
         checks = guard.for_measurement(engine.settings.integrity, self.checked, work, self.precision, context.backend,
-                                       self.gate)
+                                       gate)
         attempt = Attempt(fn, context, sampling_settings, rotation or 1, work.bytes, checks)
         with engine.timing_on(self.clock):
             timed = engine.take(test, name, CALL, fn, attempt.time_once, sampling_settings.max_time,
-                                engine.kernel_extras(context, checks, self.gate, child))
+                                engine.kernel_extras(context, checks, gate, child))
         if timed.fields.get(guard.KEY) is not None:  # the integrity checks' one point of failure
             raise MeasureError(integrity.line(test, name, timed.fields[guard.KEY]))
         timing = timed.timing
-        scorable, unscored = scorable_work(work, context.profile, self.gate and timing.gated)
+        scorable, unscored = scorable_work(work, context.profile, gate and timing.gated)
         scored = score.score(scorable, timing.seconds, context.profile, timing.sm_clock_mhz, context.backend.clocks_locked)
-        notes = self._notes(timed, work, rotation, unscored, scored)
+        notes = ([test_clock] if test_clock else []) + self._notes(timed, work, rotation, unscored, scored)
+        if test_clock:
+            engine.warn(f"{test} '{name}': {test_clock}")
         # The retake times what this measurement timed (a rotation's list as the one callable it became).
         again = self if self.checked is not None else dataclasses.replace(self, fn=fn)
         engine.keep({(test, name): again.retake})
         if timing.throttled:
             engine.warn(throttled_warning(test, name, timing))
         return Measurement(
-            test=test, name=name, work=work, timing=timing, score=scored, gate=self.gate, notes=tuple(notes),
+            test=test, name=name, work=work, timing=timing, score=scored, gate=gate, notes=tuple(notes),
             joules=timed.fields.get("joules"), measured_bytes=timed.fields.get("measured_bytes"),
             contended_wait=timed.fields.get("contended_wait"), **provenance(context, timed.contended),
         )

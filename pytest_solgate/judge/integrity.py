@@ -6,7 +6,7 @@ what was seen, and what an honest kernel does instead.
 
 from __future__ import annotations
 
-from pytest_solgate.measure.integrity import outputs, tampering
+from pytest_solgate.measure.integrity import cache, outputs, tampering
 from pytest_solgate.measure.integrity.guard import Breach, LeftRunning, NoInputs, Tampered
 
 
@@ -31,6 +31,10 @@ WORDS = {
                               "precision it computes in, or compute in the declared one"),
     outputs.NO_RESULT: ("no result to check: the kernel returned None and outputs= names no buffer it writes; "
                         "name them (e.g. sol.measure(add, args=(x, y, out), outputs=2, ...))"),
+    outputs.SHAPE: ("wrong shape: {where} has shape {shapes[0]}, the reference's result shape {shapes[1]}; return the "
+                    "result in the reference's shape (or fix the reference)"),
+    outputs.WRITTEN_LATER: ("work left running: {share} of {where} were written after the call returned, by a thread or "
+                            "process it left running; join threads and wait for processes before returning"),
     outputs.WRONG: ("wrong result: {where} differs from the reference by {error:.3g} (relative), over the "
                     "{allowed:.3g} allowed ({share})"),
 }
@@ -64,6 +68,11 @@ def line(test: str, name: str, breach: Breach) -> str:
     if isinstance(breach, tampering.ClockCheck):
         return (f"{label}: timer disagrees with a second clock: the timer read {breach.timer_seconds * 1e6:.3g} us a call, "
                 f"the {breach.clock} saved at start-up {breach.real_seconds * 1e6:.3g} us; the timer was faked")
+    if isinstance(breach, cache.CacheCheck):
+        return (f"{label}: served from a cache: the timed calls read {breach.timed_seconds * 1e6:.3g} us a call, the same "
+                f"call {breach.same_seconds * 1e6:.3g} us on the timed inputs and {breach.fresh_seconds * 1e6:.3g} us on fresh "
+                f"ones (the fastest of {breach.calls} each): the timed calls got a result kept from before (by address, "
+                "version, values, or computed for these inputs); compute it in every call")
     if isinstance(breach, NoInputs):
         return (f"{label}: no inputs to check under --sol-integrity=strict: hand them with "
                 "sol.measure(kernel, args=(x, y, out), outputs=(2,), reference=torch.add) (docs/integrity.md)")

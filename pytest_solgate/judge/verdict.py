@@ -104,7 +104,9 @@ def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, setting
     if not m.gate:
         if sol > ABOVE_SOL_LIMIT:  # not judged, but an impossible reading still says so
             return done(results.NOT_GATED, verdict_wording.impossible_reference(m, ABOVE_SOL_LIMIT))
-        return done(results.NOT_GATED, verdict_wording.NOT_JUDGED)
+        # timed on a test's clock (measure/integrity/guard.py's note): said as the reason, not gate=False
+        clock = next((note for note in m.notes if note.startswith("test clock:")), "")
+        return done(results.NOT_GATED, clock or verdict_wording.NOT_JUDGED)
     if not m.timing.gated:
         return done(results.NOT_GATED, verdict_wording.INTERPRETED)
     if settings.gate == "off":

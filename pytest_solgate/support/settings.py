@@ -87,6 +87,10 @@ OPTIONS = (
     Option("sol_integrity", "integrity checks of each measurement (docs/integrity.md): on, strict (every gated "
            "measurement must hand its inputs with args=; for gating agent-written code) or off", "on", "string",
            ("on", "strict", "off")),
+    # A clock from a test (the sol_clock fixture) never makes a real result (docs/integrity.md) unless this is
+    # set: for pytest-solgate's own tests, whose conftest sets the variable; the GitHub action refuses it.
+    Option("sol_trust_test_clock", "judge measurements timed on a sol_clock fixture's clock as real ones "
+           "(pytest-solgate's own tests only; never in CI)", False, "bool", environment="SOLGATE_TRUST_TEST_CLOCK"),
     # In CI the history is the point: a run it could not record must not pass unnoticed.
     Option("sol_require_history", "fail the run when its history cannot be written: auto (when $CI is set), yes or no",
            "auto", "string", ("auto", "yes", "no")),
@@ -117,6 +121,7 @@ class Settings:
     lock_clocks: str = "off"  # --sol-lock-clocks: off | base | max (measure/clocks.py)
     require_history: str = "auto"
     integrity: str = "on"  # --sol-integrity: on | strict | off (measure/integrity/)
+    trust_test_clock: bool = False  # --sol-trust-test-clock: a sol_clock fixture's timings judged as real ones
 
 
 def naming_history(option: str | None, environ: Mapping[str, str], ini: str | None) -> str:
@@ -226,4 +231,5 @@ def parse_settings(raw: Mapping[str, Any]) -> Settings:
         lock_clocks=values["sol_lock_clocks"],
         require_history=values["sol_require_history"],
         integrity=values["sol_integrity"],
+        trust_test_clock=values["sol_trust_test_clock"],
     )

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from pytest_solgate.measure import backends, phases
 from pytest_solgate.measure.extras import Findings, Taken
-from pytest_solgate.measure.integrity import leftover, outputs, precision, tampering
+from pytest_solgate.measure.integrity import cache, leftover, outputs, precision, tampering
 from pytest_solgate.measure.stopping import Stop, StoppingRule
 
 OFF, ON, STRICT = "off", "on", "strict"
@@ -32,7 +34,7 @@ class NoInputs:
     """--sol-integrity=strict and a gated measurement that handed no inputs to check."""
 
 
-Breach = Any  # outputs.Finding | Tampered | LeftRunning | tampering.ClockCheck | NoInputs
+Breach = Any  # outputs.Finding | Tampered | LeftRunning | tampering.ClockCheck | cache.CacheCheck | NoInputs
 
 
 class CheckingRule:
@@ -89,7 +91,7 @@ class Guard:
         self._before = tampering.watched(self.torch)
         self._threads = leftover.threads()
         self._children = leftover.children(**self._proc_kwargs())
-        names = tampering.foreign(self._before)
+        names = tampering.foreign(self._before) or tampering.not_original(self._before)
         if names:
             self.breach = Tampered(names, "before the measurement")
         elif self.level == STRICT and self.gated and self.checked is None:
@@ -107,19 +109,25 @@ class Guard:
         if not self.active:
             return Findings()
         if self.breach is None:
-            self._after(taken)
+            try:
+                self._after(taken)
+            finally:
+                if self._check is not None:
+                    self._check.release()
         return Findings(fields={KEY: self.breach}) if self.breach is not None else Findings()
 
     def _after(self, taken: Taken) -> None:
         __tracebackhide__ = True
         now = tampering.watched(self.torch)
-        names = tampering.replaced(self._before or now, now) or tampering.foreign(now)
+        names = tampering.replaced(self._before or now, now) or tampering.foreign(now) or tampering.not_original(now)
         if names:
             self.breach = Tampered(names, "while it ran")
             return
         if self._left_running("after the timing"):
             return
         if self.checked is not None and self._outputs(taken.context, "after timing"):
+            return
+        if self.checked is not None and self._served_from_cache(taken):
             return
         self._second_clock(taken)
 
@@ -142,16 +150,33 @@ class Guard:
             self.breach = LeftRunning(threads, processes, when)
         return self.breach is not None
 
+    def _left_by_call(self, watch: leftover.CallWatch, when: str) -> LeftRunning | None:
+        """What the call just watched left working after it returned: a thread it started that ended
+        later or still runs, a child on a CPU since (read again after a moment, when a woken worker
+        picks its work up), a worker started before it that runs the kernel's code now."""
+        threads, processes = watch.left()
+        if not threads and not processes:
+            leftover.pause(leftover.PICK_UP_SECONDS)
+            threads, processes = watch.left()
+            threads = threads or leftover.left_running(self._threads)
+        return LeftRunning(threads, processes, when) if threads or processes else None
+
     def _outputs(self, context: Any, when: str) -> bool:
         __tracebackhide__ = True
         assert self.checked is not None
         if self._check is None:
             tensors = [a for a in self.checked.args if outputs.is_tensor(a)]
             bits = precision.allowed_bits(self.declared, self.explicit, [t.dtype for t in tensors])
-            self._check = outputs.OutputCheck(self.checked, bits, context.backend.synchronize)
+            self._check = outputs.OutputCheck(
+                self.checked, bits, context.backend.synchronize, on_device=context.device.kind != "cpu",
+                watch=lambda: leftover.CallWatch(self.proc or Path("/proc")),
+                after_call=lambda watch: self._left_by_call(watch, f"after a call {when}"))
         since_call = leftover.threads()
         children = leftover.children(**self._proc_kwargs()) if self._children is not None else None
         finding = self._check.run(when)
+        if isinstance(finding, LeftRunning):
+            self.breach = finding
+            return True
         # What a call left running explains its outputs (written later, by another thread): said first.
         if self._left_running(f"after a call {when}", since_call, children):
             return True
@@ -176,6 +201,32 @@ class Guard:
                                           operators=tuple(f"{o.operator} ({o.dtype})" for o in found))
         return bool(found)
 
+    def _served_from_cache(self, taken: Taken) -> bool:
+        """The timed calls against calls on fresh inputs, timed as a sample is (measure/integrity/cache.py)."""
+        timing, backend = taken.timing, taken.context.backend
+        if not timing.gated or self._check is None:
+            return False
+        check = self._check
+        assert self.checked is not None
+        fn, timed = self.checked.fn, self.checked.timed()
+        # The output checks' fresh sets go (memory: a GPU's inputs are large); this check's own stay
+        # alive until it is over, so that none of its calls meets an address an earlier one cached.
+        check.release()
+
+        def fresh() -> Any:
+            args = check.fresh_args()
+            return lambda: fn(*args)
+
+        def time_one(call: Any) -> float:
+            handle = phases.timed_call(call, backend, 1)
+            backend.synchronize()
+            return float(backend.elapsed(handle))
+
+        found = cache.check(timing.seconds, timed, fresh, time_one)
+        if found.served:
+            self.breach = found
+        return found.served
+
     def _second_clock(self, taken: Taken) -> None:
         """On the CPU, a few calls timed with the calling thread's CPU time, read through the clock
         saved at import: that thread's CPU time never exceeds the wall time of the call, so a timer
@@ -190,6 +241,28 @@ class Guard:
         check = tampering.second_clock(taken.fn, timing.seconds, calls, taken.context.backend)
         if check.disagrees:
             self.breach = check
+
+
+TEST_CLOCK_NOTE = ("test clock: timed on a clock the test passed in (the sol_clock fixture), not the one the "
+                   "plugin chooses: not a real result, never gated and never a baseline")
+
+
+def on_test_clock(clock: Any, gate: bool, trusted: bool) -> tuple[bool, str]:
+    """Whether a measurement timed on ``clock`` may be gated, and the note that marks it: a clock
+    the plugin did not choose never makes a real result, unless the session trusts it
+    (--sol-trust-test-clock, for the plugin's own tests)."""
+    if clock is None or trusted:
+        return gate, ""
+    return False, TEST_CLOCK_NOTE
+
+
+def check_clock(clock: Any) -> None:
+    """A clock from the ``sol_clock`` fixture is a ``CpuClock`` (or None); anything else, one line."""
+    if clock is not None and not isinstance(clock, backends.CpuClock):
+        from pytest_solgate.support.errors import MeasureError
+
+        raise MeasureError(f"the sol_clock fixture returned {type(clock).__name__}, not a "
+                           "pytest_solgate.measure.backends.CpuClock(now=...) or None; return one of those")
 
 
 def for_measurement(level: str, checked: outputs.Checked | None, work: Any, precision_given: str | None,

@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 # Where an idle Python thread waits: its innermost frame is in one of these files (a Condition's
 # wait, a queue's get, a selector) or in a thread pool worker's loop, parked on its SimpleQueue.
@@ -139,3 +139,64 @@ def new_children(before: Children, now: Children, proc: Path = Path("/proc"), ru
             command = ""
         left.append(LeftProcess(pid, command[:80]))
     return tuple(left)
+
+
+def _cpu_ns(proc: Path, pid: int) -> int | None:
+    """The nanoseconds process ``pid``'s main thread has run on a CPU (``schedstat``), or None."""
+    try:
+        return int((proc / str(pid) / "schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class CallWatch:
+    """One checked call, watched: every Python thread it starts records when its ``run`` ends (a
+    trace hook on the threads started while the call runs, nothing in the calling thread), and the
+    children's CPU time is read as the call returns. A thread that ends after the call returned, or a
+    child that runs on a CPU after it, worked outside the call: found every time, however quickly
+    that work ends, where a look at the threads alive a moment later misses one that just finished."""
+
+    def __init__(self, proc: Path | None = None) -> None:
+        self.proc = proc  # None: child processes are not read
+        self.started: dict[threading.Thread, int | None] = {}  # thread -> when its run ended (ns)
+        self.returned_ns = 0
+        self.children_cpu: dict[int, int | None] = {}
+        self._previous: Any = None
+
+    def _hook(self, frame: Any, event: str, arg: Any) -> Any:
+        thread = threading.current_thread()
+        self.started[thread] = None
+        frame.f_trace_lines = False
+
+        def on_return(frame: Any, event: str, arg: Any) -> Any:
+            if event == "return":
+                self.started[thread] = time.perf_counter_ns()
+            return on_return
+
+        return on_return  # traces the thread's outermost frame only (its run), not what it calls
+
+    def __enter__(self) -> CallWatch:
+        self._previous = threading.gettrace()
+        threading.settrace(self._hook)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.returned_ns = time.perf_counter_ns()
+        threading.settrace(self._previous)
+        if self.proc is not None:
+            pids = children(self.proc).pids
+            self.children_cpu = {pid: _cpu_ns(self.proc, pid) for pid in pids}
+
+    def left(self) -> tuple[tuple[LeftThread, ...], tuple[LeftProcess, ...]]:
+        """The threads started by the call that ran on after it returned, and the children that ran
+        on a CPU since it returned (read now)."""
+        threads = tuple(LeftThread(t.name, _where(t.ident) if t.ident is not None else "")
+                        for t, ended in list(self.started.items())
+                        if (ended is None and t.is_alive()) or (ended is not None and ended > self.returned_ns))
+        processes: list[LeftProcess] = []
+        if self.proc is not None:
+            for pid, before in self.children_cpu.items():
+                now = _cpu_ns(self.proc, pid)
+                if before is not None and now is not None and now > before:
+                    processes.extend(new_children(Children({}), Children({pid: "R"}), self.proc))
+        return threads, tuple(processes)

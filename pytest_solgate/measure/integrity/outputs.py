@@ -24,6 +24,7 @@ offsets, masks) keep their values, since new ones could index out of bounds.
 
 from __future__ import annotations
 
+import contextlib
 import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -41,6 +42,8 @@ WRONG = "wrong"
 LOWER_PRECISION = "lower-precision"
 UNWAITED_COPY = "unwaited-copy"
 NO_RESULT = "no-result"  # returned None, and no outputs= named the buffers it writes
+SHAPE = "shape"  # a result of another shape than the reference's
+WRITTEN_LATER = "written-later"  # a host output written after the call returned, with no device in the call
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class Checked:
     outputs: tuple[int, ...]  # positions of the buffers the kernel writes (empty: it returns its result)
     reference: Callable[..., Any] | None
     tolerance: float | None  # the test's own relative tolerance, instead of the declared precision's
+    test: str = ""  # the test's id, for the one line of a reference= or args= that fails
 
     def timed(self) -> Callable[[], Any]:
         fn, args = self.fn, self.args
@@ -62,6 +66,15 @@ class Checked:
             return fn(*args)
 
         return call
+
+    def fresh(self) -> list[Any]:
+        """New arguments from the test's factory (args= a function), refused in one line where it fails."""
+        assert self.factory is not None
+        made = users_call(self.test, "args=", self.factory)
+        if not isinstance(made, (tuple, list)):
+            raise_user_error(f"{self.test}: sol.measure's args= function returned {type(made).__name__}, not a tuple of "
+                             "the kernel's arguments (e.g. args=lambda: (torch.randn(n), torch.randn(n)))")
+        return list(made)
 
     def inputs(self, args: Sequence[Any]) -> list[Any]:
         return [a for i, a in enumerate(args) if i not in self.outputs]
@@ -81,6 +94,7 @@ class Finding:
     allowed: float = 0.0
     bits: int = 0  # the mantissa bits the tolerance is for
     type_name: str = ""  # the lazy result's type
+    shapes: tuple[str, str] = ("", "")  # (the result's, the reference's), for SHAPE
     operators: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -95,18 +109,60 @@ def is_tensor(value: Any) -> bool:
     return isinstance(value, torch.Tensor)
 
 
-def _new_values(tensor: Any, rng: random.Random) -> Any:
-    """A tensor of ``tensor``'s shape, dtype and device with new values (see the module's doc)."""
+def _changes(tensor: Any) -> bool:
+    """Whether new values are written for ``tensor`` (floating and complex ones; see the module's doc)."""
+    return tensor.is_floating_point() or tensor.is_complex()
+
+
+def _rolled(flat: Any, rng: random.Random) -> Any:
     torch = _torch()
-    fresh = torch.empty_like(tensor)
-    if tensor.is_floating_point() or tensor.is_complex():
-        flat = tensor.detach().reshape(-1)
-        shift = rng.randrange(1, flat.numel()) if flat.numel() > 1 else 0
-        factor = rng.choice((0.75, 0.8, 1.2, 1.25))
-        fresh.copy_((torch.roll(flat, shift) * factor).reshape(tensor.shape))
-    else:
-        fresh.copy_(tensor)
+    shift = rng.randrange(1, flat.numel()) if flat.numel() > 1 else 0
+    return torch.roll(flat, shift) * rng.choice((0.75, 0.8, 1.2, 1.25))
+
+
+def _new_values(tensor: Any, rng: random.Random) -> Any:
+    """A tensor of ``tensor``'s shape, dtype, device and ``requires_grad`` with new values and its own
+    (dense) storage: an expanded view's copy holds each of its elements once."""
+    torch = _torch()
+    with torch.no_grad():
+        fresh = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
+        if _changes(tensor):
+            fresh.copy_(_rolled(tensor.detach().reshape(-1), rng).reshape(tensor.shape))
+        else:
+            fresh.copy_(tensor)
+    if tensor.requires_grad and fresh.is_leaf:
+        fresh.requires_grad_(True)
+    if isinstance(tensor, torch.nn.Parameter):
+        fresh = torch.nn.Parameter(fresh, requires_grad=tensor.requires_grad)
     return fresh
+
+
+def map_tensors(value: Any, change: Callable[[Any], Any]) -> Any:
+    """``value`` with every tensor in it (inside lists and tuples, at any depth) replaced by ``change(tensor)``."""
+    if is_tensor(value):
+        return change(value)
+    if isinstance(value, list):
+        return [map_tensors(v, change) for v in value]
+    if isinstance(value, tuple):
+        mapped = [map_tensors(v, change) for v in value]
+        return type(value)(*mapped) if hasattr(value, "_fields") else tuple(mapped)
+    return value
+
+
+def tensors_in(value: Any) -> list[Any]:
+    """Every tensor in ``value`` (inside lists and tuples, at any depth)."""
+    found: list[Any] = []
+    map_tensors(value, lambda t: found.append(t) or t)
+    return found
+
+
+def _whole_storage(tensor: Any) -> Any:
+    """A flat tensor over all of ``tensor``'s storage, in its dtype: new values written there reach an
+    expanded or overlapping view (which cannot be written element by element) and every view of it."""
+    torch = _torch()
+    storage = tensor.untyped_storage()
+    return torch.empty(0, dtype=tensor.dtype, device=tensor.device).set_(
+        storage, 0, (storage.nbytes() // tensor.element_size(),), (1,))
 
 
 def poison(tensor: Any) -> None:
@@ -193,7 +249,7 @@ def compare(got: Any, want: Any, rtol: float) -> Compared:
 
 
 def _clone(values: list[Any]) -> list[Any]:
-    return [v.detach().clone() if is_tensor(v) else v for v in values]
+    return [map_tensors(v, lambda t: t.detach().clone()) for v in values]
 
 
 def _identical(a: Any, b: Any) -> bool:
@@ -216,18 +272,56 @@ def _half_values(tensor: Any) -> bool:
     return any(bool((finite.to(half).to(finite.dtype) == finite).all()) for half in (torch.float16, torch.bfloat16))
 
 
-class OutputCheck:
-    """The checks of one measurement's outputs; ``run`` returns the first finding, or None."""
+def raise_user_error(message: str) -> None:
+    from pytest_solgate.support.errors import MeasureError
 
-    def __init__(self, checked: Checked, bits: int, sync: Callable[[], None], seed: int = 0) -> None:
+    raise MeasureError(message)
+
+
+def users_call(test: str, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, the test's own function (its reference=, its args= factory); where it raises,
+    one error that names it and shows the test's frames only (none of the plugin's)."""
+    import traceback
+
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - any error of the test's function is reported as the test's
+        frames = traceback.format_tb(exc.__traceback__.tb_next) if exc.__traceback__ is not None else []
+        told = "".join(frames).rstrip()
+        raise_user_error(f"{test}: sol.measure's {what} raised {type(exc).__name__}: {exc}"
+                         + (f"\n{told}" if told else ""))
+
+
+def _shape(value: Any) -> str:
+    return f"({', '.join(str(n) for n in value.shape)})" if hasattr(value, "shape") else type(value).__name__
+
+
+def _described(value: Any) -> str:
+    if is_tensor(value):
+        return f"a tensor of shape {_shape(value)}"
+    return "None" if value is None else f"a {type(value).__name__}"
+
+
+class OutputCheck:
+    """The checks of one measurement's outputs; ``run`` returns the first finding, or None.
+    ``after_call`` (the guard's) is called right after each checked call returns, with what watched
+    it, and returns what that call left running (or None): said before anything the outputs show."""
+
+    def __init__(self, checked: Checked, bits: int, sync: Callable[[], None], seed: int = 0,
+                 watch: Callable[[], Any] | None = None, after_call: Callable[[Any], Any] | None = None,
+                 on_device: bool = False) -> None:
         self.checked = checked
         self.bits = bits
         self.rtol = checked.tolerance if checked.tolerance is not None else precision.tolerance(bits)
         self.sync = sync
         self.rng = random.Random(seed)
+        self.watch = watch
+        self.after_call = after_call
+        self.on_device = on_device  # the measurement runs on a GPU: a host output written late is a copy in flight
         # The outputs of the timed arguments and of the calls checked last (a few): a result equal
         # to one of them while the inputs changed is stale.
         self.seen: list[list[Any]] = []
+        self.made: list[list[Any]] = []  # the fresh arguments made so far (see fresh_args)
 
     # --- what one call produced --------------------------------------------------------------
 
@@ -237,10 +331,26 @@ class OutputCheck:
         return [(f"result[{i}]" if isinstance(result, (tuple, list)) else "result", value)
                 for i, value in enumerate(_flat(result))]
 
-    def _expected(self, args: Sequence[Any]) -> list[Any] | None:
+    def _expected(self, inputs: list[Any], outputs: list[tuple[str, Any]]) -> list[Any] | None:
+        """The reference's results for ``inputs``, one per output, as tensors; a reference that cannot
+        be compared with the kernel's outputs is the test's mistake, refused in one line."""
         if self.checked.reference is None:
             return None
-        return _flat(self.checked.reference(*self.checked.inputs(args)))
+        test = self.checked.test
+        returned = users_call(test, "reference=", self.checked.reference, *inputs)
+        expected = [_as_tensor(value) for value in _flat(returned)]
+        names = ", ".join(name for name, _ in outputs)
+        if len(expected) != len(outputs):
+            raise_user_error(f"{test}: sol.measure's reference= returned {len(expected)} result(s), the kernel "
+                             f"{len(outputs)} ({names}); return one expected result per output, in the same order")
+        for (name, value), want in zip(outputs, expected):
+            if not is_tensor(want):
+                raise_user_error(f"{test}: sol.measure's reference= returned {_described(want)} where the kernel's "
+                                 f"{name} is {_described(value)}; return the expected tensor (or NumPy array)")
+            if str(want.device) == "meta":
+                raise_user_error(f"{test}: sol.measure's reference= returned a tensor on the meta device (no values) "
+                                 f"for {name}; compute the reference on a real device (the CPU or the kernel's)")
+        return expected
 
     def current(self) -> list[Any]:
         """The outputs for the timed arguments as they are now (a call when the kernel returns them)."""
@@ -252,7 +362,7 @@ class OutputCheck:
 
     # --- the checks --------------------------------------------------------------------------
 
-    def run(self, when: str) -> Finding | None:
+    def run(self, when: str) -> Any:
         __tracebackhide__ = True
         if not self.seen:  # a later check finds the timed outputs among those it remembers
             self._remember(self.current())
@@ -265,68 +375,96 @@ class OutputCheck:
     def _stale(self, position: int, value: Any) -> bool:
         return any(position < len(seen) and _identical(value, seen[position]) for seen in self.seen)
 
-    def _same_storage(self, when: str) -> Finding | None:
+    def _same_storage(self, when: str) -> Any:
+        """The timed tensors themselves, with new values written where they live (the whole storage of
+        each floating input, so that an expanded or overlapping view and a tensor inside a list get them
+        too); every tensor of the call is given back its values after."""
         __tracebackhide__ = True
+        torch = _torch()
         args = list(self.checked.args)
-        saved = _clone(args)
+        storages: dict[tuple[int, Any], Any] = {}
+        for tensor in tensors_in(self.checked.inputs(args)):
+            if _changes(tensor) and tensor.untyped_storage().nbytes():
+                storages.setdefault((tensor.untyped_storage().data_ptr(), tensor.dtype), _whole_storage(tensor))
+        outputs = [args[i] for i in self.checked.outputs]
+        saved = [flat.clone() for flat in storages.values()] + [out.detach().clone() for out in outputs]
         try:
-            for i, value in enumerate(args):
-                if is_tensor(value) and i not in self.checked.outputs:
-                    value.copy_(_new_values(value, self.rng))
-            return self._call_and_judge(args, when, "the same tensors, new values")
+            with torch.no_grad():
+                for flat in storages.values():
+                    flat.copy_(_rolled(flat, self.rng))
+            return self._call_and_judge(args, when, "the same tensors, new values", changed=bool(storages))
         finally:
-            for value, kept in zip(args, saved):
-                if is_tensor(value):
-                    value.copy_(kept)
+            with torch.no_grad():
+                for target, kept in zip([*storages.values(), *outputs], saved):
+                    target.copy_(kept)
 
     def fresh_args(self) -> list[Any]:
+        torch = _torch()
         if self.checked.factory is not None:
-            args = list(self.checked.factory())
+            args = self.checked.fresh()
         else:
-            args = [_new_values(v, self.rng) if is_tensor(v) else v for v in self.checked.args]
-        for i in self.checked.outputs:
-            if i < len(args) and is_tensor(args[i]):
-                poison(args[i])
+            args = [map_tensors(v, lambda t: _new_values(t, self.rng)) for v in self.checked.args]
+        with torch.no_grad():
+            for i in self.checked.outputs:
+                if i < len(args) and is_tensor(args[i]):
+                    poison(args[i])
+        # Kept until the measurement's checks are over (``release``): a later fresh set never gets the
+        # address of an earlier one, whose result a cache keyed by address may hold.
+        self.made.append(args)
         return args
 
-    def _new_storage(self, when: str) -> Finding | None:
-        __tracebackhide__ = True
-        return self._call_and_judge(self.fresh_args(), when, "new storage, new values")
+    def release(self) -> None:
+        self.made.clear()
 
-    def _call_and_judge(self, args: list[Any], when: str, storage: str) -> Finding | None:
+    def _new_storage(self, when: str) -> Any:
+        __tracebackhide__ = True
+        args = self.fresh_args()
+        changed = any(_changes(t) and t.numel() for t in tensors_in(self.checked.inputs(args)))
+        return self._call_and_judge(args, when, "new storage, new values", changed=changed or self.checked.factory is not None)
+
+    def _call_and_judge(self, args: list[Any], when: str, storage: str, changed: bool = True) -> Any:
         __tracebackhide__ = True
         kept = _clone(list(args)) if self.checked.reference is not None else list(args)
         inputs = self.checked.inputs(args)
-        result = self.checked.fn(*args)
+        watch = self.watch() if self.watch is not None else contextlib.nullcontext()
+        with watch:
+            result = self.checked.fn(*args)
+        left = self.after_call(watch) if self.after_call is not None else None
+        if left is not None:
+            return left
         outputs = self._outputs(args, result)
         # Read host outputs before waiting for the device: a copy to the host left in flight shows
         # as poison here and as the right value after the wait.
         early = [(name, int(p.sum())) for name, value in outputs
                  if is_tensor(value) and str(value.device) == "cpu" and (p := _poisoned(value)) is not None]
         self.sync()
-        finding = self._judge(outputs, self._expected(kept), inputs, when, storage)
+        finding = self._judge(outputs, self._expected(self.checked.inputs(kept), outputs), inputs,
+                              self.checked.inputs(kept), when, storage, changed)
         if finding is None:
             for name, count in early:
                 value = dict(outputs)[name]
                 if count and not int(_poisoned(value).sum()):
-                    return Finding(UNWAITED_COPY, when, storage, output=name, count=count, total=value.numel())
+                    cause = UNWAITED_COPY if self.on_device else WRITTEN_LATER
+                    return Finding(cause, when, storage, output=name, count=count, total=value.numel())
         self._remember(_clone([value for _, value in outputs]))
         return finding
 
-    def _judge(self, outputs: list[tuple[str, Any]], expected: list[Any] | None, inputs: list[Any], when: str,
-               storage: str) -> Finding | None:
+    def _judge(self, outputs: list[tuple[str, Any]], expected: list[Any] | None, inputs: list[Any],
+               reference_inputs: list[Any], when: str, storage: str, changed: bool) -> Finding | None:
         for name, value in outputs:
             if value is None and not self.checked.outputs:
                 return Finding(NO_RESULT, when, storage, output=name)
             if not is_tensor(value) or lazy(value):
                 return Finding(LAZY, when, storage, output=name, type_name=lazy(value) if is_tensor(value) else
                                f"{type(value).__module__}.{type(value).__qualname__}")
+        # A reference that returns one of its own inputs works in place: the kernel may too.
+        in_place = expected is not None and any(_shares_storage(e, a) for e in expected if is_tensor(e)
+                                                for a in tensors_in(reference_inputs))
         for name, value in outputs:
-            if self.checked.outputs:
+            if self.checked.outputs or in_place:
                 break
-            aliased = [i for i, a in enumerate(inputs) if is_tensor(a) and _shares_storage(value, a)]
-            if aliased and not (expected is not None and any(_shares_storage(e, a) for e in expected if is_tensor(e)
-                                                             for a in inputs if is_tensor(a))):
+            aliased = [i for i, a in enumerate(inputs) if any(_shares_storage(value, t) for t in tensors_in(a))]
+            if aliased:
                 return Finding(ALIASED, when, storage, output=name, count=aliased[0])
         previous = self.seen[-1] if self.seen else []
         for position, (name, value) in enumerate(outputs):
@@ -339,15 +477,13 @@ class OutputCheck:
                     left = int((poisoned & ~was).sum()) if was is not None and was.shape == poisoned.shape else left
                 if left:
                     return Finding(UNWRITTEN, when, storage, output=name, count=left, total=value.numel())
-                if value.numel() > 1 and self._stale(position, value):
+                # Integer and boolean inputs keep their values (module doc): the same result is then right.
+                if changed and value.numel() > 1 and self._stale(position, value):
                     return Finding(STALE, when, storage, output=name, total=value.numel())
-                continue
-            if position >= len(expected) or not is_tensor(expected[position]):
                 continue
             want = expected[position]
             if tuple(value.shape) != tuple(want.shape):
-                return Finding(WRONG, when, storage, output=name, total=value.numel(), error=float("inf"),
-                               allowed=self.rtol, bits=self.bits)
+                return Finding(SHAPE, when, storage, output=name, total=value.numel(), shapes=(_shape(value), _shape(want)))
             compared = compare(value, want, self.rtol)
             if compared.unwritten:
                 return Finding(UNWRITTEN, when, storage, output=name, count=compared.unwritten, total=compared.total)
@@ -359,6 +495,17 @@ class OutputCheck:
             return Finding(LOWER_PRECISION if lower else WRONG, when, storage, output=name, count=compared.mismatched,
                            total=compared.total, error=compared.error, allowed=self.rtol, bits=self.bits)
         return None
+
+
+def _as_tensor(value: Any) -> Any:
+    """A reference's result as a tensor: a NumPy array (or anything with ``__array__``) is compared like one."""
+    if is_tensor(value) or value is None or isinstance(value, (int, float, complex, bool)):
+        return value
+    if hasattr(value, "__array__"):
+        import numpy
+
+        return _torch().from_numpy(numpy.ascontiguousarray(value))
+    return value
 
 
 def checked_of(fn: Any, args: Any, outputs: Any, reference: Any, tolerance: Any, test: str) -> Checked:
@@ -373,10 +520,13 @@ def checked_of(fn: Any, args: Any, outputs: Any, reference: Any, tolerance: Any,
     factory = None
     if callable(args):
         factory = args
-        args = args()
+        args = Checked(fn, (), factory, (), None, None, test).fresh()
     if not isinstance(args, (tuple, list)):
         raise MeasureError(f"{test}: sol.measure's args= must be a tuple of the kernel's arguments or a function that "
                            f"returns one, got {type(args).__name__} ({example})")
+    if isinstance(outputs, bool) or (isinstance(outputs, (tuple, list)) and any(isinstance(o, bool) for o in outputs)):
+        raise MeasureError(f"{test}: sol.measure's outputs= names positions in args= of the buffers the kernel writes "
+                           f"(e.g. outputs=2), not {outputs!r}; leave it out when the kernel returns its result")
     positions = (outputs,) if isinstance(outputs, int) else tuple(outputs or ())
     for position in positions:
         if not isinstance(position, int) or not -len(args) <= position < len(args) or not is_tensor(args[position]):
@@ -388,4 +538,4 @@ def checked_of(fn: Any, args: Any, outputs: Any, reference: Any, tolerance: Any,
                            f"outputs) returning the expected result, got {type(reference).__name__} ({example})")
     if tolerance is not None and not (isinstance(tolerance, (int, float)) and 0 < tolerance < 1):
         raise MeasureError(f"{test}: sol.measure's tolerance= is a relative error in (0, 1), e.g. 1e-3; got {tolerance!r}")
-    return Checked(fn, tuple(args), factory, positions, reference, float(tolerance) if tolerance is not None else None)
+    return Checked(fn, tuple(args), factory, positions, reference, float(tolerance) if tolerance is not None else None, test)

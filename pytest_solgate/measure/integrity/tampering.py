@@ -35,14 +35,14 @@ CUDA_FUNCTIONS = ("cuda.synchronize", "cuda.Event", "cuda.Event.record", "cuda.E
 # module path -> attributes (a dotted attribute reads through a class)
 PLUGIN_FUNCTIONS = {
     "pytest_solgate.measure.phases": ("warm_up", "plan", "timed_call", "take_samples", "_rounds", "graph_or_launches"),
-    "pytest_solgate.measure.sampling": ("kernel_timed",),
-    "pytest_solgate.measure.pipeline": ("time_once",),
+    "pytest_solgate.measure.sampling": ("take_timing", "kernel_timed"),
+    "pytest_solgate.measure.pipeline": ("time_once", "measure"),
     "pytest_solgate.measure.stopping": ("NoiseTarget.decide",),
     "pytest_solgate.support.stats": ("median", "relative_half_width"),
     "pytest_solgate.measure.backends": (
         "CpuBackend.start", "CpuBackend.stop", "CpuBackend.elapsed", "CpuBackend.steady", "CpuBackend.begin",
         "CudaBackend.start", "CudaBackend.stop", "CudaBackend.elapsed", "CudaBackend.synchronize",
-        "CudaBackend.hold", "CudaBackend.flush", "choose_cpu_timer"),
+        "CudaBackend.hold", "CudaBackend.flush", "choose_cpu_timer", "read_cpu_stamp"),
     "pytest_solgate.measure.kernel_trace": ("sample_kernels",),
 }
 # Compared within a measurement only (a replacement before it is the second clock's to catch).
@@ -72,7 +72,7 @@ def watched(torch: Any = None, seams: bool = True) -> Reading:
     """Read every watched name now. ``torch`` is the backend's (None: the real one, if imported)."""
     bound: dict[str, Any] = {f"time.{name}": getattr(time, name, None) for name in TIME_FUNCTIONS}
     torch = torch if torch is not None else sys.modules.get("torch")
-    if torch is not None and hasattr(torch, "cuda"):
+    if torch is not False and torch is not None and hasattr(torch, "cuda"):
         for name in CUDA_FUNCTIONS:
             bound[f"torch.{name}"] = _lookup(torch, name)
     groups = [PLUGIN_FUNCTIONS, SEAMS] if seams else [PLUGIN_FUNCTIONS]
@@ -122,6 +122,27 @@ def foreign(reading: Reading) -> tuple[str, ...]:
 
 
 MODULES = {name.rsplit(".", 1)[-1]: name for name in [*PLUGIN_FUNCTIONS, *SEAMS]}
+
+
+def _at_import() -> dict[str, Any]:
+    """What every watched name of the time module and of the plugin is bound to when this module is
+    imported (with the plugin, before any test module): the originals, compared by identity, so that
+    a wrapper that copies its function's name and module (functools.wraps) is still a wrapper."""
+    import importlib
+
+    for module_name in [*PLUGIN_FUNCTIONS, *SEAMS]:
+        importlib.import_module(module_name)
+    return {name: value for name, value in watched(torch=False).bound.items() if not name.startswith("torch.")}
+
+
+ORIGINALS = _at_import()
+
+
+def not_original(reading: Reading) -> tuple[str, ...]:
+    """The watched names of the time module and the plugin (seams included) bound to another object
+    than at import: replaced before the measurement, in the test or at its module's import."""
+    return tuple(name for name, value in reading.bound.items()
+                 if name in ORIGINALS and value is not None and value is not ORIGINALS[name])
 
 
 @dataclass(frozen=True)

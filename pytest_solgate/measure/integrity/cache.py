@@ -1,0 +1,68 @@
+"""Integrity: the timed calls served from a cache, told by their time.
+
+The output checks call the kernel on other inputs than the timed ones; a kernel that keeps a result
+for the timed inputs (keyed by their addresses, their version counters, their values, or computed at
+import for the test's seeded inputs) answers those checks honestly and serves the timed calls from
+its cache. Whatever the key, the cache shows in the time: a few calls on fresh inputs (new storage,
+new values) are timed exactly as a sample is (a flush, the backend's timer, one call), each beside
+a call on the timed inputs timed the same way, and compared with the measurement's figure. An honest
+kernel takes as long on either; a cached one is far faster on the timed inputs.
+
+The decision is on the fastest call of each kind (a busy machine only ever slows a call down, so
+the fastest is the one least disturbed) and by a generous factor: a fresh call must be over
+``FACTOR`` times both the figure and the fastest call on the timed inputs, plus ``SLACK``, and a
+second set of calls must say so again before anything is named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+FACTOR = 2.0
+SLACK_SECONDS = 20e-6  # a call's own overhead (a timer's reading, an allocation) on a loaded machine
+PAIRS = 2  # calls of each kind in a round; a second round confirms a suspicion
+CONFIRM_PAIRS = 3
+
+
+@dataclass(frozen=True)
+class CacheCheck:
+    """The timed figure beside single calls on the timed and on fresh inputs (seconds a call)."""
+
+    timed_seconds: float  # the measurement's figure
+    same_seconds: float  # the fastest call on the timed inputs
+    fresh_seconds: float  # the fastest call on fresh inputs
+    calls: int
+
+    @property
+    def served(self) -> bool:
+        floor = max(self.timed_seconds, self.same_seconds)
+        return self.fresh_seconds > FACTOR * floor + SLACK_SECONDS
+
+
+def time_pairs(timed: Callable[[], Any], fresh: Callable[[], Callable[[], Any]], time_one: Callable[[Callable[[], Any]], float],
+               pairs: int) -> tuple[list[float], list[float]]:
+    """``pairs`` calls on the timed inputs and as many on fresh ones (each made by ``fresh()``, outside
+    the timing), in turn, each timed by ``time_one``."""
+    same: list[float] = []
+    new: list[float] = []
+    for _ in range(pairs):
+        call = fresh()
+        new.append(time_one(call))
+        same.append(time_one(timed))
+    return same, new
+
+
+def check(timed_seconds: float, timed: Callable[[], Any], fresh: Callable[[], Callable[[], Any]],
+          time_one: Callable[[Callable[[], Any]], float]) -> CacheCheck:
+    """The check (see the module's doc): a round, and a second where the first says ``served``."""
+    same, new = time_pairs(timed, fresh, time_one, PAIRS)
+    found = _of(timed_seconds, same, new)
+    if not found.served:
+        return found
+    more_same, more_new = time_pairs(timed, fresh, time_one, CONFIRM_PAIRS)
+    return _of(timed_seconds, [*same, *more_same], [*new, *more_new])
+
+
+def _of(timed_seconds: float, same: Sequence[float], new: Sequence[float]) -> CacheCheck:
+    return CacheCheck(timed_seconds, min(same), min(new), len(new))

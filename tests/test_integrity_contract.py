@@ -1,0 +1,140 @@
+"""The reference's contract (issue 51 item 6): what a test hands as ``reference=``, ``args=``,
+``outputs=`` and ``sol_clock`` is read as a kernel engineer expects, and a mistake in it is one
+line naming both sides, with the test's own frames only."""
+
+import re
+
+
+def test_a_numpy_reference_is_compared_like_a_tensor(suite):
+    result = suite("""
+        import torch
+
+        def add(x, y):
+            busy(1e-3)
+            return x + y
+
+        def subtract(x, y):
+            busy(1e-3)
+            return x - y
+
+        def numpy_add(x, y):
+            return x.numpy() + y.numpy()
+
+        def test_honest(sol):
+            sol.measure(add, args=(torch.randn(256), torch.randn(256)), reference=numpy_add, bytes=1e3)
+
+        def test_subtracts(sol):
+            sol.measure(subtract, args=(torch.randn(256), torch.randn(256)), reference=numpy_add, bytes=1e3)
+        """, "--sol-no-save", fake_clock=True, subprocess=True)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.re_match_lines([r".*test_subtracts 'default': wrong result: result on new storage.*"])
+
+
+def test_a_reference_that_cannot_be_compared_is_one_line_naming_both(suite):
+    result = suite("""
+        import torch
+
+        def add(x, y):
+            busy(1e-3)
+            return x + y
+
+        def two(x, y):
+            busy(1e-3)
+            return x + y, x - y
+
+        def args():
+            return torch.randn(64), torch.randn(64)
+
+        def test_number(sol):
+            sol.measure(add, args=args(), reference=lambda x, y: 3.0, bytes=1e3)
+
+        def test_none(sol):
+            sol.measure(add, args=args(), reference=lambda x, y: None, bytes=1e3)
+
+        def test_count(sol):
+            sol.measure(two, args=args(), reference=lambda x, y: x + y, bytes=1e3)
+
+        def test_shape(sol):
+            sol.measure(add, args=args(), reference=lambda x, y: (x + y).reshape(8, 8), bytes=1e3)
+
+        def test_meta(sol):
+            sol.measure(add, args=args(), reference=lambda x, y: torch.empty(64, device="meta"), bytes=1e3)
+        """, "--sol-no-save", fake_clock=True, subprocess=True)
+    result.assert_outcomes(failed=5)
+    out = result.stdout.str()
+    for said in (r"test_number: sol.measure's reference= returned a float where the kernel's result is a tensor of shape \(64\)",
+                 r"test_none: sol.measure's reference= returned None where the kernel's result is a tensor of shape \(64\)",
+                 r"test_count: sol.measure's reference= returned 1 result\(s\), the kernel 2 \(result\[0\], result\[1\]\)",
+                 r"test_shape 'default': wrong shape: result on new storage, new values \(between sampling rounds\) has "
+                 r"shape \(64\), the reference's result shape \(8, 8\)",
+                 r"test_meta: sol.measure's reference= returned a tensor on the meta device"):
+        assert re.search(said, out), said
+    assert "Traceback" not in out and "pytest_solgate/" not in out
+
+
+def test_a_reference_or_factory_that_fails_shows_the_tests_frames_only(suite):
+    result = suite("""
+        import torch
+
+        def add(x, y):
+            busy(1e-3)
+            return x + y
+
+        def broken_reference(x, y):
+            return x + y.reshape(3, -1)
+
+        def broken_factory():
+            raise ValueError("no inputs today")
+
+        def test_reference_raises(sol):
+            sol.measure(add, args=(torch.randn(64), torch.randn(64)), reference=broken_reference, bytes=1e3)
+
+        def test_factory_raises(sol):
+            sol.measure(add, args=broken_factory, bytes=1e3)
+
+        def test_factory_returns_none(sol):
+            sol.measure(add, args=lambda: None, bytes=1e3)
+        """, "--sol-no-save", fake_clock=True, subprocess=True)
+    result.assert_outcomes(failed=3)
+    out = result.stdout.str()
+    assert re.search(r"test_reference_raises: sol.measure's reference= raised RuntimeError: shape '\[3, -1\]'", out), out
+    assert re.search(r"test_kernels.py\", line \d+, in broken_reference", out), out
+    assert re.search(r"test_factory_raises: sol.measure's args= raised ValueError: no inputs today", out), out
+    assert re.search(r"test_factory_returns_none: sol.measure's args= function returned NoneType, not a tuple", out), out
+    assert "pytest_solgate/" not in out, out
+
+
+def test_outputs_true_or_false_is_refused(suite):
+    result = suite("""
+        import torch
+
+        def copy(x, out):
+            busy(1e-3)
+            out.copy_(x)
+
+        def test_true(sol):
+            sol.measure(copy, args=(torch.randn(4), torch.empty(4)), outputs=True, bytes=1e3)
+
+        def test_false(sol):
+            sol.measure(copy, args=(torch.randn(4), torch.empty(4)), outputs=False, bytes=1e3)
+        """, "--sol-no-save", fake_clock=True, subprocess=True)
+    result.assert_outcomes(failed=2)
+    result.stdout.re_match_lines([rf".*test_{value}: sol.measure's outputs= names positions in args= of the buffers the "
+                                  rf"kernel writes \(e.g. outputs=2\), not {value.title()}.*" for value in ("true", "false")],
+                                 consecutive=False)
+
+
+def test_a_sol_clock_of_the_wrong_type_is_one_line_naming_it(suite):
+    result = suite("""
+        import pytest
+
+        @pytest.fixture
+        def sol_clock():
+            return lambda: (0, 0, 0)
+
+        def test_k(sol):
+            sol.measure(lambda: busy(1e-3), bytes=1e3)
+        """, "--sol-no-save", subprocess=True)
+    result.assert_outcomes(failed=1)
+    result.stdout.re_match_lines([r".*the sol_clock fixture returned function, not a pytest_solgate.measure.backends.CpuClock"])
+    assert "AttributeError" not in result.stdout.str()
