@@ -152,7 +152,12 @@ def map_tensors(value: Any, change: Callable[[Any], Any]) -> Any:
 def tensors_in(value: Any) -> list[Any]:
     """Every tensor in ``value`` (inside lists and tuples, at any depth)."""
     found: list[Any] = []
-    map_tensors(value, lambda t: found.append(t) or t)
+
+    def keep(tensor: Any) -> Any:
+        found.append(tensor)
+        return tensor
+
+    map_tensors(value, keep)
     return found
 
 
