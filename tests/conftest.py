@@ -37,11 +37,9 @@ def _a_wide_terminal(monkeypatch):
     that is 80 columns, and the table wraps. Tests that read table rows get a wide one; the
     80-column layout has tests of its own (they set COLUMNS). Set per test, not for the session:
     the suite's own progress line is as wide as the contributor's terminal (at 250 columns the
-    progress figure came once every 240 tests, and a CI log shows a line only when it ends)."""
-    import os
-
-    if "COLUMNS" not in os.environ:
-        monkeypatch.setenv("COLUMNS", "250")
+    progress figure came once every 240 tests, and a CI log shows a line only when it ends). Set
+    whatever the session found: an xdist worker starts with COLUMNS=80."""
+    monkeypatch.setenv("COLUMNS", "250")
 
 
 def pytest_configure(config):
