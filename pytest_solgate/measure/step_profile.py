@@ -53,7 +53,8 @@ class RunReading:
     operators: Mapping[tuple[str, str], float]
     calls: Mapping[tuple[str, str], int]
     idle: float
-    overlap: float = 0.0  # operator time counted twice (kernels of two streams at once; threads on a CPU)
+    overlap: float = 0.0  # device or operator time counted twice (kernels at once; threads on a CPU)
+    carried_in: float = 0.0  # device time in the step that is not its own (an earlier step's, launched before the trace)
 
 
 @dataclass(frozen=True)

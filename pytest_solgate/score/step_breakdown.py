@@ -15,13 +15,15 @@ run one after another on one stream: the step's floor is theirs in sequence); it
 its main precision class (the one whose FLOPs take longest at their peak) over time x that peak;
 idle is the part of the step no operator covers. They add up:
 
-    sum(lost) + idle - overlap = time - T_SOL
+    sum(lost) + idle - overlap + carried in = time - T_SOL
 
 for each run, as the profiler's readings give it (idle is read from the gaps, not taken as the
 remainder), and so for the means over the same runs; ``identity_gap`` says how far it is off, as a
 share of the step: a reading that counted an operator twice or missed one shows there. ``overlap``
-is operator time counted twice on purpose (kernels of two streams at once; 0 on one stream). No
-torch, no pytest.
+is time counted twice on purpose (device activities at once, on two streams or on one: a kernel may
+start before the one ahead of it on its stream ends). ``carried in`` is device time inside the step
+that is not its own (a recorded trace's kernels of an earlier step, or launched before the trace
+began): it covers the step, so it is not idle, and no operator of the step owns it. No torch, no pytest.
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ class StepBreakdown:
     mfu: float
     precision: str | None  # the main precision class, whose peak MFU is taken against
     idle: float  # mean seconds no operator covers
-    overlap: float  # mean operator seconds counted twice (0 on one stream)
+    overlap: float  # mean seconds counted twice (device activities at once)
     operators: tuple[OperatorScore, ...]
     runs: int  # profiled
     mode: str  # "profiler-cpu" or "profiler-kernels"
@@ -138,6 +140,7 @@ class StepBreakdown:
     declared: bool = False  # the FLOPs or bytes were declared, not counted
     notes: tuple[str, ...] = field(default_factory=tuple)
     noise: float = math.inf  # relative 95 % half-width of ``seconds`` (measure/step_profile.py: faster_half_noise)
+    carried_in: float = 0.0  # mean seconds of device time in the step that is not its own
 
     @property
     def idle_share(self) -> float:
@@ -154,7 +157,7 @@ class StepBreakdown:
         the profiler's readings account for every operator once."""
         if self.seconds <= 0:
             return 0.0
-        return (self.lost + self.idle - self.overlap - (self.seconds - self.t_sol)) / self.seconds
+        return (self.lost + self.idle - self.overlap + self.carried_in - (self.seconds - self.t_sol)) / self.seconds
 
     def by_class(self) -> dict[str, float]:
         """Seconds per operator class, then idle: the report's bar (every class, even at 0)."""
@@ -167,7 +170,7 @@ class StepBreakdown:
     def to_dict(self) -> dict[str, Any]:
         return {"seconds": self.seconds, "t_sol": self.t_sol, "flops": dict(self.flops), "bytes": self.bytes,
                 "mfu": self.mfu, "precision": self.precision, "idle": self.idle, "idle_share": self.idle_share,
-                "overlap": self.overlap, "lost": self.lost, "identity_gap": self.identity_gap, "runs": self.runs,
+                "overlap": self.overlap, "carried_in": self.carried_in, "lost": self.lost, "identity_gap": self.identity_gap, "runs": self.runs,
                 "kept": self.kept,
                 "mode": self.mode, "declared": self.declared, "by_class": self.by_class(), "notes": list(self.notes),
                 "noise": self.noise if math.isfinite(self.noise) else None,
@@ -179,6 +182,7 @@ class StepBreakdown:
         return cls(seconds=data["seconds"], t_sol=data.get("t_sol") or 0.0, flops=dict(data.get("flops") or {}),
                    bytes=data.get("bytes") or 0.0, mfu=data.get("mfu") or 0.0, precision=data.get("precision"),
                    idle=data.get("idle") or 0.0, overlap=data.get("overlap") or 0.0,
+                   carried_in=data.get("carried_in") or 0.0,
                    operators=tuple(OperatorScore.from_dict(op) for op in data.get("operators") or ()),
                    runs=data.get("runs") or 0, kept=data.get("kept") or 0, mode=data.get("mode") or "", declared=bool(data.get("declared")),
                    notes=tuple(data.get("notes") or ()),
@@ -267,5 +271,5 @@ def score_step(measured: StepProfile, profile: HardwareProfile, declared: Work |
         precision=precision, idle=_mean([run.idle for run in kept]), overlap=_mean([run.overlap for run in kept]),
         operators=tuple(operators), runs=len(runs), kept=len(kept),
         mode=measured.mode, declared=declared is not None, notes=tuple(notes),
-        noise=faster_half_noise(step_samples, step_samples),
+        noise=faster_half_noise(step_samples, step_samples), carried_in=_mean([run.carried_in for run in kept]),
     )
