@@ -584,7 +584,8 @@ def profile_trace(trace: Trace, step_prefix: str = STEP_PREFIX, module_prefix: s
         per_step[index].append((key, activity))
     if orphans:
         notes.append(f"{orphans} device activities have no launch in the trace (no runtime event or ac2g flow with "
-                     "their correlation id): left out")
+                     "their correlation id; launched before the trace began): no operator's, carried in where they run "
+                     "inside a step")
 
     tops = [n for n in trees.nodes if n.top is n]
     runs = []
