@@ -537,3 +537,19 @@ def test_the_device_running_behind_and_kernels_from_before_the_trace_are_carried
     done = solgate("step", str(TRACES / "v100_train_torch19.json.gz"), "--profile", "v100-sxm2")
     assert done.returncode == 0 and "carried in" in done.stdout
     assert "'Tesla V100-DGXS-32GB', which --profile v100-sxm2" in done.stdout  # a DGX Station part: named
+
+
+@pytest.mark.parametrize("op_name", ["copy_", "fill_", "zero_"])
+def test_an_op_that_overwrites_its_first_input_moves_it_once_as_measure_step_counts_it(op_name):
+    from pytest_solgate.measure import step_profile
+
+    destination, source = torch.empty(256, 64), torch.ones(256, 64)
+    args = {"copy_": (destination, source), "fill_": (destination, 2.0), "zero_": (destination,)}[op_name]
+    func = getattr(torch.ops.aten, op_name).default if op_name != "fill_" else torch.ops.aten.fill_.Scalar
+    counted = step_profile.moved_bytes(func, args, {}, destination)
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    scalars = len(args) - len(tensors)
+    recorded = kineto.HostRange(f"aten::{op_name}", (1, 1), 0.0, 1.0, 1.0,
+                                tuple(list(t.shape) for t in tensors) + ((),) * scalars,
+                                ("float",) * len(tensors) + ("Scalar",) * scalars)
+    assert kineto.range_bytes(recorded) == counted == 256 * 64 * 4 * len(tensors)

@@ -434,3 +434,44 @@ def test_forward(sol):
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*test_forward 'net': one call takes 0.5 s, longer than the time budget "
                                  "--sol-max-time=0.3; raise it for more samples"])
+
+
+def test_a_measurement_from_a_thread_a_profiler_and_a_series_name_inside_a_step_fail_in_one_line_each(pytester):
+    """Issue 53 item 6: each of these fails its test with one line, and the thread's refusal is said
+    once, not at every run of the step."""
+    pytester.makefile(".toml", synthetic=FAST_PROFILE)
+    pytester.makepyfile(test_nested=MODEL + '''
+import threading
+
+def test_thread(sol):
+    def step():
+        worker = threading.Thread(target=lambda: sol.measure(lambda: X + 1, bytes=1e6, name="inner"))
+        worker.start()
+        worker.join()
+        return NET(X)
+    sol.measure_step(step, name="blk")
+
+def test_profiler(sol):
+    def step():
+        with torch.profiler.profile():
+            return NET(X)
+    sol.measure_step(step, name="blk")
+
+def test_series_name_after(sol):
+    sol.measure_step(lambda: NET(X), name="blk")
+    sol.measure(lambda: X * 2, bytes=1e6, name="blk: aten::mul")
+
+def test_series_name_before(sol):
+    sol.measure(lambda: X * 2, bytes=1e6, name="blk: aten::mul")
+    sol.measure_step(lambda: NET(X), name="blk")
+''')
+    result = pytester.runpytest(*FAST_TIMING, "--sol-profile=synthetic.toml", "--sol-no-save", "-p", "no:randomly")
+    result.assert_outcomes(failed=4)
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "*test_thread*sol.measure called inside the step of another measurement ('blk')*",
+        "*test_profiler 'blk': the step opened a torch.profiler.profile() of its own*",
+        "*sol.measure(name='blk: aten::mul') takes the name of an operator series of step 'blk'*",
+        "*sol.measure_step(name='blk') would name its operators' series 'blk: <operator>'*",
+    ])
+    assert out.count("Exception in thread") <= 1  # once, not at every run of the step

@@ -418,6 +418,8 @@ def range_bytes(r: HostRange) -> float:
         return 0.0
     read = sum(n * size for n, size in tensors)
     base = _base(r.name)
+    if base in step_profile.WRITES_FIRST:
+        return float(read)  # its first input is overwritten, not read: moved once, as measure_step counts it
     if base.endswith("_") and not base.startswith("__"):
         return float(read + tensors[0][0] * tensors[0][1])  # in place: the first input is written too
     if base in _REDUCTIONS:
