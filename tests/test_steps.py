@@ -79,8 +79,9 @@ def test_operator_classes():
     assert [step_breakdown.operator_class(op) for op in (
         "aten::linear", "aten::addmm", "AddmmBackward0", "aten::scaled_dot_product_attention",
         "aten::_softmax", "aten::layer_norm", "NativeLayerNormBackward0", "aten::copy_", "aten::gelu", "my::op",
+        "aten::cudnn_convolution_backward", "aten::native_batch_norm_backward",
     )] == ["matmul", "matmul", "matmul", "attention", "normalization", "normalization", "normalization",
-           "copies", "elementwise", "elementwise"]
+           "copies", "elementwise", "elementwise", "matmul", "normalization"]
 
 
 # --- the arithmetic ----------------------------------------------------------------------------------
@@ -475,3 +476,90 @@ def test_series_name_before(sol):
         "*sol.measure_step(name='blk') would name its operators' series 'blk: <operator>'*",
     ])
     assert out.count("Exception in thread") <= 1  # once, not at every run of the step
+
+
+TRAINING = """
+import torch
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(64, 256)
+        self.fc2 = torch.nn.Linear(256, 8)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+torch.manual_seed(0)
+NET, X, Y = Net(), torch.randn(32, 64), torch.randn(32, 8)
+OPT = torch.optim.SGD(NET.parameters(), lr=1e-3)
+
+def train_step():
+    OPT.zero_grad()
+    torch.nn.functional.mse_loss(NET(X), Y).backward()
+    OPT.step()
+"""
+
+
+def raw_groups(path):
+    """(operator, module) -> calls of each top operator in the step ranges of a raw trace, read apart
+    from the project: the outermost cpu_op on its thread, its module the innermost solgate:module:
+    range around it, or, for a backward one outside every module, the module of the forward op with
+    its ``Sequence number``."""
+    events = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X"]
+    host = [e for e in events if e.get("cat") in ("cpu_op", "user_annotation")]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in host if e["name"] == step_profile.STEP_RANGE]
+
+    def around(e, pick):
+        return [o for o in host if pick(o) and o is not e and o["tid"] == e["tid"]
+                and o["ts"] <= e["ts"] and e["ts"] + e["dur"] <= o["ts"] + o["dur"]]
+
+    def is_op(e):
+        return e["cat"] == "cpu_op" or e["name"].startswith(step_profile.BACKWARD_PREFIX)
+
+    def module(e):
+        ranges = around(e, lambda o: o["name"].startswith(step_profile.MODULE_RANGE))
+        inner = max(ranges, key=lambda o: o["ts"], default=None)
+        return inner["name"][len(step_profile.MODULE_RANGE):] if inner else ""
+
+    forward = {e["args"]["Sequence number"]: module(e) for e in host if is_op(e) and "Backward" not in e["name"]
+               and "Sequence number" in e.get("args", {}) and module(e)}
+    found = {}
+    for e in host:
+        if not is_op(e) or around(e, is_op) or not any(a <= e["ts"] < b for a, b in steps):
+            continue
+        name = e["name"].removeprefix(step_profile.BACKWARD_PREFIX)
+        where = module(e) or (forward.get(e["args"].get("Sequence number"), "") if "Backward" in name else "")
+        found[(name, where)] = found.get((name, where), 0) + 1
+    return found
+
+
+def test_a_training_steps_backward_operators_are_their_own_modules_and_match_the_raw_trace(tmp_path):
+    """Issue 53 item 5: each backward node is its forward op's module's (fc1's AddmmBackward0 is not
+    fc2's), two linears of different shapes are two rows with their own work, and the groups and calls
+    measure_step reads are those a reader of the same session's raw trace finds."""
+    from torch.profiler import profile, record_function
+
+    from pytest_solgate.measure import kineto
+
+    space = {}
+    exec(TRAINING, space)
+    with profile(record_shapes=True) as session:
+        with step_profile._ModuleRanges():
+            for _ in range(2):
+                with record_function(step_profile.STEP_RANGE):
+                    space["train_step"]()
+    session.export_chrome_trace(str(tmp_path / "train.json"))
+    runs = step_profile.read_runs(session.events(), on_gpu=False)
+    traced = kineto.profile_trace(kineto.load(tmp_path / "train.json"), step_profile.STEP_RANGE,
+                                  step_profile.MODULE_RANGE).runs
+    expected = {key: calls // 2 for key, calls in raw_groups(tmp_path / "train.json").items()}
+    assert dict(runs[0].calls) == dict(traced[0].calls) == expected
+    assert {("AddmmBackward0", "Net.fc1"), ("AddmmBackward0", "Net.fc2"), ("ReluBackward0", "Net")} <= set(expected)
+    measured = step_profile.profile_step(space["train_step"], "cpu", 1.0, runs=2)
+    work = measured.work
+    for operator in ("aten::linear", "AddmmBackward0"):
+        fc1, fc2 = work[(operator, "Net.fc1")], work[(operator, "Net.fc2")]
+        assert fc1.flops["fp32"] != fc2.flops["fp32"] and fc1.bytes != fc2.bytes
+    assert work[("AddmmBackward0", "Net.fc1")].flops["fp32"] == 2 * 32 * 64 * 256  # the weight's grad (X needs none)
+    assert work[("AddmmBackward0", "Net.fc2")].flops["fp32"] == 2 * 2 * 32 * 256 * 8  # the weight's and the input's

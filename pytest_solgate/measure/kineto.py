@@ -76,6 +76,7 @@ class HostRange:
     dims: tuple[Any, ...] = ()  # ``Input Dims``, one entry per argument ([] for a non-tensor)
     types: tuple[str, ...] = ()  # ``Input type``
     strides: tuple[Any, ...] = ()  # ``Input Strides``, where recorded
+    sequence: int | None = None  # autograd's ``Sequence number``: a backward node carries its forward op's
 
 
 @dataclass(frozen=True)
@@ -261,8 +262,10 @@ def _read_event(event: dict, ranges: list, launches: list, activities: list, flo
     duration = _number(event, "dur", "a finite number >= 0", default=0.0, at_least=0.0)
     end = start + duration
     if category in HOST_CATEGORIES:
+        sequence = _whole(args, "Sequence number") if args.get("Sequence number") is not None else None
         ranges.append(HostRange(event["name"], thread, start, end, duration, _list(args, "Input Dims"),
-                                tuple(str(t) for t in _list(args, "Input type")), _list(args, "Input Strides")))
+                                tuple(str(t) for t in _list(args, "Input type")), _list(args, "Input Strides"),
+                                sequence))
     elif category in LAUNCH_CATEGORIES and "correlation" in args:
         launches.append(Launch(event["name"], thread, start, _whole(args, "correlation"), duration))
     elif category in DEVICE_CATEGORIES and "correlation" in args:
@@ -362,7 +365,19 @@ def _trees(ranges: Sequence[HostRange], module_prefix: str) -> _Trees:
             ordered.append(node)
         nodes += ordered
         by_thread[thread] = ([n.event.start for n in ordered], ordered)
+    _backward_modules(nodes)
     return _Trees(nodes, by_thread)
+
+
+def _backward_modules(nodes: Sequence[_Node]) -> None:
+    """A backward top operator outside every module range (autograd's engine runs it after the
+    forward hooks closed) takes the module of the forward op with its sequence number, as
+    measure_step groups it (step_profile.forward_modules)."""
+    forward = {node.event.sequence: node.module for node in nodes if node.event.sequence is not None and node.module
+               and node.operator and not step_profile.is_backward(node.event.name)}
+    for node in nodes:
+        if node.top is node and not node.module and node.event.sequence is not None and step_profile.is_backward(node.event.name):
+            node.module = forward.get(node.event.sequence, "")
 
 
 # --- the work ---------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ parent's name, a dot, and its attribute name (``Block.attn.proj``). No torch at 
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -216,10 +217,39 @@ def top_operator(event: Any) -> tuple[Any, str, str]:
     return top, name, module
 
 
+def is_backward(name: str) -> bool:
+    """Whether an event is autograd's backward work (its engine's range or a node: ``AddmmBackward0``)."""
+    return name.startswith(BACKWARD_PREFIX) or re.search(r"Backward\d*$", name) is not None
+
+
+def forward_modules(events: Sequence[Any]) -> dict[int, str]:
+    """The module each autograd sequence number's forward op ran in: a backward node carries its
+    forward op's sequence number, and runs outside every module's range (the forward hooks'),
+    so it is given to the module of the forward op that made it (``Net.fc1``'s ``AddmmBackward0``)."""
+    found: dict[int, str] = {}
+    for event in events:
+        sequence = getattr(event, "sequence_nr", -1)
+        if sequence is not None and sequence >= 0 and not is_backward(event.name) and operator_name(event.name):
+            module = top_operator(event)[2]
+            if module:
+                found[sequence] = module
+    return found
+
+
+def group_of(event: Any, modules: Mapping[int, str]) -> tuple[Any, tuple[str, str]]:
+    """The top operator above ``event`` and its (operator, module) group; a backward one takes its
+    forward op's module (``forward_modules``)."""
+    top, name, module = top_operator(event)
+    if top is not None and not module and is_backward(top.name):
+        module = modules.get(getattr(top, "sequence_nr", -1), "")
+    return top, (name, module)
+
+
 def read_runs(events: Sequence[Any], on_gpu: bool) -> list[RunReading]:
     """The runs in a profiler's event list (``prof.events()``: FunctionEvents, times in us), one per
     ``solgate:step`` range, in order. Pure over the events, so that it is tested on made-up ones."""
     steps = sorted((e for e in events if e.name == STEP_RANGE), key=lambda e: e.time_range.start)
+    modules = forward_modules(events)
     readings = []
     for step in steps:
         start, end = step.time_range.start, step.time_range.end
@@ -235,10 +265,9 @@ def read_runs(events: Sequence[Any], on_gpu: bool) -> list[RunReading]:
             name = operator_name(event.name)
             if name is None:
                 continue
-            top, top_name, module = top_operator(event)
+            top, key = group_of(event, modules)
             if top is not event:
                 continue  # inside another operator: its time is its parent's
-            key = (top_name, module)
             calls[key] = calls.get(key, 0) + 1
             seconds = event.device_time_total if on_gpu else event.time_range.end - event.time_range.start
             times[key] = times.get(key, 0.0) + seconds * 1e-6
@@ -272,11 +301,12 @@ def read_work(events: Sequence[Any], counted: Sequence[OperatorWork]) -> dict[tu
     """Each counted kernel call (``solgate:count#i`` range i) added to the (operator, module) group
     the profiler's tree puts it under."""
     work: dict[tuple[str, str], OperatorWork] = {}
+    modules = forward_modules(events)
     for event in events:
         if not event.name.startswith(COUNT_RANGE):
             continue
         index = int(event.name[len(COUNT_RANGE):])
-        top, name, module = top_operator(event)
+        top, (name, module) = group_of(event, modules)
         key = (name or "unattributed", module)
         work[key] = add_work(work.get(key, OperatorWork()), counted[index])
     return work

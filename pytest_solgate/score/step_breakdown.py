@@ -63,7 +63,7 @@ def operator_class(operator: str) -> str:
     backward = re.fullmatch(r"(\w+?)Backward\d*", base)
     if backward:
         base = re.sub(r"(?<!^)(?=[A-Z])", "_", backward.group(1)).lower()  # NativeLayerNorm -> native_layer_norm
-    base = base.lower()
+    base = re.sub(r"_backward(_data|_input|_weight)?$", "", base.lower())  # cudnn_convolution_backward: a convolution's
     if "attention" in base or base.startswith(("_flash", "_efficient", "_cudnn_attention")):
         return "attention"
     if base in _MATMUL or base.startswith("conv"):
