@@ -553,3 +553,11 @@ def test_an_op_that_overwrites_its_first_input_moves_it_once_as_measure_step_cou
                                 tuple(list(t.shape) for t in tensors) + ((),) * scalars,
                                 ("float",) * len(tensors) + ("Scalar",) * scalars)
     assert kineto.range_bytes(recorded) == counted == 256 * 64 * 4 * len(tensors)
+
+
+def test_the_autograd_profilers_legacy_export_is_refused_naming_it(tmp_path):
+    legacy = [{"name": "aten::mm", "ph": "X", "ts": 1.0, "dur": 3.0, "tid": 0, "pid": "CPU functions", "args": {}},
+              {"name": "volta_sgemm", "ph": "X", "ts": 2.0, "dur": 2.0, "tid": 0, "pid": "CUDA functions", "args": {}}]
+    done = solgate("step", str(write_trace(tmp_path, legacy)), "--profile", "v100-sxm2")
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert "legacy trace format (torch 1.7 and earlier" in done.stderr

@@ -563,3 +563,14 @@ def test_a_training_steps_backward_operators_are_their_own_modules_and_match_the
         assert fc1.flops["fp32"] != fc2.flops["fp32"] and fc1.bytes != fc2.bytes
     assert work[("AddmmBackward0", "Net.fc1")].flops["fp32"] == 2 * 32 * 64 * 256  # the weight's grad (X needs none)
     assert work[("AddmmBackward0", "Net.fc2")].flops["fp32"] == 2 * 2 * 32 * 256 * 8  # the weight's and the input's
+
+
+def test_two_top_level_linears_of_different_shapes_are_two_rows():
+    import torch
+
+    fc1, fc2, x = torch.nn.Linear(64, 256), torch.nn.Linear(256, 8), torch.randn(32, 64)
+    measured = step_profile.profile_step(lambda: fc2(torch.relu(fc1(x))), "cpu", 1.0, runs=2)
+    first, second = measured.work[("aten::linear", "Linear")], measured.work[("aten::linear", "Linear#2")]
+    assert first.flops["fp32"] == 2 * 32 * 64 * 256 and second.flops["fp32"] == 2 * 32 * 256 * 8
+    assert all(run.calls[("aten::linear", "Linear")] == run.calls[("aten::linear", "Linear#2")] == 1
+               for run in measured.runs)

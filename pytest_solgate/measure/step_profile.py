@@ -16,7 +16,9 @@ Two passes over the same callable, after a warm-up:
   Python between operators, launches the host is late for, synchronization, copies waited for.
 
 Modules are named by where they sit: the first module called is its class name, a child is its
-parent's name, a dot, and its attribute name (``Block.attn.proj``). No torch at import time.
+parent's name, a dot, and its attribute name (``Block.attn.proj``); a second module that would take
+a name already given is numbered (``Linear#2``: two top-level layers are two rows). No torch at
+import time.
 """
 
 from __future__ import annotations
@@ -338,6 +340,8 @@ class _ModuleRanges:
                     break
             else:
                 name = f"{parent_name}.{name}"
+        if name in self.names.values():  # another module by that name (two top-level nn.Linear): its own row
+            name = next(f"{name}#{n}" for n in range(2, len(self.names) + 3) if f"{name}#{n}" not in self.names.values())
         self.names[id(module)] = name
         return name
 
