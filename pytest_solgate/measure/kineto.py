@@ -563,11 +563,26 @@ def _step_of(launch: Launch, steps: list[tuple[float, float]], starts: list[floa
     return None if index < 0 or launch.start >= steps[index][1] else index
 
 
-def _carried_in(activities: Sequence[Activity], own: set[int], start: float, end: float) -> list[tuple[float, float]]:
-    """The parts of [start, end) that device activities not the step's own (``own``: their ids)
-    cover: kernels of an earlier step still running, kernels launched before the trace began."""
-    return [(max(a.start, start), min(a.end, end)) for a in activities
-            if id(a) not in own and a.start < end and a.end > start]
+@dataclass(frozen=True)
+class _ByStart:
+    """Device activities sorted by start, for finding those that run in a span without a pass over all."""
+
+    activities: tuple[Activity, ...]
+    starts: tuple[float, ...]
+    longest: float
+
+    @classmethod
+    def of(cls, activities: Sequence[Activity]) -> "_ByStart":
+        ordered = tuple(sorted(activities, key=lambda a: a.start))
+        return cls(ordered, tuple(a.start for a in ordered), max((a.duration for a in ordered), default=0.0))
+
+    def carried_in(self, own: set[int], start: float, end: float) -> list[tuple[float, float]]:
+        """The parts of [start, end) that device activities not the step's own (``own``: their ids)
+        cover: kernels of an earlier step still running, kernels launched before the trace began."""
+        first = bisect.bisect_left(self.starts, start - self.longest)
+        last = bisect.bisect_left(self.starts, end)
+        return [(max(a.start, start), min(a.end, end)) for a in self.activities[first:last]
+                if id(a) not in own and a.end > start]
 
 
 def profile_trace(trace: Trace, step_prefix: str = STEP_PREFIX, module_prefix: str = MODULE_PREFIX) -> StepProfile:
@@ -605,6 +620,7 @@ def profile_trace(trace: Trace, step_prefix: str = STEP_PREFIX, module_prefix: s
                      "inside a step")
 
     tops = [n for n in trees.nodes if n.top is n]
+    by_start = _ByStart.of(trace.activities)
     runs = []
     work: dict[tuple[str, str], OperatorWork] = {}
     for index, (start, end) in enumerate(steps):
@@ -628,7 +644,7 @@ def profile_trace(trace: Trace, step_prefix: str = STEP_PREFIX, module_prefix: s
             calls.update(own)
             end = max([end] + [stop for _, stop in intervals])
             start = min([start] + [begin for begin, _ in intervals])
-            carried = _carried_in(trace.activities, {id(a) for _, a in per_step[index]}, start, end)
+            carried = by_start.carried_in({id(a) for _, a in per_step[index]}, start, end)
         else:
             intervals = [(n.event.start, n.event.end) for n in inside]
             for node in inside:
