@@ -192,6 +192,8 @@ def _thread(event: dict) -> tuple[Any, Any]:
 
 def _category(event: dict) -> Any:
     category = event.get("cat")
+    if category == "async" and event.get("name") != "launch":
+        return category  # torch 1.9's launch arrows are "async" "launch"; other async events are no launch's
     return OLDER_CATEGORIES.get(category, category) if isinstance(category, str) else category
 
 
