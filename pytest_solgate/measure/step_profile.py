@@ -156,24 +156,56 @@ def add_work(a: OperatorWork, b: OperatorWork) -> OperatorWork:
     return OperatorWork(flops=flops, bytes=a.bytes + b.bytes)
 
 
-# --- the noise of the figure the gate compares ------------------------------------------------------
+# --- the runs every figure is a mean over, and the noise of that mean ---------------------------------
 
 RESAMPLES = 200
+STALL_SPREADS = 5.0  # how far above its median, in robust spreads, an operator's time is a stall
+MAD_TO_SIGMA = 1.4826  # a normal distribution's standard deviation over its median absolute deviation
 
 
-def faster_half_noise(step_seconds: Sequence[float], values: Sequence[float], resamples: int = RESAMPLES) -> float:
+def stalled(runs: Sequence[RunReading]) -> list[bool]:
+    """Whether some operator stalled in each run: took, at its usual number of calls, more than twice
+    its median time over the runs and more than STALL_SPREADS robust spreads (MAD_TO_SIGMA x the
+    median absolute deviation) above it. A pause (garbage collection, a preempted thread) that lands
+    on a small operator lengthens its run less than a larger operator's spread does, so a ranking by
+    step time alone keeps that run, and the pause is then most of that operator's figure and all of
+    its noise. No run under MIN_RUNS: too few to tell a stall from the spread."""
+    flags = [False] * len(runs)
+    if len(runs) < MIN_RUNS:
+        return flags
+    for key in {key for run in runs for key in run.operators}:
+        usual_calls = stats.median([run.calls.get(key, 0) for run in runs])
+        values = [run.operators.get(key, 0.0) for run in runs]
+        middle = stats.median(values)
+        spread = MAD_TO_SIGMA * stats.median([abs(value - middle) for value in values])
+        limit = middle + max(STALL_SPREADS * spread, middle)
+        for index, run in enumerate(runs):
+            if values[index] > limit and run.calls.get(key, 0) == usual_calls:  # more calls is more work, not a stall
+                flags[index] = True
+    return flags
+
+
+def run_ranks(runs: Sequence[RunReading]) -> list[tuple[bool, float]]:
+    """Each run's place in the order the faster half is taken from: by step time, a run in which an
+    operator stalled (``stalled``) after every run in which none did. The same order for every figure
+    of the step, so that its figures stay means over the same runs and add up as each run's do."""
+    return list(zip(stalled(runs), (run.seconds for run in runs)))
+
+
+def faster_half_noise(ranks: Sequence[Any], values: Sequence[float], resamples: int = RESAMPLES) -> float:
     """The relative 95 % half-width of the figure every record of a step carries: the mean of
-    ``values`` (one per run) over the faster half of the runs by step time. Bootstrapped over the
-    runs (a fixed seed: the same runs give the same noise), so a bimodal operator whose slow mode
-    falls in the slower half (page faults on fresh buffers in some runs) carries the steadiness of
-    what the gate compares, not its whole spread. inf under MIN_RUNS runs, as a median's interval."""
+    ``values`` (one per run) over the first half of the runs by ``ranks`` (``run_ranks``: the faster
+    half by step time, stalled runs last; step times alone rank as well). Bootstrapped over the runs
+    (a fixed seed: the same runs give the same noise), so a bimodal operator whose slow mode falls
+    in the slower half (page faults on fresh buffers in some runs) carries the steadiness of what the
+    gate compares, not its whole spread. inf under MIN_RUNS runs, as a median's interval."""
     import random
 
-    runs = list(zip(step_seconds, values))
+    runs = list(zip(ranks, values))
     if len(runs) < MIN_RUNS:
         return math.inf
 
-    def figure(sample: Sequence[tuple[float, float]]) -> float:
+    def figure(sample: Sequence[tuple[Any, float]]) -> float:
         ordered = sorted(sample, key=lambda run: run[0])
         kept = ordered[:max(1, (len(ordered) + 1) // 2)]
         return sum(value for _, value in kept) / len(kept)
@@ -467,11 +499,12 @@ def steady(readings: Sequence[RunReading], target: float) -> bool:
     """Whether the step's time and every operator's that takes STEADY_SHARE of it or more are
     known within ``target`` (faster_half_noise): the figures the step's records carry."""
     step_seconds = [run.seconds for run in readings]
-    if faster_half_noise(step_seconds, step_seconds) > target:
+    ranks = run_ranks(readings)
+    if faster_half_noise(ranks, step_seconds) > target:
         return False
     total = sum(step_seconds) or 1.0
     for key in {key for run in readings for key in run.operators}:
         values = [run.operators.get(key, 0.0) for run in readings]
-        if sum(values) / total >= STEADY_SHARE and faster_half_noise(step_seconds, values) > target:
+        if sum(values) / total >= STEADY_SHARE and faster_half_noise(ranks, values) > target:
             return False
     return True

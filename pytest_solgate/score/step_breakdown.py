@@ -1,10 +1,11 @@
 """Score (a whole step): pure arithmetic from a profiled step and a HardwareProfile to where its time
 went, and what each operator loses against its speed of light.
 
-Every time is a mean over the same runs: the faster half of the profiled runs, ranked by step time.
+Every time is a mean over the same runs: the faster half of the profiled runs, ranked by step time,
+a run in which an operator stalled ranked after every run in which none did (step_profile.run_ranks).
 A run the machine stalled is left out (on a shared CPU a preempted thread adds a scheduler quantum,
-milliseconds, to whichever operator was running); what is kept is what the step does when the
-machine lets it. For each (operator, module) group, from its time and its counted work:
+milliseconds, to whichever operator was running), even where the stall is smaller than the spread of
+the step's larger operators; what is kept is what the step does when the machine lets it. For each (operator, module) group, from its time and its counted work:
 
     T_SOL = max(bytes / memory_bandwidth, max_p flops[p] / peak_flops[p])   (as for one kernel)
     SOL   = T_SOL / time
@@ -35,7 +36,7 @@ from typing import Any, Mapping, Sequence
 
 from pytest_solgate.declare.profiles import HardwareProfile
 from pytest_solgate.declare.work import Work
-from pytest_solgate.measure.step_profile import RunReading, StepProfile, faster_half_noise
+from pytest_solgate.measure.step_profile import RunReading, StepProfile, faster_half_noise, run_ranks
 from pytest_solgate.support import stats
 
 IDLE = "idle"
@@ -125,7 +126,7 @@ class OperatorScore:
 class StepBreakdown:
     """Where a step's time went: its totals, and its operators ranked by time lost (largest first)."""
 
-    seconds: float  # mean step time over the middle runs (faster_runs)
+    seconds: float  # mean step time over the faster runs (faster_runs)
     t_sol: float  # sum of the operators' T_SOL
     flops: Mapping[str, float]  # the step's FLOPs by precision (declared, else counted)
     bytes: float  # the bytes its operators' kernels read and write (declared, else counted)
@@ -218,11 +219,12 @@ def main_precision(flops: Mapping[str, float], profile: HardwareProfile) -> str 
     return max(timed, key=timed.__getitem__) if timed else None
 
 
-def faster_runs(runs: Sequence[RunReading]) -> list[RunReading]:
-    """The faster half of the runs by step time (at least one): every figure of the step is a mean
-    over these same runs, so that the figures add up as each run's do."""
-    ordered = sorted(runs, key=lambda run: run.seconds)
-    return ordered[:max(1, (len(ordered) + 1) // 2)]
+def faster_runs(runs: Sequence[RunReading], ranks: Sequence[Any]) -> list[RunReading]:
+    """The first half of the runs by ``ranks`` (at least one; ``run_ranks``: the faster half by step
+    time, a run in which an operator stalled after every run in which none did): every figure of the
+    step is a mean over these same runs, so that the figures add up as each run's do."""
+    ordered = sorted(range(len(runs)), key=lambda index: ranks[index])
+    return [runs[index] for index in ordered[:max(1, (len(ordered) + 1) // 2)]]
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -235,7 +237,8 @@ def score_step(measured: StepProfile, profile: HardwareProfile, declared: Work |
     runs = measured.runs
     if not runs:
         raise ValueError("a step needs at least one profiled run")
-    kept = faster_runs(runs)
+    ranks = run_ranks(runs)  # the order the kept runs are taken in, and each figure's noise
+    kept = faster_runs(runs, ranks)
     keys = sorted({key for run in runs for key in run.operators})
     operators, notes, left_out = [], list(measured.notes), set()
     step_samples = [run.seconds for run in runs]
@@ -251,7 +254,7 @@ def score_step(measured: StepProfile, profile: HardwareProfile, declared: Work |
             operator=key[0], module=key[1], kind=operator_class(key[0]),
             calls=calls, seconds=seconds, samples=samples,
             flops=flops, bytes=nbytes, t_sol=t_sol, sol=t_sol / seconds if seconds > 0 else 0.0,
-            lost=seconds - t_sol, bound=bound, level=level, noise=faster_half_noise(step_samples, samples),
+            lost=seconds - t_sol, bound=bound, level=level, noise=faster_half_noise(ranks, samples),
         ))
     if left_out:
         notes.append(f"FLOPs in {', '.join(sorted(left_out))} left out of the operators' T_SOL: profile "
@@ -271,5 +274,5 @@ def score_step(measured: StepProfile, profile: HardwareProfile, declared: Work |
         precision=precision, idle=_mean([run.idle for run in kept]), overlap=_mean([run.overlap for run in kept]),
         operators=tuple(operators), runs=len(runs), kept=len(kept),
         mode=measured.mode, declared=declared is not None, notes=tuple(notes),
-        noise=faster_half_noise(step_samples, step_samples), carried_in=_mean([run.carried_in for run in kept]),
+        noise=faster_half_noise(ranks, step_samples), carried_in=_mean([run.carried_in for run in kept]),
     )
