@@ -106,6 +106,9 @@ class SolFixture:
             )
         try:
             name = measurement_name(self._test, name, {m.name for m in self.measurements})
+            from pytest_solgate.engine.steps import series_clash
+
+            series_clash(self._test, name, False, self.measurements)
             checked = None
             if args is not None:
                 from pytest_solgate.measure.integrity.outputs import checked_of
@@ -137,6 +140,7 @@ class SolFixture:
 
         try:
             name = measurement_name(self._test, "step" if name is None else name, {m.name for m in self.measurements})
+            steps.series_clash(self._test, name, True, self.measurements)
             measured = steps.measure(self._engine, self._test, fn, name=name, flops=flops, bytes=bytes,
                                      precision=precision, gate=bool(gate), top=top)
         except SolgateError as exc:

@@ -231,11 +231,15 @@ def calibrated(tmp_path_factory):
     cache is its own: conftest.py), as a user's first run measures it."""
     import os
 
+    import torch
+
     from pytest_solgate.measure import calibrate
 
     folder = tmp_path_factory.mktemp("user-cache")
     saved = os.environ.get("SOLGATE_CACHE_DIR")
     os.environ["SOLGATE_CACHE_DIR"] = str(folder)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as MODELS runs (the thread count is in the CPU's fingerprint: else the run calibrates its own)
     try:
         measured = calibrate.cpu_caches(calibrate.cpu_profile(folder, lambda text: None), lambda text: None)
         # The compute roofs are not this test's subject (its subject is the memory levels), and on a
@@ -244,6 +248,7 @@ def calibrated(tmp_path_factory):
         calibrate.write_profile(calibrate.cpu_profile_path(folder, measured.id.removeprefix("cpu-")),
                                 dataclasses.replace(measured, peak_tflops={k: 10.0 for k in measured.peak_tflops}))
     finally:
+        torch.set_num_threads(threads)
         if saved is None:
             os.environ.pop("SOLGATE_CACHE_DIR", None)
         else:

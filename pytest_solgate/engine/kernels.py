@@ -106,6 +106,7 @@ class Engine:
         # (call, name) of the measurement being taken: a measurement inside its callable would wait
         # forever on the device lock this one holds
         self._measuring: tuple[str, str] | None = None
+        self.nested_calls: list[str] = []  # measurements refused inside another's callable (begin)
         self._context_error: SolgateError | None = None
         self.profile_option = profile_option or resolve_profile_option(settings.profile)
         self.explicit_profile = self.profile_option.profile
@@ -198,7 +199,10 @@ class Engine:
         session's context, whose warnings the first measurement says."""
         __tracebackhide__ = True
         if self._measuring is not None:
-            raise MeasureError(nested_message(test, call, *self._measuring))
+            # Kept as well as raised: raised in a thread the step started, it reaches no test (the
+            # thread dies), so the step reads it here when its callable returns (engine/steps.py).
+            self.nested_calls.append(nested_message(test, call, *self._measuring))
+            raise MeasureError(self.nested_calls[-1])
         context = self.context()
         while self._unsaid:
             self.warn(self._unsaid.pop(0))

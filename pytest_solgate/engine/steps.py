@@ -39,6 +39,42 @@ def check_top(test: str, top: Any) -> int:
     return top
 
 
+def refusing_nested(engine: engines.Engine, test: str, name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn``, failing the step in the test's own thread where a measurement was refused inside it (a
+    ``sol.measure`` from a thread the step started is refused there, where no test sees it: the thread
+    dies, the step would go on) or where it ended the step's profiler session (a
+    ``torch.profiler.profile()`` of its own: one profiler runs at a time)."""
+
+    def step() -> Any:
+        __tracebackhide__ = True
+        import torch
+
+        profiling = torch.autograd._profiler_enabled()
+        result = fn()
+        if engine.nested_calls:
+            raise MeasureError(engine.nested_calls[0])
+        if profiling and not torch.autograd._profiler_enabled():
+            raise MeasureError(f"{test} '{name}': the step opened a torch.profiler.profile() of its own, which ended "
+                               "sol.measure_step's profiler session (one profiler runs at a time): profile the step one "
+                               "way, not both (drop the inner profiler, or export its trace and read it with `solgate step`)")
+        return result
+
+    return step
+
+
+def series_clash(test: str, name: str, step: bool, measurements: Any) -> None:
+    """Refuse a name that is, or would make, an operator series of a step in the same test (two
+    records of one test under one name): a kernel named ``<step>: ...`` after that step, a step whose
+    series would take the name of a kernel measured before it."""
+    for m in measurements:
+        if not step and m.step is not None and name.startswith(f"{m.name}: "):
+            raise MeasureError(f"{test}: sol.measure(name={name!r}) takes the name of an operator series of step "
+                               f"{m.name!r} ('<step>: <operator>'): give the kernel another name=")
+        if step and m.name.startswith(f"{name}: "):
+            raise MeasureError(f"{test}: sol.measure_step(name={name!r}) would name its operators' series "
+                               f"'{name}: <operator>', as {m.name!r} already is: give the step another name=")
+
+
 def declared_work(flops: Any, bytes: Any, precision: str) -> Work | None:
     """``flops=``/``bytes=`` as ``sol.measure`` checks them, or None when neither is given (counted)."""
     if flops is None and bytes is None:
@@ -57,6 +93,8 @@ def measure(engine: Engine, test: str, fn: Callable[[], Any], *, name: str, flop
     if rotation:
         raise MeasureError(f"{test}: sol.measure_step takes one callable (the step), not a list of buffer sets")
     top = check_top(test, top)
+    engine.nested_calls.clear()
+    fn = refusing_nested(engine, test, name, fn)
     declared = declared_work(flops, bytes, precision or engine.settings.precision)
     max_time = engine.settings.sampling.max_time
 

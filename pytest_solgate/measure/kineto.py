@@ -41,7 +41,7 @@ import math
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from pytest_solgate.measure import kernel_trace, step_profile
 from pytest_solgate.measure.step_profile import OperatorWork, RunReading, StepProfile, add_work, operator_name
@@ -76,6 +76,7 @@ class HostRange:
     dims: tuple[Any, ...] = ()  # ``Input Dims``, one entry per argument ([] for a non-tensor)
     types: tuple[str, ...] = ()  # ``Input type``
     strides: tuple[Any, ...] = ()  # ``Input Strides``, where recorded
+    sequence: int | None = None  # autograd's ``Sequence number``: a backward node carries its forward op's
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class Launch:
     thread: tuple[Any, Any]
     start: float
     correlation: int
+    duration: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ class Trace:
     rank: int | None = None
     device_name: str = ""
     shapes: bool = False  # whether operators carry their inputs' shapes (record_shapes=True)
+    device_facts: Mapping[str, Any] = field(default_factory=dict)  # sm_count, arch: what the profile match checks
 
 
 # --- reading the file -------------------------------------------------------------------------------
@@ -132,37 +135,106 @@ def load(path: str | Path) -> Trace:
     return read(data, str(path))
 
 
+# The categories of the kineto format torch 1.8.1 to 1.9 wrote (``schemaVersion`` 1), as today's.
+OLDER_CATEGORIES = {"Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel", "Memcpy": "gpu_memcpy",
+                    "Memset": "gpu_memset", "async": "ac2g"}
+SCHEDULE_HINT = ("a torch.profiler.profile(schedule=...) session hands each active window to on_trace_ready and "
+                 "keeps nothing for an export after it: pass on_trace_ready=torch.profiler.tensorboard_trace_handler(DIR) "
+                 "(or on_trace_ready=lambda p: p.export_chrome_trace(PATH))")
+
+
+class _Fault(Exception):
+    """A field of one event that cannot be read: which, what it holds, what it should hold."""
+
+    def __init__(self, field: str, value: Any, wanted: str) -> None:
+        super().__init__(field)
+        self.field, self.value, self.wanted = field, value, wanted
+
+
+def _number(holder: dict, key: str, wanted: str = "a finite number", default: Any = None, at_least: float | None = None,
+            where: str = "") -> float:
+    """``holder[key]`` as a finite float (a number, or a string of one), else a _Fault naming it."""
+    value = holder.get(key, default)
+    number = value
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            pass
+    if (isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number)
+            or (at_least is not None and number < at_least)):
+        raise _Fault(where + key, value, wanted)
+    return float(number)
+
+
+def _whole(holder: dict, key: str, default: Any = None, where: str = "args.") -> int:
+    number = _number(holder, key, "a whole number", default, where=where)
+    if number != int(number):
+        raise _Fault(where + key, holder.get(key), "a whole number")
+    return int(number)
+
+
+def _list(args: dict, key: str) -> tuple[Any, ...]:
+    value = args.get(key)
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise _Fault("args." + key, value, "a list")
+    return tuple(value)
+
+
+def _thread(event: dict) -> tuple[Any, Any]:
+    for key in ("pid", "tid"):
+        if not isinstance(event.get(key), (str, int, type(None))) or isinstance(event.get(key), bool):
+            raise _Fault(key, event.get(key), "a number or a string")
+    return event.get("pid"), event.get("tid")
+
+
+def _category(event: dict) -> Any:
+    category = event.get("cat")
+    if category == "async" and event.get("name") != "launch":
+        return category  # torch 1.9's launch arrows are "async" "launch"; other async events are no launch's
+    return OLDER_CATEGORIES.get(category, category) if isinstance(category, str) else category
+
+
+def _legacy(events: list) -> bool:
+    """Whether the events are the autograd profiler's own export (torch 1.7 and earlier:
+    ``torch.autograd.profiler.profile().export_chrome_trace``): no categories, no correlation ids."""
+    timed = [e for e in events if e.get("ph") == "X"]
+    return bool(timed) and all("cat" not in e for e in timed) and any(
+        e.get("pid") in ("CPU functions", "CUDA functions") for e in timed)
+
+
 def read(data: Any, path: str = "trace") -> Trace:
-    """A Trace from a trace's parsed JSON: an object with ``traceEvents`` (or a bare event list)."""
+    """A Trace from a trace's parsed JSON: an object with ``traceEvents`` (or a bare event list).
+    Each event that cannot be read is one line naming its index, its name and the field."""
     events = data.get("traceEvents") if isinstance(data, dict) else data
-    if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+    if not isinstance(events, list):
         raise MeasureError(f"{path}: not a PyTorch profiler trace: no traceEvents list of events (export one with "
                            "prof.export_chrome_trace(PATH) or torch.profiler.tensorboard_trace_handler)")
+    for index, event in enumerate(events):
+        if not isinstance(event, dict):
+            raise MeasureError(f"{path}: event {index} is {type(event).__name__} {str(event)[:60]}, not an event "
+                               "(a JSON object with ph, name, ts)")
+    if _legacy(events):
+        raise MeasureError(f"{path}: the autograd profiler's legacy trace format (torch 1.7 and earlier: no "
+                           "categories, no correlation of kernels to their launches) is not read; record with "
+                           "torch.profiler.profile (torch 1.8.1 or later) and export_chrome_trace")
     ranges, launches, activities, flows = [], [], [], {}
-    try:
-        for event in events:
-            category, args = event.get("cat"), event.get("args") or {}
-            if category == "ac2g" and event.get("ph") == "s":
-                flows[int(event["id"])] = ((event.get("pid"), event.get("tid")), float(event["ts"]))
-            if event.get("ph") != "X":
-                continue
-            thread = (event.get("pid"), event.get("tid"))
-            duration = float(event.get("dur", 0.0))
-            start, end = float(event["ts"]), float(event["ts"]) + duration
-            if category in HOST_CATEGORIES:
-                ranges.append(HostRange(str(event["name"]), thread, start, end, duration, tuple(args.get("Input Dims") or ()),
-                                        tuple(args.get("Input type") or ()), tuple(args.get("Input Strides") or ())))
-            elif category in LAUNCH_CATEGORIES and "correlation" in args:
-                launches.append(Launch(str(event["name"]), thread, start, int(args["correlation"])))
-            elif category in DEVICE_CATEGORIES and "correlation" in args:
-                activities.append(Activity(str(event["name"]), category, int(args.get("device", event.get("pid") or 0)),
-                                           int(args.get("stream", event.get("tid") or 0)), start, end,
-                                           duration, int(args["correlation"])))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise MeasureError(f"{path}: not a PyTorch profiler trace: an event lacks a usable {exc} field") from None
-    if not ranges and not activities:
-        raise MeasureError(f"{path}: not a PyTorch profiler trace: none of its {len(events)} events is an operator, "
-                           "an annotation or a device activity")
+    for index, event in enumerate(events):
+        try:
+            _read_event(event, ranges, launches, activities, flows)
+        except _Fault as fault:
+            name = event.get("name")
+            named = f"{name[:80]!r}" if isinstance(name, str) else "with no name"
+            raise MeasureError(f"{path}: event {index} ({named}, cat {event.get('cat')!r}): its '{fault.field}' is "
+                               f"{json.dumps(fault.value, default=str)[:60]}; it must be {fault.wanted}") from None
+    if not any(operator_name(r.name) for r in ranges) and not activities:
+        marks = any(r.name.startswith(STEP_PREFIX) for r in ranges) or any(
+            e.get("name") == "Record Window End" for e in events)
+        hint = f": {SCHEDULE_HINT}" if marks else ""
+        raise MeasureError(f"{path}: not a PyTorch profiler trace with work in it: none of its {len(events)} events is "
+                           f"an operator or a device activity{hint}")
     known = {launch.correlation for launch in launches}
     launches += [Launch("ac2g", thread, ts, correlation) for correlation, (thread, ts) in flows.items()
                  if correlation not in known]  # a launch seen only through its flow arrow
@@ -170,18 +242,62 @@ def read(data: Any, path: str = "trace") -> Trace:
     rank = info.get("rank") if isinstance(info, dict) else None
     return Trace(path=path, ranges=tuple(ranges), launches=tuple(launches), activities=tuple(activities),
                  rank=int(rank) if isinstance(rank, int) else None, device_name=_device_name(data, activities),
-                 shapes=any(r.dims for r in ranges))
+                 shapes=any(r.dims for r in ranges), device_facts=_device_facts(data, activities))
+
+
+def _read_event(event: dict, ranges: list, launches: list, activities: list, flows: dict) -> None:
+    """One event into the list it belongs to (the rest are left alone); a _Fault where a field it
+    needs cannot be read."""
+    category = _category(event)
+    if category == "ac2g" and event.get("ph") == "s":
+        flows[_whole(event, "id", where="")] = (_thread(event), _number(event, "ts"))
+    if event.get("ph") != "X" or category not in (*HOST_CATEGORIES, *LAUNCH_CATEGORIES, *DEVICE_CATEGORIES):
+        return
+    if not isinstance(event.get("name"), str):
+        raise _Fault("name", event.get("name"), "a string")
+    args = event.get("args")
+    args = {} if args is None else args
+    if not isinstance(args, dict):
+        raise _Fault("args", args, "an object (JSON {...})")
+    thread = _thread(event)
+    start = _number(event, "ts")
+    duration = _number(event, "dur", "a finite number >= 0", default=0.0, at_least=0.0)
+    end = start + duration
+    if category in HOST_CATEGORIES:
+        sequence = _whole(args, "Sequence number") if args.get("Sequence number") is not None else None
+        ranges.append(HostRange(event["name"], thread, start, end, duration, _list(args, "Input Dims"),
+                                tuple(str(t) for t in _list(args, "Input type")), _list(args, "Input Strides"),
+                                sequence))
+    elif category in LAUNCH_CATEGORIES and "correlation" in args:
+        launches.append(Launch(event["name"], thread, start, _whole(args, "correlation"), duration))
+    elif category in DEVICE_CATEGORIES and "correlation" in args:
+        device = _whole(args, "device", event.get("pid") if isinstance(event.get("pid"), int) else 0)
+        stream = _whole(args, "stream", event.get("tid") if isinstance(event.get("tid"), int) else 0)
+        activities.append(Activity(event["name"], category, device, stream, start, end, duration,
+                                   _whole(args, "correlation")))
+
+
+def _device_entry(data: Any, activities: Sequence[Activity]) -> dict:
+    """The ``deviceProperties`` entry of the device the activities ran on (the first one), or {}."""
+    properties = data.get("deviceProperties") if isinstance(data, dict) else None
+    if not isinstance(properties, list):
+        return {}
+    device = activities[0].device if activities else None
+    return next((entry for entry in properties if isinstance(entry, dict) and (device is None or entry.get("id") == device)),
+                {})
 
 
 def _device_name(data: Any, activities: Sequence[Activity]) -> str:
-    properties = data.get("deviceProperties") if isinstance(data, dict) else None
-    if not isinstance(properties, list) or not properties:
-        return ""
-    device = activities[0].device if activities else None
-    for entry in properties:
-        if isinstance(entry, dict) and (device is None or entry.get("id") == device):
-            return str(entry.get("name") or "")
-    return ""
+    return str(_device_entry(data, activities).get("name") or "")
+
+
+def _device_facts(data: Any, activities: Sequence[Activity]) -> dict[str, Any]:
+    """What the trace says of its device beyond the name: its SM count, its architecture (AMD)."""
+    entry = _device_entry(data, activities)
+    sms = entry.get("numSms")
+    arch = entry.get("gcnArchName")
+    return {"sm_count": sms if isinstance(sms, int) and not isinstance(sms, bool) else None,
+            "arch": arch if isinstance(arch, str) else None}
 
 
 def rank_files(folder: str | Path) -> list[Path]:
@@ -251,7 +367,19 @@ def _trees(ranges: Sequence[HostRange], module_prefix: str) -> _Trees:
             ordered.append(node)
         nodes += ordered
         by_thread[thread] = ([n.event.start for n in ordered], ordered)
+    _backward_modules(nodes)
     return _Trees(nodes, by_thread)
+
+
+def _backward_modules(nodes: Sequence[_Node]) -> None:
+    """A backward top operator outside every module range (autograd's engine runs it after the
+    forward hooks closed) takes the module of the forward op with its sequence number, as
+    measure_step groups it (step_profile.forward_modules)."""
+    forward = {node.event.sequence: node.module for node in nodes if node.event.sequence is not None and node.module
+               and node.operator and not step_profile.is_backward(node.event.name)}
+    for node in nodes:
+        if node.top is node and not node.module and node.event.sequence is not None and step_profile.is_backward(node.event.name):
+            node.module = forward.get(node.event.sequence, "")
 
 
 # --- the work ---------------------------------------------------------------------------------------
@@ -307,6 +435,8 @@ def range_bytes(r: HostRange) -> float:
         return 0.0
     read = sum(n * size for n, size in tensors)
     base = _base(r.name)
+    if base in step_profile.WRITES_FIRST:
+        return float(read)  # its first input is overwritten, not read: moved once, as measure_step counts it
     if base.endswith("_") and not base.startswith("__"):
         return float(read + tensors[0][0] * tensors[0][1])  # in place: the first input is written too
     if base in _REDUCTIONS:
@@ -416,13 +546,45 @@ def _key(node: _Node) -> tuple[str, str]:
 
 
 def _steps(trace: Trace, step_prefix: str) -> tuple[list[tuple[float, float]], str]:
-    """The step ranges (start, end in us), and a note when there are none (the trace is one step)."""
+    """The step ranges (start, end in us), and a note when there are none: the trace is then one
+    step, from its first event (a host range, a launch, a device activity) to its last."""
     steps = sorted((r.start, r.end) for r in trace.ranges if r.name.startswith(step_prefix))
     if steps:
         return steps, ""
-    times = [t for r in trace.ranges for t in (r.start, r.end)] + [t for a in trace.activities for t in (a.start, a.end)]
+    times = ([t for r in trace.ranges for t in (r.start, r.end)] + [t for a in trace.activities for t in (a.start, a.end)]
+             + [t for launch in trace.launches for t in (launch.start, launch.start + launch.duration)])
     return [(min(times), max(times))], (f"{trace.path}: no {step_prefix}N range (a torch.profiler schedule's step "
-                                        "marks): the whole trace is read as one step")
+                                        "marks): the whole trace is read as one step, from its first event to its last")
+
+
+def _step_of(launch: Launch, steps: list[tuple[float, float]], starts: list[float], whole: bool) -> int | None:
+    """The index of the step a launch was made in, or None (outside every step)."""
+    if whole:
+        return 0  # the one step is the whole trace: every launch is in it, the last one's end included
+    index = bisect.bisect_right(starts, launch.start) - 1
+    return None if index < 0 or launch.start >= steps[index][1] else index
+
+
+@dataclass(frozen=True)
+class _ByStart:
+    """Device activities sorted by start, for finding those that run in a span without a pass over all."""
+
+    activities: tuple[Activity, ...]
+    starts: tuple[float, ...]
+    longest: float
+
+    @classmethod
+    def of(cls, activities: Sequence[Activity]) -> "_ByStart":
+        ordered = tuple(sorted(activities, key=lambda a: a.start))
+        return cls(ordered, tuple(a.start for a in ordered), max((a.duration for a in ordered), default=0.0))
+
+    def carried_in(self, own: set[int], start: float, end: float) -> list[tuple[float, float]]:
+        """The parts of [start, end) that device activities not the step's own (``own``: their ids)
+        cover: kernels of an earlier step still running, kernels launched before the trace began."""
+        first = bisect.bisect_left(self.starts, start - self.longest)
+        last = bisect.bisect_left(self.starts, end)
+        return [(max(a.start, start), min(a.end, end)) for a in self.activities[first:last]
+                if id(a) not in own and a.end > start]
 
 
 def profile_trace(trace: Trace, step_prefix: str = STEP_PREFIX, module_prefix: str = MODULE_PREFIX) -> StepProfile:
@@ -431,6 +593,7 @@ def profile_trace(trace: Trace, step_prefix: str = STEP_PREFIX, module_prefix: s
     ``module_prefix<name>`` (measure_step's: ``solgate:module:``)."""
     trees = _trees(trace.ranges, module_prefix)
     steps, note = _steps(trace, step_prefix)
+    whole = bool(note)
     notes = [note] if note else []
     on_device = bool(trace.activities)
     launches = {launch.correlation: launch for launch in trace.launches}
@@ -444,9 +607,9 @@ def profile_trace(trace: Trace, step_prefix: str = STEP_PREFIX, module_prefix: s
         if launch is None:
             orphans += 1
             continue
-        index = bisect.bisect_right(starts, launch.start) - 1
-        if index < 0 or launch.start >= steps[index][1]:
-            continue  # launched outside every step
+        index = _step_of(launch, steps, starts, whole)
+        if index is None:
+            continue  # launched outside every step: carried into the steps it runs in
         node = placed[activity.correlation]
         if node is not None and node.top is not None:
             key = _key(node)
@@ -455,9 +618,11 @@ def profile_trace(trace: Trace, step_prefix: str = STEP_PREFIX, module_prefix: s
         per_step[index].append((key, activity))
     if orphans:
         notes.append(f"{orphans} device activities have no launch in the trace (no runtime event or ac2g flow with "
-                     "their correlation id): left out")
+                     "their correlation id; launched before the trace began): no operator's, carried in where they run "
+                     "inside a step")
 
     tops = [n for n in trees.nodes if n.top is n]
+    by_start = _ByStart.of(trace.activities)
     runs = []
     work: dict[tuple[str, str], OperatorWork] = {}
     for index, (start, end) in enumerate(steps):
@@ -470,6 +635,7 @@ def profile_trace(trace: Trace, step_prefix: str = STEP_PREFIX, module_prefix: s
             times.setdefault(key, 0.0)
             for precision, count in _flops_below(node):
                 work[key] = add_work(work.get(key, OperatorWork()), OperatorWork(flops={precision: count}))
+        carried: list[tuple[float, float]] = []
         if on_device:
             own: dict[tuple[str, str], int] = {}
             intervals = [(a.start, a.end) for _, a in per_step[index]]
@@ -480,15 +646,17 @@ def profile_trace(trace: Trace, step_prefix: str = STEP_PREFIX, module_prefix: s
             calls.update(own)
             end = max([end] + [stop for _, stop in intervals])
             start = min([start] + [begin for begin, _ in intervals])
+            carried = by_start.carried_in({id(a) for _, a in per_step[index]}, start, end)
         else:
             intervals = [(n.event.start, n.event.end) for n in inside]
             for node in inside:
                 times[_key(node)] += node.event.duration * 1e-6
-        covered = stats.covered_length(intervals) * 1e-6
+        covered = stats.covered_length(intervals + carried) * 1e-6
         seconds = (end - start) * 1e-6
-        overlap = sum(times.values()) - covered
+        carried_in = sum(stop - begin for begin, stop in carried) * 1e-6
+        overlap = sum(times.values()) + carried_in - covered
         runs.append(RunReading(seconds=seconds, operators=times, calls=calls, idle=max(seconds - covered, 0.0),
-                               overlap=overlap if overlap >= 1e-9 else 0.0))
+                               overlap=overlap if overlap >= 1e-9 else 0.0, carried_in=carried_in))
         for top in inside:
             nbytes = sum(range_bytes(node.event) for node in _counted_calls(top))
             if nbytes:

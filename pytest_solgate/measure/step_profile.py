@@ -16,12 +16,15 @@ Two passes over the same callable, after a warm-up:
   Python between operators, launches the host is late for, synchronization, copies waited for.
 
 Modules are named by where they sit: the first module called is its class name, a child is its
-parent's name, a dot, and its attribute name (``Block.attn.proj``). No torch at import time.
+parent's name, a dot, and its attribute name (``Block.attn.proj``); a second module that would take
+a name already given is numbered (``Linear#2``: two top-level layers are two rows). No torch at
+import time.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -53,7 +56,8 @@ class RunReading:
     operators: Mapping[tuple[str, str], float]
     calls: Mapping[tuple[str, str], int]
     idle: float
-    overlap: float = 0.0  # operator time counted twice (kernels of two streams at once; threads on a CPU)
+    overlap: float = 0.0  # device or operator time counted twice (kernels at once; threads on a CPU)
+    carried_in: float = 0.0  # device time in the step that is not its own (an earlier step's, launched before the trace)
 
 
 @dataclass(frozen=True)
@@ -152,24 +156,56 @@ def add_work(a: OperatorWork, b: OperatorWork) -> OperatorWork:
     return OperatorWork(flops=flops, bytes=a.bytes + b.bytes)
 
 
-# --- the noise of the figure the gate compares ------------------------------------------------------
+# --- the runs every figure is a mean over, and the noise of that mean ---------------------------------
 
 RESAMPLES = 200
+STALL_SPREADS = 5.0  # how far above its median, in robust spreads, an operator's time is a stall
+MAD_TO_SIGMA = 1.4826  # a normal distribution's standard deviation over its median absolute deviation
 
 
-def faster_half_noise(step_seconds: Sequence[float], values: Sequence[float], resamples: int = RESAMPLES) -> float:
+def stalled(runs: Sequence[RunReading]) -> list[bool]:
+    """Whether some operator stalled in each run: took, at its usual number of calls, more than twice
+    its median time over the runs and more than STALL_SPREADS robust spreads (MAD_TO_SIGMA x the
+    median absolute deviation) above it. A pause (garbage collection, a preempted thread) that lands
+    on a small operator lengthens its run less than a larger operator's spread does, so a ranking by
+    step time alone keeps that run, and the pause is then most of that operator's figure and all of
+    its noise. No run under MIN_RUNS: too few to tell a stall from the spread."""
+    flags = [False] * len(runs)
+    if len(runs) < MIN_RUNS:
+        return flags
+    for key in {key for run in runs for key in run.operators}:
+        usual_calls = stats.median([run.calls.get(key, 0) for run in runs])
+        values = [run.operators.get(key, 0.0) for run in runs]
+        middle = stats.median(values)
+        spread = MAD_TO_SIGMA * stats.median([abs(value - middle) for value in values])
+        limit = middle + max(STALL_SPREADS * spread, middle)
+        for index, run in enumerate(runs):
+            if values[index] > limit and run.calls.get(key, 0) == usual_calls:  # more calls is more work, not a stall
+                flags[index] = True
+    return flags
+
+
+def run_ranks(runs: Sequence[RunReading]) -> list[tuple[bool, float]]:
+    """Each run's place in the order the faster half is taken from: by step time, a run in which an
+    operator stalled (``stalled``) after every run in which none did. The same order for every figure
+    of the step, so that its figures stay means over the same runs and add up as each run's do."""
+    return list(zip(stalled(runs), (run.seconds for run in runs)))
+
+
+def faster_half_noise(ranks: Sequence[Any], values: Sequence[float], resamples: int = RESAMPLES) -> float:
     """The relative 95 % half-width of the figure every record of a step carries: the mean of
-    ``values`` (one per run) over the faster half of the runs by step time. Bootstrapped over the
-    runs (a fixed seed: the same runs give the same noise), so a bimodal operator whose slow mode
-    falls in the slower half (page faults on fresh buffers in some runs) carries the steadiness of
-    what the gate compares, not its whole spread. inf under MIN_RUNS runs, as a median's interval."""
+    ``values`` (one per run) over the first half of the runs by ``ranks`` (``run_ranks``: the faster
+    half by step time, stalled runs last; step times alone rank as well). Bootstrapped over the runs
+    (a fixed seed: the same runs give the same noise), so a bimodal operator whose slow mode falls
+    in the slower half (page faults on fresh buffers in some runs) carries the steadiness of what the
+    gate compares, not its whole spread. inf under MIN_RUNS runs, as a median's interval."""
     import random
 
-    runs = list(zip(step_seconds, values))
+    runs = list(zip(ranks, values))
     if len(runs) < MIN_RUNS:
         return math.inf
 
-    def figure(sample: Sequence[tuple[float, float]]) -> float:
+    def figure(sample: Sequence[tuple[Any, float]]) -> float:
         ordered = sorted(sample, key=lambda run: run[0])
         kept = ordered[:max(1, (len(ordered) + 1) // 2)]
         return sum(value for _, value in kept) / len(kept)
@@ -215,10 +251,39 @@ def top_operator(event: Any) -> tuple[Any, str, str]:
     return top, name, module
 
 
+def is_backward(name: str) -> bool:
+    """Whether an event is autograd's backward work (its engine's range or a node: ``AddmmBackward0``)."""
+    return name.startswith(BACKWARD_PREFIX) or re.search(r"Backward\d*$", name) is not None
+
+
+def forward_modules(events: Sequence[Any]) -> dict[int, str]:
+    """The module each autograd sequence number's forward op ran in: a backward node carries its
+    forward op's sequence number, and runs outside every module's range (the forward hooks'),
+    so it is given to the module of the forward op that made it (``Net.fc1``'s ``AddmmBackward0``)."""
+    found: dict[int, str] = {}
+    for event in events:
+        sequence = getattr(event, "sequence_nr", -1)
+        if sequence is not None and sequence >= 0 and not is_backward(event.name) and operator_name(event.name):
+            module = top_operator(event)[2]
+            if module:
+                found[sequence] = module
+    return found
+
+
+def group_of(event: Any, modules: Mapping[int, str]) -> tuple[Any, tuple[str, str]]:
+    """The top operator above ``event`` and its (operator, module) group; a backward one takes its
+    forward op's module (``forward_modules``)."""
+    top, name, module = top_operator(event)
+    if top is not None and not module and is_backward(top.name):
+        module = modules.get(getattr(top, "sequence_nr", -1), "")
+    return top, (name, module)
+
+
 def read_runs(events: Sequence[Any], on_gpu: bool) -> list[RunReading]:
     """The runs in a profiler's event list (``prof.events()``: FunctionEvents, times in us), one per
     ``solgate:step`` range, in order. Pure over the events, so that it is tested on made-up ones."""
     steps = sorted((e for e in events if e.name == STEP_RANGE), key=lambda e: e.time_range.start)
+    modules = forward_modules(events)
     readings = []
     for step in steps:
         start, end = step.time_range.start, step.time_range.end
@@ -234,10 +299,9 @@ def read_runs(events: Sequence[Any], on_gpu: bool) -> list[RunReading]:
             name = operator_name(event.name)
             if name is None:
                 continue
-            top, top_name, module = top_operator(event)
+            top, key = group_of(event, modules)
             if top is not event:
                 continue  # inside another operator: its time is its parent's
-            key = (top_name, module)
             calls[key] = calls.get(key, 0) + 1
             seconds = event.device_time_total if on_gpu else event.time_range.end - event.time_range.start
             times[key] = times.get(key, 0.0) + seconds * 1e-6
@@ -271,11 +335,12 @@ def read_work(events: Sequence[Any], counted: Sequence[OperatorWork]) -> dict[tu
     """Each counted kernel call (``solgate:count#i`` range i) added to the (operator, module) group
     the profiler's tree puts it under."""
     work: dict[tuple[str, str], OperatorWork] = {}
+    modules = forward_modules(events)
     for event in events:
         if not event.name.startswith(COUNT_RANGE):
             continue
         index = int(event.name[len(COUNT_RANGE):])
-        top, name, module = top_operator(event)
+        top, (name, module) = group_of(event, modules)
         key = (name or "unattributed", module)
         work[key] = add_work(work.get(key, OperatorWork()), counted[index])
     return work
@@ -307,6 +372,8 @@ class _ModuleRanges:
                     break
             else:
                 name = f"{parent_name}.{name}"
+        if name in self.names.values():  # another module by that name (two top-level nn.Linear): its own row
+            name = next(f"{name}#{n}" for n in range(2, len(self.names) + 3) if f"{name}#{n}" not in self.names.values())
         self.names[id(module)] = name
         return name
 
@@ -432,11 +499,12 @@ def steady(readings: Sequence[RunReading], target: float) -> bool:
     """Whether the step's time and every operator's that takes STEADY_SHARE of it or more are
     known within ``target`` (faster_half_noise): the figures the step's records carry."""
     step_seconds = [run.seconds for run in readings]
-    if faster_half_noise(step_seconds, step_seconds) > target:
+    ranks = run_ranks(readings)
+    if faster_half_noise(ranks, step_seconds) > target:
         return False
     total = sum(step_seconds) or 1.0
     for key in {key for run in readings for key in run.operators}:
         values = [run.operators.get(key, 0.0) for run in readings]
-        if sum(values) / total >= STEADY_SHARE and faster_half_noise(step_seconds, values) > target:
+        if sum(values) / total >= STEADY_SHARE and faster_half_noise(ranks, values) > target:
             return False
     return True

@@ -70,7 +70,7 @@ STEP = {
     "required": ["seconds", "operators"],
     "properties": {
         "seconds": _number(MAX_SECONDS, exclusive=True),
-        **{key: _number(MAX_SECONDS) for key in ("idle", "overlap")},
+        **{key: _number(MAX_SECONDS) for key in ("idle", "overlap", "carried_in")},
         **{key: _number(FINITE) for key in ("t_sol", "mfu", "idle_share")},
         "flops": {"type": "object", "propertyNames": {"enum": list(PRECISIONS)}, "additionalProperties": _number(MAX_COUNT)},
         "bytes": _number(MAX_COUNT),

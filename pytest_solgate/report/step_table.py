@@ -39,7 +39,8 @@ def _figures(step: StepBreakdown, sol: float) -> str:
 def identity(step: StepBreakdown) -> str:
     """The sum the ranking rests on, said with its numbers."""
     overlap = f" - overlap {units.seconds(step.overlap)}" if step.overlap > 0 else ""
-    return (f"lost {units.seconds(step.lost)} + idle {units.seconds(step.idle)}{overlap} = step {units.seconds(step.seconds)}"
+    carried = f" + carried in {units.seconds(step.carried_in)}" if step.carried_in > 0 else ""
+    return (f"lost {units.seconds(step.lost)} + idle {units.seconds(step.idle)}{overlap}{carried} = step {units.seconds(step.seconds)}"
             f" - T_SOL {units.seconds(step.t_sol)} (means over the faster {step.kept} of {step.runs} runs; off by "
             f"{units.percent(abs(step.identity_gap))} of the step)")
 
@@ -66,7 +67,9 @@ def ranking(step: StepBreakdown, top: int) -> list[str]:
 
 
 TRACE_TIMES = {"trace-kernels": "an operator's time is the device time of the kernels, copies and memsets it launched "
-                                "(joined by correlation id); idle is the step's span no device activity covers",
+                                "(joined by correlation id); idle is the step's span no device activity covers, whoever launched it; "
+                                "carried in is device time in the step that is not its own (an earlier step's, or "
+                                "launched before the trace began)",
                "trace-cpu": "no device activity in the trace: an operator's time is its host range; idle is the step's "
                             "time no top operator covers"}
 

@@ -1,10 +1,11 @@
 """Score (a whole step): pure arithmetic from a profiled step and a HardwareProfile to where its time
 went, and what each operator loses against its speed of light.
 
-Every time is a mean over the same runs: the faster half of the profiled runs, ranked by step time.
+Every time is a mean over the same runs: the faster half of the profiled runs, ranked by step time,
+a run in which an operator stalled ranked after every run in which none did (step_profile.run_ranks).
 A run the machine stalled is left out (on a shared CPU a preempted thread adds a scheduler quantum,
-milliseconds, to whichever operator was running); what is kept is what the step does when the
-machine lets it. For each (operator, module) group, from its time and its counted work:
+milliseconds, to whichever operator was running), even where the stall is smaller than the spread of
+the step's larger operators; what is kept is what the step does when the machine lets it. For each (operator, module) group, from its time and its counted work:
 
     T_SOL = max(bytes / memory_bandwidth, max_p flops[p] / peak_flops[p])   (as for one kernel)
     SOL   = T_SOL / time
@@ -15,13 +16,15 @@ run one after another on one stream: the step's floor is theirs in sequence); it
 its main precision class (the one whose FLOPs take longest at their peak) over time x that peak;
 idle is the part of the step no operator covers. They add up:
 
-    sum(lost) + idle - overlap = time - T_SOL
+    sum(lost) + idle - overlap + carried in = time - T_SOL
 
 for each run, as the profiler's readings give it (idle is read from the gaps, not taken as the
 remainder), and so for the means over the same runs; ``identity_gap`` says how far it is off, as a
 share of the step: a reading that counted an operator twice or missed one shows there. ``overlap``
-is operator time counted twice on purpose (kernels of two streams at once; 0 on one stream). No
-torch, no pytest.
+is time counted twice on purpose (device activities at once, on two streams or on one: a kernel may
+start before the one ahead of it on its stream ends). ``carried in`` is device time inside the step
+that is not its own (a recorded trace's kernels of an earlier step, or launched before the trace
+began): it covers the step, so it is not idle, and no operator of the step owns it. No torch, no pytest.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any, Mapping, Sequence
 
 from pytest_solgate.declare.profiles import HardwareProfile
 from pytest_solgate.declare.work import Work
-from pytest_solgate.measure.step_profile import RunReading, StepProfile, faster_half_noise
+from pytest_solgate.measure.step_profile import RunReading, StepProfile, faster_half_noise, run_ranks
 from pytest_solgate.support import stats
 
 IDLE = "idle"
@@ -61,7 +64,7 @@ def operator_class(operator: str) -> str:
     backward = re.fullmatch(r"(\w+?)Backward\d*", base)
     if backward:
         base = re.sub(r"(?<!^)(?=[A-Z])", "_", backward.group(1)).lower()  # NativeLayerNorm -> native_layer_norm
-    base = base.lower()
+    base = re.sub(r"_backward(_data|_input|_weight)?$", "", base.lower())  # cudnn_convolution_backward: a convolution's
     if "attention" in base or base.startswith(("_flash", "_efficient", "_cudnn_attention")):
         return "attention"
     if base in _MATMUL or base.startswith("conv"):
@@ -123,14 +126,14 @@ class OperatorScore:
 class StepBreakdown:
     """Where a step's time went: its totals, and its operators ranked by time lost (largest first)."""
 
-    seconds: float  # mean step time over the middle runs (faster_runs)
+    seconds: float  # mean step time over the faster runs (faster_runs)
     t_sol: float  # sum of the operators' T_SOL
     flops: Mapping[str, float]  # the step's FLOPs by precision (declared, else counted)
     bytes: float  # the bytes its operators' kernels read and write (declared, else counted)
     mfu: float
     precision: str | None  # the main precision class, whose peak MFU is taken against
     idle: float  # mean seconds no operator covers
-    overlap: float  # mean operator seconds counted twice (0 on one stream)
+    overlap: float  # mean seconds counted twice (device activities at once)
     operators: tuple[OperatorScore, ...]
     runs: int  # profiled
     mode: str  # "profiler-cpu" or "profiler-kernels"
@@ -138,6 +141,7 @@ class StepBreakdown:
     declared: bool = False  # the FLOPs or bytes were declared, not counted
     notes: tuple[str, ...] = field(default_factory=tuple)
     noise: float = math.inf  # relative 95 % half-width of ``seconds`` (measure/step_profile.py: faster_half_noise)
+    carried_in: float = 0.0  # mean seconds of device time in the step that is not its own
 
     @property
     def idle_share(self) -> float:
@@ -154,7 +158,7 @@ class StepBreakdown:
         the profiler's readings account for every operator once."""
         if self.seconds <= 0:
             return 0.0
-        return (self.lost + self.idle - self.overlap - (self.seconds - self.t_sol)) / self.seconds
+        return (self.lost + self.idle - self.overlap + self.carried_in - (self.seconds - self.t_sol)) / self.seconds
 
     def by_class(self) -> dict[str, float]:
         """Seconds per operator class, then idle: the report's bar (every class, even at 0)."""
@@ -167,7 +171,7 @@ class StepBreakdown:
     def to_dict(self) -> dict[str, Any]:
         return {"seconds": self.seconds, "t_sol": self.t_sol, "flops": dict(self.flops), "bytes": self.bytes,
                 "mfu": self.mfu, "precision": self.precision, "idle": self.idle, "idle_share": self.idle_share,
-                "overlap": self.overlap, "lost": self.lost, "identity_gap": self.identity_gap, "runs": self.runs,
+                "overlap": self.overlap, "carried_in": self.carried_in, "lost": self.lost, "identity_gap": self.identity_gap, "runs": self.runs,
                 "kept": self.kept,
                 "mode": self.mode, "declared": self.declared, "by_class": self.by_class(), "notes": list(self.notes),
                 "noise": self.noise if math.isfinite(self.noise) else None,
@@ -179,6 +183,7 @@ class StepBreakdown:
         return cls(seconds=data["seconds"], t_sol=data.get("t_sol") or 0.0, flops=dict(data.get("flops") or {}),
                    bytes=data.get("bytes") or 0.0, mfu=data.get("mfu") or 0.0, precision=data.get("precision"),
                    idle=data.get("idle") or 0.0, overlap=data.get("overlap") or 0.0,
+                   carried_in=data.get("carried_in") or 0.0,
                    operators=tuple(OperatorScore.from_dict(op) for op in data.get("operators") or ()),
                    runs=data.get("runs") or 0, kept=data.get("kept") or 0, mode=data.get("mode") or "", declared=bool(data.get("declared")),
                    notes=tuple(data.get("notes") or ()),
@@ -214,11 +219,12 @@ def main_precision(flops: Mapping[str, float], profile: HardwareProfile) -> str 
     return max(timed, key=timed.__getitem__) if timed else None
 
 
-def faster_runs(runs: Sequence[RunReading]) -> list[RunReading]:
-    """The faster half of the runs by step time (at least one): every figure of the step is a mean
-    over these same runs, so that the figures add up as each run's do."""
-    ordered = sorted(runs, key=lambda run: run.seconds)
-    return ordered[:max(1, (len(ordered) + 1) // 2)]
+def faster_runs(runs: Sequence[RunReading], ranks: Sequence[Any]) -> list[RunReading]:
+    """The first half of the runs by ``ranks`` (at least one; ``run_ranks``: the faster half by step
+    time, a run in which an operator stalled after every run in which none did): every figure of the
+    step is a mean over these same runs, so that the figures add up as each run's do."""
+    ordered = sorted(range(len(runs)), key=lambda index: ranks[index])
+    return [runs[index] for index in ordered[:max(1, (len(ordered) + 1) // 2)]]
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -231,7 +237,8 @@ def score_step(measured: StepProfile, profile: HardwareProfile, declared: Work |
     runs = measured.runs
     if not runs:
         raise ValueError("a step needs at least one profiled run")
-    kept = faster_runs(runs)
+    ranks = run_ranks(runs)  # the order the kept runs are taken in, and each figure's noise
+    kept = faster_runs(runs, ranks)
     keys = sorted({key for run in runs for key in run.operators})
     operators, notes, left_out = [], list(measured.notes), set()
     step_samples = [run.seconds for run in runs]
@@ -247,7 +254,7 @@ def score_step(measured: StepProfile, profile: HardwareProfile, declared: Work |
             operator=key[0], module=key[1], kind=operator_class(key[0]),
             calls=calls, seconds=seconds, samples=samples,
             flops=flops, bytes=nbytes, t_sol=t_sol, sol=t_sol / seconds if seconds > 0 else 0.0,
-            lost=seconds - t_sol, bound=bound, level=level, noise=faster_half_noise(step_samples, samples),
+            lost=seconds - t_sol, bound=bound, level=level, noise=faster_half_noise(ranks, samples),
         ))
     if left_out:
         notes.append(f"FLOPs in {', '.join(sorted(left_out))} left out of the operators' T_SOL: profile "
@@ -267,5 +274,5 @@ def score_step(measured: StepProfile, profile: HardwareProfile, declared: Work |
         precision=precision, idle=_mean([run.idle for run in kept]), overlap=_mean([run.overlap for run in kept]),
         operators=tuple(operators), runs=len(runs), kept=len(kept),
         mode=measured.mode, declared=declared is not None, notes=tuple(notes),
-        noise=faster_half_noise(step_samples, step_samples),
+        noise=faster_half_noise(ranks, step_samples), carried_in=_mean([run.carried_in for run in kept]),
     )
