@@ -39,7 +39,7 @@ def check_top(test: str, top: Any) -> int:
     return top
 
 
-def refusing_nested(engine: engines.Engine, test: str, name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
+def refusing_nested(engine: Engine, test: str, name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
     """``fn``, failing the step in the test's own thread where a measurement was refused inside it (a
     ``sol.measure`` from a thread the step started is refused there, where no test sees it: the thread
     dies, the step would go on) or where it ended the step's profiler session (a

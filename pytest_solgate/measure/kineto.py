@@ -220,7 +220,10 @@ def read(data: Any, path: str = "trace") -> Trace:
         raise MeasureError(f"{path}: the autograd profiler's legacy trace format (torch 1.7 and earlier: no "
                            "categories, no correlation of kernels to their launches) is not read; record with "
                            "torch.profiler.profile (torch 1.8.1 or later) and export_chrome_trace")
-    ranges, launches, activities, flows = [], [], [], {}
+    ranges: list[HostRange] = []
+    launches: list[Launch] = []
+    activities: list[Activity] = []
+    flows: dict[Any, Any] = {}
     for index, event in enumerate(events):
         try:
             _read_event(event, ranges, launches, activities, flows)
