@@ -211,3 +211,28 @@ def test_the_cpu_bandwidth_includes_a_read_only_reduction_and_the_profile_names_
         lambda torch: (31.0, {"read": 31.0, "copy": 25.0, "triad": 28.0}, {"fp32": 0.1, "fp64": 0.05}, {"bandwidth": 0.01}))
     assert profile.memory_bandwidth_gbps == 31.0
     assert "bandwidth from the read pattern" in profile.source and "(best: read)" in profile.notes
+
+
+# --- benchmarks/neighbour.py: a busy machine anyone can reproduce (issue 52 item 4) ---------------
+def test_the_neighbour_stops_by_itself_and_with_its_parent():
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "neighbour.py"
+    done = subprocess.run([sys.executable, str(script), "--cores", "1", "--share", "0.5", "--seconds", "0.5"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "1 process(es) at 50% of a core each" in done.stdout and "stopped" in done.stdout
+    # Killed without a chance to clean up, its busy processes still go within a period or two.
+    parent = subprocess.Popen([sys.executable, str(script), "--cores", "2", "--seconds", "60"], stdout=subprocess.PIPE,
+                              text=True)
+    pids = [int(p) for p in parent.stdout.readline().rsplit("(pids ", 1)[1].rstrip(")\n").split(", ")]
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in pids):
+        time.sleep(0.1)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
+    assert subprocess.run([sys.executable, str(script), "--share", "1.5"], capture_output=True).returncode == 2
