@@ -30,7 +30,7 @@ from pytest_solgate.declare.profiles import HardwareProfile, ProfileOption, reso
 from pytest_solgate.declare.work import make_work
 from pytest_solgate.judge import integrity, step_budgets, verdict
 from pytest_solgate.judge.wording import CONTENDED_NOTE
-from pytest_solgate.measure import backends, callables, clocks, extras, ncu_child, phases, pipeline, sampling
+from pytest_solgate.measure import backends, calibrate, callables, clocks, extras, ncu_child, phases, pipeline, sampling
 from pytest_solgate.measure import context as measure_context
 from pytest_solgate.measure.contention import Readers
 from pytest_solgate.measure.context import Context
@@ -207,7 +207,8 @@ class Engine:
         timing = timed.timing
         timed_for_real = timing.gated  # not the interpreter's timing of a Triton kernel
         scorable, unscored = self._scorable(work, context.profile, gate and timed_for_real)
-        notes = list(timing.notes)
+        context, busy_note = self.raise_busy_ceilings(context, scorable, timing)
+        notes = list(timing.notes) + busy_note
         if unscored:
             notes.append(unscored)
         if not work.bytes and work.total_flops:
@@ -244,6 +245,17 @@ class Engine:
             contended_wait=timed.fields.get("contended_wait"),
             **provenance(context, timed.contended),
         )
+
+    def raise_busy_ceilings(self, context: Context, work: Any, timing: sampling.Timing) -> tuple[Context, list[str]]:
+        """Ceilings measured while the machine was busy are lower bounds: a real timing that beats
+        one raises it for the rest of the session before it is scored (calibrate.raised_to_reach).
+        The context to score in, and the note that says whose ceilings they are."""
+        if not context.profile.busy:
+            return context, []
+        raised = calibrate.raised_to_reach(context.profile, work, timing.seconds) if timing.gated else context.profile
+        if raised is not context.profile:
+            self._context = context = dataclasses.replace(context, profile=raised)
+        return context, [f"{calibrate.BUSY_NOTE} ({context.profile.busy}), raised by any measurement that beats them"]
 
     # --- what every measurement goes through, a kernel's or a step's ----------------------------
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pytest_solgate.declare.profiles import CacheLevel, DeviceFacts, HardwareProfile, load_profile, profile_to_toml
+from pytest_solgate.measure import contention
 from pytest_solgate.measure.backends import CpuBackend, CudaBackend
 from pytest_solgate.measure.devices import MIB, cpu_data_caches, last_level_cache_bytes
 from pytest_solgate.support import atomic, stats
@@ -285,8 +286,43 @@ def _shared_calibration(cache_dir: Path, key: str) -> tuple[Path, HardwareProfil
         return path, shared
     merged = local if shared is None else raise_ceilings(shared, local.memory_bandwidth_gbps, dict(local.peak_tflops))
     if merged is not shared:
-        _cache(path, merged, lambda text: None)  # the clone's own copy still holds them
+        merged = _cache(path, merged, lambda text: None)  # the clone's own copy still holds them
     return path, merged
+
+
+# A calibration's repetitions that disagree by more than this ((max - min) / median of a figure)
+# were disturbed, whatever the pressure read: on this VM quiet calibrations disagreed by up to 61 %
+# (its bandwidth moves between levels from process to process), one taken beside a busy build by 267 %.
+MAX_CPU_SPREAD = 1.0
+# The note on a measurement scored against ceilings measured while the machine was busy (its
+# record, and the run's facts: record/runinfo.py).
+BUSY_NOTE = "scored against ceilings measured while the machine was busy"
+BUSY_CEILINGS = "measured while busy"  # the run's ceilings, in its header, when any measurement was
+
+
+def busy_reason(reading: Any, spreads: dict[str, float]) -> str:
+    """Why a calibration was disturbed ('' when it was not): the CPU pressure that other processes
+    put on it (a contention.Busy) and the figures whose repetitions disagreed beyond MAX_CPU_SPREAD."""
+    reasons = [contention.busy_phrase(reading)] if reading.contended else []
+    reasons += [f"{figure} spread {value:.0%} between repetitions" for figure, value in spreads.items()
+                if value > MAX_CPU_SPREAD]
+    return "; ".join(reasons)
+
+
+def raised_to_reach(profile: HardwareProfile, work: Any, seconds: float) -> HardwareProfile:
+    """Ceilings measured while the machine was busy (``profile.busy``) raised so that ``work``
+    done in ``seconds`` reads SOL 1.0 at most: the bandwidth to what it moved, the peaks of its
+    precisions by the factor its compute beat them by; the same object when nothing rose (and for
+    quiet or datasheet ceilings, which a kernel that beats them is judged against: above-sol)."""
+    if not profile.busy or seconds <= 0:
+        return profile
+    bandwidth = max(profile.memory_bandwidth_gbps, work.bytes / seconds / 1e9)
+    compute_time = sum(f / profile.peak_flops(k) for k, f in work.flops.items() if f and k in profile.peak_tflops)
+    factor = max(1.0, compute_time / seconds)
+    peaks = {k: v * factor if work.flops.get(k) else v for k, v in profile.peak_tflops.items()}
+    if bandwidth == profile.memory_bandwidth_gbps and factor == 1.0:
+        return profile
+    return raise_ceilings(profile, bandwidth, peaks)
 
 
 def cpu_profile(
@@ -295,10 +331,13 @@ def cpu_profile(
     calibration: Callable[[Any], tuple] | None = None,
     recheck: Callable[[Any], tuple] | None = None,
     full: bool = False,
+    readers: contention.Readers | None = None,
 ) -> HardwareProfile:
     """The measured CPU profile for this machine: calibrated once (about 10 s) and cached, then
     re-checked briefly in each session and raised when the machine does better than it says.
-    ``full`` (``solgate calibrate``) re-checks with a whole calibration instead.
+    ``full`` (``solgate calibrate``) re-checks with a whole calibration instead. A first
+    calibration taken while the machine was busy (``readers``: the /proc it reads, the session's
+    unless given) serves this session only, as ``busy`` ceilings, and is not cached.
 
     ``calibration`` (torch -> figures, as ``repeated_cpu_calibration`` returns them) and
     ``recheck`` (as ``quick_cpu_check``) exist so that tests can hand in figures."""
@@ -314,14 +353,17 @@ def cpu_profile(
         bandwidth, peaks = figures[0], figures[2]
         # `solgate calibrate` keeps whatever it measured higher; a session's brief re-check only
         # what is beyond its own noise, so that a session that changes nothing keeps the ceilings.
+        # A re-check under load only reads lower: it can raise nothing it should not.
         raised = raise_ceilings(cached, bandwidth, peaks, 0.0 if full else RAISE_MARGIN)
         if raised is not cached:
             announce(f"solgate: this CPU ran faster than its cached ceilings; raised them ({path})")
-            _cache(path, raised, announce)
+            raised = _cache(path, raised, announce)
         return raised
     announce(f"solgate: measuring this CPU's ceilings once, best of {CPU_REPETITIONS} repetitions (cached in {path}) ...")
-    started = time.perf_counter()
+    readers = readers or contention.readers_from(os.environ)
+    started, before = time.perf_counter(), readers.snapshot()
     bandwidth, per_pattern, peaks, spreads = (calibration or repeated_cpu_calibration)(torch)
+    busy = busy_reason(contention.between(before, readers.snapshot()), spreads)
     spread_text = ", ".join(f"{k} {v:.1%}" for k, v in spreads.items())
     profile = HardwareProfile(
         id=f"cpu-{key}",
@@ -337,21 +379,31 @@ def cpu_profile(
         + "; fingerprint: " + ", ".join(f"{k}={v}" for k, v in sorted(fingerprint.items())),
         ceilings="measured",
         measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        busy=busy,
     )
-    _cache(path, profile, announce)
-    return profile
+    if busy:
+        # A busy machine's rates are lower bounds: cached, they would be the machine's ceilings
+        # for every later session, and an honest kernel in a quiet moment would read above-sol.
+        announce(f"solgate: this CPU's ceilings were measured while the machine was busy ({busy}): they serve this "
+                 "session only and are not cached; a measurement that beats one raises it before it is scored "
+                 "(never above-sol against them). Calibrate on a quiet machine: solgate calibrate")
+        return profile
+    return _cache(path, profile, announce)
 
 
-def _cache(path: Path, profile: HardwareProfile, announce: Callable[[str], None]) -> None:
-    """Cache a CPU calibration in the per-user cache; a cache that cannot be written (its variable
-    names a file, a read-only folder) costs a calibration per session, never a test."""
+def _cache(path: Path, profile: HardwareProfile, announce: Callable[[str], None]) -> HardwareProfile:
+    """Cache a CPU calibration in the per-user cache; the profile cached. A cache that cannot be written (its variable names a file, a read-only folder) costs a
+    calibration per session, never a test."""
     try:
         write_profile(path, profile)
-    except ReportWriteError as exc:
+        return profile
+    except (ReportWriteError, OSError) as exc:
         folder, variable = user_cache_setting()
         setting = f"${variable} ({folder})" if variable != "HOME" else f"the default cache {folder}"
-        announce(f"solgate: this CPU's calibration is not cached: {exc}. {setting} must be a folder this user can "
+        why = exc if isinstance(exc, ReportWriteError) else f"cannot lock {path}: {exc.strerror or exc}"
+        announce(f"solgate: this CPU's calibration is not cached: {why}. {setting} must be a folder this user can "
                  f"write; until it is, every session measures the ceilings again (set $SOLGATE_CACHE_DIR to one)")
+        return profile
 
 
 # What a CPU profile's id is made of that the user sets: a change of one splits the history, since

@@ -27,7 +27,7 @@ def build_run_info(
 ) -> RunInfo:
     used_cuda = any(m.timing.backend == "cuda" for m in measurements)
     profiles = sorted({m.profile for m in measurements})
-    ceilings = sorted({m.ceilings for m in measurements})
+    ceilings = sorted({ceilings_of(m) for m in measurements})
     devices = sorted({m.device for m in measurements if m.device})
     return RunInfo(
         id=run_id,
@@ -50,3 +50,13 @@ def build_run_info(
         baseline_ref=baseline_ref,
         status="interrupted" if interrupted else "complete",
     )
+
+
+def ceilings_of(m: Measurement) -> str:
+    """Which ceilings a measurement was scored against, for the run's header: "datasheet",
+    "measured" (on a quiet machine) or "measured while busy" (calibrate.BUSY_NOTE: lower bounds,
+    raised by what beat them, never the ground for an above-sol)."""
+    from pytest_solgate.measure.calibrate import BUSY_CEILINGS, BUSY_NOTE
+
+    return BUSY_CEILINGS if any(note.startswith(BUSY_NOTE) for note in m.notes) else m.ceilings
+
