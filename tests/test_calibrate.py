@@ -347,3 +347,81 @@ def test_a_kernel_that_beats_busy_ceilings_passes_and_one_that_beats_quiet_ones_
     assert all(any(n.startswith(calibrate.BUSY_NOTE) for n in m["notes"]) for m in out["measurements"])
     assert "(measured while busy ceilings)" in (pytester.path / "out.md").read_text()
     assert not list(calibrate.user_cache_dir().rglob("cpu-*.toml"))  # the session's ceilings only
+
+
+# --- a profile cache that concurrent sessions share (issue 52 item 2) ------------------------------
+# Sessions read the cached profile, raise or extend it and write it back: without a lock one
+# session's write dropped what another had just written (the main job's steps then all read
+# DRAM-bound: its cache levels were gone). Each writer here is a process of its own, as xdist
+# workers, two projects and `solgate calibrate` beside a session are.
+WRITER = """
+import sys
+from pathlib import Path
+from pytest_solgate.declare.profiles import CacheLevel
+from pytest_solgate.measure import calibrate
+
+kind, number, rounds, project = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
+base = (1.0, {"copy": 1.0}, {"fp32": 0.001, "fp64": 0.0005}, {"bandwidth": 0.01})
+for i in range(rounds):
+    if kind == "raise":  # a session whose re-check ran faster: bandwidth and fp32 rise by 10 % a round
+        rate = (1.1 ** (1 + number + 8 * i))
+        calibrate.cpu_profile(project, lambda text: None,
+                              recheck=lambda torch: (rate, {"copy": rate}, {"fp32": 0.001 * rate, "fp64": 0.0005}))
+    else:  # `solgate calibrate`: a whole calibration that measures cache levels, one new level a round
+        level = CacheLevel(f"W{number}R{i}", 0.01 * (1 + number + 8 * i), 50.0, "test")
+        calibrate.cpu_profile(project, lambda text: None, lambda torch: base, full=True, caches=lambda torch: (level,))
+"""
+
+
+def test_concurrent_sessions_raise_and_extend_one_cached_profile_and_lose_nothing(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    torch = pytest.importorskip("torch")
+    first = calibrate.cpu_profile(tmp_path / "a", lambda text: None, lambda torch: BEST)  # the first session caches
+    rounds = 12
+    # Two xdist workers of project a and a session of project b raise; two `solgate calibrate` add levels.
+    writers = [("raise", 0, "a"), ("raise", 1, "a"), ("raise", 2, "b"), ("levels", 0, "a"), ("levels", 1, "b")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(calibrate.Path(calibrate.__file__).parents[2]),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    running = [subprocess.Popen([sys.executable, "-c", WRITER, kind, str(number), str(rounds), str(tmp_path / project)],
+                                env=env) for kind, number, project in writers]
+    assert [process.wait(timeout=300) for process in running] == [0] * len(writers)
+    key = calibrate.fingerprint_key(calibrate.cpu_fingerprint(torch))
+    cached = calibrate.cached_profile(calibrate.cpu_profile_path(calibrate.user_cache_dir(), key))
+    highest = 1.1 ** (1 + 2 + 8 * (rounds - 1))
+    assert cached is not None and cached.id == first.id
+    assert cached.memory_bandwidth_gbps == pytest.approx(highest, rel=1e-5)  # ceilings only rise
+    assert cached.peak_tflops["fp32"] == pytest.approx(0.001 * highest, rel=1e-5)
+    assert {level.name for level in cached.caches} == {f"W{n}R{i}" for n in (0, 1) for i in range(rounds)}
+
+
+def test_a_write_merges_with_what_the_cache_holds_now():
+    from pytest_solgate.declare.profiles import CacheLevel, HardwareProfile
+
+    disk = HardwareProfile(id="cpu-x", name="x", kind="cpu", memory_bandwidth_gbps=40, peak_tflops={"fp32": 0.2},
+                           ceilings="measured", caches=(CacheLevel("L1", 0.03, 100.0),))
+    mine = dataclasses.replace(disk, memory_bandwidth_gbps=45, peak_tflops={"fp32": 0.1, "fp64": 0.05},
+                               caches=(CacheLevel("L2", 1.0, 80.0),))
+    merged = calibrate.merged_profile(disk, mine)
+    assert merged.memory_bandwidth_gbps == 45 and merged.peak_tflops == {"fp32": 0.2, "fp64": 0.05}
+    assert [level.name for level in merged.caches] == ["L1", "L2"]
+    assert calibrate.merged_profile(disk, disk) is disk and calibrate.merged_profile(None, mine) is mine
+
+
+def test_a_calibration_caches_the_cache_levels_and_a_recheck_measures_none(tmp_path):
+    torch = pytest.importorskip("torch")
+    from pytest_solgate.declare.profiles import CacheLevel
+
+    levels = (CacheLevel("L2", 1.0, 80.0, "fake"), CacheLevel("L1", 0.03, 100.0, "fake"))
+    first = calibrate.cpu_profile(tmp_path, lambda text: None, lambda torch: BEST, caches=lambda torch: levels)
+    cache = calibrate.cpu_profile_path(calibrate.user_cache_dir(), calibrate.fingerprint_key(calibrate.cpu_fingerprint(torch)))
+    assert [level.name for level in first.caches] == ["L1", "L2"] and calibrate.cached_profile(cache).caches == first.caches
+    refuse = lambda torch: pytest.fail("a re-check measured the cache levels")  # noqa: E731
+    assert calibrate.cpu_profile(tmp_path, lambda text: None, recheck=lambda torch: BEST[:3], caches=refuse) == first
+    faster = (CacheLevel("L1", 0.03, 120.0, "fake"),)  # `solgate calibrate` raises a level it beat
+    again = calibrate.cpu_profile(tmp_path, lambda text: None, lambda torch: BEST, full=True, caches=lambda torch: faster)
+    assert [(level.name, level.bandwidth_gbps) for level in calibrate.cached_profile(cache).caches] == [("L1", 120.0), ("L2", 80.0)]
+    assert again.caches == calibrate.cached_profile(cache).caches
+

@@ -15,6 +15,7 @@ profile, and keeps the datasheet's figure for a precision it does not measure.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import hashlib
@@ -24,7 +25,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from pytest_solgate.declare.profiles import CacheLevel, DeviceFacts, HardwareProfile, load_profile, profile_to_toml
 from pytest_solgate.measure import contention
@@ -193,23 +194,31 @@ def with_caches(profile: HardwareProfile, caches: tuple[CacheLevel, ...]) -> Har
 
 
 def cpu_caches(profile: HardwareProfile, announce: Callable[[str], None] = print,
-               measure: Callable[[Any], tuple[CacheLevel, ...]] | None = None) -> HardwareProfile:
-    """``profile`` with this CPU's cache levels: measured the first time a whole step is scored on
-    this CPU's calibration (a few seconds), then kept in its cached profile. Only steps ask: a
-    kernel's floor is DRAM's (sol.measure flushes the cache). A profile that is not this CPU's
-    calibration (a file passed with --sol-profile) is returned as it is."""
+               measure: Callable[[Any], tuple[CacheLevel, ...]] | None = None,
+               measured: dict[str, tuple[CacheLevel, ...]] | None = None) -> HardwareProfile:
+    """``profile`` with this CPU's cache levels, for a whole step's cache-aware floors. A calibration
+    measures them with the ceilings and caches them (cpu_profile); a profile without them (cached
+    before levels were, or handed in by a test) gets them measured here, once a process
+    (``measured``: the levels measured so far, by profile id), and never written: scoring a step
+    does not write the user's cache. Only steps ask: a kernel's floor is DRAM's (sol.measure flushes
+    the cache). A profile that is not this CPU's calibration (a file passed with --sol-profile) is
+    returned as it is."""
     import torch
 
     if profile.kind != "cpu" or profile.caches or profile.ceilings != "measured":
         return profile
-    key = fingerprint_key(cpu_fingerprint(torch))
-    path = cpu_profile_path(user_cache_dir(), key)
-    if profile.id != f"cpu-{key}":
+    if profile.id != f"cpu-{fingerprint_key(cpu_fingerprint(torch))}":
         return profile
-    announce(f"solgate: measuring this CPU's cache bandwidths once, for the steps' cache-aware floors (cached in {path}) ...")
-    measured = with_caches(profile, (measure or measure_cpu_caches)(torch))
-    _cache(path, measured, announce)
-    return measured
+    measured = MEASURED_LEVELS if measured is None else measured
+    if profile.id not in measured:
+        announce("solgate: measuring this CPU's cache bandwidths for this session's steps (a few seconds; "
+                 "`solgate calibrate` measures and caches them) ...")
+        measured[profile.id] = (measure or measure_cpu_caches)(torch)
+    return with_caches(profile, measured[profile.id])
+
+
+# The cache levels measured in this process for a profile that came without them (cpu_caches).
+MEASURED_LEVELS: dict[str, tuple[CacheLevel, ...]] = {}
 
 
 # Each session that finds a cached CPU profile measures the streaming patterns and matmuls once
@@ -332,6 +341,7 @@ def cpu_profile(
     recheck: Callable[[Any], tuple] | None = None,
     full: bool = False,
     readers: contention.Readers | None = None,
+    caches: Callable[[Any], tuple[CacheLevel, ...]] | None = None,
 ) -> HardwareProfile:
     """The measured CPU profile for this machine: calibrated once (about 10 s) and cached, then
     re-checked briefly in each session and raised when the machine does better than it says.
@@ -339,8 +349,13 @@ def cpu_profile(
     calibration taken while the machine was busy (``readers``: the /proc it reads, the session's
     unless given) serves this session only, as ``busy`` ceilings, and is not cached.
 
-    ``calibration`` (torch -> figures, as ``repeated_cpu_calibration`` returns them) and
-    ``recheck`` (as ``quick_cpu_check``) exist so that tests can hand in figures."""
+    A calibration measures the cache levels too (``caches``, measure_cpu_caches: a few seconds),
+    for the steps' cache-aware floors; a session's re-check does not.
+
+    ``calibration`` (torch -> figures, as ``repeated_cpu_calibration`` returns them), ``recheck``
+    (as ``quick_cpu_check``) and ``caches`` exist so that tests can hand in figures; figures
+    handed in come with no cache levels unless ``caches`` hands them in too."""
+    levels = caches or (measure_cpu_caches if calibration is None else (lambda torch: ()))
     import torch
 
     fingerprint = cpu_fingerprint(torch)
@@ -355,6 +370,8 @@ def cpu_profile(
         # what is beyond its own noise, so that a session that changes nothing keeps the ceilings.
         # A re-check under load only reads lower: it can raise nothing it should not.
         raised = raise_ceilings(cached, bandwidth, peaks, 0.0 if full else RAISE_MARGIN)
+        if full:
+            raised = with_caches(raised, levels(torch))
         if raised is not cached:
             announce(f"solgate: this CPU ran faster than its cached ceilings; raised them ({path})")
             raised = _cache(path, raised, announce)
@@ -363,6 +380,7 @@ def cpu_profile(
     readers = readers or contention.readers_from(os.environ)
     started, before = time.perf_counter(), readers.snapshot()
     bandwidth, per_pattern, peaks, spreads = (calibration or repeated_cpu_calibration)(torch)
+    measured_levels = levels(torch)
     busy = busy_reason(contention.between(before, readers.snapshot()), spreads)
     spread_text = ", ".join(f"{k} {v:.1%}" for k, v in spreads.items())
     profile = HardwareProfile(
@@ -380,6 +398,7 @@ def cpu_profile(
         ceilings="measured",
         measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         busy=busy,
+        caches=tuple(sorted(measured_levels, key=lambda level: level.size_mb)),
     )
     if busy:
         # A busy machine's rates are lower bounds: cached, they would be the machine's ceilings
@@ -391,12 +410,48 @@ def cpu_profile(
     return _cache(path, profile, announce)
 
 
+@contextlib.contextmanager
+def cache_lock(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path``'s lock file beside it, held while a session reads the
+    cached profile and writes its own back: xdist workers, two projects and two CI jobs on one
+    runner share the per-user cache, and without it one session's write dropped what another had
+    just written (its raised ceilings, its cache levels). An ``OSError`` when it cannot be taken."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def merged_profile(on_disk: HardwareProfile | None, mine: HardwareProfile) -> HardwareProfile:
+    """What a session writes over what the cache holds now (pure): one set of ceilings of one CPU,
+    every one the higher of the two (ceilings only rise), and every cache level either measured;
+    ``on_disk`` itself when ``mine`` adds nothing to it, ``mine`` when the cache holds no profile of its id."""
+    if on_disk is None or on_disk.id != mine.id:
+        return mine
+    raised = raise_ceilings(on_disk, mine.memory_bandwidth_gbps, dict(mine.peak_tflops))
+    missing = {k: v for k, v in mine.peak_tflops.items() if k not in on_disk.peak_tflops}
+    if missing:
+        raised = dataclasses.replace(raised, peak_tflops={**raised.peak_tflops, **missing})
+    return with_caches(raised, mine.caches)
+
+
 def _cache(path: Path, profile: HardwareProfile, announce: Callable[[str], None]) -> HardwareProfile:
-    """Cache a CPU calibration in the per-user cache; the profile cached. A cache that cannot be written (its variable names a file, a read-only folder) costs a
+    """Cache a CPU calibration in the per-user cache, merged under the cache's lock with what
+    another session wrote since this one read it (merged_profile); the profile the cache holds
+    now. A cache that cannot be written (its variable names a file, a read-only folder) costs a
     calibration per session, never a test."""
     try:
-        write_profile(path, profile)
-        return profile
+        with cache_lock(path):
+            on_disk = cached_profile(path)
+            merged = merged_profile(on_disk, profile)
+            if merged is not on_disk:
+                write_profile(path, merged)
+        return merged
     except (ReportWriteError, OSError) as exc:
         folder, variable = user_cache_setting()
         setting = f"${variable} ({folder})" if variable != "HOME" else f"the default cache {folder}"
