@@ -425,3 +425,21 @@ def test_a_calibration_caches_the_cache_levels_and_a_recheck_measures_none(tmp_p
     assert [(level.name, level.bandwidth_gbps) for level in calibrate.cached_profile(cache).caches] == [("L1", 120.0), ("L2", 80.0)]
     assert again.caches == calibrate.cached_profile(cache).caches
 
+
+# --- one sampling function (issue 50): the calibration times its calls as a kernel's are timed ----
+def test_a_figure_is_the_sampling_loops_timing_of_its_calls_on_a_fake_clock():
+    """_sustained_rate kept a timing loop of its own beside sampling.take_timing; it now takes the
+    tests' sampling loop on the CPU backend, here on a clock that each call moves by its duration
+    (1 ms, or 4 ms in one call of four: the VM's slow phases)."""
+    from pytest_solgate.measure.backends import CpuBackend
+
+    ns, calls = [0], []
+
+    def call():
+        calls.append(1)
+        ns[0] += 4_000_000 if len(calls) % 4 == 0 else 1_000_000
+
+    backend = CpuBackend(clock=lambda: (ns[0],) * 3)
+    rate = calibrate._sustained_rate(call, 1e6, seconds=0.05, backend=backend)
+    assert rate == pytest.approx(1e9)  # 1e6 per ms: the 90th percentile is the machine's undisturbed rate
+    assert len(calls) >= calibrate.MIN_CALLS + 1  # at least one warm-up call and five timed ones

@@ -25,12 +25,13 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from pytest_solgate.declare.profiles import CacheLevel, DeviceFacts, HardwareProfile, load_profile, profile_to_toml
-from pytest_solgate.measure import contention
+from pytest_solgate.measure import contention, sampling
 from pytest_solgate.measure.backends import CpuBackend, CudaBackend
 from pytest_solgate.measure.devices import MIB, cpu_data_caches, last_level_cache_bytes
+from pytest_solgate.measure.stopping import Stop
 from pytest_solgate.support import atomic, stats
 from pytest_solgate.support.atomic import ReportWriteError
 from pytest_solgate.support.errors import ProfileError
@@ -71,22 +72,29 @@ def fingerprint_key(fingerprint: dict[str, Any]) -> str:
 # The 90th percentile of the rate over many calls is what the machine reaches, reproducibly.
 RATE_QUANTILE = 0.9
 SECONDS_PER_FIGURE = 0.4
+MIN_CALLS = 5
+
+
+@dataclass(frozen=True)
+class ForSeconds:
+    """A calibration's stopping rule: sample for ``seconds`` (and at least MIN_CALLS samples), since
+    its figure is a quantile over everything that time gave, not a median brought to a noise target."""
+
+    seconds: float
+
+    def decide(self, samples: Sequence[float], elapsed: float) -> Stop | None:
+        return Stop(noisy=False) if len(samples) >= MIN_CALLS and elapsed >= self.seconds else None
 
 
 def _sustained_rate(fn: Callable[[], Any], work: float, seconds: float = SECONDS_PER_FIGURE,
-                    timer: CpuBackend | None = None) -> float:
-    """The RATE_QUANTILE quantile of ``work`` per second over calls of ``fn`` for ``seconds``
-    (at least 5 calls, after one untimed call), each call timed by the CPU backend's wall time
-    (``timer``: an unflushed one unless given), as a kernel's CPU measurement is."""
-    timer = timer or CpuBackend()
-    fn()
-    rates: list[float] = []
-    deadline = time.perf_counter() + seconds
-    while len(rates) < 5 or time.perf_counter() < deadline:
-        token = timer.start()
-        fn()
-        rates.append(work / timer.elapsed(timer.stop(token)))
-    return stats.quantile(rates, RATE_QUANTILE)
+                    backend: CpuBackend | None = None) -> float:
+    """The RATE_QUANTILE quantile of ``work`` per second over calls of ``fn`` for ``seconds``, timed
+    as a kernel's CPU measurement is: the tests' sampling loop (sampling.take_timing, its warm-up,
+    its timer and its batching of short calls) on the CPU backend (``backend``: an unflushed one
+    unless given)."""
+    settings = SamplingSettings(min_time=seconds, max_time=seconds, noise=1.0, min_samples=MIN_CALLS, warmup_time=0.0)
+    timing = sampling.take_timing(fn, backend or CpuBackend(), settings, rule=ForSeconds(seconds))
+    return stats.quantile([work / max(sample, 1e-12) for sample in timing.samples], RATE_QUANTILE)
 
 
 def _streaming_bandwidth(torch: Any, n: int, seconds: float = SECONDS_PER_FIGURE) -> dict[str, float]:
