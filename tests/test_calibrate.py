@@ -443,3 +443,14 @@ def test_a_figure_is_the_sampling_loops_timing_of_its_calls_on_a_fake_clock():
     rate = calibrate._sustained_rate(call, 1e6, seconds=0.05, backend=backend)
     assert rate == pytest.approx(1e9)  # 1e6 per ms: the 90th percentile is the machine's undisturbed rate
     assert len(calls) >= calibrate.MIN_CALLS + 1  # at least one warm-up call and five timed ones
+
+
+def test_the_runs_header_says_busy_ceilings_for_every_measurement_scored_against_them():
+    """A step's records carry no busy note, but were scored against the session's same ceilings."""
+    from pytest_solgate.record.runinfo import run_ceilings
+    from solgate_testing import recorded
+
+    kernel = recorded(notes=[f"{calibrate.BUSY_NOTE} (CPU pressure 90%), raised by any measurement that beats them"])
+    step, other = recorded(test="t.py::test_step"), recorded(profile="h100-sxm", ceilings="datasheet")
+    assert run_ceilings([kernel, step]) == {"measured while busy"}
+    assert run_ceilings([step, other]) == {"measured", "datasheet"}
