@@ -225,6 +225,22 @@ def cpu_caches(profile: HardwareProfile, announce: Callable[[str], None] = print
     return with_caches(profile, measured[profile.id])
 
 
+def step_ceilings(profile: HardwareProfile, measured: Any, announce: Callable[[str], None] = print) -> HardwareProfile:
+    """The ceilings a step's operators are scored against: this CPU's with its cache levels
+    (cpu_caches), and where they were measured while the machine was busy, their compute peaks
+    raised to what the step's operators reached (``measured``: a step_profile.StepProfile), as a
+    kernel's timing raises them (raised_to_reach), so that no operator reads above-sol against
+    them. Only the peaks: an operator's bytes may come from a cache level, not from DRAM."""
+    profile = cpu_caches(profile, announce)
+    if not profile.busy:
+        return profile
+    for key, work in measured.work.items():
+        times = [run.operators[key] for run in measured.runs if run.operators.get(key, 0.0) > 0]
+        if times and work.flops:
+            profile = raised_to_reach(profile, dataclasses.replace(work, bytes=0.0), min(times))
+    return profile
+
+
 # The cache levels measured in this process for a profile that came without them (cpu_caches).
 MEASURED_LEVELS: dict[str, tuple[CacheLevel, ...]] = {}
 
