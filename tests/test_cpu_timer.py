@@ -157,7 +157,7 @@ def test_the_cpu_calibration_times_its_calls_on_the_cpu_backend():
     from pytest_solgate.measure import calibrate
 
     timer = ScriptedClock(lambda i: (MS, MS, MS))
-    assert calibrate._sustained_rate(timer.kernel, 1e6, seconds=0.0, timer=timer) == 1e9  # 1e6 per 1 ms
+    assert calibrate._sustained_rate(timer.kernel, 1e6, seconds=0.0, backend=timer) == 1e9  # 1e6 per 1 ms
     assert timer.calls == 6  # one untimed call, then five timed
 
 

@@ -273,7 +273,7 @@ def test_a_plain_mlp_a_decoder_block_and_a_gelu_by_hand_pass_out_of_the_box(pyte
     assert any(op["floor"] in ("L1-bound", "L2-bound") for step in steps for op in step["step"]["operators"])
 
 
-def test_this_cpus_cache_levels_are_measured_once_and_kept_in_its_cached_profile(tmp_path, profile):
+def test_this_cpus_cache_levels_are_measured_once_a_process_and_scoring_writes_no_cache(tmp_path, profile):
     import torch
 
     from pytest_solgate.measure import calibrate
@@ -281,12 +281,14 @@ def test_this_cpus_cache_levels_are_measured_once_and_kept_in_its_cached_profile
     key = calibrate.fingerprint_key(calibrate.cpu_fingerprint(torch))
     levels = (CacheLevel("L1", 0.032768, 50.0, "fake"), CacheLevel("L2", 1.04858, 40.0, "fake"))
     mine = dataclasses.replace(profile, id=f"cpu-{key}", caches=())
-    measured = calibrate.cpu_caches(mine, lambda text: None, measure=lambda torch: levels)
+    seen: dict = {}
+    measured = calibrate.cpu_caches(mine, lambda text: None, measure=lambda torch: levels, measured=seen)
     assert measured.caches == levels
-    cached = calibrate.cached_profile(calibrate.cpu_profile_path(calibrate.user_cache_dir(), key))
-    assert cached is not None and cached.caches == levels
+    # Scoring a step writes nothing to the user's cache (a calibration caches the levels).
+    assert not calibrate.cpu_profile_path(calibrate.user_cache_dir(), key).exists()
     # Measured once: a profile with its levels, or one that is not this CPU's calibration, is kept as it is.
     refuse = lambda torch: pytest.fail("measured again")  # noqa: E731
+    assert calibrate.cpu_caches(mine, lambda text: None, measure=refuse, measured=seen).caches == levels
     assert calibrate.cpu_caches(measured, lambda text: None, measure=refuse) is measured
     synthetic = dataclasses.replace(profile, caches=())
     assert calibrate.cpu_caches(synthetic, lambda text: None, measure=refuse) is synthetic

@@ -103,6 +103,10 @@ class HardwareProfile:
     # cache, so its floor stays DRAM's, and they are left out of ceilings_id.
     caches: tuple[CacheLevel, ...] = ()
     path: str = field(default="", compare=False)
+    # Why these measured ceilings were taken while the machine was busy ('' when it was quiet, or
+    # for a datasheet): such ceilings are lower bounds, serve one session, are raised by whatever
+    # beats them and are never written to a file (measure/calibrate.py).
+    busy: str = field(default="", compare=False)
 
     @property
     def memory_bandwidth(self) -> float:

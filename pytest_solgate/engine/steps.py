@@ -119,7 +119,7 @@ def measure(engine: Engine, test: str, fn: Callable[[], Any], *, name: str, flop
         if not any(run.operators for run in timed.read.runs):
             raise MeasureError(f"{test} '{name}': the step ran no PyTorch operator, so it has no speed of light to "
                                "hold it to; pass the callable that runs the model (e.g. lambda: model(x))")
-        breakdown = step_breakdown.score_step(timed.read, calibrate.cpu_caches(timed.context.profile), declared)
+        breakdown = step_breakdown.score_step(timed.read, calibrate.step_ceilings(timed.context.profile, timed.read), declared)
         return records(timed.context, test, name, timed.read, breakdown, gate, count, timed.contended, timed.notes,
                        timed.fields.get("contended_wait"))
 

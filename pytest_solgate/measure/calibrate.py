@@ -15,6 +15,7 @@ profile, and keeps the datasheet's figure for a precision it does not measure.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import hashlib
@@ -24,11 +25,13 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Sequence
 
 from pytest_solgate.declare.profiles import CacheLevel, DeviceFacts, HardwareProfile, load_profile, profile_to_toml
+from pytest_solgate.measure import contention, sampling
 from pytest_solgate.measure.backends import CpuBackend, CudaBackend
 from pytest_solgate.measure.devices import MIB, cpu_data_caches, last_level_cache_bytes
+from pytest_solgate.measure.stopping import Stop
 from pytest_solgate.support import atomic, stats
 from pytest_solgate.support.atomic import ReportWriteError
 from pytest_solgate.support.errors import ProfileError
@@ -69,22 +72,29 @@ def fingerprint_key(fingerprint: dict[str, Any]) -> str:
 # The 90th percentile of the rate over many calls is what the machine reaches, reproducibly.
 RATE_QUANTILE = 0.9
 SECONDS_PER_FIGURE = 0.4
+MIN_CALLS = 5
+
+
+@dataclass(frozen=True)
+class ForSeconds:
+    """A calibration's stopping rule: sample for ``seconds`` (and at least MIN_CALLS samples), since
+    its figure is a quantile over everything that time gave, not a median brought to a noise target."""
+
+    seconds: float
+
+    def decide(self, samples: Sequence[float], elapsed: float) -> Stop | None:
+        return Stop(noisy=False) if len(samples) >= MIN_CALLS and elapsed >= self.seconds else None
 
 
 def _sustained_rate(fn: Callable[[], Any], work: float, seconds: float = SECONDS_PER_FIGURE,
-                    timer: CpuBackend | None = None) -> float:
-    """The RATE_QUANTILE quantile of ``work`` per second over calls of ``fn`` for ``seconds``
-    (at least 5 calls, after one untimed call), each call timed by the CPU backend's wall time
-    (``timer``: an unflushed one unless given), as a kernel's CPU measurement is."""
-    timer = timer or CpuBackend()
-    fn()
-    rates: list[float] = []
-    deadline = time.perf_counter() + seconds
-    while len(rates) < 5 or time.perf_counter() < deadline:
-        token = timer.start()
-        fn()
-        rates.append(work / timer.elapsed(timer.stop(token)))
-    return stats.quantile(rates, RATE_QUANTILE)
+                    backend: CpuBackend | None = None) -> float:
+    """The RATE_QUANTILE quantile of ``work`` per second over calls of ``fn`` for ``seconds``, timed
+    as a kernel's CPU measurement is: the tests' sampling loop (sampling.take_timing, its warm-up,
+    its timer and its batching of short calls) on the CPU backend (``backend``: an unflushed one
+    unless given)."""
+    settings = SamplingSettings(min_time=seconds, max_time=seconds, noise=1.0, min_samples=MIN_CALLS, warmup_time=0.0)
+    timing = sampling.take_timing(fn, backend or CpuBackend(), settings, rule=ForSeconds(seconds))
+    return stats.quantile([work / max(sample, 1e-12) for sample in timing.samples], RATE_QUANTILE)
 
 
 def _streaming_bandwidth(torch: Any, n: int, seconds: float = SECONDS_PER_FIGURE) -> dict[str, float]:
@@ -192,23 +202,47 @@ def with_caches(profile: HardwareProfile, caches: tuple[CacheLevel, ...]) -> Har
 
 
 def cpu_caches(profile: HardwareProfile, announce: Callable[[str], None] = print,
-               measure: Callable[[Any], tuple[CacheLevel, ...]] | None = None) -> HardwareProfile:
-    """``profile`` with this CPU's cache levels: measured the first time a whole step is scored on
-    this CPU's calibration (a few seconds), then kept in its cached profile. Only steps ask: a
-    kernel's floor is DRAM's (sol.measure flushes the cache). A profile that is not this CPU's
-    calibration (a file passed with --sol-profile) is returned as it is."""
+               measure: Callable[[Any], tuple[CacheLevel, ...]] | None = None,
+               measured: dict[str, tuple[CacheLevel, ...]] | None = None) -> HardwareProfile:
+    """``profile`` with this CPU's cache levels, for a whole step's cache-aware floors. A calibration
+    measures them with the ceilings and caches them (cpu_profile); a profile without them (cached
+    before levels were, or handed in by a test) gets them measured here, once a process
+    (``measured``: the levels measured so far, by profile id), and never written: scoring a step
+    does not write the user's cache. Only steps ask: a kernel's floor is DRAM's (sol.measure flushes
+    the cache). A profile that is not this CPU's calibration (a file passed with --sol-profile) is
+    returned as it is."""
     import torch
 
     if profile.kind != "cpu" or profile.caches or profile.ceilings != "measured":
         return profile
-    key = fingerprint_key(cpu_fingerprint(torch))
-    path = cpu_profile_path(user_cache_dir(), key)
-    if profile.id != f"cpu-{key}":
+    if profile.id != f"cpu-{fingerprint_key(cpu_fingerprint(torch))}":
         return profile
-    announce(f"solgate: measuring this CPU's cache bandwidths once, for the steps' cache-aware floors (cached in {path}) ...")
-    measured = with_caches(profile, (measure or measure_cpu_caches)(torch))
-    _cache(path, measured, announce)
-    return measured
+    measured = MEASURED_LEVELS if measured is None else measured
+    if profile.id not in measured:
+        announce("solgate: measuring this CPU's cache bandwidths for this session's steps (a few seconds; "
+                 "`solgate calibrate` measures and caches them) ...")
+        measured[profile.id] = (measure or measure_cpu_caches)(torch)
+    return with_caches(profile, measured[profile.id])
+
+
+def step_ceilings(profile: HardwareProfile, measured: Any, announce: Callable[[str], None] = print) -> HardwareProfile:
+    """The ceilings a step's operators are scored against: this CPU's with its cache levels
+    (cpu_caches), and where they were measured while the machine was busy, their compute peaks
+    raised to what the step's operators reached (``measured``: a step_profile.StepProfile), as a
+    kernel's timing raises them (raised_to_reach), so that no operator reads above-sol against
+    them. Only the peaks: an operator's bytes may come from a cache level, not from DRAM."""
+    profile = cpu_caches(profile, announce)
+    if not profile.busy:
+        return profile
+    for key, work in measured.work.items():
+        times = [run.operators[key] for run in measured.runs if run.operators.get(key, 0.0) > 0]
+        if times and work.flops:
+            profile = raised_to_reach(profile, dataclasses.replace(work, bytes=0.0), min(times))
+    return profile
+
+
+# The cache levels measured in this process for a profile that came without them (cpu_caches).
+MEASURED_LEVELS: dict[str, tuple[CacheLevel, ...]] = {}
 
 
 # Each session that finds a cached CPU profile measures the streaming patterns and matmuls once
@@ -285,8 +319,43 @@ def _shared_calibration(cache_dir: Path, key: str) -> tuple[Path, HardwareProfil
         return path, shared
     merged = local if shared is None else raise_ceilings(shared, local.memory_bandwidth_gbps, dict(local.peak_tflops))
     if merged is not shared:
-        _cache(path, merged, lambda text: None)  # the clone's own copy still holds them
+        merged = _cache(path, merged, lambda text: None)  # the clone's own copy still holds them
     return path, merged
+
+
+# A calibration's repetitions that disagree by more than this ((max - min) / median of a figure)
+# were disturbed, whatever the pressure read: on this VM quiet calibrations disagreed by up to 61 %
+# (its bandwidth moves between levels from process to process), one taken beside a busy build by 267 %.
+MAX_CPU_SPREAD = 1.0
+# The note on a measurement scored against ceilings measured while the machine was busy (its
+# record, and the run's facts: record/runinfo.py).
+BUSY_NOTE = "scored against ceilings measured while the machine was busy"
+BUSY_CEILINGS = "measured while busy"  # the run's ceilings, in its header, when any measurement was
+
+
+def busy_reason(reading: Any, spreads: dict[str, float]) -> str:
+    """Why a calibration was disturbed ('' when it was not): the CPU pressure that other processes
+    put on it (a contention.Busy) and the figures whose repetitions disagreed beyond MAX_CPU_SPREAD."""
+    reasons = [contention.busy_phrase(reading)] if reading.contended else []
+    reasons += [f"{figure} spread {value:.0%} between repetitions" for figure, value in spreads.items()
+                if value > MAX_CPU_SPREAD]
+    return "; ".join(reasons)
+
+
+def raised_to_reach(profile: HardwareProfile, work: Any, seconds: float) -> HardwareProfile:
+    """Ceilings measured while the machine was busy (``profile.busy``) raised so that ``work``
+    done in ``seconds`` reads SOL 1.0 at most: the bandwidth to what it moved, the peaks of its
+    precisions by the factor its compute beat them by; the same object when nothing rose (and for
+    quiet or datasheet ceilings, which a kernel that beats them is judged against: above-sol)."""
+    if not profile.busy or seconds <= 0:
+        return profile
+    bandwidth = max(profile.memory_bandwidth_gbps, work.bytes / seconds / 1e9)
+    compute_time = sum(f / profile.peak_flops(k) for k, f in work.flops.items() if f and k in profile.peak_tflops)
+    factor = max(1.0, compute_time / seconds)
+    peaks = {k: v * factor if work.flops.get(k) else v for k, v in profile.peak_tflops.items()}
+    if bandwidth == profile.memory_bandwidth_gbps and factor == 1.0:
+        return profile
+    return raise_ceilings(profile, bandwidth, peaks)
 
 
 def cpu_profile(
@@ -295,13 +364,22 @@ def cpu_profile(
     calibration: Callable[[Any], tuple] | None = None,
     recheck: Callable[[Any], tuple] | None = None,
     full: bool = False,
+    readers: contention.Readers | None = None,
+    caches: Callable[[Any], tuple[CacheLevel, ...]] | None = None,
 ) -> HardwareProfile:
     """The measured CPU profile for this machine: calibrated once (about 10 s) and cached, then
     re-checked briefly in each session and raised when the machine does better than it says.
-    ``full`` (``solgate calibrate``) re-checks with a whole calibration instead.
+    ``full`` (``solgate calibrate``) re-checks with a whole calibration instead. A first
+    calibration taken while the machine was busy (``readers``: the /proc it reads, the session's
+    unless given) serves this session only, as ``busy`` ceilings, and is not cached.
 
-    ``calibration`` (torch -> figures, as ``repeated_cpu_calibration`` returns them) and
-    ``recheck`` (as ``quick_cpu_check``) exist so that tests can hand in figures."""
+    A calibration measures the cache levels too (``caches``, measure_cpu_caches: a few seconds),
+    for the steps' cache-aware floors; a session's re-check does not.
+
+    ``calibration`` (torch -> figures, as ``repeated_cpu_calibration`` returns them), ``recheck``
+    (as ``quick_cpu_check``) and ``caches`` exist so that tests can hand in figures; figures
+    handed in come with no cache levels unless ``caches`` hands them in too."""
+    levels = caches or (measure_cpu_caches if calibration is None else (lambda torch: ()))
     import torch
 
     fingerprint = cpu_fingerprint(torch)
@@ -314,14 +392,20 @@ def cpu_profile(
         bandwidth, peaks = figures[0], figures[2]
         # `solgate calibrate` keeps whatever it measured higher; a session's brief re-check only
         # what is beyond its own noise, so that a session that changes nothing keeps the ceilings.
+        # A re-check under load only reads lower: it can raise nothing it should not.
         raised = raise_ceilings(cached, bandwidth, peaks, 0.0 if full else RAISE_MARGIN)
+        if full:
+            raised = with_caches(raised, levels(torch))
         if raised is not cached:
             announce(f"solgate: this CPU ran faster than its cached ceilings; raised them ({path})")
-            _cache(path, raised, announce)
+            raised = _cache(path, raised, announce)
         return raised
     announce(f"solgate: measuring this CPU's ceilings once, best of {CPU_REPETITIONS} repetitions (cached in {path}) ...")
-    started = time.perf_counter()
+    readers = readers or contention.readers_from(os.environ)
+    started, before = time.perf_counter(), readers.snapshot()
     bandwidth, per_pattern, peaks, spreads = (calibration or repeated_cpu_calibration)(torch)
+    measured_levels = levels(torch)
+    busy = busy_reason(contention.between(before, readers.snapshot()), spreads)
     spread_text = ", ".join(f"{k} {v:.1%}" for k, v in spreads.items())
     profile = HardwareProfile(
         id=f"cpu-{key}",
@@ -337,21 +421,68 @@ def cpu_profile(
         + "; fingerprint: " + ", ".join(f"{k}={v}" for k, v in sorted(fingerprint.items())),
         ceilings="measured",
         measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        busy=busy,
+        caches=tuple(sorted(measured_levels, key=lambda level: level.size_mb)),
     )
-    _cache(path, profile, announce)
-    return profile
+    if busy:
+        # A busy machine's rates are lower bounds: cached, they would be the machine's ceilings
+        # for every later session, and an honest kernel in a quiet moment would read above-sol.
+        announce(f"solgate: this CPU's ceilings were measured while the machine was busy ({busy}): they serve this "
+                 "session only and are not cached; a measurement that beats one raises it before it is scored "
+                 "(never above-sol against them). Calibrate on a quiet machine: solgate calibrate")
+        return profile
+    return _cache(path, profile, announce)
 
 
-def _cache(path: Path, profile: HardwareProfile, announce: Callable[[str], None]) -> None:
-    """Cache a CPU calibration in the per-user cache; a cache that cannot be written (its variable
-    names a file, a read-only folder) costs a calibration per session, never a test."""
+@contextlib.contextmanager
+def cache_lock(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path``'s lock file beside it, held while a session reads the
+    cached profile and writes its own back: xdist workers, two projects and two CI jobs on one
+    runner share the per-user cache, and without it one session's write dropped what another had
+    just written (its raised ceilings, its cache levels). An ``OSError`` when it cannot be taken."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def merged_profile(on_disk: HardwareProfile | None, mine: HardwareProfile) -> HardwareProfile:
+    """What a session writes over what the cache holds now (pure): one set of ceilings of one CPU,
+    every one the higher of the two (ceilings only rise), and every cache level either measured;
+    ``on_disk`` itself when ``mine`` adds nothing to it, ``mine`` when the cache holds no profile of its id."""
+    if on_disk is None or on_disk.id != mine.id:
+        return mine
+    raised = raise_ceilings(on_disk, mine.memory_bandwidth_gbps, dict(mine.peak_tflops))
+    missing = {k: v for k, v in mine.peak_tflops.items() if k not in on_disk.peak_tflops}
+    if missing:
+        raised = dataclasses.replace(raised, peak_tflops={**raised.peak_tflops, **missing})
+    return with_caches(raised, mine.caches)
+
+
+def _cache(path: Path, profile: HardwareProfile, announce: Callable[[str], None]) -> HardwareProfile:
+    """Cache a CPU calibration in the per-user cache, merged under the cache's lock with what
+    another session wrote since this one read it (merged_profile); the profile the cache holds
+    now. A cache that cannot be written (its variable names a file, a read-only folder) costs a
+    calibration per session, never a test."""
     try:
-        write_profile(path, profile)
-    except ReportWriteError as exc:
+        with cache_lock(path):
+            on_disk = cached_profile(path)
+            merged = merged_profile(on_disk, profile)
+            if merged is not on_disk:
+                write_profile(path, merged)
+        return merged
+    except (ReportWriteError, OSError) as exc:
         folder, variable = user_cache_setting()
         setting = f"${variable} ({folder})" if variable != "HOME" else f"the default cache {folder}"
-        announce(f"solgate: this CPU's calibration is not cached: {exc}. {setting} must be a folder this user can "
+        why = exc if isinstance(exc, ReportWriteError) else f"cannot lock {path}: {exc.strerror or exc}"
+        announce(f"solgate: this CPU's calibration is not cached: {why}. {setting} must be a folder this user can "
                  f"write; until it is, every session measures the ceilings again (set $SOLGATE_CACHE_DIR to one)")
+        return profile
 
 
 # What a CPU profile's id is made of that the user sets: a change of one splits the history, since

@@ -155,3 +155,13 @@ def calmer(a: Busy, b: Busy) -> bool:
     if a.source == PROCESS_SHARE:
         return a.value > b.value
     return a.value < b.value
+
+
+def busy_phrase(busy: Busy) -> str:
+    """A contention reading in a few words, e.g. 'CPU pressure 43%: tasks waited for a CPU'."""
+    if busy.source == CPU_PRESSURE:
+        mine = f", this thread {busy.waited:.0%}" if busy.waited is not None else ""
+        return f"CPU pressure {busy.value:.0%}: tasks waited for a CPU{mine}"
+    if busy.source == BUSY_TIME:
+        return f"other processes kept {busy.value:.1f} of {busy.cores} cores busy"
+    return f"this process got {busy.value:.0%} of a core"

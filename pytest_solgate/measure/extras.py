@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
 from pytest_solgate.measure import block, ncu
-from pytest_solgate.measure.contention import BUSY_TIME, CPU_PRESSURE, PROCESS_SHARE, Busy, Readers, Snapshot, between
+from pytest_solgate.measure.contention import PROCESS_SHARE, Busy, Readers, Snapshot, between, busy_phrase
 from pytest_solgate.measure.context import Context
 from pytest_solgate.measure.sampling import Timing
 
@@ -119,16 +119,6 @@ def contended_wait(why: str, busy: Busy, on_cpu: bool) -> float | None:
     contention can explain (judge/window.py); None where nothing bounds it (a GPU shared with
     another run, a machine without CPU pressure)."""
     return busy.wait_share if why and on_cpu else None
-
-
-def busy_phrase(busy: Busy) -> str:
-    """A contention reading in a few words, e.g. 'CPU pressure 43%: tasks waited for a CPU'."""
-    if busy.source == CPU_PRESSURE:
-        mine = f", this thread {busy.waited:.0%}" if busy.waited is not None else ""
-        return f"CPU pressure {busy.value:.0%}: tasks waited for a CPU{mine}"
-    if busy.source == BUSY_TIME:
-        return f"other processes kept {busy.value:.1f} of {busy.cores} cores busy"
-    return f"this process got {busy.value:.0%} of a core"
 
 
 # --- the synchronized block: energy and hidden work ----------------------------------------------

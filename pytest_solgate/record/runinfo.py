@@ -27,7 +27,7 @@ def build_run_info(
 ) -> RunInfo:
     used_cuda = any(m.timing.backend == "cuda" for m in measurements)
     profiles = sorted({m.profile for m in measurements})
-    ceilings = sorted({m.ceilings for m in measurements})
+    ceilings = sorted(run_ceilings(measurements))
     devices = sorted({m.device for m in measurements if m.device})
     return RunInfo(
         id=run_id,
@@ -50,3 +50,15 @@ def build_run_info(
         baseline_ref=baseline_ref,
         status="interrupted" if interrupted else "complete",
     )
+
+
+def run_ceilings(measurements: Sequence[Measurement]) -> set[str]:
+    """Which ceilings a run's measurements were scored against, for its header: "datasheet",
+    "measured" (on a quiet machine) or "measured while busy" for every measurement on a profile
+    whose ceilings one of them says were measured while the machine was busy (calibrate.BUSY_NOTE:
+    lower bounds, raised by what beat them, never the ground for an above-sol; a step's records
+    carry no such note, and were scored against the same ceilings)."""
+    from pytest_solgate.measure.calibrate import BUSY_CEILINGS, BUSY_NOTE
+
+    busy = {m.profile for m in measurements if any(note.startswith(BUSY_NOTE) for note in m.notes)}
+    return {BUSY_CEILINGS if m.profile in busy else m.ceilings for m in measurements}
