@@ -213,6 +213,8 @@ class SolgateSession:
         data = getattr(report, "solgate_records", None)
         if data:
             self.run.role.receive(self.run.records, data)
+        category = self.config.hook.pytest_report_teststatus(report=report, config=self.config)[0]
+        self.run.test_reported(report.nodeid, category)  # pytest's own counting: failed, error, skipped, xfailed...
 
     # --- xdist: one run id for the whole session -------------------------------------------------
 
@@ -236,7 +238,7 @@ class SolgateSession:
         from pytest_solgate.report import terminal
 
         terminalreporter.write_sep("=", "SOL summary")
-        for line in terminal.render(self.run.records, self.config.get_terminal_writer().fullwidth):
+        for line in terminal.render(self.run.records, self.config.get_terminal_writer().fullwidth, self.run.tally.outcomes()):
             terminalreporter.write_line(line)
         for message in self.run.messages:
             terminalreporter.write_line(redact(message))  # a history URL's password never reaches the log

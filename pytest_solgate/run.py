@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from pytest_solgate.fixture import SolFixture
 from pytest_solgate.record import gitinfo
+from pytest_solgate.record.outcome import OutcomeTally
 from pytest_solgate.roles import Controller, Role
 from pytest_solgate.support.errors import (
     HistoryElsewhere,
@@ -109,6 +110,7 @@ class Run:
         self.run_id = self.role.run_id or new_run_id()
         self.records: list[Measurement] = []
         self.messages: list[str] = []
+        self.tally = OutcomeTally()  # pytest's outcome of each test, beside the verdicts in every report
         self._git: Any = None
         self._store: Any = None
         self._engine: Any = None
@@ -330,6 +332,11 @@ class Run:
                 warnings.append(_led_by_verdict(m))
         return TestVerdicts(judged, failures, warnings)
 
+    def test_reported(self, nodeid: str, category: str) -> None:
+        """One of pytest's reports of ``nodeid`` (a phase of the test, a worker's too under xdist), in
+        pytest's own category ('passed', 'failed', 'error', 'skipped', ...; '' for a phase that passed quietly)."""
+        self.tally.add(self.test_key(nodeid), category)
+
     # --- the end --------------------------------------------------------------------------------
 
     def finish(self, interrupted: bool) -> bool:
@@ -384,7 +391,7 @@ class Run:
         scored = self._engine.resolved_profile() if self._engine is not None else None
         self.messages += outputs.publish(
             self.settings, run, self.records, self.invocation_dir, self.state_dir,
-            self.profile_option, [scored] if scored is not None else [],
+            self.profile_option, [scored] if scored is not None else [], self.tally.outcomes(),
         )
         return self.history_lost
 

@@ -514,3 +514,33 @@ def _nothing_cut_at_common_widths(path, screenshot: str) -> str:
         html = page.content()
     assert not visit.errors, visit.errors
     return html
+
+
+def test_a_long_reason_takes_three_lines_at_1280_px_and_a_test_that_failed_is_marked(tmp_path):
+    """At 1280 px a long reason is cut to three lines (the whole text in its title and in the
+    measurement's details), escaped; a test that failed its own assertion has its row marked."""
+    from pytest_solgate.record.outcome import TestOutcomes
+    from pytest_solgate.report import html
+
+    run, measurements, profiles = _gpu_like_run()
+    long_reason = " ".join(["not-gated: <b>\"interpreted\"</b> & timed on the CPU, so nothing is said of its speed;"] * 6)
+    measurements[1] = measurements[1].replace(judgement=measurements[1].judgement.replace(reason=long_reason))
+    outcomes = TestOutcomes({"failed": 1, "passed": 4}, {measurements[1].test: "test failed"})
+    (tmp_path / "report.html").write_text(html.render_report(run, measurements, profiles, outcomes))
+    with Visit(tmp_path / "report.html") as visit:
+        page = visit.page
+        page.set_viewport_size({"width": 1280, "height": 900})
+        cells = page.evaluate("""() => [...document.querySelectorAll('#sol-table td.reason')].map(td => {
+            const clamp = td.querySelector('.clamp');
+            return {lines: clamp.getBoundingClientRect().height / parseFloat(getComputedStyle(clamp).lineHeight),
+                    title: clamp.title, text: clamp.textContent, tags: clamp.children.length};
+        })""")
+        longest = max(cells, key=lambda c: len(c["text"]))
+        assert longest["text"] == longest["title"] == long_reason and longest["tags"] == 0  # whole, escaped
+        assert max(c["lines"] for c in cells) <= 3.05, [round(c["lines"], 1) for c in cells]
+        assert "pytest: 1 failed, 4 passed" in page.locator("header .tests.failing").text_content()
+        row = page.locator("#sol-table tbody tr", has=page.locator(".badge.test-failed"))
+        assert row.count() == 1 and row.get_attribute("class") == "failed"
+        assert row.locator("td.reason a.more").get_attribute("href") == row.locator("td.test a").get_attribute("href")
+    assert not visit.errors, visit.errors
+    assert not visit.requests, visit.requests

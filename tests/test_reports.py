@@ -330,3 +330,58 @@ def test_the_reference_column_writes_a_tiny_sol_as_the_sol_column_does():
     torch_ref = record(test="t.py::test_add", name="torch", sol=0.0021, seconds=0.01, gate=False, verdict=results.NOT_GATED)
     shown = row(ours, [ours, torch_ref])
     assert shown.sol == "0.0043" and shown.reference == "torch 0.0021, 0.01x"
+
+
+def test_every_report_says_pytests_failures_beside_the_verdicts(suite, pytester):
+    """A test that measured and then failed its own assertion (or errored in teardown) is a failed
+    run in every report, and its measurement row says so: never a grey not-gated row that reads as fine."""
+    from test_cli import solgate
+
+    result = suite(REPORT_SUITE + """
+
+def test_wrong_answer(sol):
+    sol.measure(lambda: busy(1e-3), bytes=0.5e6, flops=2e5, gate=False)
+    assert 1 + 1 == 3, "the kernel's output is wrong"
+
+@pytest.fixture
+def broken_teardown():
+    yield
+    raise RuntimeError("teardown broke")
+
+def test_breaks_in_teardown(sol, broken_teardown):
+    sol.measure(lambda: busy(1e-3), bytes=0.5e6, flops=2e5, gate=False, name="td")
+
+@pytest.mark.skip(reason="not today")
+def test_skipped():
+    pass
+""", "--sol-report=report.html", "--sol-markdown=summary.md", "--sol-json=run.json", fake_clock=True)
+    result.assert_outcomes(passed=2, failed=2, errors=1, skipped=1)
+    page = (pytester.path / "report.html").read_text()
+    assert 'class="tests failing">pytest: 2 failed, 1 error, 2 passed, 1 skipped</span>' in page  # the header
+    rows = re.findall(r'<tr class="([^"]*)" data-verdict="([^"]+)" id="row-\d+">\s*<td class="test"><a[^>]*>(.+?)</a>', page)
+    assert rows[0] == ("failed", "below-budget", "test_kernels.py::<wbr>test_slow")
+    marked = {test: (css, verdict) for css, verdict, test in rows if "test_wrong" in test or "test_breaks" in test}
+    assert marked == {"test_kernels.py::<wbr>test_wrong_answer": ("failed", "not-gated"),
+                      "test_kernels.py::<wbr>test_breaks_in_teardown": ("failed", "not-gated")}
+    assert page.count('<span class="badge test-failed"') == 2
+    assert ">test failed</span>" in page and ">test error</span>" in page
+    assert [css for css, _, _ in rows][:3] == ["failed"] * 3  # failures first, whichever failed
+    summary = (pytester.path / "summary.md").read_text()
+    assert "pytest: **2 failed, 1 error, 2 passed, 1 skipped**" in summary
+    assert "not-gated, test failed |" in summary and "not-gated, test error |" in summary
+    document = json.loads((pytester.path / "run.json").read_text())
+    assert document["run"]["tests"] == {
+        "passed": 2, "failed": 2, "errors": 1, "skipped": 1, "xfailed": 0, "xpassed": 0,
+        "failures": {"test_kernels.py::test_slow": "test failed", "test_kernels.py::test_wrong_answer": "test failed",
+                     "test_kernels.py::test_breaks_in_teardown": "test error"}}
+    result.stdout.fnmatch_lines(["*not-gated, test failed*test_wrong_answer*"])  # the terminal's table
+    # solgate/1 stays one format: the new file and an old one (no "tests") are both imported.
+    old = dict(document, run={k: v for k, v in document["run"].items() if k != "tests"})
+    (pytester.path / "old.json").write_text(json.dumps(old))
+    for name in ("run.json", "old.json"):
+        done = solgate("import", name, "--history", "imported.db", cwd=pytester.path)
+        assert done.returncode == 0, done.stderr
+    bad = dict(document, run={**document["run"], "tests": {"failed": -1}})
+    (pytester.path / "bad.json").write_text(json.dumps(bad))
+    done = solgate("import", "bad.json", "--history", "imported.db", cwd=pytester.path)
+    assert done.returncode != 0 and "run.tests.failed" in done.stdout + done.stderr

@@ -23,6 +23,7 @@ def test_two_workers_one_history_run_one_report(suite, pytester, tmp_path, monke
     measurements = data["measurements"]
     keys = [(m["test"], m["name"]) for m in measurements]
     assert len(keys) == 16 and len(set(keys)) == 16  # none lost, none duplicated
+    assert data["run"]["tests"]["passed"] == 8  # pytest's outcome, counted once, from the workers' reports
     assert {m["worker"] for m in measurements} == {"gw0", "gw1"}
     # The lock: no two sampling intervals overlap, whichever worker took them.
     intervals = sorted((m["started_at"], m["finished_at"]) for m in measurements)

@@ -24,6 +24,7 @@ import sys
 from typing import Any, Sequence
 
 from pytest_solgate.declare.work import MAX_COUNT
+from pytest_solgate.record.outcome import COUNTED, FAILING, TestOutcomes
 from pytest_solgate.results import SCHEMA, VERDICTS, Measurement, RunInfo
 from pytest_solgate.support.errors import ImportFileError
 from pytest_solgate.support.precisions import PRECISIONS
@@ -172,6 +173,12 @@ RUN = {
         **{key: _text() for key in ("host", "device", "driver", "cuda", "torch", "triton", "python", "plugin",
                                     "profile", "ceilings", "command", "baseline_ref")},
         "status": {"enum": ["complete", "interrupted"]},
+        # pytest's outcome (record/outcome.py): absent from files written before it was recorded
+        "tests": {"type": "object", "properties": {
+            **{key: {"type": "integer", "minimum": 0, "maximum": 10**9} for key in COUNTED.values()},
+            "failures": {"type": "object", "maxProperties": 100_000,
+                         "additionalProperties": {"enum": list(FAILING.values())}},
+        }},
     },
 }
 
@@ -229,11 +236,12 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def dump(run: RunInfo, measurements: Sequence[Measurement]) -> str:
-    """One run as a solgate/1 document (``--sol-json``, the spool)."""
+def dump(run: RunInfo, measurements: Sequence[Measurement], outcomes: TestOutcomes | None = None) -> str:
+    """One run as a solgate/1 document (``--sol-json``, the spool); pytest's ``outcomes``, where
+    known, as the run's ``tests``."""
     document = {
         "schema": SCHEMA,
-        "run": run.to_dict(),
+        "run": {**run.to_dict(), **({"tests": outcomes.to_dict()} if outcomes is not None else {})},
         "measurements": [m.to_dict() for m in measurements],
     }
     return json.dumps(_finite(document), indent=2, sort_keys=False) + "\n"

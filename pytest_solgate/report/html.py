@@ -8,6 +8,8 @@ from typing import Any, Mapping, Sequence
 
 from pytest_solgate.declare.profiles import HardwareProfile
 from pytest_solgate.judge import verdict, verdict_wording
+from pytest_solgate.record import outcome
+from pytest_solgate.record.outcome import TestOutcomes
 from pytest_solgate.report import roofline, step_table, table
 from pytest_solgate.results import Measurement, RunInfo
 from pytest_solgate.support import units
@@ -73,21 +75,22 @@ def _long_word(word: str) -> str:
     return "_<wbr>".join(str(escape(piece)) for piece in word.split("_"))
 
 
-def _detail(m: Measurement, index: int, peers: Sequence[Measurement]) -> dict[str, Any]:
+def _detail(m: Measurement, index: int, peers: Sequence[Measurement], outcomes: TestOutcomes | None) -> dict[str, Any]:
     from pytest_solgate.report.trend import panel_id
 
+    row = table.row(m, peers, outcomes)
     return {
         "index": index,
         "panel": panel_id(m.test, m.name, m.profile),
         "m": m,
-        "row": table.row(m, peers),
+        "row": row,
         "measured": table.measured_text(m),
         "dram": verdict_wording.dram_phrase(m, verdict.dram_ratio(m)),
         "describe": verdict_wording.describe(m) if m.score.t_sol > 0 else "",
         "strip": roofline.strip(m.timing.samples),
         "spark": roofline.sparkline([t["sol"] for t in m.trend]),
         "trend": m.trend,
-        "failed": m.failed,
+        "failed": m.failed or bool(row.outcome),  # a test that failed itself never reads as fine
         "bar": min(1.0, max(0.0, m.score.sol)),
         "budget_mark": m.judgement.budget.min if m.judgement and m.gate else None,
     }
@@ -97,8 +100,10 @@ def render_report(
     run: RunInfo,
     measurements: Sequence[Measurement],
     profiles: Mapping[str, HardwareProfile],
+    outcomes: TestOutcomes | None = None,
 ) -> str:
-    ordered = table.ordered(measurements)
+    """The report; ``outcomes``: pytest's, shown beside the verdicts and on the rows of tests that failed."""
+    ordered = table.ordered(measurements, outcomes)
     charts = []
     for profile_id in sorted({m.profile for m in ordered}):
         profile = profiles.get(profile_id)
@@ -106,8 +111,10 @@ def render_report(
             charts.append(roofline.roofline(profile, [m for m in ordered if m.profile == profile_id]))
     return environment().get_template("report.html.j2").render(
         run=run,
-        details=[_detail(m, i, ordered) for i, m in enumerate(ordered)],
+        details=[_detail(m, i, ordered, outcomes) for i, m in enumerate(ordered)],
         counts=table.counts(ordered),
+        tests=outcome.summary(outcomes),
+        tests_failing=outcomes is not None and outcomes.failing,
         charts=charts,
         steps=step_table.sections(ordered),
         profiles=[profiles[p] for p in sorted({m.profile for m in ordered}) if p in profiles],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from pytest_solgate.record.outcome import TestOutcomes, summary
 from pytest_solgate.report.table import HEADERS, counts, ordered, row
 from pytest_solgate.results import Measurement, RunInfo
 
@@ -26,13 +27,16 @@ def _cell(text: str) -> str:
     return escape(text)
 
 
-def render(run: RunInfo, measurements: Sequence[Measurement]) -> str:
+def render(run: RunInfo, measurements: Sequence[Measurement], outcomes: TestOutcomes | None = None) -> str:
+    """The summary; ``outcomes``: pytest's, said beside the verdicts and marking the rows of tests that failed."""
     lines = ["### SOL report", ""]
     where = f"`{run.commit[:10]}`" if run.commit else "unknown commit"
     if run.dirty:
         where += " (dirty)"
     lines.append(f"{where} · {run.device or 'no device'} · profile `{run.profile or '-'}` ({run.ceilings or '-'} ceilings)")
     lines.append("")
+    if summary(outcomes):
+        lines += [f"pytest: {'**' + summary(outcomes) + '**' if outcomes and outcomes.failing else summary(outcomes)}", ""]
     if not measurements:
         lines.append("_This run measured nothing._")
         return "\n".join(lines) + "\n"
@@ -41,11 +45,13 @@ def render(run: RunInfo, measurements: Sequence[Measurement]) -> str:
     lines.append("| " + " | ".join(HEADERS) + " |")
     lines.append("|" + "|".join("---:" if h in ("time", "achieved", "SOL", "vs reference", "vs baseline") else "---" for h in HEADERS) + "|")
     failing = []
-    for m in ordered(measurements):
-        r = row(m, measurements)
+    for m in ordered(measurements, outcomes):
+        r = row(m, measurements, outcomes)
         lines.append("| " + " | ".join(_cell(c) for c in r.cells()) + " |")
         if m.failed:
-            failing.append(f"- {escape(r.reason)}")  # whole: this is where the full text lives
+            failing.append(f"- {escape(r.reason)}")
+        elif r.outcome:  # its verdict passes, the test does not
+            failing.append(f"- {escape(f'{r.test} [{r.name}]: {r.outcome} (its own assertion or an error), verdict {r.verdict}')}")  # whole: this is where the full text lives
     if failing:
         lines += ["", "<details><summary>Why they failed</summary>", "", *failing, "", "</details>"]
     return "\n".join(lines) + "\n"

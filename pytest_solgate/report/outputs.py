@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from pytest_solgate.declare.profiles import HardwareProfile, ProfileOption
+from pytest_solgate.record.outcome import TestOutcomes
 from pytest_solgate.results import Measurement, RunInfo
 from pytest_solgate.support.errors import SolgateError
 from pytest_solgate.support.locations import absolute_path
@@ -60,8 +61,9 @@ def publish(
     state_dir: Path,
     profile_option: ProfileOption | None = None,
     scored_profiles: Sequence[HardwareProfile] = (),
+    outcomes: TestOutcomes | None = None,
 ) -> list[str]:
-    """Writes the reports; returns the messages to print."""
+    """Writes the reports, each with pytest's ``outcomes`` beside the verdicts; returns the messages to print."""
     from pytest_solgate.record import schema
     from pytest_solgate.report import ci_formats
     from pytest_solgate.support import atomic  # the GitHub step summary is appended to
@@ -73,7 +75,7 @@ def publish(
         if path:
             messages.append(write_one(absolute_path(path, invocation_dir), what, render))
 
-    write(settings.json, "JSON results", lambda: schema.dump(run, measurements))
+    write(settings.json, "JSON results", lambda: schema.dump(run, measurements, outcomes))
     if settings.benchmark_action and not measurements:
         # github-action-benchmark rejects an empty list ("No benchmark result was found").
         messages.append(f"solgate: nothing was measured, so no benchmark-action JSON was written to {settings.benchmark_action}")
@@ -82,7 +84,7 @@ def publish(
     if settings.markdown or (settings.github_summary and os.environ.get("GITHUB_STEP_SUMMARY")):
         from pytest_solgate.report import markdown
 
-        text = markdown.render(run, measurements)
+        text = markdown.render(run, measurements, outcomes)
         write(settings.markdown, "Markdown summary", lambda: text)
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if settings.github_summary and summary:
@@ -95,5 +97,5 @@ def publish(
         from pytest_solgate.report import html
 
         profiles = _profiles(profile_option, state_dir, {m.profile for m in measurements}, scored_profiles)
-        write(settings.report, "HTML report", lambda: html.render_report(run, measurements, profiles))
+        write(settings.report, "HTML report", lambda: html.render_report(run, measurements, profiles, outcomes))
     return messages

@@ -7,6 +7,7 @@ from typing import Iterable, Sequence
 
 from pytest_solgate import results
 from pytest_solgate.judge.verdict import dram_ratio, energy_per_work
+from pytest_solgate.record.outcome import TestOutcomes
 from pytest_solgate.results import Measurement, Verdict
 from pytest_solgate.support import units
 
@@ -27,10 +28,16 @@ class Row:
     change: str
     verdict: str
     reason: str
+    outcome: str = ""  # 'test failed' or 'test error' where the test itself failed (its own assert, say)
 
     def cells(self) -> tuple[str, ...]:
         return (self.test, self.name, self.bound, self.time, self.achieved, self.sol, self.budget, self.reference,
-                self.change, self.verdict)
+                self.change, self.verdict_text)
+
+    @property
+    def verdict_text(self) -> str:
+        """The verdict, and the test's own failure beside it: 'not-gated, test failed' never reads as fine."""
+        return f"{self.verdict}, {self.outcome}" if self.outcome else self.verdict
 
 
 def verdict(m: Measurement) -> Verdict:
@@ -39,9 +46,13 @@ def verdict(m: Measurement) -> Verdict:
     return m.verdict if m.verdict is not None else results.NOT_GATED
 
 
-def ordered(measurements: Iterable[Measurement]) -> list[Measurement]:
-    """Failures first, then warnings, then the rest; stable within each verdict."""
-    return sorted(measurements, key=lambda m: ORDER[verdict(m)])
+def ordered(measurements: Iterable[Measurement], outcomes: TestOutcomes | None = None) -> list[Measurement]:
+    """Failures first (a failed verdict, or a test that failed itself), then warnings, then the rest;
+    stable within each verdict."""
+    def failing(m: Measurement) -> bool:
+        return m.failed or bool(outcomes is not None and outcomes.of(m.test))
+
+    return sorted(measurements, key=lambda m: (not failing(m), ORDER[verdict(m)]))
 
 
 def achieved(m: Measurement) -> str:
@@ -115,7 +126,7 @@ def reference_text(m: Measurement, peers: Sequence[Measurement]) -> str:
     ) or "-"
 
 
-def row(m: Measurement, peers: Sequence[Measurement] = ()) -> Row:
+def row(m: Measurement, peers: Sequence[Measurement] = (), outcomes: TestOutcomes | None = None) -> Row:
     return Row(
         test=m.test,
         name=m.name,
@@ -128,6 +139,8 @@ def row(m: Measurement, peers: Sequence[Measurement] = ()) -> Row:
         change=change_text(m),
         verdict=str(verdict(m)),
         reason=m.judgement.reason if m.judgement else "",
+        # Where the verdict failed the test, it says why already.
+        outcome=outcomes.of(m.test) if outcomes is not None and not m.failed else "",
     )
 
 

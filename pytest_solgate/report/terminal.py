@@ -11,6 +11,7 @@ import math
 import textwrap
 from typing import Sequence
 
+from pytest_solgate.record.outcome import TestOutcomes
 from pytest_solgate.report.step_table import terminal_lines
 from pytest_solgate.report.table import HEADERS, Row, counts, ordered, row
 from pytest_solgate.results import Measurement
@@ -20,10 +21,11 @@ INDENT = "    "
 PROSE_WIDTH = 80  # the sentences under the table wrap here even on a wider terminal: they read as prose
 
 
-def render(measurements: Sequence[Measurement], width: int | None = None) -> list[str]:
+def render(measurements: Sequence[Measurement], width: int | None = None, outcomes: TestOutcomes | None = None) -> list[str]:
+    """The table (and what to say under it); ``outcomes``: pytest's, to mark the rows of tests that failed."""
     if not measurements:
         return ["no SOL measurements in this run"]
-    rows = [row(m, measurements) for m in ordered(measurements)]
+    rows = [row(m, measurements, outcomes) for m in ordered(measurements, outcomes)]
     table = _table(rows)
     prose = min(width or PROSE_WIDTH, PROSE_WIDTH)
     said = [*_prose(_totals(measurements), prose), *(line for text in _noisy(measurements) for line in _prose(text, prose))]
@@ -86,7 +88,7 @@ def _table(rows: Sequence[Row]) -> list[str]:
 
 def _figures(r: Row) -> list[str]:
     """One measurement's figures as short phrases, most important first."""
-    parts = [r.verdict, f"SOL {r.sol}" + (f" (budget {r.budget})" if r.budget != "-" else ""), f"time {r.time}",
+    parts = [r.verdict_text, f"SOL {r.sol}" + (f" (budget {r.budget})" if r.budget != "-" else ""), f"time {r.time}",
              f"{r.achieved} {r.bound}-bound"]
     if r.change != "-":
         parts.append(f"vs baseline {r.change}")
