@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # the plugin imports this module: the engine and torch stay u
     from pytest_solgate.declare.profiles import HardwareProfile
     from pytest_solgate.engine.kernels import Engine
     from pytest_solgate.measure.backends import CpuClock
+    from pytest_solgate.measure.integrity.outputs import Checked
     from pytest_solgate.results import Measurement
     from pytest_solgate.score import Floor
 
@@ -109,15 +110,7 @@ class SolFixture:
             from pytest_solgate.engine.steps import series_clash
 
             series_clash(self._test, name, False, self.measurements)
-            checked = None
-            if args is not None:
-                from pytest_solgate.measure.integrity.outputs import checked_of
-
-                checked = checked_of(fn, args, outputs, reference, tolerance, self._test)
-            elif outputs is not None or reference is not None or tolerance is not None:
-                raise MeasureError(f"{self._test}: sol.measure's outputs=, reference= and tolerance= need args=: the "
-                                   "arguments fn is called with (e.g. sol.measure(add, args=(x, y, out), outputs=(2,), "
-                                   "reference=torch.add))")
+            checked = self._checked(fn, args, outputs, reference, tolerance)
             measurement = self._engine.measure(
                 self._test, fn, flops=flops, bytes=bytes, precision=precision, name=name, gate=bool(gate),
                 checked=checked, clock=self._clock,
@@ -126,6 +119,19 @@ class SolFixture:
             raise exc.with_traceback(None) from None
         self.measurements.append(measurement)
         return measurement
+
+    def _checked(self, fn: Callable[..., object], args: Args | None, outputs: int | Sequence[int] | None,
+                 reference: Callable[..., object] | None, tolerance: float | None) -> Checked | None:
+        """What the integrity checks call ``fn`` with and compare against (None: no inputs handed)."""
+        if args is not None:
+            from pytest_solgate.measure.integrity.outputs import checked_of
+
+            return checked_of(fn, args, outputs, reference, tolerance, self._test)
+        if outputs is not None or reference is not None or tolerance is not None:
+            raise MeasureError(f"{self._test}: sol.measure's outputs=, reference= and tolerance= need args=: the "
+                               "arguments fn is called with (e.g. sol.measure(add, args=(x, y, out), outputs=(2,), "
+                               "reference=torch.add))")
+        return None
 
     def measure_step(self, fn: Callable[[], object], *, name: str | None = None, flops: Flops | None = None,
                      bytes: Count | None = None, precision: str | None = None, gate: bool = True, top: int = 5
