@@ -278,9 +278,10 @@ def test_the_troubleshooting_page_answers_every_verdict_and_session_line():
 # --- docs/ is for users; the lab notebook is benchmarks/results/ (issue 50) -----------------------------
 
 # A page that tells how the code got here ("Until issue 44 ...", "the first version ..."): the reader
-# of a reference wants what is, not what was. Pages still to be cut are listed until they are.
+# of a reference wants what is, not what was.
 NARRATION = re.compile(r"\b(?:[Ii]ssue \d+|[Uu]ntil issue|[Bb]efore issue|[Ss]ince issue|[Tt]he first version)\b")
-NOT_YET_CUT = {"history.md", "steps.md", "integrity.md", "architecture.md"}
+# The user pages together, in bytes: a reference and its guides, read in an afternoon (issue 50).
+DOCS_LIMIT = 120 * 1024
 
 
 def narrated(page: Path) -> list[str]:
@@ -289,9 +290,26 @@ def narrated(page: Path) -> list[str]:
 
 
 def test_the_user_pages_tell_what_is_not_how_it_got_there():
-    told = [line for page in sorted((ROOT / "docs").glob("*.md")) if page.name not in NOT_YET_CUT
-            for line in narrated(page)]
+    told = [line for page in sorted((ROOT / "docs").glob("*.md")) for line in narrated(page)]
     assert not told, "move the history to the commit messages, the figures to benchmarks/results/:\n" + "\n".join(told)
+
+
+def docs_size(docs: Path) -> int:
+    return sum(len(page.read_bytes()) for page in docs.glob("*.md"))
+
+
+def test_the_user_pages_stay_within_their_limit():
+    size = docs_size(ROOT / "docs")
+    pages = sorted(((len(p.read_bytes()), p.name) for p in (ROOT / "docs").glob("*.md")), reverse=True)
+    assert size <= DOCS_LIMIT, (f"docs/*.md is {size} bytes, over {DOCS_LIMIT}: move figures to benchmarks/results/, "
+                                f"history to the commit messages; largest: {pages[:3]}")
+
+
+def test_the_size_rule_counts_every_page(tmp_path):
+    (tmp_path / "a.md").write_bytes(b"x" * (100 * 1024))
+    (tmp_path / "b.md").write_bytes(b"y" * (21 * 1024))  # 121 KiB in all
+    (tmp_path / "notes.txt").write_bytes(b"z" * 1024)  # not a page
+    assert docs_size(tmp_path) == 121 * 1024 > DOCS_LIMIT
 
 
 def test_the_narration_rule_finds_a_history_of_the_code(tmp_path):
