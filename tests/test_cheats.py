@@ -105,10 +105,11 @@ def kernel(x, y, out):
     POOL.submit(later)
 ''', "work left running"),
     "child_process": ('''
+CHILDREN = []
 def kernel(x, y, out):
     busy(1e-3)
     torch.add(x, y, out=out)
-    subprocess.Popen(["sleep", "0.3"])
+    CHILDREN.append(subprocess.Popen(["sleep", "0.3"]))
 ''', "child process"),
     "lazy_subclass": ('''
 class Lazy(torch.Tensor):
@@ -295,7 +296,9 @@ BODIES = {
                                     "        except Exception as exc:\n            said.append(str(exc))\n"
                                     "    named = [s for s in said if 'work left running' in s and \"thread 'half'\" in s]\n"
                                     "    raise AssertionError(f'{len(named)} of 5 named a thread: {said[:1]}')"),
-    "process_pool_left_running": "try:\n        measure(sol, kernel)\n    finally:\n        PROCESSES.shutdown(wait=False, cancel_futures=True)",
+    # the children a cheat leaves are waited for before the next test: a later test's measurement would name them
+    "child_process": "try:\n        measure(sol, kernel)\n    finally:\n        [child.wait() for child in CHILDREN]",
+    "process_pool_left_running": "try:\n        measure(sol, kernel)\n    finally:\n        PROCESSES.shutdown(cancel_futures=True)",
     "in_place_cached": "sol.measure(kernel, args=(torch.randn(N),), reference=torch.relu_, bytes=1e3)",
     "integer_cached": ("i, j, out = (torch.randint(0, 100, (N,)) for _ in range(3))\n"
                        "    sol.measure(kernel, args=(i, j, out), outputs=2, reference=torch.add, bytes=1e3)"),
@@ -428,31 +431,71 @@ def _module() -> str:
                      .replace("CACHE", f"CACHE_{name}").replace("DONE", f"DONE_{name}").replace("CALLS", f"CALLS_{name}")
                      .replace("POOL", f"POOL_{name}").replace("quarter", f"quarter_{name}")
                      .replace("third", f"third_{name}").replace("LAST", f"LAST_{name}").replace("SEEDED", f"SEEDED_{name}")
-                     .replace("PROCESSES", f"PROCESSES_{name}"))
+                     .replace("PROCESSES", f"PROCESSES_{name}").replace("CHILDREN", f"CHILDREN_{name}"))
         body = (body.replace("kernel", f"kernel_{name}").replace("REAL", f"REAL_{name}").replace("quarter", f"quarter_{name}")
-                .replace("third", f"third_{name}").replace("POOL", f"POOL_{name}").replace("PROCESSES", f"PROCESSES_{name}"))
+                .replace("third", f"third_{name}").replace("POOL", f"POOL_{name}").replace("PROCESSES", f"PROCESSES_{name}")
+                .replace("CHILDREN", f"CHILDREN_{name}"))
         parts.append(f"\ndef test_{name}(sol, monkeypatch):\n    {body}\n")
     return "\n".join(parts)
 
 
+# The catalogue's session times on the fake clock, so the cache flush before each sample buys
+# nothing there; at twice the last-level cache (64 MB here) it was 40% of the run's CPU time. Its
+# backend flushes a small buffer instead, handed in the way a plugin hands solgate its machine (a
+# Platform), with the same idle /proc as every test session (tests/idle_machine.py).
+SMALL_FLUSH_PLATFORM = '''
+import os
+
+import pytest
+from idle_machine import readers_from
+
+from pytest_solgate.measure.backends import CpuBackend
+from pytest_solgate.measure.platform import Platform
+
+
+def small_flush_backend(choice, l2_bytes, clock_mhz):
+    assert choice.kind == "cpu", choice
+    return CpuBackend("cpu", flush_bytes=64 * 1024)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_solgate_platform(config):
+    return Platform(contention=readers_from(os.environ), make_backend=small_flush_backend)
+'''
+
+
 @pytest.fixture(scope="module")
-def catalogue(tmp_path_factory):
+def catalogue(tmp_path_factory, idle_proc_root):
     """One pytest run of every cheat and every honest kernel, in a subprocess (a cheat that
-    patches cannot leak into this process); its output, read by the tests below."""
+    patches, starts threads, processes or a process pool cannot leak into this process); its
+    output, read by the tests below.
+
+    It is set up before the autouse fixtures of conftest.py that give every test's sessions their
+    machine, so it names them itself: the idle machine's /proc (the real one's load changed what
+    its sessions said), and a device lock of its own: every timing there is on the fake clock,
+    exact whatever else runs, and on the machine-wide lock it waited at each of its measurements
+    for every other session's real-time ones, and they for its 45 tests."""
     import os
     import subprocess
     import sys
     import textwrap
     from pathlib import Path
 
+    from idle_machine import PROC_ROOT_VARIABLE
+
     from solgate_testing import FAKE_CLOCK_KERNELS, FAKE_CLOCK_TIMING, SYNTHETIC_PROFILE
 
     folder = tmp_path_factory.mktemp("cheats")
     (folder / "synthetic.toml").write_text(SYNTHETIC_PROFILE)
+    (folder / "conftest.py").write_text(SMALL_FLUSH_PLATFORM)
     (folder / "test_cheats.py").write_text(FAKE_CLOCK_KERNELS + textwrap.dedent(_module()))
-    env = {**os.environ, "COLUMNS": "2000", "SOLGATE_TRUST_TEST_CLOCK": "1", "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
-    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "-rf", "--sol-no-save",
-                          "--sol-profile=synthetic.toml", *FAKE_CLOCK_TIMING, "test_cheats.py"],
+    here = Path(__file__).resolve().parent  # the conftest imports idle_machine from here
+    env = {**os.environ, "COLUMNS": "2000", "SOLGATE_TRUST_TEST_CLOCK": "1", "SOLGATE_LOCK_DIR": str(folder / "locks"),
+           PROC_ROOT_VARIABLE: str(idle_proc_root),
+           "PYTHONPATH": os.pathsep.join([str(here.parent), str(here), os.environ.get("PYTHONPATH", "")])}
+    # hypothesis's pytest plugin imports all of hypothesis at the session's end (seconds of CPU here)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:hypothesispytest", "-q", "-rf",
+                          "--sol-no-save", "--sol-profile=synthetic.toml", *FAKE_CLOCK_TIMING, "test_cheats.py"],
                          cwd=folder, env=env, capture_output=True, text=True, timeout=600)
     return run.stdout + run.stderr
 
