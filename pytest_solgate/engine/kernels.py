@@ -145,7 +145,7 @@ class Engine:
         if self._clock_lock is not None:
             self._clock_lock.restore()
 
-    def timing_on(self, clock: backends.CpuClock | None) -> ContextManager[None]:
+    def timing_on(self, clock: backends.CpuClock | None) -> ContextManager[object]:
         """Time on ``clock`` while open (None: the machine's own). Only the CPU backend takes one:
         a GPU's samples are its own events."""
         if clock is None:
@@ -281,6 +281,7 @@ class Engine:
 
     def effect(self, measurement: Measurement) -> str:
         """What a judged measurement does to its test under --sol-gate: "fail", "warn" or "pass"."""
+        assert measurement.judgement is not None, "judge_test judges every measurement it returns"
         return verdict.outcome(measurement.judgement.verdict, self.judge_settings)
 
     def _judge_one(self, budget: verdict.Budget, measurement: Measurement) -> Measurement:

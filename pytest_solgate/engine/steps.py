@@ -14,6 +14,7 @@ A step becomes ``Measurement`` records, so that budgets, baselines, verdicts, th
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 from pytest_solgate.declare.work import Work, make_work
@@ -207,4 +208,4 @@ def retakes(measurements: list[Measurement], measure_again: Callable[[], list[Me
         found = {m.name: m for m in retaken[0]}
         return found.get(name) or next(m for m in measurements if m.name == name)
 
-    return {(m.test, m.name): (lambda name=m.name: again(name)) for m in measurements}
+    return {(m.test, m.name): functools.partial(again, m.name) for m in measurements}
