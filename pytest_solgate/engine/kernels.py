@@ -28,7 +28,7 @@ from typing import Any, Callable, ContextManager, Generic, Mapping, Sequence
 
 from pytest_solgate import results, score
 from pytest_solgate.declare.profiles import HardwareProfile, ProfileOption, resolve_profile_option
-from pytest_solgate.declare.work import Work, make_work
+from pytest_solgate.declare.work import Count, Flops, Work, make_work
 from pytest_solgate.judge import integrity, step_budgets, verdict
 from pytest_solgate.judge.wording import CONTENDED_NOTE
 from pytest_solgate.measure import backends, calibrate, callables, clocks, extras, ncu_child, phases, pipeline, sampling
@@ -168,8 +168,8 @@ class Engine:
         test: str,
         fn: Callable[[], Any],
         *,
-        flops: Any = None,
-        bytes: Any = None,
+        flops: Flops | None = None,
+        bytes: Count | None = None,
         precision: str | None = None,
         name: str = "default",
         gate: bool = True,
@@ -191,7 +191,7 @@ class Engine:
                 wrapped.append(self._dram)
         return wrapped
 
-    def raise_busy_ceilings(self, context: Context, work: Any, timing: sampling.Timing) -> tuple[Context, list[str]]:
+    def raise_busy_ceilings(self, context: Context, work: Work, timing: sampling.Timing) -> tuple[Context, list[str]]:
         """Ceilings measured while the machine was busy are lower bounds: a real timing that beats
         one raises it for the rest of the session before it is scored (calibrate.raised_to_reach).
         The context to score in, and the note that says whose ceilings they are."""
@@ -253,7 +253,7 @@ class Engine:
         under the torch modes the test body measured them in (no_grad, inference_mode, autocast)."""
         self._retake.update({key: under_modes_now(again) for key, again in retakes.items()})
 
-    def speed_of_light(self, flops: Any = None, bytes: Any = None, precision: str | None = None) -> score.Floor:
+    def speed_of_light(self, flops: Flops | None = None, bytes: Count | None = None, precision: str | None = None) -> score.Floor:
         """T_SOL, bound, intensity and ridge of declared work on this session's profile, untimed."""
         work = make_work(flops, bytes, precision or self.settings.precision)
         return score.speed_of_light(work, self.context().profile)
@@ -316,8 +316,8 @@ class KernelMeasurement:
     engine: Engine
     test: str
     fn: Callable[[], Any]  # a zero-argument callable, or a list of them (rotating inputs)
-    flops: Any
-    bytes: Any
+    flops: Flops | None
+    bytes: Count | None
     precision: str | None
     name: str
     gate: bool
