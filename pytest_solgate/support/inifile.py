@@ -15,13 +15,13 @@ from __future__ import annotations
 import configparser
 import inspect
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pytest_solgate.support.errors import OptionError
 from pytest_solgate.support.settings import OPTIONS, Option
 
 
-def ini_type(option: Option) -> str:
+def ini_type(option: Option) -> Literal["bool", "string"]:
     """The type the plugin registers ``option`` with (``parser.addini``): what pytest checks."""
     return "bool" if option.kind == "bool" else "string"
 
