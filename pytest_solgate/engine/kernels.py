@@ -30,6 +30,8 @@ from pytest_solgate import results, score
 from pytest_solgate.declare.profiles import HardwareProfile, ProfileOption, resolve_profile_option
 from pytest_solgate.declare.work import Count, Flops, Work, make_work
 from pytest_solgate.judge import integrity, step_budgets, verdict
+from pytest_solgate.judge.budget import Budget, budget_on
+from pytest_solgate.judge.window import BaselineWindow, JudgeSettings
 from pytest_solgate.judge.wording import CONTENDED_NOTE
 from pytest_solgate.measure import backends, calibrate, callables, clocks, extras, ncu_child, phases, pipeline, sampling
 from pytest_solgate.measure import context as measure_context
@@ -51,7 +53,7 @@ NO_BYTES = ("declares flops= but no bytes=, so it is scored as compute-bound wha
             "pass bytes= (e.g. sol.nbytes(inputs..., outputs...)) so a memory-bound kernel is scored against bandwidth")
 
 # (test, name, profile, ceilings mode, environment) -> the baseline window, or None
-BaselineFinder = Callable[[str, str, str, str, Mapping[str, str]], "verdict.BaselineWindow | None"]
+BaselineFinder = Callable[[str, str, str, str, Mapping[str, str]], "BaselineWindow | None"]
 # (test, measurement name) -> what measures it again, for the confirmation of a suspected regression
 Retakes = Mapping[tuple[str, str], Callable[[], Measurement]]
 CALL = "sol.measure"  # what a kernel's measurement is called by, in the engine's messages
@@ -110,7 +112,7 @@ class Engine:
         self._context_error: SolgateError | None = None
         self.profile_option = profile_option or resolve_profile_option(settings.profile)
         self.explicit_profile = self.profile_option.profile
-        self.judge_settings = verdict.JudgeSettings(
+        self.judge_settings = JudgeSettings(
             gate=settings.gate, above_one=settings.above_one, max_regression=settings.max_regression,
             saved=not settings.no_save,
         )
@@ -260,7 +262,7 @@ class Engine:
 
     # --- judge ----------------------------------------------------------------------------------
 
-    def judge_test(self, test: str, budget: verdict.Budget, measurements: list[Measurement]) -> list[Measurement]:
+    def judge_test(self, test: str, budget: Budget, measurements: list[Measurement]) -> list[Measurement]:
         """The verdicts of one test's measurements; then what was kept to re-measure them is dropped."""
         if self._head is not None:
             commit, dirty = self._head()
@@ -275,7 +277,7 @@ class Engine:
         reference = verdict.choose_reference(test, budget, judged)
         return [
             verdict.against_reference(m, reference, required)
-            if step_budgets.takes_speedup(m) and (required := verdict.budget_on(budget.speedup, m.profile)) is not None else m
+            if step_budgets.takes_speedup(m) and (required := budget_on(budget.speedup, m.profile)) is not None else m
             for m in judged
         ]
 
@@ -284,7 +286,7 @@ class Engine:
         assert measurement.judgement is not None, "judge_test judges every measurement it returns"
         return verdict.outcome(measurement.judgement.verdict, self.judge_settings)
 
-    def _judge_one(self, budget: verdict.Budget, measurement: Measurement) -> Measurement:
+    def _judge_one(self, budget: Budget, measurement: Measurement) -> Measurement:
         """The verdict; a suspected regression is measured again (a fresh block of samples) and
         stands only if the second block regresses too."""
         window = None
