@@ -4,9 +4,9 @@ measurements for the run (``run.py``) to judge and record."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence, SupportsFloat
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from pytest_solgate.declare.work import measurement_name
+from pytest_solgate.declare.work import Count, Flops, measurement_name
 from pytest_solgate.support.errors import MeasureError, SolgateError
 
 if TYPE_CHECKING:  # the plugin imports this module: the engine and torch stay unimported until a test measures
@@ -19,10 +19,6 @@ if TYPE_CHECKING:  # the plugin imports this module: the engine and torch stay u
     from pytest_solgate.results import Measurement
     from pytest_solgate.score import Floor
 
-# A count of work (FLOPs, bytes): a number, or a NumPy or torch scalar (anything float() takes).
-Count = SupportsFloat
-# FLOPs: one count in the declared precision, or counts by precision ({"bf16": 2e12, "fp32": 1e9}).
-Flops = Count | Mapping[str, Count]
 # What args= takes: the call's arguments, or a function that returns new ones each time.
 Args = Sequence[object] | Callable[[], Sequence[object]]
 
@@ -90,10 +86,9 @@ class SolFixture:
         reference: Callable[..., object] | None = None,
         tolerance: float | None = None,
     ) -> Measurement:
-        """Time ``fn()``; or, with ``args=``, time ``fn(*args)`` and check its outputs on fresh inputs
-        against ``reference`` (docs/integrity.md): ``outputs=`` the positions in ``args`` of the
-        buffers it writes (none: it returns its result), ``tolerance=`` a relative error instead of
-        the declared precision's."""
+        """Time ``fn()``; or, with ``args=``, time ``fn(*args)`` and check its outputs on fresh inputs against
+        ``reference`` (docs/integrity.md): ``outputs=`` the positions in ``args`` of the buffers it writes
+        (none: it returns its result), ``tolerance=`` a relative error instead of the declared precision's."""
         __tracebackhide__ = True
         if positional:
             raise MeasureError(

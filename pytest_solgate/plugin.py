@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import pytest
 
@@ -24,10 +24,14 @@ from pytest_solgate.support.inifile import ini_type, sol_values
 from pytest_solgate.support.locations import one_line, redact
 from pytest_solgate.support.settings import OPTIONS, Settings, check_report_path, naming_history, parse_settings
 
+if TYPE_CHECKING:
+    from pytest_solgate.fixture import SolFixture
+    from pytest_solgate.measure.backends import CpuClock
+
 # Only what every run needs is imported here and in run.py: a suite that never measures must not pay
 # for the engine, the history or the reports (benchmarks/overhead.py keeps us honest).
-BUDGET_KEY = pytest.StashKey[Any]()
-FIXTURE_KEY = pytest.StashKey[Any]()  # the test's fixture.SolFixture
+BUDGET_KEY = pytest.StashKey[Any]()  # the test's judge.budget.Budget (plugin.py imports no judge module)
+FIXTURE_KEY = pytest.StashKey["SolFixture"]()
 RECORDS_KEY = pytest.StashKey[list]()
 
 
@@ -85,16 +89,18 @@ def _around_capture(capture: Any, write: Callable[[str], None], line: str) -> No
 
 
 @pytest.fixture
-def sol_clock() -> Any:
+def sol_clock() -> CpuClock | None:
     """The clock the CPU backend times on (None: the machine's); override it to return a
     ``backends.CpuClock``: a fake one, so a test of a gate cannot depend on the load (docs/reference.md)."""
     return None
 
 
 @pytest.fixture
-def sol(request: pytest.FixtureRequest, sol_clock: Any) -> Any:
+def sol(request: pytest.FixtureRequest, sol_clock: CpuClock | None) -> Iterator[SolFixture]:
     """Measure kernels against the speed of light: ``sol.measure(fn, bytes=..., flops=...)``."""
-    session: SolgateSession = request.config.pluginmanager.get_plugin("solgate-session")
+    plugin = request.config.pluginmanager.get_plugin("solgate-session")
+    assert plugin is not None, "registered at pytest_configure"
+    session: SolgateSession = plugin
     fixture = session.run.fixture(request.node.nodeid, sol_clock)
     request.node.stash[FIXTURE_KEY] = fixture
     yield fixture

@@ -15,7 +15,7 @@ import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from pytest_solgate.fixture import SolFixture
 from pytest_solgate.record import gitinfo
@@ -41,6 +41,7 @@ from pytest_solgate.support.settings import Settings, history_required
 # Only what every session needs is imported above: a suite that never measures must not pay for the
 # engine, the judge, the history or the reports (benchmarks/overhead.py keeps us honest).
 if TYPE_CHECKING:
+    from pytest_solgate.engine.kernels import Engine
     from pytest_solgate.judge.budget import Budget
     from pytest_solgate.measure.platform import Platform
     from pytest_solgate.record.baseline import BaselineChooser
@@ -113,7 +114,7 @@ class Run:
         self.tally = OutcomeTally()  # pytest's outcome of each test, beside the verdicts in every report
         self._git: Any = None
         self._store: Any = None
-        self._engine: Any = None
+        self._engine: Engine | None = None
         self._known_ids: list[str] | None = None  # the profile ids a budget glob may name, read on first use
         unavailable = self._open_store_at_start(warn_at_start) if settings.baseline != "none" or not settings.no_save else None
         self.baselines = self._baseline_chooser(unavailable)
@@ -142,7 +143,7 @@ class Run:
     # --- what the session measures with ---------------------------------------------------------
 
     @property
-    def engine(self) -> Any:
+    def engine(self) -> Engine:
         """The measuring engine, built on first use (by the first test that measures)."""
         if self._engine is None:
             from pytest_solgate.engine import Engine
@@ -250,7 +251,7 @@ class Run:
         fixture's) where it is not None."""
         return SolFixture(self.engine, self.test_key(nodeid), self.warn, clock)
 
-    def budget(self, nodeid: str, args: Sequence[Any], kwargs: dict[str, Any]) -> Budget:
+    def budget(self, nodeid: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Budget:
         """The ``sol`` marker's arguments, checked: a bad one, or a profile glob that matches no
         known profile (a typo would remove the gate), raises MarkerError naming the test."""
         from pytest_solgate.judge.budget import budget_globs, check_budget_globs, parse_marker
@@ -325,6 +326,7 @@ class Run:
             return TestVerdicts(judged, [f"{nodeid}: marked sol but measured nothing; call sol.measure(...) in the test"])
         failures, warnings = [], []
         for m in judged:
+            assert m.judgement is not None  # judge_test judges every measurement it returns
             effect = self.engine.effect(m)
             if effect == "fail":  # as a note beside the test's own error, it says which verdict it is
                 failures.append(_led_by_verdict(m) if body_failed else m.judgement.reason)
@@ -445,7 +447,7 @@ def _led_by_verdict(m: Any) -> str:
     return reason if reason.startswith(f"{m.verdict}:") else f"{m.verdict}: {reason}"
 
 
-def triton_hint(exc: BaseException) -> str:
+def triton_hint(exc: BaseException) -> str | None:
     """What to do when a test failed because Triton found no GPU ('' otherwise)."""
     from pytest_solgate.measure.backends import triton_driver_hint  # only when a test failed
 

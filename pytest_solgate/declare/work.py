@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, SupportsFloat
 
 from pytest_solgate.support.errors import MeasureError, WorkError
 from pytest_solgate.support.precisions import PRECISIONS, TENSOR_PRECISIONS, VECTOR_PRECISIONS  # noqa: F401
+
+# A count of work (FLOPs, bytes): a number, or a NumPy or torch scalar (anything float() takes).
+Count = SupportsFloat
+# FLOPs: one count in the declared precision, or counts by precision ({"bf16": 2e12, "fp32": 1e9}).
+Flops = Count | Mapping[str, Count]
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,7 @@ def _check_precision(precision: Any) -> str:
     return precision
 
 
-def make_work(flops: Any = None, bytes: Any = None, precision: str = "fp32") -> Work:
+def make_work(flops: Flops | None = None, bytes: Count | None = None, precision: str = "fp32") -> Work:
     """Validate a declaration as ``sol.measure`` receives it and return a ``Work``.
 
     ``flops`` is None, a number counted in ``precision``, or a mapping precision -> count.

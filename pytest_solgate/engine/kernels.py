@@ -28,8 +28,10 @@ from typing import Any, Callable, ContextManager, Generic, Mapping, Sequence
 
 from pytest_solgate import results, score
 from pytest_solgate.declare.profiles import HardwareProfile, ProfileOption, resolve_profile_option
-from pytest_solgate.declare.work import Work, make_work
+from pytest_solgate.declare.work import Count, Flops, Work, make_work
 from pytest_solgate.judge import integrity, step_budgets, verdict
+from pytest_solgate.judge.budget import Budget, budget_on
+from pytest_solgate.judge.window import BaselineWindow, JudgeSettings
 from pytest_solgate.judge.wording import CONTENDED_NOTE
 from pytest_solgate.measure import backends, calibrate, callables, clocks, extras, ncu_child, phases, pipeline, sampling
 from pytest_solgate.measure import context as measure_context
@@ -51,7 +53,7 @@ NO_BYTES = ("declares flops= but no bytes=, so it is scored as compute-bound wha
             "pass bytes= (e.g. sol.nbytes(inputs..., outputs...)) so a memory-bound kernel is scored against bandwidth")
 
 # (test, name, profile, ceilings mode, environment) -> the baseline window, or None
-BaselineFinder = Callable[[str, str, str, str, Mapping[str, str]], "verdict.BaselineWindow | None"]
+BaselineFinder = Callable[[str, str, str, str, Mapping[str, str]], "BaselineWindow | None"]
 # (test, measurement name) -> what measures it again, for the confirmation of a suspected regression
 Retakes = Mapping[tuple[str, str], Callable[[], Measurement]]
 CALL = "sol.measure"  # what a kernel's measurement is called by, in the engine's messages
@@ -110,7 +112,7 @@ class Engine:
         self._context_error: SolgateError | None = None
         self.profile_option = profile_option or resolve_profile_option(settings.profile)
         self.explicit_profile = self.profile_option.profile
-        self.judge_settings = verdict.JudgeSettings(
+        self.judge_settings = JudgeSettings(
             gate=settings.gate, above_one=settings.above_one, max_regression=settings.max_regression,
             saved=not settings.no_save,
         )
@@ -145,7 +147,7 @@ class Engine:
         if self._clock_lock is not None:
             self._clock_lock.restore()
 
-    def timing_on(self, clock: backends.CpuClock | None) -> ContextManager[None]:
+    def timing_on(self, clock: backends.CpuClock | None) -> ContextManager[object]:
         """Time on ``clock`` while open (None: the machine's own). Only the CPU backend takes one:
         a GPU's samples are its own events."""
         if clock is None:
@@ -168,8 +170,8 @@ class Engine:
         test: str,
         fn: Callable[[], Any],
         *,
-        flops: Any = None,
-        bytes: Any = None,
+        flops: Flops | None = None,
+        bytes: Count | None = None,
         precision: str | None = None,
         name: str = "default",
         gate: bool = True,
@@ -191,7 +193,7 @@ class Engine:
                 wrapped.append(self._dram)
         return wrapped
 
-    def raise_busy_ceilings(self, context: Context, work: Any, timing: sampling.Timing) -> tuple[Context, list[str]]:
+    def raise_busy_ceilings(self, context: Context, work: Work, timing: sampling.Timing) -> tuple[Context, list[str]]:
         """Ceilings measured while the machine was busy are lower bounds: a real timing that beats
         one raises it for the rest of the session before it is scored (calibrate.raised_to_reach).
         The context to score in, and the note that says whose ceilings they are."""
@@ -253,14 +255,14 @@ class Engine:
         under the torch modes the test body measured them in (no_grad, inference_mode, autocast)."""
         self._retake.update({key: under_modes_now(again) for key, again in retakes.items()})
 
-    def speed_of_light(self, flops: Any = None, bytes: Any = None, precision: str | None = None) -> score.Floor:
+    def speed_of_light(self, flops: Flops | None = None, bytes: Count | None = None, precision: str | None = None) -> score.Floor:
         """T_SOL, bound, intensity and ridge of declared work on this session's profile, untimed."""
         work = make_work(flops, bytes, precision or self.settings.precision)
         return score.speed_of_light(work, self.context().profile)
 
     # --- judge ----------------------------------------------------------------------------------
 
-    def judge_test(self, test: str, budget: verdict.Budget, measurements: list[Measurement]) -> list[Measurement]:
+    def judge_test(self, test: str, budget: Budget, measurements: list[Measurement]) -> list[Measurement]:
         """The verdicts of one test's measurements; then what was kept to re-measure them is dropped."""
         if self._head is not None:
             commit, dirty = self._head()
@@ -275,15 +277,16 @@ class Engine:
         reference = verdict.choose_reference(test, budget, judged)
         return [
             verdict.against_reference(m, reference, required)
-            if step_budgets.takes_speedup(m) and (required := verdict.budget_on(budget.speedup, m.profile)) is not None else m
+            if step_budgets.takes_speedup(m) and (required := budget_on(budget.speedup, m.profile)) is not None else m
             for m in judged
         ]
 
     def effect(self, measurement: Measurement) -> str:
         """What a judged measurement does to its test under --sol-gate: "fail", "warn" or "pass"."""
+        assert measurement.judgement is not None, "judge_test judges every measurement it returns"
         return verdict.outcome(measurement.judgement.verdict, self.judge_settings)
 
-    def _judge_one(self, budget: verdict.Budget, measurement: Measurement) -> Measurement:
+    def _judge_one(self, budget: Budget, measurement: Measurement) -> Measurement:
         """The verdict; a suspected regression is measured again (a fresh block of samples) and
         stands only if the second block regresses too."""
         window = None
@@ -315,8 +318,8 @@ class KernelMeasurement:
     engine: Engine
     test: str
     fn: Callable[[], Any]  # a zero-argument callable, or a list of them (rotating inputs)
-    flops: Any
-    bytes: Any
+    flops: Flops | None
+    bytes: Count | None
     precision: str | None
     name: str
     gate: bool

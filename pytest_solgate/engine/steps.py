@@ -14,11 +14,14 @@ A step becomes ``Measurement`` records, so that budgets, baselines, verdicts, th
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import functools
+from typing import Any, Callable, Iterable
 
-from pytest_solgate.declare.work import Work, make_work
+from pytest_solgate.declare.profiles import HardwareProfile
+from pytest_solgate.declare.work import Count, Flops, Work, make_work
 from pytest_solgate.engine.kernels import Engine, provenance
 from pytest_solgate.measure import calibrate, callables, sampling, step_profile
+from pytest_solgate.measure.context import Context
 from pytest_solgate.results import Measurement
 from pytest_solgate.score import Score, step_breakdown
 from pytest_solgate.support import stats
@@ -32,7 +35,7 @@ def series_name(step: str, op: step_breakdown.OperatorScore) -> str:
     return f"{step}: {op.label}"
 
 
-def check_top(test: str, top: Any) -> int:
+def check_top(test: str, top: object) -> int:
     if isinstance(top, bool) or not isinstance(top, int) or top < 0:
         raise MeasureError(f"{test}: sol.measure_step(top={top!r}) must be a whole number >= 0 (how many operators "
                            "get their own series; 0 for none)")
@@ -62,7 +65,7 @@ def refusing_nested(engine: Engine, test: str, name: str, fn: Callable[[], Any])
     return step
 
 
-def series_clash(test: str, name: str, step: bool, measurements: Any) -> None:
+def series_clash(test: str, name: str, step: bool, measurements: Iterable[Measurement]) -> None:
     """Refuse a name that is, or would make, an operator series of a step in the same test (two
     records of one test under one name): a kernel named ``<step>: ...`` after that step, a step whose
     series would take the name of a kernel measured before it."""
@@ -75,15 +78,15 @@ def series_clash(test: str, name: str, step: bool, measurements: Any) -> None:
                                f"'{name}: <operator>', as {m.name!r} already is: give the step another name=")
 
 
-def declared_work(flops: Any, bytes: Any, precision: str) -> Work | None:
+def declared_work(flops: Flops | None, bytes: Count | None, precision: str) -> Work | None:
     """``flops=``/``bytes=`` as ``sol.measure`` checks them, or None when neither is given (counted)."""
     if flops is None and bytes is None:
         return None
     return make_work(flops, bytes, precision)
 
 
-def measure(engine: Engine, test: str, fn: Callable[[], Any], *, name: str, flops: Any = None,
-            bytes: Any = None, precision: str | None = None, gate: bool = True, top: int = DEFAULT_TOP
+def measure(engine: Engine, test: str, fn: Callable[[], Any], *, name: str, flops: Flops | None = None,
+            bytes: Count | None = None, precision: str | None = None, gate: bool = True, top: int = DEFAULT_TOP
             ) -> list[Measurement]:
     """``sol.measure_step`` in ``engine``'s session, through the engine's pipeline like a kernel (its
     lock, the contention reading and its retake): the step's record, then its top operators'. What
@@ -128,7 +131,7 @@ def measure(engine: Engine, test: str, fn: Callable[[], Any], *, name: str, flop
     return measured
 
 
-def records(context: Any, test: str, name: str, measured: step_profile.StepProfile, breakdown: step_breakdown.StepBreakdown,
+def records(context: Context, test: str, name: str, measured: step_profile.StepProfile, breakdown: step_breakdown.StepBreakdown,
             gate: bool, top: int, contended: str = "", taken_notes: tuple[str, ...] = (),
             contended_wait: float | None = None) -> list[Measurement]:
     """The step's record, then one per top operator (pure: tested without a profiler). ``taken_notes``
@@ -174,7 +177,7 @@ def records(context: Any, test: str, name: str, measured: step_profile.StepProfi
     return [step, *series]
 
 
-def _operator_mfu(op: step_breakdown.OperatorScore, profile: Any) -> float:
+def _operator_mfu(op: step_breakdown.OperatorScore, profile: HardwareProfile) -> float:
     precision = step_breakdown.main_precision(op.flops, profile)
     return op.flops[precision] / (op.seconds * profile.peak_flops(precision)) if precision else 0.0
 
@@ -207,4 +210,4 @@ def retakes(measurements: list[Measurement], measure_again: Callable[[], list[Me
         found = {m.name: m for m in retaken[0]}
         return found.get(name) or next(m for m in measurements if m.name == name)
 
-    return {(m.test, m.name): (lambda name=m.name: again(name)) for m in measurements}
+    return {(m.test, m.name): functools.partial(again, m.name) for m in measurements}

@@ -15,13 +15,15 @@ from pytest_solgate.support import stats
 PROBE_GAIN = 0.75
 
 
-def probe_applies(m: Measurement, window_probes: Sequence[float | None]) -> bool:
-    """Whether ``m`` could be compared with ``runs`` relative to the memory probe: a memory-bound
-    kernel whose run and every baseline run (``window_probes``: their probe times) timed the probe
-    beside it (the CPU backend)."""
+def probe_ratios(m: Measurement, window_probes: Sequence[float | None]) -> list[float] | None:
+    """Each baseline run's probe time over this run's, when ``m`` could be compared with its window
+    relative to the memory probe: a memory-bound kernel whose run and every baseline run
+    (``window_probes``: their probe times) timed the probe beside it (the CPU backend); else None."""
     probe = m.timing.probe_seconds
-    return (m.score.bound == "memory" and probe is not None and probe > 0
-            and all(window_probes))
+    timed = [run_probe for run_probe in window_probes if run_probe]
+    if m.score.bound != "memory" or probe is None or probe <= 0 or len(timed) < len(window_probes):
+        return None
+    return [run_probe / probe for run_probe in timed]
 
 
 def follows_probe(raw: Sequence[float], relative: Sequence[float], floor_sd: float) -> bool:

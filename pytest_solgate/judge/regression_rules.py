@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 from pytest_solgate.judge import wording
 from pytest_solgate.judge.contended import beyond_contention
@@ -36,7 +36,7 @@ class Evidence:
     probe_shift: float = 0.0  # log-time shift of the memory probe beyond the window's range
     probe_range: float = 0.0
     # The words of a drop within the floor: its kind of noise, from how many runs it would fail (window.py)
-    within_noise: Mapping[str, object] = field(default_factory=dict)
+    within_noise: wording.RulingFacts = field(default_factory=wording.RulingFacts)
 
     @property
     def drop_log(self) -> float:
@@ -53,7 +53,7 @@ class Ruling:
 
     verdict: Verdict
     held_back: str = ""
-    facts: Mapping[str, object] | None = None
+    facts: wording.RulingFacts | None = None
 
 
 Rule = Callable[[Evidence], "Ruling | None"]
@@ -78,7 +78,7 @@ def other_environment(ev: Evidence) -> Ruling | None:
     return Ruling(AMBIGUOUS, wording.OTHER_ENVIRONMENT, {"detail": "; ".join(ev.environment_differs)})
 
 
-def _busy(ev: Evidence) -> dict[str, object]:
+def _busy(ev: Evidence) -> wording.RulingFacts:
     if not ev.contended:
         return {}
     if ev.timer == THREAD_CPU_TIME:  # said, but nothing is taken out of it
@@ -94,9 +94,9 @@ def contended(ev: Evidence) -> Ruling | None:
     if not ev.contended or ev.timer == THREAD_CPU_TIME:
         return None
     busy = _busy(ev)
-    bounded = busy["bounded_change"]
+    bounded = busy.get("bounded_change")
     assert ev.floor_log is not None  # one_run ruled before
-    if bounded is None or bounded >= -ev.tolerance or abs(math.log1p(bounded)) <= ev.floor_log:  # type: ignore[operator, arg-type]
+    if bounded is None or bounded >= -ev.tolerance or abs(math.log1p(bounded)) <= ev.floor_log:
         return Ruling(AMBIGUOUS, wording.CONTENDED, busy)
     return None
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pytest_solgate.judge.wording import headline, label
 from pytest_solgate.results import Measurement
+from pytest_solgate.score.step_breakdown import StepBreakdown
 from pytest_solgate.support import units
 
 
@@ -15,7 +16,7 @@ def describe(m: Measurement) -> str:
     declared FLOPs' rate follows a memory-bound one, by class: '; 14.2 TFLOP/s fp16_tensor'."""
     scored = m.score
     if m.step is not None:
-        return _describe_step(m)
+        return _describe_step(m.step, m.score.gbps)
     if scored.bound == "memory":
         ceiling = m.work.bytes / scored.t_sol / 1e9 if scored.t_sol > 0 else 0
         flops = f"; {units.flop_rate(scored.tflops)} {'+'.join(m.work.flops)}" if m.work.total_flops else ""
@@ -25,24 +26,23 @@ def describe(m: Measurement) -> str:
     return f"{units.flop_rate(scored.tflops)} of {units.flop_rate(ceiling)}{classes} (compute-bound)"
 
 
-def _describe_step(m: Measurement) -> str:
+def _describe_step(step: StepBreakdown, gbps: float) -> str:
     """A whole step's rate against its main precision's peak, as its MFU is: a step's T_SOL is the sum
     of its operators' floors, some compute-bound, some memory-bound, so the FLOP rate that T_SOL
     implies is a blend of roofs that is no peak of the device (it read '285 MFLOP/s of 885 MFLOP/s'
     on a 1 GFLOP/s profile beside an MFU of 28.5 %)."""
-    step = m.step
     floors = "T_SOL the sum of its operators' floors"
     if step.precision and step.mfu > 0 and step.seconds > 0:
         rate = step.flops[step.precision] / step.seconds / 1e12
         return (f"{units.flop_rate(rate)} of the {units.flop_rate(rate / step.mfu)} {step.precision} peak "
                 f"(MFU {units.percent(step.mfu)}); {floors}")
-    return f"{units.bandwidth(m.score.gbps)} over its operators' kernels, no FLOPs counted; {floors}"
+    return f"{units.bandwidth(gbps)} over its operators' kernels, no FLOPs counted; {floors}"
 
 
 def dram_phrase(m: Measurement, ratio: float | None) -> str:
     """'Nsight Compute measured 1.07 GB of DRAM traffic, 1.60x the 671 MB declared', or '' without
     a ratio (``verdict.dram_ratio``)."""
-    if ratio is None:
+    if ratio is None or m.measured_bytes is None:
         return ""
     return (f"Nsight Compute measured {units.count(m.measured_bytes)}B of DRAM traffic for one call, "
             f"{ratio:.2f}x the {units.count(m.work.bytes)}B declared")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from pytest_solgate.judge import hosts, regression_rules, robust, wording
-from pytest_solgate.judge.memory_probe import follows_probe, memory_moved, probe_applies
+from pytest_solgate.judge.memory_probe import follows_probe, memory_moved, probe_ratios
 from pytest_solgate.judge.robust import robust_values
 from pytest_solgate.measure import clocks
 from pytest_solgate.measure.backends import THREAD_CPU_TIME
@@ -155,10 +155,11 @@ def _clock_moved(m: Measurement, runs: Sequence[BaselineRun]) -> tuple[float, fl
     clock is held)."""
     if str(m.environment.get(clocks.ENVIRONMENT_KEY, "")).startswith("locked"):
         return None
-    moved = clocks.clock_moved(m.timing.sm_clock_mhz, [run.sm_clock_mhz for run in runs])
-    if moved is None:
+    head_mhz = m.timing.sm_clock_mhz
+    moved = clocks.clock_moved(head_mhz, [run.sm_clock_mhz for run in runs])
+    if moved is None or head_mhz is None:
         return None
-    return moved, m.timing.sm_clock_mhz, m.timing.sm_clock_mhz / (1 + moved)
+    return moved, head_mhz, head_mhz / (1 + moved)
 
 
 def machine_bound_99(sd: float, df: int) -> float:
@@ -200,9 +201,10 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
     within_list = [run.noise / stats.Z_95 for run in window.runs if math.isfinite(run.noise)]
     within = stats.median(within_list) if within_list else 0.0
     values, relative = raw_values, False
-    if probe_applies(m, [run.probe_seconds for run in window.runs]):
+    ratios = probe_ratios(m, [run.probe_seconds for run in window.runs])
+    if ratios is not None:
         # each run's SOL as it would have read at this run's memory speed
-        scaled = [v + math.log(run.probe_seconds / m.timing.probe_seconds) for v, run in zip(raw_values, window.runs)]
+        scaled = [v + math.log(ratio) for v, ratio in zip(raw_values, ratios)]
         relative = follows_probe([raw_values[i] for i in usable], [scaled[i] for i in usable], within)
         values = scaled if relative else raw_values
     keep, left_out = usable, []
@@ -260,8 +262,8 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
 
 
 def _within_noise(values: Sequence[float], keep: Sequence[int], within: float, spread: float, change: float,
-                  tolerance: float, head_term: float, runs_at: Callable[[Sequence[int]], object]) -> dict[str, object]:
+                  tolerance: float, head_term: float, runs_at: Callable[[Sequence[int]], tuple[tuple[str, float], ...]]) -> wording.RulingFacts:
     """The words of a drop within the floor: which noise, the runs that widen it, from how many runs it would fail."""
     widening = robust.widening(values, keep, within)
-    return dict(noise=_noise_kind(widening, within, tolerance), widening=runs_at(widening), within=within,
-                spread=spread, fails_from=_fails_from(abs(math.log1p(change)), spread, len(keep), head_term))
+    return wording.RulingFacts(noise=_noise_kind(widening, within, tolerance), widening=runs_at(widening), within=within,
+                               spread=spread, fails_from=_fails_from(abs(math.log1p(change)), spread, len(keep), head_term))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TypedDict
 
 from pytest_solgate.judge.hosts import HostSpread
 from pytest_solgate.results import Measurement
@@ -62,6 +63,23 @@ class ComparisonFacts:
     fails_from: int | None = None  # within the floor: the window's runs from which this drop would fail at their spread
     wait_share: float | None = None  # contended: the share of the window this run may have waited for a CPU
     bounded_change: float | None = None  # contended: the change had it not waited at all (None: unbounded)
+
+
+class RulingFacts(TypedDict, total=False):
+    """The ComparisonFacts a regression rule sets for its words (``regression_rules.Ruling.facts``)."""
+
+    detail: str
+    thread_clock: bool
+    wait_share: float | None
+    bounded_change: float | None
+    probe_shift: float
+    probe_range: float
+    probe_beyond: bool
+    noise: str
+    widening: tuple[tuple[str, float], ...]
+    within: float
+    spread: float
+    fails_from: int | None
 
 
 # A verdict's first line fits 80 columns; its details follow, indented, on the lines below. A

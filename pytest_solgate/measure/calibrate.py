@@ -401,7 +401,7 @@ def cpu_profile(
             raised = _cache(path, raised, announce)
         return raised
     announce(f"solgate: measuring this CPU's ceilings once, best of {CPU_REPETITIONS} repetitions (cached in {path}) ...")
-    readers = readers or contention.readers_from(os.environ)
+    readers = readers or contention.Readers()
     started, before = time.perf_counter(), readers.snapshot()
     bandwidth, per_pattern, peaks, spreads = (calibration or repeated_cpu_calibration)(torch)
     measured_levels = levels(torch)
@@ -548,7 +548,7 @@ def say_id_change(state_dir: Path, announce: Callable[[str], None], fingerprint:
     if before is not None and fingerprint_key(before) == fingerprint_key(fingerprint):
         return
     changed = id_change(before, fingerprint) if before is not None else {}
-    if changed:
+    if before is not None and changed:
         announce(id_change_message(f"cpu-{fingerprint_key(before)}", now_id, changed))
     try:
         atomic.write_text(state_dir / LAST_CPU_FILE, json.dumps({"id": now_id, "fingerprint": fingerprint}),
@@ -580,7 +580,7 @@ def cpu_ids(state_dir: Path) -> CpuIds:
     now = cpu_fingerprint(torch)
     before = last_session_fingerprint(state_dir)
     from_tests = before is not None and same_machine(before, now) and isinstance(before.get("threads"), int)
-    threads = before["threads"] if from_tests else now["threads"]
+    threads = before["threads"] if before is not None and from_tests else now["threads"]
     key = fingerprint_key({**now, "threads": threads})
     return CpuIds(
         id=f"cpu-{key}", threads=threads, calibration=_shared_calibration(state_dir, key)[1], from_tests=from_tests,

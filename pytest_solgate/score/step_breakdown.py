@@ -263,8 +263,8 @@ def score_step(measured: StepProfile, profile: HardwareProfile, declared: Work |
     seconds = _mean([run.seconds for run in kept])
     counted_flops: dict[str, float] = {}
     for op in operators:
-        for precision, count in op.flops.items():
-            counted_flops[precision] = counted_flops.get(precision, 0.0) + count
+        for flop_class, count in op.flops.items():
+            counted_flops[flop_class] = counted_flops.get(flop_class, 0.0) + count
     flops = dict(declared.flops) if declared is not None and declared.flops else counted_flops
     nbytes = declared.bytes if declared is not None and declared.bytes else sum(op.bytes for op in operators)
     precision = main_precision(flops, profile)

@@ -15,13 +15,13 @@ from __future__ import annotations
 import configparser
 import inspect
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pytest_solgate.support.errors import OptionError
 from pytest_solgate.support.settings import OPTIONS, Option
 
 
-def ini_type(option: Option) -> str:
+def ini_type(option: Option) -> Literal["bool", "string"]:
     """The type the plugin registers ``option`` with (``parser.addini``): what pytest checks."""
     return "bool" if option.kind == "bool" else "string"
 
@@ -70,7 +70,8 @@ def _by_pytest(start: Path) -> tuple[dict[str, Any], Path | None] | None:
         from _pytest.outcomes import OutcomeException
     except ImportError:
         return None
-    wanted = {"inifile": None, "override_ini": None, "args": [str(start)], "rootdir_cmd_arg": None,
+    # Any: the keywords passed are picked at run time from the installed pytest's signature.
+    wanted: dict[str, Any] = {"inifile": None, "override_ini": None, "args": [str(start)], "rootdir_cmd_arg": None,
               "invocation_dir": start}
     accepted = inspect.signature(determine_setup).parameters
     if not set(accepted) <= set(wanted):
@@ -109,6 +110,7 @@ def _nearest(start: Path, name: str) -> Path | None:
     return next((folder / name for folder in (start, *start.parents) if (folder / name).is_file()), None)
 
 
+# file name -> its pytest section (None: pyproject.toml's [tool.pytest.ini_options] table)
 SECTIONS = (("pytest.ini", "pytest"), ("pyproject.toml", None), ("tox.ini", "pytest"), ("setup.cfg", "tool:pytest"))
 
 
@@ -120,7 +122,7 @@ def _by_reading(start: Path) -> tuple[dict[str, Any], Path | None]:
             path = folder / name
             if not path.is_file():
                 continue
-            if name == "pyproject.toml":
+            if section is None:
                 import tomllib
 
                 table = tomllib.loads(path.read_text()).get("tool", {}).get("pytest", {}).get("ini_options")

@@ -33,7 +33,7 @@ TIME_FUNCTIONS = ("perf_counter", "perf_counter_ns", "thread_time", "thread_time
 CUDA_FUNCTIONS = ("cuda.synchronize", "cuda.Event", "cuda.Event.record", "cuda.Event.elapsed_time",
                   "cuda.Event.synchronize", "cuda.current_stream")
 # module path -> attributes (a dotted attribute reads through a class)
-PLUGIN_FUNCTIONS = {
+PLUGIN_FUNCTIONS: dict[str, tuple[str, ...]] = {
     "pytest_solgate.measure.phases": ("warm_up", "plan", "timed_call", "take_samples", "_rounds", "graph_or_launches"),
     "pytest_solgate.measure.sampling": ("take_timing", "kernel_timed"),
     "pytest_solgate.measure.pipeline": ("time_once", "measure"),
@@ -46,7 +46,7 @@ PLUGIN_FUNCTIONS = {
     "pytest_solgate.measure.kernel_trace": ("sample_kernels",),
 }
 # Compared within a measurement only (a replacement before it is the second clock's to catch).
-SEAMS = {
+SEAMS: dict[str, tuple[str, ...]] = {
     "pytest_solgate.measure.backends": ("CpuBackend.now", "CpuBackend.copy_probe", "CpuBackend.flush"),
 }
 
