@@ -2,10 +2,13 @@
 
 import dataclasses
 import importlib.util
+import os
 
+import idle_machine
 import pytest
 
 from pytest_solgate.measure import calibrate
+from pytest_solgate.measure.contention import Readers
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the CPU profile reads torch's facts")
 
@@ -30,6 +33,12 @@ def test_repetitions_give_the_best_figures_and_their_spreads():
     assert spreads["bandwidth"] == pytest.approx(3 / 20) and spreads["fp32"] == pytest.approx(0.02 / 0.10)
 
 
+def idle_cpu_profile(cache_dir, *args, **kwargs):
+    """calibrate.cpu_profile reading the suite's idle machine (the /proc conftest.py names), as a
+    session reads its Platform's: a first calibration here is busy only if its figures say so."""
+    return calibrate.cpu_profile(cache_dir, *args, readers=idle_machine.readers_from(os.environ), **kwargs)
+
+
 def quick(bandwidth, fp32):
     """A fake quick_cpu_check: the figures one session's re-check sees."""
     return lambda torch: (bandwidth, {"copy": bandwidth}, {"fp32": fp32, "fp64": fp32 / 2})
@@ -41,20 +50,20 @@ def test_ceilings_are_cached_even_when_repetitions_disagree_and_only_rise(tmp_pa
     def disagreeing(torch):  # the 32 vs 52 GB/s phases of this VM
         return calibrate.repeated_cpu_calibration(torch, 5, figures([32, 52, 33, 34, 32], [0.1] * 5))
 
-    first = calibrate.cpu_profile(tmp_path, said.append, disagreeing)
+    first = idle_cpu_profile(tmp_path, said.append, disagreeing)
     (cached,) = tmp_path.rglob("cpu-*.toml")
     assert first.memory_bandwidth_gbps == 52 and "best of 3 repetitions" in said[-1]
     assert "spread (max-min)/median: bandwidth 60.6%" in cached.read_text()
     # A session in a slow phase finds the cache and lowers nothing.
-    slow = calibrate.cpu_profile(tmp_path, said.append, recheck=quick(30, 0.05))
+    slow = idle_cpu_profile(tmp_path, said.append, recheck=quick(30, 0.05))
     assert slow == first and slow.ceilings_id == first.ceilings_id
     # A session in a faster phase raises the ceilings it beat, for itself and every later session.
-    fast = calibrate.cpu_profile(tmp_path, said.append, recheck=quick(55, 0.08))
+    fast = idle_cpu_profile(tmp_path, said.append, recheck=quick(55, 0.08))
     assert fast.memory_bandwidth_gbps == 55 and fast.peak_tflops == first.peak_tflops
     assert "raised them" in said[-1] and "bandwidth 52.0 -> 55.0 GB/s" in fast.notes
-    assert calibrate.cpu_profile(tmp_path, said.append, recheck=quick(40, 0.05)) == fast
+    assert idle_cpu_profile(tmp_path, said.append, recheck=quick(40, 0.05)) == fast
     # `solgate calibrate` (full=True) measures all repetitions again and keeps what was higher.
-    full = calibrate.cpu_profile(tmp_path, said.append, lambda torch: (45.0, {"copy": 45.0}, {"fp32": 0.2, "fp64": 0.1}, {}),
+    full = idle_cpu_profile(tmp_path, said.append, lambda torch: (45.0, {"copy": 45.0}, {"fp32": 0.2, "fp64": 0.1}, {}),
                                  full=True)
     assert full.memory_bandwidth_gbps == 55 and full.peak_tflops == {"fp32": 0.2, "fp64": 0.1}
     # a raised ceiling is a new identity: history compares times across it, never SOL
@@ -66,16 +75,16 @@ def test_a_recheck_within_its_own_noise_keeps_the_ceilings_and_their_identity(tm
     session, raised it, and so gave every session new ceilings (a new ceilings_id): each run's
     baselines were compared on time. Only a gain beyond RAISE_MARGIN raises a ceiling now."""
     said = []
-    first = calibrate.cpu_profile(tmp_path, said.append, lambda torch: (40.0, {"copy": 40.0}, {"fp32": 0.1, "fp64": 0.05}, {}))
+    first = idle_cpu_profile(tmp_path, said.append, lambda torch: (40.0, {"copy": 40.0}, {"fp32": 0.1, "fp64": 0.05}, {}))
     for share in (1.01, 1.03, 1.045):
-        again = calibrate.cpu_profile(tmp_path, said.append, recheck=quick(40 * share, 0.1 * share))
+        again = idle_cpu_profile(tmp_path, said.append, recheck=quick(40 * share, 0.1 * share))
         assert again == first and again.ceilings_id == first.ceilings_id, share
     assert not any("raised" in line for line in said)
-    faster = calibrate.cpu_profile(tmp_path, said.append, recheck=quick(40 * 1.06, 0.1))
+    faster = idle_cpu_profile(tmp_path, said.append, recheck=quick(40 * 1.06, 0.1))
     assert faster.memory_bandwidth_gbps == pytest.approx(42.4) and faster.peak_tflops == first.peak_tflops
     assert "raised them" in said[-1] and faster.ceilings_id != first.ceilings_id
     # `solgate calibrate` keeps whatever it measured higher: the user asked for a measurement.
-    full = calibrate.cpu_profile(tmp_path, said.append, lambda torch: (42.5, {"copy": 42.5}, {"fp32": 0.1, "fp64": 0.05}, {}),
+    full = idle_cpu_profile(tmp_path, said.append, lambda torch: (42.5, {"copy": 42.5}, {"fp32": 0.1, "fp64": 0.05}, {}),
                                  full=True)
     assert full.memory_bandwidth_gbps == 42.5
 
@@ -102,10 +111,10 @@ def test_two_clones_on_one_machine_share_one_calibration_and_an_old_one_is_merge
     older = calibrate.HardwareProfile(id=f"cpu-{key}", name="this CPU", kind="cpu", memory_bandwidth_gbps=82,
                                       peak_tflops={"fp32": 0.05, "fp64": 0.02}, ceilings="measured")
     calibrate.write_profile(calibrate.cpu_profile_path(clone_a, key), older)  # clone a calibrated before
-    first = calibrate.cpu_profile(clone_b, said.append, lambda torch: (75.0, {"copy": 75.0}, {"fp32": 0.1, "fp64": 0.04}, {}))
+    first = idle_cpu_profile(clone_b, said.append, lambda torch: (75.0, {"copy": 75.0}, {"fp32": 0.1, "fp64": 0.04}, {}))
     assert first.memory_bandwidth_gbps == 75 and first.id == f"cpu-{key}"
-    in_a = calibrate.cpu_profile(clone_a, said.append, recheck=quick(10, 0.01))
-    in_b = calibrate.cpu_profile(clone_b, said.append, recheck=quick(10, 0.01))
+    in_a = idle_cpu_profile(clone_a, said.append, recheck=quick(10, 0.01))
+    in_b = idle_cpu_profile(clone_b, said.append, recheck=quick(10, 0.01))
     assert in_a == in_b and in_a.id == older.id  # one id, one set of ceilings, in every clone
     assert in_a.memory_bandwidth_gbps == 82 and in_a.peak_tflops == {"fp32": 0.1, "fp64": 0.04}
     shared = calibrate.cpu_profile_path(calibrate.user_cache_dir(), key)
@@ -207,7 +216,7 @@ def test_the_cpu_bandwidth_includes_a_read_only_reduction_and_the_profile_names_
     per_pattern = calibrate._streaming_bandwidth(torch, 1 << 12, seconds=0.01)
     assert set(per_pattern) == {"read", "copy", "add", "triad"} and all(v > 0 for v in per_pattern.values())
     assert calibrate.best_pattern({"read": 30.0, "copy": 25.0, "triad": 28.0}) == "read"
-    profile = calibrate.cpu_profile(
+    profile = idle_cpu_profile(
         tmp_path, lambda text: None,
         lambda torch: (31.0, {"read": 31.0, "copy": 25.0, "triad": 28.0}, {"fp32": 0.1, "fp64": 0.05}, {"bandwidth": 0.01}))
     assert profile.memory_bandwidth_gbps == 31.0
@@ -267,10 +276,8 @@ def under_a_neighbour(proc, figures=BEST):
 
 def test_a_calibration_under_load_serves_its_session_only_and_a_quiet_one_is_cached(tmp_path):
     torch = pytest.importorskip("torch")
-    from idle_machine import readers_from
-
     proc, said = fake_proc(tmp_path / "proc"), []
-    readers = readers_from({"SOLGATE_TEST_PROC_ROOT": str(proc)})
+    readers = Readers(proc=proc)  # the clocks of this process, the /proc of the test
     busy = calibrate.cpu_profile(tmp_path, said.append, under_a_neighbour(proc), readers=readers)
     key = calibrate.fingerprint_key(calibrate.cpu_fingerprint(torch))
     cache = calibrate.cpu_profile_path(calibrate.user_cache_dir(), key)
@@ -328,7 +335,7 @@ def test_a_kernel_that_beats_busy_ceilings_passes_and_one_that_beats_quiet_ones_
     from solgate_testing import FAKE_CLOCK_KERNELS, FAKE_CLOCK_TIMING
 
     proc = fake_proc(pytester.path.parent / "proc")
-    monkeypatch.setenv("SOLGATE_TEST_PROC_ROOT", str(proc))
+    monkeypatch.setenv(idle_machine.PROC_ROOT_VARIABLE, str(proc))  # the stand-in reads this machine
     calibration = under_a_neighbour(proc) if machine == "busy" else (lambda torch, *a, **k: BEST)
     platform = Platform(cpu_profile=functools.partial(calibrate.cpu_profile, calibration=calibration))
     pytester.makepyfile(test_kernels=FAKE_CLOCK_KERNELS + ABOVE_THE_CALIBRATION)
@@ -379,7 +386,7 @@ def test_concurrent_sessions_raise_and_extend_one_cached_profile_and_lose_nothin
     import sys
 
     torch = pytest.importorskip("torch")
-    first = calibrate.cpu_profile(tmp_path / "a", lambda text: None, lambda torch: BEST)  # the first session caches
+    first = idle_cpu_profile(tmp_path / "a", lambda text: None, lambda torch: BEST)  # the first session caches
     rounds = 12
     # Two xdist workers of project a and a session of project b raise; two `solgate calibrate` add levels.
     writers = [("raise", 0, "a"), ("raise", 1, "a"), ("raise", 2, "b"), ("levels", 0, "a"), ("levels", 1, "b")]
@@ -415,13 +422,13 @@ def test_a_calibration_caches_the_cache_levels_and_a_recheck_measures_none(tmp_p
     from pytest_solgate.declare.profiles import CacheLevel
 
     levels = (CacheLevel("L2", 1.0, 80.0, "fake"), CacheLevel("L1", 0.03, 100.0, "fake"))
-    first = calibrate.cpu_profile(tmp_path, lambda text: None, lambda torch: BEST, caches=lambda torch: levels)
+    first = idle_cpu_profile(tmp_path, lambda text: None, lambda torch: BEST, caches=lambda torch: levels)
     cache = calibrate.cpu_profile_path(calibrate.user_cache_dir(), calibrate.fingerprint_key(calibrate.cpu_fingerprint(torch)))
     assert [level.name for level in first.caches] == ["L1", "L2"] and calibrate.cached_profile(cache).caches == first.caches
     refuse = lambda torch: pytest.fail("a re-check measured the cache levels")  # noqa: E731
-    assert calibrate.cpu_profile(tmp_path, lambda text: None, recheck=lambda torch: BEST[:3], caches=refuse) == first
+    assert idle_cpu_profile(tmp_path, lambda text: None, recheck=lambda torch: BEST[:3], caches=refuse) == first
     faster = (CacheLevel("L1", 0.03, 120.0, "fake"),)  # `solgate calibrate` raises a level it beat
-    again = calibrate.cpu_profile(tmp_path, lambda text: None, lambda torch: BEST, full=True, caches=lambda torch: faster)
+    again = idle_cpu_profile(tmp_path, lambda text: None, lambda torch: BEST, full=True, caches=lambda torch: faster)
     assert [(level.name, level.bandwidth_gbps) for level in calibrate.cached_profile(cache).caches] == [("L1", 120.0), ("L2", 80.0)]
     assert again.caches == calibrate.cached_profile(cache).caches
 

@@ -4,7 +4,7 @@ alone, wall time when other threads help it or it waits (backends.choose_cpu_tim
 import threading
 import time
 
-from pytest_solgate.measure import backends
+from pytest_solgate.measure import backends, phases
 from pytest_solgate.measure.capabilities import Capabilities
 from pytest_solgate.measure.sampling import SamplingSettings, take_timing
 
@@ -158,7 +158,9 @@ def test_the_cpu_calibration_times_its_calls_on_the_cpu_backend():
 
     timer = ScriptedClock(lambda i: (MS, MS, MS))
     assert calibrate._sustained_rate(timer.kernel, 1e6, seconds=0.0, backend=timer) == 1e9  # 1e6 per 1 ms
-    assert timer.calls == 6  # one untimed call, then five timed
+    # The sampling loop's calls: one warm-up call (no warm-up time asked: the first ends it), then one
+    # round of samples, as many 1 ms calls as fill phases.ROUND_SECONDS (10 ms), at least MIN_CALLS.
+    assert timer.calls == 1 + 10 and 10 == round(phases.ROUND_SECONDS / 1e-3) >= calibrate.MIN_CALLS
 
 
 def _cache(root, name, size, shared):

@@ -370,8 +370,9 @@ def cpu_profile(
     """The measured CPU profile for this machine: calibrated once (about 10 s) and cached, then
     re-checked briefly in each session and raised when the machine does better than it says.
     ``full`` (``solgate calibrate``) re-checks with a whole calibration instead. A first
-    calibration taken while the machine was busy (``readers``: the /proc it reads, the session's
-    unless given) serves this session only, as ``busy`` ceilings, and is not cached.
+    calibration taken while the machine was busy (``readers``: the clocks and /proc it reads, the
+    session's Platform.contention; this machine's unless given) serves this session only, as
+    ``busy`` ceilings, and is not cached.
 
     A calibration measures the cache levels too (``caches``, measure_cpu_caches: a few seconds),
     for the steps' cache-aware floors; a session's re-check does not.
@@ -401,7 +402,7 @@ def cpu_profile(
             raised = _cache(path, raised, announce)
         return raised
     announce(f"solgate: measuring this CPU's ceilings once, best of {CPU_REPETITIONS} repetitions (cached in {path}) ...")
-    readers = readers or contention.Readers()
+    readers = readers or contention.Readers()  # this machine's clocks and /proc
     started, before = time.perf_counter(), readers.snapshot()
     bandwidth, per_pattern, peaks, spreads = (calibration or repeated_cpu_calibration)(torch)
     measured_levels = levels(torch)
