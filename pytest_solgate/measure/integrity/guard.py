@@ -98,6 +98,7 @@ class Guard:
         self._children: leftover.Children | None = None
         self._check: outputs.OutputCheck | None = None
         self._fresh: rounds.FreshRounds | None = None
+        self._plugin: dict[str, Any] = {}
 
     @property
     def active(self) -> bool:
@@ -111,21 +112,27 @@ class Guard:
     def before(self) -> None:
         # A breach found in one attempt stands in the next: a contended attempt is taken again
         # (measure/pipeline.py), and the calmer one must not be a clean one of a kernel that cheats.
-        if not self.active or self.breach is not None:
+        # The level, not ``active``: a class attribute the code under test may have replaced (found here).
+        if self.level == OFF or self.breach is not None:
             return
         self._before = tampering.watched(self.torch)
+        self._plugin = tampering.plugin_bound()
         self._threads = leftover.threads()
         self._children = leftover.children(**self._proc_kwargs())
-        names = tampering.foreign(self._before) or tampering.not_original(self._before)
+        names = (tampering.foreign(self._before) or tampering.not_original(self._before)
+                 or tampering.plugin_foreign(self._plugin))
+        torch_names = tampering.torch_foreign() if self.checked is not None and self.checked.reference is not None else ()
         if names:
             self.breach = Tampered(names, "before the measurement")
+        elif torch_names:
+            self.breach = tampering.ReplacedTorch.of(torch_names)
         elif self.level == STRICT and self.gated and self.checked is None:
             self.breach = NoInputs()
 
     def rule(self, inner: StoppingRule, context: Any) -> StoppingRule:
         """The stopping rule with the check between rounds (with inputs to check; not where the
         device's kernel timestamps are traced over the rounds, which the check's calls would join)."""
-        if not self.active or self.checked is None or context.backend.capabilities.kernel_timestamps:
+        if self.level == OFF or self.checked is None or context.backend.capabilities.kernel_timestamps:
             return inner
         fresh = rounds.FreshRounds(self.checked, self._judge_timed)
         self._fresh = fresh if fresh.usable else None
@@ -137,7 +144,7 @@ class Guard:
 
     def after(self, taken: Taken) -> Findings:
         __tracebackhide__ = True
-        if not self.active:
+        if self.level == OFF:
             return Findings()
         if self._fresh is not None:
             self._fresh.restore()  # where sampling ended on a kernel's error
@@ -153,6 +160,8 @@ class Guard:
         __tracebackhide__ = True
         now = tampering.watched(self.torch)
         names = tampering.replaced(self._before or now, now) or tampering.foreign(now) or tampering.not_original(now)
+        plugin = tampering.plugin_bound()
+        names = names or tampering.replaced(tampering.Reading(self._plugin or plugin), tampering.Reading(plugin))
         if names:
             self.breach = Tampered(names, "while it ran")
             return

@@ -10,11 +10,12 @@ compared with the reference on those values. A result skipped, partial or served
 a timed call then differs from the reference: ``stale-timed``.
 
 The same rounds tell a cache by time: a cache keyed on the inputs' values (or anything the new
-values change) misses in the round's first call only, so those samples take the honest time; the
-other rounds' samples, far faster than the fastest of them (``FACTOR``), were served from it.
+values change) misses in the round's first call only, so the first sample of such a round takes the
+honest time; the other samples, far faster than the fastest of those (``FACTOR``), were served from it.
 
-These samples stay in the figure: they time the same call on inputs of the same shape. The user's
-tensors (inputs and output buffers) are given back their values when sampling ends.
+These samples stay in the figure: they time the same call on inputs of the same shape. The inputs
+get their values back after each such round (the other rounds time the test's own values), and the
+output buffers theirs when sampling ends.
 """
 
 from __future__ import annotations
@@ -85,7 +86,9 @@ class FreshRounds:
             self.other += new
             return None
         self.pending = False
-        self.fresh += new
+        # The round's first sample only: a cache keyed on the values misses there, and serves the rest.
+        self.fresh += new[:1]
+        self.other += new[1:]
         return self._judge()
 
     def wants_more(self) -> bool:
@@ -117,7 +120,13 @@ class FreshRounds:
         got = outputs.clone(list(self.checked.last_outputs()))
         with self.torch.no_grad():
             self._write()  # the values the round's calls were given (an in-place kernel changed them since)
-        return self.judge(got, self.checked.inputs(args), calls)
+        try:
+            return self.judge(got, self.checked.inputs(args), calls)
+        finally:
+            # The other rounds time the test's own values (a kernel whose time depends on them is timed on them).
+            with self.torch.no_grad():
+                for flat, (_, kept) in zip(self.storages, self.saved or []):
+                    flat.copy_(kept)
 
     def restore(self) -> None:
         """The user's tensors get their values back (once sampling ends)."""
