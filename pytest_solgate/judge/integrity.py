@@ -84,8 +84,7 @@ def line(test: str, name: str, breach: Breach) -> str:
                 "version, values, or computed for these inputs); compute it in every call")
     if isinstance(breach, rounds.RoundsCheck):
         return (f"{label}: served from a cache: timed rounds on new input values read {breach.fresh_seconds * 1e6:.3g} us "
-                f"a call at the fastest (of {breach.fresh_samples}), the other rounds {breach.other_seconds * 1e6:.3g} us "
-                "(their median): the timed calls got a result kept from before (by values, address or version, or "
+                f"a call at the fastest (of {breach.fresh_samples}), the figure {breach.timed_seconds * 1e6:.3g} us: the timed calls got a result kept from before (by values, address or version, or "
                 "computed for these inputs) or skipped work; compute it in every call")
     if isinstance(breach, NoInputs):
         return (f"{label}: no inputs to check under --sol-integrity=strict: hand them with "

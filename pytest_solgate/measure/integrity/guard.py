@@ -280,7 +280,7 @@ class Guard:
 
     def _fresh_rounds_faster(self, taken: Taken) -> bool:
         """The samples of the rounds on new values against the others' (rounds.py)."""
-        found = self._fresh.timing() if self._fresh is not None and taken.timing.gated else None
+        found = self._fresh.timing(taken.timing.seconds) if self._fresh is not None and taken.timing.gated else None
         if found is not None and found.served:
             self.breach = found
         return self.breach is not None
