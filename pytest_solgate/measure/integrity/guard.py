@@ -154,6 +154,8 @@ class Guard:
             finally:
                 if self._check is not None:
                     self._check.release()
+                if self.checked is not None:
+                    self.checked.last[0] = None  # the last timed result is not kept past the checks (a GPU's memory)
         return Findings(fields={KEY: self.breach}) if self.breach is not None else Findings()
 
     def _after(self, taken: Taken) -> None:
