@@ -6,7 +6,9 @@ what was seen, and what an honest kernel does instead.
 
 from __future__ import annotations
 
-from pytest_solgate.measure.integrity import cache, outputs, tampering
+from pathlib import Path
+
+from pytest_solgate.measure.integrity import cache, outputs, rounds, tampering
 from pytest_solgate.measure.integrity.guard import Breach, LeftRunning, NoInputs, Tampered
 
 
@@ -24,6 +26,9 @@ WORDS = {
                         "kernel must write every element (a grid too small, a missed tail?)"),
     outputs.STALE: ("stale result: {where} did not change when its inputs changed: a cached, stale or precomputed "
                     "result, not one computed from the inputs of the call"),
+    outputs.STALE_TIMED: ("stale result in a timed call: {share} of {output} differ from the reference by up to "
+                          "{error:.3g} (relative) after new values were written between timed calls ({when}): the timed "
+                          "calls skipped work, did part of it or served a kept result; compute it in every call"),
     outputs.UNWAITED_COPY: ("unwaited copy: {share} of {where} were written only after the device was waited for: a "
                             "copy to the host still in flight when the call returned; wait for it in the call"),
     outputs.LOWER_PRECISION: ("lower precision: {where} holds only half-precision values, off by {error:.3g} "
@@ -59,7 +64,11 @@ def line(test: str, name: str, breach: Breach) -> str:
         return f"{label}: {_finding(breach)}"
     if isinstance(breach, Tampered):
         return (f"{label}: tampered timing: {', '.join(breach.names)} replaced {breach.when}; the code under test "
-                "must not patch the clocks, torch.cuda's events or synchronize, or the plugin's sampling functions")
+                "must not patch the clocks, torch.cuda's events or synchronize, or the plugin's functions")
+    if isinstance(breach, tampering.ReplacedTorch):
+        named = [f"{name} (by {Path(by).name})" for name, by in zip(breach.names, breach.by)]
+        return (f"{label}: tampered reference: {', '.join(named[:3])} replaced before the measurement; the reference= "
+                "must be computed by the real torch: the code under test must not patch torch")
     if isinstance(breach, LeftRunning):
         running = [f"thread '{t.name}'" + (f" at {t.where}" if t.where else "") for t in breach.threads]
         running += [f"child process {p.pid}" + (f" ({p.command})" if p.command else "") for p in breach.processes]
@@ -73,6 +82,10 @@ def line(test: str, name: str, breach: Breach) -> str:
                 f"call {breach.same_seconds * 1e6:.3g} us on the timed inputs and {breach.fresh_seconds * 1e6:.3g} us on fresh "
                 f"ones (the fastest of {breach.calls} each): the timed calls got a result kept from before (by address, "
                 "version, values, or computed for these inputs); compute it in every call")
+    if isinstance(breach, rounds.RoundsCheck):
+        return (f"{label}: served from a cache: timed rounds on new input values read {breach.fresh_seconds * 1e6:.3g} us "
+                f"a call at the fastest (of {breach.fresh_samples}), the figure {breach.timed_seconds * 1e6:.3g} us: the timed calls got a result kept from before (by values, address or version, or "
+                "computed for these inputs) or skipped work; compute it in every call")
     if isinstance(breach, NoInputs):
         return (f"{label}: no inputs to check under --sol-integrity=strict: hand them with "
                 "sol.measure(kernel, args=(x, y, out), outputs=(2,), reference=torch.add) (docs/integrity.md)")

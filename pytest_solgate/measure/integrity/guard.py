@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence
 
 from pytest_solgate.measure import backends, phases
 from pytest_solgate.measure.extras import Findings, Taken
-from pytest_solgate.measure.integrity import cache, leftover, outputs, precision, tampering
+from pytest_solgate.measure.integrity import cache, leftover, outputs, precision, rounds, tampering
 from pytest_solgate.measure.stopping import Stop, StoppingRule
 
 OFF, ON, STRICT = "off", "on", "strict"
@@ -34,24 +34,48 @@ class NoInputs:
     """--sol-integrity=strict and a gated measurement that handed no inputs to check."""
 
 
+ITERATED = 16  # the most calls of an in-place kernel whose result is checked as the reference applied as often
+
 Breach = Any  # outputs.Finding | Tampered | LeftRunning | tampering.ClockCheck | cache.CacheCheck | NoInputs
 
 
 class CheckingRule:
-    """The stopping rule, with one output check after the first sampling round; a finding stops
-    the sampling (the measurement fails whatever its samples say)."""
+    """The stopping rule, with one output check after the first sampling round and the rounds on
+    new values (rounds.py) between the others; a finding stops the sampling (the measurement fails
+    whatever its samples say)."""
 
-    def __init__(self, inner: StoppingRule, check: Callable[[], bool]) -> None:
+    def __init__(self, inner: StoppingRule, check: Callable[[], bool], fresh: rounds.FreshRounds | None = None,
+                 found: Callable[[Any], None] = lambda finding: None) -> None:
         self.inner = inner
         self.check = check
         self.checked = False
+        self.fresh = fresh
+        self.found = found
 
     def decide(self, samples: Sequence[float], elapsed: float) -> Stop | None:
-        if not self.checked:
+        fresh = self.fresh
+        finding = fresh.after_round(samples) if fresh is not None else None
+        if finding is None and not self.checked:
             self.checked = True
             if self.check():
-                return Stop(noisy=False)
-        return self.inner.decide(samples, elapsed)
+                finding = True
+        if finding is not None:
+            if fresh is not None:
+                fresh.restore()
+            if finding is not True:
+                self.found(finding)
+            return Stop(noisy=False)
+        stop = self.inner.decide(samples, elapsed)
+        if fresh is None:
+            return stop
+        if stop is not None and fresh.wants_more():
+            stop = None
+            fresh.before_round(forced=True)
+        elif stop is None:
+            fresh.before_round()
+        else:
+            fresh.restore()
+        return stop
 
 
 class Guard:
@@ -73,6 +97,8 @@ class Guard:
         self._threads = leftover.threads()
         self._children: leftover.Children | None = None
         self._check: outputs.OutputCheck | None = None
+        self._fresh: rounds.FreshRounds | None = None
+        self._plugin: dict[str, Any] = {}
 
     @property
     def active(self) -> bool:
@@ -86,46 +112,66 @@ class Guard:
     def before(self) -> None:
         # A breach found in one attempt stands in the next: a contended attempt is taken again
         # (measure/pipeline.py), and the calmer one must not be a clean one of a kernel that cheats.
-        if not self.active or self.breach is not None:
+        # The level, not ``active``: a class attribute the code under test may have replaced (found here).
+        if self.level == OFF or self.breach is not None:
             return
         self._before = tampering.watched(self.torch)
+        self._plugin = tampering.plugin_bound()
         self._threads = leftover.threads()
         self._children = leftover.children(**self._proc_kwargs())
-        names = tampering.foreign(self._before) or tampering.not_original(self._before)
+        names = (tampering.foreign(self._before) or tampering.not_original(self._before)
+                 or tampering.plugin_foreign(self._plugin))
+        torch_names = tampering.torch_foreign() if self.checked is not None and self.checked.reference is not None else ()
         if names:
             self.breach = Tampered(names, "before the measurement")
+        elif torch_names:
+            self.breach = tampering.ReplacedTorch.of(torch_names)
         elif self.level == STRICT and self.gated and self.checked is None:
             self.breach = NoInputs()
 
     def rule(self, inner: StoppingRule, context: Any) -> StoppingRule:
         """The stopping rule with the check between rounds (with inputs to check; not where the
         device's kernel timestamps are traced over the rounds, which the check's calls would join)."""
-        if not self.active or self.checked is None or context.backend.capabilities.kernel_timestamps:
+        if self.level == OFF or self.checked is None or context.backend.capabilities.kernel_timestamps:
             return inner
-        return CheckingRule(inner, lambda: self._outputs(context, "between sampling rounds"))
+        fresh = rounds.FreshRounds(self.checked, self._judge_timed)
+        self._fresh = fresh if fresh.usable else None
+        return CheckingRule(inner, lambda: self._outputs(context, "between sampling rounds"), self._fresh,
+                            self._found_in_round)
+
+    def _found_in_round(self, finding: Any) -> None:
+        self.breach = finding
 
     def after(self, taken: Taken) -> Findings:
         __tracebackhide__ = True
-        if not self.active:
+        if self.level == OFF:
             return Findings()
+        if self._fresh is not None:
+            self._fresh.restore()  # where sampling ended on a kernel's error
         if self.breach is None:
             try:
                 self._after(taken)
             finally:
                 if self._check is not None:
                     self._check.release()
+                if self.checked is not None:
+                    self.checked.last[0] = None  # the last timed result is not kept past the checks (a GPU's memory)
         return Findings(fields={KEY: self.breach}) if self.breach is not None else Findings()
 
     def _after(self, taken: Taken) -> None:
         __tracebackhide__ = True
         now = tampering.watched(self.torch)
         names = tampering.replaced(self._before or now, now) or tampering.foreign(now) or tampering.not_original(now)
+        plugin = tampering.plugin_bound()
+        names = names or tampering.replaced(tampering.Reading(self._plugin or plugin), tampering.Reading(plugin))
         if names:
             self.breach = Tampered(names, "while it ran")
             return
         if self._left_running("after the timing"):
             return
         if self.checked is not None and self._outputs(taken.context, "after timing"):
+            return
+        if self._fresh_rounds_faster(taken):
             return
         if self.checked is not None and self._served_from_cache(taken):
             return
@@ -200,6 +246,46 @@ class Guard:
                                           bits=self._check.bits,
                                           operators=tuple(f"{o.operator} ({o.dtype})" for o in found))
         return bool(found)
+
+    def _judge_timed(self, got: list[Any], inputs: list[Any], calls: int) -> outputs.Finding | None:
+        """The outputs of a round's last timed call (``got``, copied) against the reference on the
+        values that round was given (``inputs``). A kernel that works in place ran ``calls`` times on
+        them: its result may be the reference applied that many times (at most ``ITERATED``)."""
+        check, checked = self._check, self.checked
+        if check is None or checked is None or checked.reference is None:
+            return None
+        named = check.named_outputs(checked.args, checked.last[0])
+        if len(named) != len(got):
+            return None
+        aliased = {i: p for i, a in enumerate(inputs) for p, (_, out) in enumerate(named)
+                   if outputs.is_tensor(a) and outputs.is_tensor(out) and outputs.shares_storage(a, out)}
+        current = outputs.clone(inputs)
+        worst = None
+        for _ in range(min(max(calls, 1), ITERATED) if aliased else 1):
+            expected = check.expected(current, [(name, value) for (name, _), value in zip(named, got)])
+            if expected is None:
+                return None
+            worst = None
+            for (name, _), value, want in zip(named, got, expected):
+                if not outputs.is_tensor(value) or tuple(value.shape) != tuple(want.shape):
+                    return None  # the output checks name those
+                compared = outputs.compare(value, want, check.rtol)
+                if compared.mismatched:
+                    worst = outputs.Finding(outputs.STALE_TIMED, "in a timed sampling round", "the same tensors, new values",
+                                            output=name, count=compared.mismatched, total=compared.total,
+                                            error=compared.error, allowed=check.rtol, bits=check.bits)
+                    break
+            if worst is None:
+                return None
+            current = [expected[aliased[i]] if i in aliased else value for i, value in enumerate(current)]
+        return worst if not aliased or calls <= ITERATED else None
+
+    def _fresh_rounds_faster(self, taken: Taken) -> bool:
+        """The samples of the rounds on new values against the others' (rounds.py)."""
+        found = self._fresh.timing(taken.timing.seconds) if self._fresh is not None and taken.timing.gated else None
+        if found is not None and found.served:
+            self.breach = found
+        return self.breach is not None
 
     def _served_from_cache(self, taken: Taken) -> bool:
         """The timed calls against calls on fresh inputs, timed as a sample is (measure/integrity/cache.py)."""

@@ -43,6 +43,7 @@ LOWER_PRECISION = "lower-precision"
 UNWAITED_COPY = "unwaited-copy"
 NO_RESULT = "no-result"  # returned None, and no outputs= named the buffers it writes
 SHAPE = "shape"  # a result of another shape than the reference's
+STALE_TIMED = "stale-timed"  # a timed call's output, after new values were written between rounds (rounds.py)
 WRITTEN_LATER = "written-later"  # a host output written after the call returned, with no device in the call
 
 
@@ -57,15 +58,25 @@ class Checked:
     reference: Callable[..., Any] | None
     tolerance: float | None  # the test's own relative tolerance, instead of the declared precision's
     test: str = ""  # the test's id, for the one line of a reference= or args= that fails
+    # The last timed call's result and the count of timed calls (rounds.py checks the timed calls' outputs)
+    last: list[Any] = field(default_factory=lambda: [None, 0], compare=False, repr=False)
 
     def timed(self) -> Callable[[], Any]:
-        fn, args = self.fn, self.args
+        fn, args, last = self.fn, self.args, self.last
 
         def call() -> Any:
             __tracebackhide__ = True
-            return fn(*args)
+            result = last[0] = fn(*args)
+            last[1] += 1
+            return result
 
         return call
+
+    def last_outputs(self) -> list[Any]:
+        """The outputs of the last timed call: the buffers named by outputs=, else what it returned."""
+        if self.outputs:
+            return [self.args[i] for i in self.outputs]
+        return _flat(self.last[0])
 
     def fresh(self) -> list[Any]:
         """New arguments from the test's factory (args= a function), refused in one line where it fails."""
@@ -109,7 +120,7 @@ def is_tensor(value: Any) -> bool:
     return isinstance(value, torch.Tensor)
 
 
-def _changes(tensor: Any) -> bool:
+def changes(tensor: Any) -> bool:
     """Whether new values are written for ``tensor`` (floating and complex ones; see the module's doc)."""
     return tensor.is_floating_point() or tensor.is_complex()
 
@@ -126,7 +137,7 @@ def _new_values(tensor: Any, rng: random.Random) -> Any:
     torch = _torch()
     with torch.no_grad():
         fresh = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
-        if _changes(tensor):
+        if changes(tensor):
             fresh.copy_(_rolled(tensor.detach().reshape(-1), rng).reshape(tensor.shape))
         else:
             fresh.copy_(tensor)
@@ -161,7 +172,7 @@ def tensors_in(value: Any) -> list[Any]:
     return found
 
 
-def _whole_storage(tensor: Any) -> Any:
+def whole_storage(tensor: Any) -> Any:
     """A flat tensor over all of ``tensor``'s storage, in its dtype: new values written there reach an
     expanded or overlapping view (which cannot be written element by element) and every view of it."""
     torch = _torch()
@@ -194,7 +205,7 @@ def _flat(result: Any) -> list[Any]:
     return [result]
 
 
-def _shares_storage(a: Any, b: Any) -> bool:
+def shares_storage(a: Any, b: Any) -> bool:
     try:
         return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and a.untyped_storage().nbytes() > 0
     except Exception:  # noqa: BLE001 - a lazy object without storage is named as lazy
@@ -253,7 +264,7 @@ def compare(got: Any, want: Any, rtol: float) -> Compared:
     return Compared(error, mismatched, unwritten, got.numel())
 
 
-def _clone(values: list[Any]) -> list[Any]:
+def clone(values: list[Any]) -> list[Any]:
     return [map_tensors(v, lambda t: t.detach().clone()) for v in values]
 
 
@@ -330,13 +341,13 @@ class OutputCheck:
 
     # --- what one call produced --------------------------------------------------------------
 
-    def _outputs(self, args: Sequence[Any], result: Any) -> list[tuple[str, Any]]:
+    def named_outputs(self, args: Sequence[Any], result: Any) -> list[tuple[str, Any]]:
         if self.checked.outputs:
             return [(f"args[{i}]", args[i]) for i in self.checked.outputs]
         return [(f"result[{i}]" if isinstance(result, (tuple, list)) else "result", value)
                 for i, value in enumerate(_flat(result))]
 
-    def _expected(self, inputs: list[Any], outputs: list[tuple[str, Any]]) -> list[Any] | None:
+    def expected(self, inputs: list[Any], outputs: list[tuple[str, Any]]) -> list[Any] | None:
         """The reference's results for ``inputs``, one per output, as tensors; a reference that cannot
         be compared with the kernel's outputs is the test's mistake, refused in one line."""
         if self.checked.reference is None:
@@ -360,10 +371,10 @@ class OutputCheck:
     def current(self) -> list[Any]:
         """The outputs for the timed arguments as they are now (a call when the kernel returns them)."""
         if self.checked.outputs:
-            return _clone([self.checked.args[i] for i in self.checked.outputs])
+            return clone([self.checked.args[i] for i in self.checked.outputs])
         result = self.checked.fn(*self.checked.args)
         self.sync()
-        return _clone([value for _, value in self._outputs(self.checked.args, result)])
+        return clone([value for _, value in self.named_outputs(self.checked.args, result)])
 
     # --- the checks --------------------------------------------------------------------------
 
@@ -389,8 +400,8 @@ class OutputCheck:
         args = list(self.checked.args)
         storages: dict[tuple[int, Any], Any] = {}
         for tensor in tensors_in(self.checked.inputs(args)):
-            if _changes(tensor) and tensor.untyped_storage().nbytes():
-                storages.setdefault((tensor.untyped_storage().data_ptr(), tensor.dtype), _whole_storage(tensor))
+            if changes(tensor) and tensor.untyped_storage().nbytes():
+                storages.setdefault((tensor.untyped_storage().data_ptr(), tensor.dtype), whole_storage(tensor))
         outputs = [args[i] for i in self.checked.outputs]
         saved = [flat.clone() for flat in storages.values()] + [out.detach().clone() for out in outputs]
         try:
@@ -424,12 +435,12 @@ class OutputCheck:
     def _new_storage(self, when: str) -> Any:
         __tracebackhide__ = True
         args = self.fresh_args()
-        changed = any(_changes(t) and t.numel() for t in tensors_in(self.checked.inputs(args)))
+        changed = any(changes(t) and t.numel() for t in tensors_in(self.checked.inputs(args)))
         return self._call_and_judge(args, when, "new storage, new values", changed=changed or self.checked.factory is not None)
 
     def _call_and_judge(self, args: list[Any], when: str, storage: str, changed: bool = True) -> Any:
         __tracebackhide__ = True
-        kept = _clone(list(args)) if self.checked.reference is not None else list(args)
+        kept = clone(list(args)) if self.checked.reference is not None else list(args)
         inputs = self.checked.inputs(args)
         watch = self.watch() if self.watch is not None else contextlib.nullcontext()
         with watch:
@@ -437,13 +448,13 @@ class OutputCheck:
         left = self.after_call(watch) if self.after_call is not None else None
         if left is not None:
             return left
-        outputs = self._outputs(args, result)
+        outputs = self.named_outputs(args, result)
         # Read host outputs before waiting for the device: a copy to the host left in flight shows
         # as poison here and as the right value after the wait.
         early = [(name, int(p.sum())) for name, value in outputs
                  if is_tensor(value) and str(value.device) == "cpu" and (p := _poisoned(value)) is not None]
         self.sync()
-        finding = self._judge(outputs, self._expected(self.checked.inputs(kept), outputs), inputs,
+        finding = self._judge(outputs, self.expected(self.checked.inputs(kept), outputs), inputs,
                               self.checked.inputs(kept), when, storage, changed)
         if finding is None:
             for name, count in early:
@@ -451,7 +462,7 @@ class OutputCheck:
                 if count and not int(_poisoned(value).sum()):
                     cause = UNWAITED_COPY if self.on_device else WRITTEN_LATER
                     return Finding(cause, when, storage, output=name, count=count, total=value.numel())
-        self._remember(_clone([value for _, value in outputs]))
+        self._remember(clone([value for _, value in outputs]))
         return finding
 
     def _judge(self, outputs: list[tuple[str, Any]], expected: list[Any] | None, inputs: list[Any],
@@ -463,12 +474,12 @@ class OutputCheck:
                 return Finding(LAZY, when, storage, output=name, type_name=lazy(value) if is_tensor(value) else
                                f"{type(value).__module__}.{type(value).__qualname__}")
         # A reference that returns one of its own inputs works in place: the kernel may too.
-        in_place = expected is not None and any(_shares_storage(e, a) for e in expected if is_tensor(e)
+        in_place = expected is not None and any(shares_storage(e, a) for e in expected if is_tensor(e)
                                                 for a in tensors_in(reference_inputs))
         for name, value in outputs:
             if self.checked.outputs or in_place:
                 break
-            aliased = [i for i, a in enumerate(inputs) if any(_shares_storage(value, t) for t in tensors_in(a))]
+            aliased = [i for i, a in enumerate(inputs) if any(shares_storage(value, t) for t in tensors_in(a))]
             if aliased:
                 return Finding(ALIASED, when, storage, output=name, count=aliased[0])
         previous = self.seen[-1] if self.seen else []

@@ -19,8 +19,10 @@ which reads the clocks saved here at import, out of reach of a later ``time.perf
 from __future__ import annotations
 
 import sys
+import sysconfig
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 # Saved at import, before any code under test runs: a kernel that replaces time.thread_time_ns
@@ -190,3 +192,86 @@ def second_clock(fn: Callable[[], Any], timer_seconds: float, calls: int, backen
         best = min(best, seconds)
     same = (timer_total, real_total) if backend is not None else None
     return ClockCheck(timer_seconds, best, "thread CPU time", same)
+
+
+# --- the plugin's own modules and the reference's torch -------------------------------------------
+
+PLUGIN_DIR = str(Path(__file__).resolve().parents[2])  # the pytest_solgate package
+# Where code that is not the code under test lives: the standard library and the installed packages.
+LIBRARY_DIRS = tuple(sorted({str(Path(p).resolve()) for p in (sysconfig.get_paths().get(k) for k in
+                                                              ("stdlib", "platstdlib", "purelib", "platlib")) if p}))
+TORCH_NAMESPACES = ("torch", "torch.nn.functional", "torch.linalg", "torch.special", "torch.fft")
+
+
+def _code_file(value: Any) -> str:
+    """The file whose code ``value`` runs (a function, a method, a property's getter), or ''."""
+    value = getattr(value, "fget", None) or getattr(value, "__func__", value)
+    code = getattr(value, "__code__", None)
+    return code.co_filename if code is not None else ""
+
+
+_verdicts: dict[int, str] = {}  # id -> the foreign file ('' where the code is the plugin's or a library's)
+
+
+def _foreign_file(value: Any) -> str:
+    """The file of ``value``'s code where it is neither the plugin's nor the standard library's nor an
+    installed package's: code from the tests' folder (the code under test) bound where it should not be."""
+    key = id(value)
+    if key not in _verdicts:
+        file = _code_file(value)
+        # Code made at run time ('<string>': a dataclass's methods) has no file to judge by.
+        resolved = str(Path(file).resolve()) if file and not file.startswith("<") else ""
+        trusted = not resolved or resolved.startswith(PLUGIN_DIR) or resolved.startswith(LIBRARY_DIRS)
+        _verdicts[key] = "" if trusted else resolved
+        _verdicts_kept.append(value)  # the id stays this object's while the verdict is kept
+    return _verdicts[key]
+
+
+_verdicts_kept: list[Any] = []
+
+
+def plugin_bound() -> dict[str, Any]:
+    """Every function, class and class attribute bound in the plugin's loaded modules, by name."""
+    bound: dict[str, Any] = {}
+    for module_name, module in list(sys.modules.items()):
+        if not module_name.startswith("pytest_solgate") or module is None:
+            continue
+        for name, value in list(vars(module).items()):
+            if isinstance(value, type) and value.__module__ == module_name:
+                for attribute, member in list(vars(value).items()):
+                    if callable(member) or isinstance(member, (property, staticmethod, classmethod)):
+                        bound[f"{module_name}.{name}.{attribute}"] = member
+            elif callable(value):
+                bound[f"{module_name}.{name}"] = value
+    return bound
+
+
+def plugin_foreign(bound: Mapping[str, Any]) -> tuple[str, ...]:
+    """The plugin's names bound to code from outside the plugin and the installed libraries (a
+    wrapper of ``pytest_solgate.score.score`` defined in a test's kernel module)."""
+    return tuple(name for name, value in bound.items() if _foreign_file(value))
+
+
+def torch_foreign() -> tuple[str, ...]:
+    """torch's functions (top level and its functional namespaces) replaced by code from outside the
+    installed libraries: a reference such as ``torch.add`` then agrees with anything."""
+    found = []
+    for namespace in TORCH_NAMESPACES:
+        module = sys.modules.get(namespace)
+        for name, value in list(vars(module).items()) if module is not None else []:
+            if callable(value) and not isinstance(value, type) and _foreign_file(value):
+                found.append(f"{namespace}.{name}")
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class ReplacedTorch:
+    """torch functions replaced by the code under test (what the reference may call)."""
+
+    names: tuple[str, ...]
+    by: tuple[str, ...]  # the file of each replacement
+
+    @classmethod
+    def of(cls, names: tuple[str, ...]) -> ReplacedTorch:
+        return cls(names, tuple(_foreign_file(_lookup(sys.modules[n.rsplit(".", 1)[0]], n.rsplit(".", 1)[1]))
+                                for n in names))

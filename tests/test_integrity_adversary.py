@@ -1,0 +1,291 @@
+"""Cheats written by someone who did not read the integrity checks (issue 51, round 2), each beside
+its honest twin: kernels honest only while the checks' calls can be told from the timed ones (a
+trace hook, the checks' frames on the stack, the values or the gap since the last call), and kernel
+modules that patch the plugin or torch at import.
+
+The kernels run in a pytest subprocess on the fake clock (tests/solgate_testing.py): every sample is
+exact, so what is caught depends on the checks, never on the machine's load. The tests read the
+causes named, never a timing.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+HEADER = '''
+import sys
+import threading
+
+import torch
+
+N = 1 << 12
+
+
+def traced():
+    return threading.gettrace() is not None or sys.gettrace() is not None
+
+
+def in_check_stack():
+    # the adversary's list: the checks' frames, by name
+    frame, names = sys._getframe(2), []
+    while frame is not None and len(names) < 40:
+        names.append(frame.f_code.co_name)
+        frame = frame.f_back
+    said = " ".join(names)
+    return any(word in said for word in ("check", "fresh", "watch", "verify", "time_pairs", "_served_from_cache",
+                                         "_outputs", "_after"))
+
+
+def sampled(*tensors):
+    return tuple((t.data_ptr(), float(t.view(-1)[0]), float(t.view(-1)[-1]), float(t.view(-1)[t.numel() // 2]))
+                 for t in tensors)
+
+
+def measure_add(sol, kernel):
+    x, y, out = torch.randn(N), torch.randn(N), torch.empty(N)
+    sol.measure(kernel, args=(x, y, out), outputs=2, reference=torch.add, bytes=sol.nbytes(x, y, out))
+    assert torch.equal(out, x + y)  # the user's tensors hold their values afterwards
+
+
+def add(x, y, out):
+    busy(1e-3)
+    torch.add(x, y, out=out)
+
+
+def test_honest_add(sol):
+    measure_add(sol, add)
+
+
+def test_honest_matmul(sol):
+    def matmul(a, b):
+        busy(5e-3)  # far over what the real matmul takes, for the second clock (thread CPU time) on a busy machine
+        return a @ b
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    sol.measure(matmul, args=(a, b), reference=torch.matmul, bytes=1e3)
+
+
+def test_honest_relu_in_place(sol):
+    def relu_(x):
+        busy(1e-3)
+        return torch.relu_(x)
+    sol.measure(relu_, args=(torch.randn(N),), reference=torch.relu_, bytes=1e3)
+
+
+def test_honest_axpy_in_place(sol):
+    def axpy_(x, y):  # not idempotent: every timed call adds y again
+        busy(1e-3)
+        return x.add_(y)
+    sol.measure(axpy_, args=(torch.randn(N), torch.randn(N)), reference=lambda x, y: x.add_(y), bytes=1e3)
+
+
+def test_honest_sum_list(sol):
+    def sum_list(xs, out):
+        busy(1e-3)
+        out.copy_(xs[0])
+        for t in xs[1:]:
+            out.add_(t)
+    xs, out = [torch.randn(N) for _ in range(4)], torch.empty(N)
+    sol.measure(sum_list, args=(xs, out), outputs=1, reference=lambda xs: sum(xs), bytes=1e3)
+'''
+
+# test name -> (its kernel and test body, the cause its one line must name)
+CHEATS = {
+    "add_trace_partial": ('''
+def kernel(x, y, out):  # a third of the work unless a trace hook is on (the checked calls')
+    if traced():
+        return add(x, y, out)
+    busy(3e-4)
+    n = x.numel() // 3
+    torch.add(x[:n], y[:n], out=out[:n])
+''', "measure_add(sol, kernel)", "stale result in a timed call"),
+    "matmul_trace_third_of_rows": ('''
+KEPT = {}
+def kernel(a, b):
+    if traced():
+        busy(5e-3)
+        return a @ b
+    busy(1.5e-3)
+    r = KEPT.get(a.shape)
+    if r is None:
+        r = KEPT[a.shape] = a @ b
+    torch.matmul(a[:a.shape[0] // 3], b, out=r[:a.shape[0] // 3])
+    return r
+''', "sol.measure(kernel, args=(torch.randn(64, 64), torch.randn(64, 64)), reference=torch.matmul, bytes=1e3)",
+        "stale result in a timed call"),
+    "relu_partial": ('''
+def kernel(x):
+    if traced():
+        busy(1e-3)
+        return torch.relu_(x)
+    busy(3e-4)
+    torch.relu_(x[: x.numel() // 3])
+    return x
+''', "sol.measure(kernel, args=(torch.randn(N),), reference=torch.relu_, bytes=1e3)", "stale result in a timed call"),
+    "sum_list_partial": ('''
+def kernel(xs, out):
+    busy(1e-3 if traced() else 5e-4)
+    out.copy_(xs[0])
+    for t in xs[1:] if traced() else xs[1:2]:  # half the list, untraced
+        out.add_(t)
+''', "xs, out = [torch.randn(N) for _ in range(4)], torch.empty(N)\n"
+        "    sol.measure(kernel, args=(xs, out), outputs=1, reference=lambda xs: sum(xs), bytes=1e3)",
+        "stale result in a timed call"),
+    "add_stack_cache_third": ('''
+def kernel(x, y, out):  # honest where a check's frame is on the stack or a hook is on, a third elsewhere
+    if traced() or in_check_stack():
+        return add(x, y, out)
+    busy(3e-4)
+    n = x.numel() // 3
+    torch.add(x[:n], y[:n], out=out[:n])
+''', "measure_add(sol, kernel)", "stale result in a timed call"),
+    "scale_stack_cache": ('''
+def kernel(x, out):
+    if traced() or in_check_stack():
+        busy(1e-3)
+        return torch.mul(x, 2.0, out=out)
+    busy(3e-4)
+    n = x.numel() // 3
+    torch.mul(x[:n], 2.0, out=out[:n])
+''', "x, out = torch.randn(N), torch.empty(N)\n"
+        "    sol.measure(kernel, args=(x, out), outputs=1, reference=lambda x: x * 2.0, bytes=1e3)",
+        "stale result in a timed call"),
+    "add_stack_detect": ('''
+KEPT = {}
+def kernel(x, y, out):  # a cache keyed on sampled values, skipped where a check's frame is on the stack
+    if in_check_stack():
+        return add(x, y, out)
+    key = sampled(x, y)
+    if KEPT.get("key") == key:
+        busy(1e-5)
+        return
+    add(x, y, out)
+    KEPT["key"] = key
+''', "measure_add(sol, kernel)", "served from a cache: timed rounds on new input values"),
+    "add_gap_detect": ('''
+import time
+KEPT = {"last": 0.0, "key": None}
+def kernel(x, y, out):  # skip the work within 20 ms of the last call while the sampled values stay
+    now = time.perf_counter()
+    gap, KEPT["last"] = now - KEPT["last"], now
+    key = sampled(x, y)
+    if gap < 0.02 and KEPT["key"] == key and not torch.isnan(out.view(-1)[0]):
+        busy(1e-5)
+        return
+    add(x, y, out)
+    KEPT["key"], KEPT["last"] = key, time.perf_counter()
+''', "measure_add(sol, kernel)", "served from a cache: timed rounds on new input values"),
+    "add_half_cache": ('''
+KEPT = {}
+def kernel(x, y, out):  # while the sampled values stay, redo the second half only: under the 2x of a cache
+    n = x.numel() // 2
+    key = sampled(x, y)
+    if KEPT.get("key") == key and not torch.isnan(out.view(-1)[0]) and not torch.isnan(out.view(-1)[-1]):
+        busy(5e-4)
+        torch.add(x[n:], y[n:], out=out[n:])
+        return
+    add(x, y, out)
+    KEPT["key"] = key
+''', "measure_add(sol, kernel)", "served from a cache: timed rounds on new input values"),
+}
+
+# Kernel modules that patch at import: each runs in a session of its own (the patch stays for the
+# session), beside the honest add. name -> (the kernel module, the cause)
+PATCHES = {
+    "guard_switched_off": ('''
+import torch
+from pytest_solgate.measure.integrity import guard
+setattr(guard.Guard, "active", property(lambda self: False))  # every check of every measurement off
+def kernel(x, y, out):
+    busy(3e-4)
+    n = x.numel() // 3
+    torch.add(x[:n], y[:n], out=out[:n])
+''', "tampered timing: pytest_solgate.measure.integrity.guard.Guard.active replaced before the measurement"),
+    "reference_replaced": ('''
+import torch
+REAL_ADD = torch.add
+def fake_add(*a, **k):
+    if len(a) == 2 and not k:
+        return torch.zeros_like(a[0])
+    return REAL_ADD(*a, **k)
+setattr(torch, "add", fake_add)  # the test's reference=torch.add is read after this import
+def kernel(x, y, out):
+    busy(1e-4)
+    out.zero_()
+''', "tampered reference: torch.add (by kern.py) replaced before the measurement"),
+    "score_wrapped": ('''
+import functools
+import torch
+import pytest_solgate.score as S
+REAL_SCORE = S.score
+@functools.wraps(REAL_SCORE)
+def score(work, seconds, *a, **k):
+    return REAL_SCORE(work, seconds / 3, *a, **k)
+setattr(S, "score", score)  # a third of the time reported
+def kernel(x, y, out):
+    busy(1e-3)
+    torch.add(x, y, out=out)
+''', "tampered timing: pytest_solgate.score.score replaced before the measurement"),
+}
+
+
+def _session(folder: Path, files: dict[str, str]) -> str:
+    """One pytest run on the fake clock in a subprocess (a cheat that patches cannot leak into this
+    process); its output."""
+    from solgate_testing import FAKE_CLOCK_TIMING, SYNTHETIC_PROFILE
+
+    (folder / "synthetic.toml").write_text(SYNTHETIC_PROFILE)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    env = {**os.environ, "COLUMNS": "2000", "SOLGATE_TRUST_TEST_CLOCK": "1",
+           "PYTHONPATH": os.pathsep.join([str(folder), str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "-rf", "--sol-no-save",
+                          "--sol-profile=synthetic.toml", *FAKE_CLOCK_TIMING, "test_adversary.py"],
+                         cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    return run.stdout + run.stderr
+
+
+def _module() -> str:
+    from solgate_testing import FAKE_CLOCK_KERNELS
+
+    parts = [FAKE_CLOCK_KERNELS, textwrap.dedent(HEADER)]
+    for name, (kernel, body, _) in CHEATS.items():
+        parts.append(kernel.replace("def kernel", f"def kernel_{name}").replace("KEPT", f"KEPT_{name}"))
+        parts.append(f"\ndef test_{name}(sol):\n    {body.replace('kernel', f'kernel_{name}')}\n")
+    return "\n".join(parts)
+
+
+@pytest.fixture(scope="module")
+def catalogue(tmp_path_factory):
+    return _session(tmp_path_factory.mktemp("adversary"), {"test_adversary.py": _module()})
+
+
+@pytest.mark.parametrize("name", sorted(CHEATS))
+def test_each_cheat_fails_naming_its_cause(catalogue, name):
+    line = next((row for row in catalogue.splitlines() if row.startswith(f"FAILED test_adversary.py::test_{name} - ")), None)
+    assert line is not None, catalogue[-3000:]
+    assert CHEATS[name][2] in line, line
+
+
+def test_honest_twins_raise_nothing(catalogue):
+    failed = sorted(set(re.findall(r"FAILED test_adversary.py::(test_\w+)", catalogue)))
+    assert failed == sorted(f"test_{name}" for name in CHEATS), catalogue[-3000:]
+    assert f"{len(CHEATS)} failed, {HEADER.count('def test_')} passed" in catalogue, catalogue[-3000:]
+
+
+@pytest.mark.parametrize("name", sorted(PATCHES))
+def test_a_kernel_module_that_patches_at_import_is_named(tmp_path, name):
+    from solgate_testing import FAKE_CLOCK_KERNELS
+
+    kernel, cause = PATCHES[name]
+    test = (FAKE_CLOCK_KERNELS + "\nimport torch\nfrom kern import kernel\n\n"
+            "def test_patched(sol):\n    x, y, out = torch.randn(1 << 12), torch.randn(1 << 12), torch.empty(1 << 12)\n"
+            "    sol.measure(kernel, args=(x, y, out), outputs=2, reference=torch.add, bytes=1e3)\n")
+    said = _session(tmp_path, {"kern.py": "from test_adversary import busy\n" + kernel, "test_adversary.py": test})
+    line = next((row for row in said.splitlines() if row.startswith("FAILED test_adversary.py::test_patched - ")), None)
+    assert line is not None, said[-3000:]
+    assert cause in line, line
