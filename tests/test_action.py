@@ -79,11 +79,12 @@ def _run_step(step_id: str, env: dict, cwd: Path, outputs: Path) -> subprocess.C
     """Run one of action.yml's run steps with bash, as the runner does, its inputs in ``env``."""
     step = STEPS[step_id]
     assert step["shell"] == "bash"
-    full = {**os.environ, **env, "GITHUB_OUTPUT": str(outputs), "GITHUB_PATH": str(outputs.with_suffix(".path")),
-            "GITHUB_STEP_SUMMARY": str(outputs.with_suffix(".summary"))}
-    full.pop("SOLGATE_HISTORY", None)
-    full.pop("PYTEST_ADDOPTS", None)
-    full.pop("PYTEST_XDIST_WORKER", None)
+    # A workflow's environment has none of this suite's settings: no history, addopts or xdist
+    # worker of the suite's, and no trusted test clock (the action refuses that one, where a test
+    # gives it in ``env``).
+    suites_own = ("SOLGATE_HISTORY", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "SOLGATE_TRUST_TEST_CLOCK")
+    full = {**{k: v for k, v in os.environ.items() if k not in suites_own}, **env, "GITHUB_OUTPUT": str(outputs),
+            "GITHUB_PATH": str(outputs.with_suffix(".path")), "GITHUB_STEP_SUMMARY": str(outputs.with_suffix(".summary"))}
     return subprocess.run(["bash", "-e", "-c", step["run"]], cwd=cwd, env=full, capture_output=True, text=True,
                           timeout=600)
 
@@ -237,6 +238,23 @@ def test_a_bad_input_is_one_error_line_naming_it_and_the_step_fails(tmp_path, na
     errors = [line for line in done.stdout.splitlines() if line.startswith("::error")]
     assert len(errors) == 1 and f"input '{name}'" in errors[0], done.stdout
     assert not (tmp_path / "validate.out").exists() or "leg" not in github_outputs(tmp_path / "validate.out")
+
+
+@pytest.mark.parametrize("pytest_args, environment", [
+    ("--sol-trust-test-clock", {}),
+    ("-o sol_trust_test_clock=true", {}),
+    ("", {"SOLGATE_TRUST_TEST_CLOCK": "1"}),  # as a user's workflow could set it in env:
+])
+def test_the_action_refuses_a_trusted_test_clock(tmp_path, pytest_args, environment):
+    """A clock from a test never makes a real result: a gate that trusts one is refused, by option
+    or by variable, in one line naming pytest-args."""
+    inputs = _inputs(python=sys.executable, pytest_args=pytest_args)
+    contexts = {"github.action_path": str(ROOT), "runner.temp": str(tmp_path)}
+    env = {**_step_env("validate", inputs, contexts), **environment}
+    done = _run_step("validate", env, tmp_path, tmp_path / "validate.out")
+    assert done.returncode != 0
+    errors = [line for line in done.stdout.splitlines() if line.startswith("::error")]
+    assert len(errors) == 1 and "input 'pytest-args' trusts a test's clock" in errors[0], done.stdout
 
 
 # --- a history that survives GitHub (issue 31 item 1) --------------------------------------------
