@@ -476,7 +476,10 @@ def test_on_a_pull_request_the_ab_step_runs_against_the_merge_base_and_its_table
                 "github.event.pull_request.base.sha": base}
     env = {**_step_env("ab", _inputs(test_path="test_kernels.py", ab_max_time="300"), contexts),
            "SOLGATE_VENV": str(venv), "TMPDIR": str(repo.scratch),
-           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}  # tests/: the suite's idle_machine plugin
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),  # tests/: the suite's idle_machine plugin
+           # The repository times on the tests' fake clock (test_bisect.Repo), trusted here as by the
+           # rest of this suite, so that the A/B's verdict is exact; a workflow's validate step refuses it.
+           "SOLGATE_TRUST_TEST_CLOCK": "1"}
     done = _run_step("ab", env, path, tmp_path / "ab.out")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "exit-code=1" in (tmp_path / "ab.out").read_text()
