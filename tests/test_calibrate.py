@@ -267,7 +267,7 @@ def under_a_neighbour(proc, figures=BEST):
 
 def test_a_calibration_under_load_serves_its_session_only_and_a_quiet_one_is_cached(tmp_path):
     torch = pytest.importorskip("torch")
-    from idle_machine import readers_from
+    from pytest_solgate.measure.contention import readers_from
 
     proc, said = fake_proc(tmp_path / "proc"), []
     readers = readers_from({"SOLGATE_TEST_PROC_ROOT": str(proc)})

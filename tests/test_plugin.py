@@ -496,7 +496,7 @@ def test_the_calibration_is_announced_before_the_progress_dots(suite, monkeypatc
     from pytest_solgate.declare.profiles import HardwareProfile
     from pytest_solgate.measure.platform import Platform
 
-    def calibrating(cache_dir, announce=print, calibration=None, readers=None):
+    def calibrating(cache_dir, announce=print, calibration=None):
         announce("solgate: measuring this CPU's ceilings once (stand-in) ...")
         return HardwareProfile(id="cpu-standin", name="this CPU", kind="cpu", memory_bandwidth_gbps=1,
                                peak_tflops={"fp32": 0.001}, ceilings="measured")

@@ -401,7 +401,7 @@ def cpu_profile(
             raised = _cache(path, raised, announce)
         return raised
     announce(f"solgate: measuring this CPU's ceilings once, best of {CPU_REPETITIONS} repetitions (cached in {path}) ...")
-    readers = readers or contention.Readers()
+    readers = readers or contention.readers_from(os.environ)
     started, before = time.perf_counter(), readers.snapshot()
     bandwidth, per_pattern, peaks, spreads = (calibration or repeated_cpu_calibration)(torch)
     measured_levels = levels(torch)

@@ -89,7 +89,7 @@ def resolve(settings: Settings, profile_option: ProfileOption, cache_dir: Path,
             # and a second worker waiting here then finds the cached profile.
             with locking.device_lock("cpu"):
                 calibrate.say_id_change(cache_dir, announce)  # against this project's last session, in its .solgate
-                profile = platform.cpu_profile(cache_dir, announce, readers=platform.contention)
+                profile = platform.cpu_profile(cache_dir, announce)
         lock_key, device_uuid = "cpu", None
     else:
         device_uuid = platform.device_key(choice.cuda_index)  # survives CUDA_VISIBLE_DEVICES renumbering
