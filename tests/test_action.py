@@ -79,11 +79,12 @@ def _run_step(step_id: str, env: dict, cwd: Path, outputs: Path) -> subprocess.C
     """Run one of action.yml's run steps with bash, as the runner does, its inputs in ``env``."""
     step = STEPS[step_id]
     assert step["shell"] == "bash"
-    full = {**os.environ, **env, "GITHUB_OUTPUT": str(outputs), "GITHUB_PATH": str(outputs.with_suffix(".path")),
-            "GITHUB_STEP_SUMMARY": str(outputs.with_suffix(".summary"))}
-    full.pop("SOLGATE_HISTORY", None)
-    full.pop("PYTEST_ADDOPTS", None)
-    full.pop("PYTEST_XDIST_WORKER", None)
+    # A workflow's environment has none of this suite's settings: no history, addopts or xdist
+    # worker of the suite's, and no trusted test clock (the action refuses that one, where a test
+    # gives it in ``env``).
+    suites_own = ("SOLGATE_HISTORY", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "SOLGATE_TRUST_TEST_CLOCK")
+    full = {**{k: v for k, v in os.environ.items() if k not in suites_own}, **env, "GITHUB_OUTPUT": str(outputs),
+            "GITHUB_PATH": str(outputs.with_suffix(".path")), "GITHUB_STEP_SUMMARY": str(outputs.with_suffix(".summary"))}
     return subprocess.run(["bash", "-e", "-c", step["run"]], cwd=cwd, env=full, capture_output=True, text=True,
                           timeout=600)
 
@@ -180,17 +181,22 @@ def test_the_action_installs_the_plugin_and_gates_a_throwaway_repository(tmp_pat
     assert "none on ci-cpu" in (repo / "sol-gate" / "sol-summary.md").read_text()
 
     # A pull request: a new commit judged against its base; it reads the history, never writes it.
-    (repo / "tests" / "test_kernels.py").write_text(USER_SUITE.replace("1 << 16", "(1 << 16) + 1"))
+    # The change does the same work 32 times per call, a slowdown no timing on any machine hides.
+    # Against one baseline run the gate cannot judge it (no spread shows the noise): pytest passes
+    # it as ambiguous, and the action's `solgate check` fails the step (no silent green).
+    slower = "lambda: [torch.mul(x, 2.0, out=out) for _ in range(32)]"
+    (repo / "tests" / "test_kernels.py").write_text(USER_SUITE.replace("lambda: torch.mul(x, 2.0, out=out)", slower))
     git(repo, "commit", "-q", "-am", "a change under review")
     recorded = (repo / ".solgate" / "history.db").read_bytes()
     pull = {**contexts, "github.event_name": "pull_request", "github.event.pull_request.base.sha": base,
             "github.ref": "refs/pull/1/merge"}
-    warn = _inputs(python=sys.executable, plugin=str(wheel), test_path="tests",
-                   pytest_args="-p no:cacheprovider --sol-gate=warn")  # the verdict depends on timing; the wiring does not
-    reviewed = _run_step("run", _step_env("run", warn, pull), repo, tmp_path / "pr.out")
-    assert reviewed.returncode == 0, reviewed.stdout + reviewed.stderr
+    reviewed = _run_step("run", _step_env("run", inputs, pull), repo, tmp_path / "pr.out")
+    assert reviewed.returncode == 1, reviewed.stdout + reviewed.stderr
+    assert github_outputs(tmp_path / "pr.out")["exit-code"] == "1"
+    assert "1 passed" in reviewed.stdout  # the suite passed: the check alone failed the step
+    assert "::error title=pytest-solgate::a slowdown beyond its tolerance could not be judged" in reviewed.stdout
     (m,) = json.loads((repo / "sol-gate" / "sol-results.json").read_text())["measurements"]
-    assert m["baseline"] is not None and m["baseline"]["commit"] == base
+    assert m["verdict"] == "ambiguous" and m["baseline"] is not None and m["baseline"]["commit"] == base
     assert (repo / ".solgate" / "history.db").read_bytes() == recorded
     assert "--sol-no-save" in json.loads((repo / "sol-gate" / "sol-results.json").read_text())["run"]["command"]
 
@@ -237,6 +243,23 @@ def test_a_bad_input_is_one_error_line_naming_it_and_the_step_fails(tmp_path, na
     errors = [line for line in done.stdout.splitlines() if line.startswith("::error")]
     assert len(errors) == 1 and f"input '{name}'" in errors[0], done.stdout
     assert not (tmp_path / "validate.out").exists() or "leg" not in github_outputs(tmp_path / "validate.out")
+
+
+@pytest.mark.parametrize("pytest_args, environment", [
+    ("--sol-trust-test-clock", {}),
+    ("-o sol_trust_test_clock=true", {}),
+    ("", {"SOLGATE_TRUST_TEST_CLOCK": "1"}),  # as a user's workflow could set it in env:
+])
+def test_the_action_refuses_a_trusted_test_clock(tmp_path, pytest_args, environment):
+    """A clock from a test never makes a real result: a gate that trusts one is refused, by option
+    or by variable, in one line naming pytest-args."""
+    inputs = _inputs(python=sys.executable, pytest_args=pytest_args)
+    contexts = {"github.action_path": str(ROOT), "runner.temp": str(tmp_path)}
+    env = {**_step_env("validate", inputs, contexts), **environment}
+    done = _run_step("validate", env, tmp_path, tmp_path / "validate.out")
+    assert done.returncode != 0
+    errors = [line for line in done.stdout.splitlines() if line.startswith("::error")]
+    assert len(errors) == 1 and "input 'pytest-args' trusts a test's clock" in errors[0], done.stdout
 
 
 # --- a history that survives GitHub (issue 31 item 1) --------------------------------------------
@@ -453,7 +476,10 @@ def test_on_a_pull_request_the_ab_step_runs_against_the_merge_base_and_its_table
                 "github.event.pull_request.base.sha": base}
     env = {**_step_env("ab", _inputs(test_path="test_kernels.py", ab_max_time="300"), contexts),
            "SOLGATE_VENV": str(venv), "TMPDIR": str(repo.scratch),
-           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}  # tests/: the suite's idle_machine plugin
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),  # tests/: the suite's idle_machine plugin
+           # The repository times on the tests' fake clock (test_bisect.Repo), trusted here as by the
+           # rest of this suite, so that the A/B's verdict is exact; a workflow's validate step refuses it.
+           "SOLGATE_TRUST_TEST_CLOCK": "1"}
     done = _run_step("ab", env, path, tmp_path / "ab.out")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "exit-code=1" in (tmp_path / "ab.out").read_text()

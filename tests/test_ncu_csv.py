@@ -63,9 +63,11 @@ def test_copy(sol):
 def test_the_child_pytest_registers_the_plugin_where_no_entry_point_does(tmp_path):
     """On the GPU machine the project is not installed: no entry point registers the plugin, and
     the child that ncu runs ended on "unrecognized arguments: --sol-no-save" (exit 4). Here no
-    entry point is loaded (PYTEST_DISABLE_PLUGIN_AUTOLOAD) and PYTHONPATH names no checkout."""
+    entry point is loaded (PYTEST_DISABLE_PLUGIN_AUTOLOAD) and PYTHONPATH names no checkout. Nor
+    does PYTEST_PLUGINS name this suite's own plugins (tests/conftest.py's idle machine): the child
+    could not import them from there."""
     (tmp_path / "test_child.py").write_text(SOL_TEST)
-    environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", ncu.CHILD_VARIABLE)}
+    environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_PLUGINS", ncu.CHILD_VARIABLE)}
     environ.update(PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", SOLGATE_STATE_DIR=str(tmp_path / ".solgate"),
                    SOLGATE_CACHE_DIR=str(tmp_path / ".solgate"))
     env = ncu.child_environment("test_child.py::test_copy", "default", environ)
