@@ -1,7 +1,5 @@
 """Wiring: the pytest layer. It translates pytest's hooks into calls on the run object (``run.py``),
-which makes every decision: no measuring, judging, recording or rendering happens here.
-
-Data path: the ``sol`` fixture measures through the run's engine; right after the test body returns the
+which makes every decision: no measuring, judging, recording or rendering happens here. Data path: the ``sol`` fixture measures through the run's engine; right after the test body returns the
 measurements are judged (so a miss fails that test in its call phase); the judged records ride on
 the call-phase report (``report.solgate_records``), which pytest-xdist carries from workers to the
 controller; on the controller ``pytest_runtest_logreport`` collects them, and only the controller

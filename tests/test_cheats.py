@@ -201,11 +201,14 @@ def kernel(xs, out):
     out.copy_(CACHE[key])
 ''', "stale result")
 CHEATS["half_on_a_thread_every_time"] = ('''
+def second_half(x, y, out):
+    time.sleep(0.005)  # the half's real work (busy() only moves the fake clock): it outlives the call
+    torch.add(x, y, out=out)
 def kernel(x, y, out):
     busy(1e-3)
     half = x.numel() // 2
     torch.add(x[:half], y[:half], out=out[:half])
-    threading.Thread(target=torch.add, args=(x[half:], y[half:]), kwargs={"out": out[half:]}, name="half").start()
+    threading.Thread(target=second_half, args=(x[half:], y[half:], out[half:]), name="half").start()
 ''', "5 of 5 named a thread: ")
 CHEATS["process_pool_left_running"] = ('''
 PROCESSES = concurrent.futures.ProcessPoolExecutor(1)
@@ -500,17 +503,26 @@ def catalogue(tmp_path_factory, idle_proc_root):
     return run.stdout + run.stderr
 
 
+# A cache is named by whichever check meets it first: the timed calls against calls on fresh inputs
+# ("served from a cache"), or the outputs on new values ("stale result", also in a timed call).
+CACHE_CAUSES = ("served from a cache", "stale result")
+
+
 @pytest.mark.parametrize("name", sorted(CHEATS))
 def test_each_cheat_fails_naming_its_cause(catalogue, name):
     line = next((row for row in catalogue.splitlines() if row.startswith(f"FAILED test_cheats.py::test_{name} - ")), None)
     assert line is not None, catalogue[-3000:]
-    assert CHEATS[name][1] in line, line
+    causes = CACHE_CAUSES if CHEATS[name][1] in CACHE_CAUSES else (CHEATS[name][1],)
+    assert any(cause in line for cause in causes), line
 
 
 def test_honest_kernels_raise_nothing(catalogue):
-    failed = sorted(set(re.findall(r"FAILED test_cheats.py::(test_\w+)", catalogue)))
-    assert failed == sorted(f"test_{name}" for name in CHEATS), catalogue[-3000:]
-    assert f"{len(CHEATS)} failed, {HONEST.count('def test_')} passed" in catalogue, catalogue[-3000:]
+    # every honest twin passes (each cheat's own failure is the test above)
+    honest = set(re.findall(r"^def (test_\w+)", HONEST, flags=re.M))
+    failed = set(re.findall(r"(?:FAILED|ERROR) test_cheats.py::(test_\w+)", catalogue))
+    assert honest and not honest & failed, catalogue[-3000:]
+    ran = sum(int(n) for n in re.findall(r"(\d+) (?:passed|failed)", catalogue.splitlines()[-1]))
+    assert ran == len(honest) + len(CHEATS), catalogue[-3000:]
 
 
 def test_strict_fails_a_gated_measurement_that_hands_no_inputs(suite):

@@ -80,7 +80,7 @@ def line(test: str, name: str, breach: Breach) -> str:
     if isinstance(breach, cache.CacheCheck):
         return (f"{label}: served from a cache: the timed calls read {breach.timed_seconds * 1e6:.3g} us a call, the same "
                 f"call {breach.same_seconds * 1e6:.3g} us on the timed inputs and {breach.fresh_seconds * 1e6:.3g} us on fresh "
-                f"ones (the fastest of {breach.calls} each): the timed calls got a result kept from before (by address, "
+                f"ones (the fastest and the median of {breach.calls} each): the timed calls got a result kept from before (by address, "
                 "version, values, or computed for these inputs); compute it in every call")
     if isinstance(breach, rounds.RoundsCheck):
         return (f"{label}: served from a cache: timed rounds on new input values read {breach.fresh_seconds * 1e6:.3g} us "

@@ -282,7 +282,8 @@ class Guard:
 
     def _fresh_rounds_faster(self, taken: Taken) -> bool:
         """The samples of the rounds on new values against the others' (rounds.py)."""
-        found = self._fresh.timing(taken.timing.seconds) if self._fresh is not None and taken.timing.gated else None
+        found = (self._fresh.timing(self._fresh.own_figure(taken.timing.seconds))
+                 if self._fresh is not None and taken.timing.gated else None)
         if found is not None and found.served:
             self.breach = found
         return self.breach is not None
@@ -308,7 +309,8 @@ class Guard:
             backend.synchronize()
             return float(backend.elapsed(handle))
 
-        found = cache.check(timing.seconds, timed, fresh, time_one)
+        figure = self._fresh.own_figure(timing.seconds) if self._fresh is not None else timing.seconds
+        found = cache.check(figure, timed, fresh, time_one)
         if found.served:
             self.breach = found
         return found.served

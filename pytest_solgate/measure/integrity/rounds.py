@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import random
+import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -65,6 +66,7 @@ class FreshRounds:
         self.seen = 0  # samples already sorted
         self.calls_at_write = 0
         self.fresh: list[float] = []
+        self.own: list[float] = []  # the samples of the rounds on the test's own values
         import torch
         found: dict[tuple[int, Any], Any] = {}
         for tensor in outputs.tensors_in(checked.inputs(list(checked.args))):
@@ -82,6 +84,7 @@ class FreshRounds:
         new = list(samples[self.seen:])
         self.seen = len(samples)
         if not self.pending:
+            self.own += new
             return None
         self.pending = False
         # The round's first sample only: a cache keyed on the values misses there, and serves the rest.
@@ -133,6 +136,12 @@ class FreshRounds:
             for target, kept in self.saved:
                 target.copy_(kept)
         self.saved = None
+
+    def own_figure(self, figure: float) -> float:
+        """The median of the rounds on the test's own values (``figure``, every sample's, when there
+        are none): what a cache serves the timed values is compared on it, whatever share of the
+        samples the rounds on new values took."""
+        return statistics.median(self.own) if self.own else figure
 
     def timing(self, timed_seconds: float) -> RoundsCheck | None:
         """The fastest first sample on new values against the figure: a figure that those samples
