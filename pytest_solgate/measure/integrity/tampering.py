@@ -210,24 +210,21 @@ def _code_file(value: Any) -> str:
     return code.co_filename if code is not None else ""
 
 
-_verdicts: dict[int, str] = {}  # id -> the foreign file ('' where the code is the plugin's or a library's)
+_verdicts: dict[str, str] = {}  # a code file -> itself where foreign, '' where the plugin's or a library's
 
 
 def _foreign_file(value: Any) -> str:
     """The file of ``value``'s code where it is neither the plugin's nor the standard library's nor an
-    installed package's: code from the tests' folder (the code under test) bound where it should not be."""
-    key = id(value)
-    if key not in _verdicts:
-        file = _code_file(value)
+    installed package's: code from the tests' folder (the code under test) bound where it should not be.
+    Kept by file name, never by the object: a kept function would keep its module, and every session's
+    objects with it."""
+    file = _code_file(value)
+    if file not in _verdicts:
         # Code made at run time ('<string>': a dataclass's methods) has no file to judge by.
         resolved = str(Path(file).resolve()) if file and not file.startswith("<") else ""
         trusted = not resolved or resolved.startswith(PLUGIN_DIR) or resolved.startswith(LIBRARY_DIRS)
-        _verdicts[key] = "" if trusted else resolved
-        _verdicts_kept.append(value)  # the id stays this object's while the verdict is kept
-    return _verdicts[key]
-
-
-_verdicts_kept: list[Any] = []
+        _verdicts[file] = "" if trusted else resolved
+    return _verdicts[file]
 
 
 def plugin_bound() -> dict[str, Any]:
