@@ -590,20 +590,55 @@ class _ByStart:
                 if id(a) not in own and a.end > start]
 
 
+OperatorKey = tuple[str, str]  # (operator, module): a row of the step table
+_Placed = list[tuple[OperatorKey, Activity]]  # a step's device activities, each with its operator
+
+
 def profile_trace(trace: Trace, step_prefix: str = STEP_PREFIX, module_prefix: str = MODULE_PREFIX) -> StepProfile:
     """The trace as ``measure_step`` would have profiled it: one run per step range (named
     ``step_prefix...``; measure_step's own are ``solgate:step``), modules from the ranges named
     ``module_prefix<name>`` (measure_step's: ``solgate:module:``)."""
     trees = _trees(trace.ranges, module_prefix)
     steps, note = _steps(trace, step_prefix)
-    whole = bool(note)
     notes = [note] if note else []
+    per_step, orphans = _activities_by_step(trace, trees, steps, bool(note), step_prefix)
+    if orphans:
+        notes.append(f"{orphans} device activities have no launch in the trace (no runtime event or ac2g flow with "
+                     "their correlation id; launched before the trace began): no operator's, carried in where they run "
+                     "inside a step")
     on_device = bool(trace.activities)
+    tops = [n for n in trees.nodes if n.top is n]
+    by_start = _ByStart.of(trace.activities) if on_device else None
+    runs = []
+    work: dict[OperatorKey, OperatorWork] = {}
+    for index, (start, end) in enumerate(steps):
+        inside = [n for n in tops if start <= n.event.start < end]
+        runs.append(_step_reading(start, end, inside, per_step[index], by_start))
+        _add_step_work(work, inside)
+    empty = [i for i, run in enumerate(runs) if not run.calls]
+    if empty and len(empty) < len(runs):  # a step the profiler stopped in, or one that ran nothing
+        notes.append(f"{len(empty)} of the {len(runs)} steps ran no operator (the last one the profiler stopped in, "
+                     "often): left out")
+        runs = [run for run in runs if run.calls]
+    if not trace.shapes:
+        notes.append(f"{trace.path}: no input shapes (record with torch.profiler.profile(record_shapes=True)): no "
+                     "FLOPs or bytes counted, operators ranked by time, T_SOL 0")
+    per_run = {key: OperatorWork(flops={p: n / len(runs) for p, n in w.flops.items()}, bytes=w.bytes / len(runs))
+               for key, w in work.items()}
+    return StepProfile(runs=tuple(runs), work=per_run, device="cuda" if on_device else "cpu",
+                       mode="trace-kernels" if on_device else "trace-cpu", warmup_calls=0,
+                       started_at=0.0, finished_at=0.0, notes=tuple(notes))
+
+
+def _activities_by_step(trace: Trace, trees: _Trees, steps: list[tuple[float, float]], whole: bool,
+                        step_prefix: str) -> tuple[list[_Placed], int]:
+    """Each step's device activities with the operator whose launch made them (found by correlation
+    id), and how many activities have no launch in the trace. A launch outside every operator is
+    its own row, under the range around it; one outside every step is carried into where it runs."""
     launches = {launch.correlation: launch for launch in trace.launches}
-    at = [(launch, trees.innermost(launch.thread, launch.start)) for launch in launches.values()]
-    placed = {launch.correlation: node for launch, node in at}
+    placed = {launch.correlation: trees.innermost(launch.thread, launch.start) for launch in launches.values()}
     orphans = 0
-    per_step: list[list[tuple[tuple[str, str], Activity]]] = [[] for _ in steps]
+    per_step: list[_Placed] = [[] for _ in steps]
     starts = [start for start, _ in steps]
     for activity in trace.activities:
         launch = launches.get(activity.correlation)
@@ -619,65 +654,55 @@ def profile_trace(trace: Trace, step_prefix: str = STEP_PREFIX, module_prefix: s
         else:  # no operator around the launch: it is the launch's own, in the range around it
             key = (launch.name, node.event.name if node is not None and not node.event.name.startswith(step_prefix) else "")
         per_step[index].append((key, activity))
-    if orphans:
-        notes.append(f"{orphans} device activities have no launch in the trace (no runtime event or ac2g flow with "
-                     "their correlation id; launched before the trace began): no operator's, carried in where they run "
-                     "inside a step")
+    return per_step, orphans
 
-    tops = [n for n in trees.nodes if n.top is n]
-    by_start = _ByStart.of(trace.activities)
-    runs = []
-    work: dict[tuple[str, str], OperatorWork] = {}
-    for index, (start, end) in enumerate(steps):
-        inside = [n for n in tops if start <= n.event.start < end]
-        calls: dict[tuple[str, str], int] = {}
-        times: dict[tuple[str, str], float] = {}
+
+def _step_reading(start: float, end: float, inside: list[_Node], activities: _Placed,
+                  by_start: _ByStart | None) -> RunReading:
+    """One step's run: each operator's calls and seconds, and the step's idle, overlapped and
+    carried-in time. On a device (``by_start``) an operator's time is its kernels', the step spans
+    its kernels too, and a launch with no operator is a call per launch; on a CPU, its ranges'."""
+    calls: dict[OperatorKey, int] = {}
+    times: dict[OperatorKey, float] = {}
+    for node in inside:
+        key = _key(node)
+        calls[key] = calls.get(key, 0) + 1
+        times.setdefault(key, 0.0)
+    carried: list[tuple[float, float]] = []
+    if by_start is not None:
+        own: dict[OperatorKey, int] = {}
+        intervals = [(a.start, a.end) for _, a in activities]
+        for key, activity in activities:
+            times[key] = times.get(key, 0.0) + activity.duration * 1e-6
+        for key, _ in {(key, a.correlation) for key, a in activities if key not in calls}:
+            own[key] = own.get(key, 0) + 1  # a launch of its own (no operator): a call per launch
+        calls.update(own)
+        end = max([end] + [stop for _, stop in intervals])
+        start = min([start] + [begin for begin, _ in intervals])
+        carried = by_start.carried_in({id(a) for _, a in activities}, start, end)
+    else:
+        intervals = [(n.event.start, n.event.end) for n in inside]
         for node in inside:
+            times[_key(node)] += node.event.duration * 1e-6
+    covered = stats.covered_length(intervals + carried) * 1e-6
+    seconds = (end - start) * 1e-6
+    carried_in = sum(stop - begin for begin, stop in carried) * 1e-6
+    overlap = sum(times.values()) + carried_in - covered
+    return RunReading(seconds=seconds, operators=times, calls=calls, idle=max(seconds - covered, 0.0),
+                      overlap=overlap if overlap >= 1e-9 else 0.0, carried_in=carried_in)
+
+
+def _add_step_work(work: dict[OperatorKey, OperatorWork], inside: list[_Node]) -> None:
+    """A step's FLOPs (of every range below its operators) and bytes (of the calls that count)."""
+    for node in inside:
+        for precision, count in _flops_below(node):
             key = _key(node)
-            calls[key] = calls.get(key, 0) + 1
-            times.setdefault(key, 0.0)
-            for precision, count in _flops_below(node):
-                work[key] = add_work(work.get(key, OperatorWork()), OperatorWork(flops={precision: count}))
-        carried: list[tuple[float, float]] = []
-        if on_device:
-            own: dict[tuple[str, str], int] = {}
-            intervals = [(a.start, a.end) for _, a in per_step[index]]
-            for key, activity in per_step[index]:
-                times[key] = times.get(key, 0.0) + activity.duration * 1e-6
-            for key, _ in {(key, a.correlation) for key, a in per_step[index] if key not in calls}:
-                own[key] = own.get(key, 0) + 1  # a launch of its own (no operator): a call per launch
-            calls.update(own)
-            end = max([end] + [stop for _, stop in intervals])
-            start = min([start] + [begin for begin, _ in intervals])
-            carried = by_start.carried_in({id(a) for _, a in per_step[index]}, start, end)
-        else:
-            intervals = [(n.event.start, n.event.end) for n in inside]
-            for node in inside:
-                times[_key(node)] += node.event.duration * 1e-6
-        covered = stats.covered_length(intervals + carried) * 1e-6
-        seconds = (end - start) * 1e-6
-        carried_in = sum(stop - begin for begin, stop in carried) * 1e-6
-        overlap = sum(times.values()) + carried_in - covered
-        runs.append(RunReading(seconds=seconds, operators=times, calls=calls, idle=max(seconds - covered, 0.0),
-                               overlap=overlap if overlap >= 1e-9 else 0.0, carried_in=carried_in))
-        for top in inside:
-            nbytes = sum(range_bytes(node.event) for node in _counted_calls(top))
-            if nbytes:
-                key = _key(top)
-                work[key] = add_work(work.get(key, OperatorWork()), OperatorWork(bytes=nbytes))
-    empty = [i for i, run in enumerate(runs) if not run.calls]
-    if empty and len(empty) < len(runs):  # a step the profiler stopped in, or one that ran nothing
-        notes.append(f"{len(empty)} of the {len(runs)} steps ran no operator (the last one the profiler stopped in, "
-                     "often): left out")
-        runs = [run for run in runs if run.calls]
-    if not trace.shapes:
-        notes.append(f"{trace.path}: no input shapes (record with torch.profiler.profile(record_shapes=True)): no "
-                     "FLOPs or bytes counted, operators ranked by time, T_SOL 0")
-    per_run = {key: OperatorWork(flops={p: n / len(runs) for p, n in w.flops.items()}, bytes=w.bytes / len(runs))
-               for key, w in work.items()}
-    return StepProfile(runs=tuple(runs), work=per_run, device="cuda" if on_device else "cpu",
-                       mode="trace-kernels" if on_device else "trace-cpu", warmup_calls=0,
-                       started_at=0.0, finished_at=0.0, notes=tuple(notes))
+            work[key] = add_work(work.get(key, OperatorWork()), OperatorWork(flops={precision: count}))
+    for top in inside:
+        nbytes = sum(range_bytes(node.event) for node in _counted_calls(top))
+        if nbytes:
+            key = _key(top)
+            work[key] = add_work(work.get(key, OperatorWork()), OperatorWork(bytes=nbytes))
 
 
 def profiler_runs(profiler: Any, step_prefix: str = step_profile.STEP_RANGE,
