@@ -41,12 +41,15 @@ import math
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from pytest_solgate.measure import kernel_trace, step_profile
 from pytest_solgate.measure.step_profile import OperatorWork, RunReading, StepProfile, add_work, operator_name
 from pytest_solgate.support import stats
 from pytest_solgate.support.errors import MeasureError
+
+if TYPE_CHECKING:  # a recorded trace is read without torch
+    import torch.profiler
 
 STEP_PREFIX = "ProfilerStep#"
 MODULE_PREFIX = "nn.Module: "  # torch.profiler's with_modules ranges
@@ -705,7 +708,7 @@ def _add_step_work(work: dict[OperatorKey, OperatorWork], inside: list[_Node]) -
             work[key] = add_work(work.get(key, OperatorWork()), OperatorWork(bytes=nbytes))
 
 
-def profiler_runs(profiler: Any, step_prefix: str = step_profile.STEP_RANGE,
+def profiler_runs(profiler: torch.profiler.profile, step_prefix: str = step_profile.STEP_RANGE,
                   module_prefix: str = step_profile.MODULE_RANGE) -> list[RunReading]:
     """The runs of a live ``torch.profiler`` session (``measure_step``'s blocks on a GPU), read as a
     recorded trace is: exported through kineto and read by ``profile_trace``, so that each
@@ -717,7 +720,7 @@ def profiler_runs(profiler: Any, step_prefix: str = step_profile.STEP_RANGE,
         return list(profile_trace(load(path), step_prefix, module_prefix).runs)
 
 
-def block_reader(device: str) -> Any:
+def block_reader(device: str) -> step_profile.BlockReader | None:
     """What reads a block of ``measure_step``'s runs from its profiler session: on a GPU this
     trace reader (``profiler_runs``: kernels by correlation id, the device's timestamps; tested on
     real GPUs' traces); on a CPU the profiler's events as they are (None: step_profile.read_runs),

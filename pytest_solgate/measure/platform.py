@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager
+from typing import Callable, ContextManager
 
 from pytest_solgate.declare.profiles import DriverFacts, HardwareProfile
-from pytest_solgate.measure import backends, calibrate, clocks, devices, kineto, ncu_child
+from pytest_solgate.measure import backends, calibrate, clocks, devices, kineto, ncu_child, step_profile
 from pytest_solgate.measure.capabilities import Backend
 from pytest_solgate.measure.contention import Readers
 
@@ -52,7 +52,7 @@ class Platform:
     # this CPU's profile: calibrated once and cached, re-checked briefly each session (calibrate.py)
     cpu_profile: Callable[..., HardwareProfile] = calibrate.cpu_profile
     # device -> what reads a block of measure_step's runs from its profiler session (None: its events)
-    step_reader: Callable[[str], Any] = kineto.block_reader
+    step_reader: Callable[[str], step_profile.BlockReader | None] = kineto.block_reader
     # cudaProfilerStart and Stop, around the one call an --sol-ncu child profiles
     cuda_profiler: Callable[[], tuple[Callable[[], None], Callable[[], None]]] = ncu_child.cuda_profiler
     # this process's CPU clock, the wall clock and the /proc a contention reading reads (contention.py)

@@ -27,9 +27,13 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from pytest_solgate.support import stats
+
+if TYPE_CHECKING:  # torch is imported lazily, when a step is measured
+    from torch.profiler import ProfilerActivity, profile
+    from torch.utils._python_dispatch import TorchDispatchMode
 
 STEP_RANGE = "solgate:step"
 MODULE_RANGE = "solgate:module:"
@@ -58,6 +62,10 @@ class RunReading:
     idle: float
     overlap: float = 0.0  # device or operator time counted twice (kernels at once; threads on a CPU)
     carried_in: float = 0.0  # device time in the step that is not its own (an earlier step's, launched before the trace)
+
+
+# What reads a block of runs from its profiler session (on a GPU, kineto.profiler_runs).
+BlockReader = Callable[["profile"], "list[RunReading]"]
 
 
 @dataclass(frozen=True)
@@ -405,7 +413,7 @@ class _ModuleRanges:
             torch.ops.profiler._record_function_exit._RecordFunction(self.open.pop()[2])  # type: ignore[misc]
 
 
-def _counting_mode(counted: list[OperatorWork], tf32: bool) -> Any:
+def _counting_mode(counted: list[OperatorWork], tf32: bool) -> TorchDispatchMode:
     from torch.profiler import record_function
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -429,9 +437,9 @@ def _counting_mode(counted: list[OperatorWork], tf32: bool) -> Any:
     return Counting()
 
 
-def profile_step(fn: Callable[[], Any], device: str, max_time: float, runs: int | None = None,
+def profile_step(fn: Callable[[], object], device: str, max_time: float, runs: int | None = None,
                  clock: Callable[[], float] = time.perf_counter, min_time: float = 0.0, noise: float = 0.0,
-                 read: Callable[[Any], list[RunReading]] | None = None) -> StepProfile:
+                 read: BlockReader | None = None) -> StepProfile:
     """Warm ``fn`` up, count its work once, then profile ``runs`` runs of it; by default blocks of
     runs until the figures the gate compares are steady (``steady``: within ``noise``) after at
     least ``min_time`` seconds, or ``max_time`` seconds have passed (at least MIN_RUNS runs, at most
@@ -439,48 +447,17 @@ def profile_step(fn: Callable[[], Any], device: str, max_time: float, runs: int 
     ``read_runs`` does; on a GPU the engine passes the trace reader, kineto.profiler_runs)."""
     __tracebackhide__ = True  # a step that raises shows its own traceback, not ours
     import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import ProfilerActivity
 
     on_gpu = device == "cuda"
     sync = torch.cuda.synchronize if on_gpu else (lambda: None)
     tf32 = torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
-    started_at = time.time()
-    began = clock()
-    fn()
-    sync()
-    once = max(clock() - began, 1e-9)
-    warmup = 1
-    if once < max_time / 20:  # a second warm-up call where it is cheap: caches, allocator, autotuning
-        fn()
-        sync()
-        warmup = 2
-
-    counted: list[OperatorWork] = []
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
-    with profile(activities=activities) as counting:
-        with _ModuleRanges(), _counting_mode(counted, tf32):
-            fn()
-        sync()
-    work = read_work(counting.events(), counted)
-
-    readings: list[RunReading] = []
-    timed_from = clock()
-    block = runs if runs is not None else MIN_RUNS
-    while block > 0:
-        with profile(activities=activities) as timing:  # one profiler session a block: read as it goes
-            with _ModuleRanges():
-                for _ in range(block):
-                    with record_function(STEP_RANGE):
-                        fn()
-                        sync()
-        readings += read(timing) if read is not None else read_runs(timing.events(), on_gpu)
-        elapsed = clock() - timed_from
-        if runs is not None or len(readings) >= MAX_RUNS or elapsed >= max_time:
-            break
-        if elapsed >= min_time and steady(readings, noise):
-            break
-        per_run = elapsed / max(len(readings), 1)
-        block = min(max(1, len(readings) // 2), MAX_RUNS - len(readings), int((max_time - elapsed) / per_run))
+    started_at = time.time()
+    warmup = _warm_up(fn, sync, clock, max_time)
+    work = _counted_work(fn, sync, activities, tf32)
+    blocks = _Blocks(fn, sync, activities, clock, read, on_gpu)
+    readings = blocks.fixed(runs) if runs is not None else blocks.until_steady(max_time, min_time, noise)
     return StepProfile(
         runs=tuple(readings),
         work=work,
@@ -490,6 +467,83 @@ def profile_step(fn: Callable[[], Any], device: str, max_time: float, runs: int 
         started_at=started_at,
         finished_at=time.time(),
     )
+
+
+def _warm_up(fn: Callable[[], object], sync: Callable[[], None], clock: Callable[[], float], max_time: float) -> int:
+    """Call ``fn`` once, and a second time where it is cheap (caches, allocator, autotuning);
+    returns how many calls warmed it up."""
+    __tracebackhide__ = True
+    began = clock()
+    fn()
+    sync()
+    once = max(clock() - began, 1e-9)
+    if once < max_time / 20:
+        fn()
+        sync()
+        return 2
+    return 1
+
+
+def _counted_work(fn: Callable[[], object], sync: Callable[[], None], activities: list[ProfilerActivity],
+                  tf32: bool) -> dict[tuple[str, str], OperatorWork]:
+    """Each operator's FLOPs and bytes, counted over one call of ``fn`` under the counting mode."""
+    __tracebackhide__ = True
+    from torch.profiler import profile
+
+    counted: list[OperatorWork] = []
+    with profile(activities=activities) as counting:
+        with _ModuleRanges(), _counting_mode(counted, tf32):
+            fn()
+        sync()
+    return read_work(counting.events(), counted)
+
+
+@dataclass(frozen=True)
+class _Blocks:
+    """Profiled runs of ``fn``, a block of runs in one profiler session, read as it goes (by
+    ``read``, else its events)."""
+
+    fn: Callable[[], object]
+    sync: Callable[[], None]
+    activities: list[ProfilerActivity]
+    clock: Callable[[], float]
+    read: BlockReader | None
+    on_gpu: bool
+
+    def block(self, count: int) -> list[RunReading]:
+        __tracebackhide__ = True
+        from torch.profiler import profile, record_function
+
+        with profile(activities=self.activities) as timing:
+            with _ModuleRanges():
+                for _ in range(count):
+                    with record_function(STEP_RANGE):
+                        self.fn()
+                        self.sync()
+        return self.read(timing) if self.read is not None else read_runs(timing.events(), self.on_gpu)
+
+    def fixed(self, runs: int) -> list[RunReading]:
+        """Exactly ``runs`` runs, in one block."""
+        __tracebackhide__ = True
+        return self.block(runs) if runs > 0 else []
+
+    def until_steady(self, max_time: float, min_time: float, noise: float) -> list[RunReading]:
+        """Blocks of runs, each half the runs so far, until the figures are steady after
+        ``min_time`` seconds, or ``max_time`` seconds or MAX_RUNS runs are spent."""
+        __tracebackhide__ = True
+        readings: list[RunReading] = []
+        timed_from = self.clock()
+        block = MIN_RUNS
+        while block > 0:
+            readings += self.block(block)
+            elapsed = self.clock() - timed_from
+            if len(readings) >= MAX_RUNS or elapsed >= max_time:
+                break
+            if elapsed >= min_time and steady(readings, noise):
+                break
+            per_run = elapsed / max(len(readings), 1)
+            block = min(max(1, len(readings) // 2), MAX_RUNS - len(readings), int((max_time - elapsed) / per_run))
+        return readings
 
 
 STEADY_SHARE = 0.05  # operators that take this share of the step or more must be steady to stop
