@@ -244,7 +244,39 @@ class _Kept:
     # (its clock parked, its power low) and describes no kernel; one of a round whose samples were
     # discarded as throttled describes samples that are not reported.
     telemetry: list[dict[str, Any]] = field(default_factory=list)
-    handles: list[Any] = field(default_factory=list)
+    handles: list[object] = field(default_factory=list)
+
+    def add(self, taken: _Round, discarded: bool) -> None:
+        """A round's samples (its throttled ones taken out where it was ``discarded``); its
+        telemetry and, without a clock per sample, the telemetry's clock only where it was not."""
+        if not discarded and taken.reading is not None:
+            self.telemetry.append(taken.reading)
+        self.samples += taken.samples
+        self.handles += taken.handles
+        self.probes += taken.probes
+        measured_clocks = [c for c in taken.clocks if c is not None]
+        if measured_clocks:
+            self.clocks += measured_clocks
+        elif not discarded and taken.reading is not None and isinstance(taken.reading.get("sm_clock_mhz"), (int, float)):
+            self.clocks.append(taken.reading["sm_clock_mhz"])
+
+
+@dataclass(frozen=True)
+class _Round:
+    """One round as the backend timed it: each sample's time, handle and SM clock, the memory
+    probe's times, and NVML's reading taken while it ran."""
+
+    samples: list[float]
+    probes: list[float]
+    clocks: list[float | None]
+    handles: list[object]  # the backend's handles (its Handle type)
+    reading: dict[str, Any] | None
+
+    def without(self, flags: list[bool]) -> _Round:
+        """The round with its flagged (throttled) samples taken out."""
+        keep = [i for i, flag in enumerate(flags) if not flag]
+        return _Round([self.samples[i] for i in keep], [self.probes[i] for i in keep] if self.probes else [],
+                      [self.clocks[i] for i in keep], [self.handles[i] for i in keep], self.reading)
 
 
 @dataclass(frozen=True)
@@ -265,22 +297,9 @@ def _rounds(plan: Plan, backend: Backend, settings: SamplingSettings, rule: Stop
     throttled = False
     recoveries = dropped = 0
     while True:
-        handles: list[object] = []  # the backend's handles (its Handle type)
-        probe_handles: list[object] = []
-        for _ in range(plan.round_size):
-            # The memory probe streams twice the cache (after its own flush): the next sample finds
-            # the cache evicted, and a flush of its own would only double the cost of a sample (on a
-            # VM that reports a 480 MiB L3, a 960 MB write), leaving fewer samples in the budget.
-            handles.append(timed_call(plan.timed, backend, plan.calls_per_sample, flush=not probe_handles))
-            if probe is not None:
-                probe_handles.append(timed_call(probe, backend, 1))
-        # Read NVML while the GPU still runs the queued round, not after it went idle.
-        reading = backend.read_telemetry()
-        backend.synchronize()
-        round_samples = [backend.elapsed(h) / plan.batch for h in handles]
-        round_probes = [backend.elapsed(h) for h in probe_handles]
-        round_clocks = [backend.sample_clock_mhz(h) for h in handles]
-        flags = throttled_samples(round_clocks, plan.reference_clock_mhz, reading, throttle_check, backend.clocks_locked)
+        taken = _take_round(plan, backend, probe)
+        flags = throttled_samples(taken.clocks, plan.reference_clock_mhz, taken.reading, throttle_check,
+                                  backend.clocks_locked)
         discard = any(flags) and recoveries < MAX_RECOVERIES and clock() - sampling_start < settings.max_time
         if discard:
             # nvbench's throttle recovery: discard the throttled samples, let the clocks come back,
@@ -288,28 +307,34 @@ def _rounds(plan: Plan, backend: Backend, settings: SamplingSettings, rule: Stop
             recoveries += 1
             dropped += sum(flags)
             pause(RECOVERY_PAUSE)
-            keep = [i for i, flag in enumerate(flags) if not flag]
-            round_samples = [round_samples[i] for i in keep]
-            round_probes = [round_probes[i] for i in keep] if round_probes else []
-            round_clocks = [round_clocks[i] for i in keep]
-            handles = [handles[i] for i in keep]
+            taken = taken.without(flags)
         else:
             throttled = throttled or any(flags)
-            if reading is not None:
-                kept.telemetry.append(reading)
-        kept.samples += round_samples
-        kept.handles += handles
-        kept.probes += round_probes
-        measured_clocks = [c for c in round_clocks if c is not None]
-        if measured_clocks:
-            kept.clocks += measured_clocks
-        elif not discard and reading is not None and isinstance(reading.get("sm_clock_mhz"), (int, float)):
-            kept.clocks.append(reading["sm_clock_mhz"])
-        if not round_samples:
+        kept.add(taken, discard)
+        if not taken.samples:
             continue
         stop = rule.decide(kept.samples, clock() - sampling_start)
         if stop is not None:
             return _Ended(stop.noisy, throttled, recoveries, dropped)
+
+
+def _take_round(plan: Plan, backend: Backend, probe: Callable[[], None] | None) -> _Round:
+    """``plan.round_size`` samples queued, each after the memory probe's where there is one, then read."""
+    __tracebackhide__ = True
+    handles: list[object] = []
+    probe_handles: list[object] = []
+    for _ in range(plan.round_size):
+        # The memory probe streams twice the cache (after its own flush): the next sample finds
+        # the cache evicted, and a flush of its own would only double the cost of a sample (on a
+        # VM that reports a 480 MiB L3, a 960 MB write), leaving fewer samples in the budget.
+        handles.append(timed_call(plan.timed, backend, plan.calls_per_sample, flush=not probe_handles))
+        if probe is not None:
+            probe_handles.append(timed_call(probe, backend, 1))
+    # Read NVML while the GPU still runs the queued round, not after it went idle.
+    reading = backend.read_telemetry()
+    backend.synchronize()
+    return _Round([backend.elapsed(h) / plan.batch for h in handles], [backend.elapsed(h) for h in probe_handles],
+                  [backend.sample_clock_mhz(h) for h in handles], handles, reading)
 
 
 def notes(plan: Plan, backend: Backend, taken: Samples) -> tuple[str, ...]:
