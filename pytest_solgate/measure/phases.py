@@ -25,6 +25,7 @@ from typing import Any, Callable
 from pytest_solgate.measure import sm_clock
 from pytest_solgate.measure.callables import ran_nothing
 from pytest_solgate.measure.capabilities import Backend
+from pytest_solgate.measure.kernel_trace import SampleKernels
 from pytest_solgate.measure.stopping import StoppingRule
 from pytest_solgate.support import stats
 from pytest_solgate.support.errors import MeasureError
@@ -52,7 +53,7 @@ class WarmUp:
     clocks: tuple[float | None, ...] = ()  # each call's SM clock, where the backend measures it
 
 
-def warm_up(fn: Callable[[], Any], backend: Backend, settings: SamplingSettings, clock: Callable[[], float]) -> WarmUp:
+def warm_up(fn: Callable[[], object], backend: Backend, settings: SamplingSettings, clock: Callable[[], float]) -> WarmUp:
     __tracebackhide__ = True  # a kernel that raises shows its own traceback, not ours
     device: list[float] = []
     wall: list[float] = []
@@ -81,7 +82,7 @@ def warm_up(fn: Callable[[], Any], backend: Backend, settings: SamplingSettings,
 class Plan:
     estimate: float  # per-call seconds, from the warm-up's calls after the first
     batch: int  # kernels (calls of the user's callable) per sample
-    timed: Callable[[], Any]  # what each sample calls: the callable, or a graph's replay
+    timed: Callable[[], object]  # what each sample calls: the callable, or a graph's replay
     calls_per_sample: int  # calls of ``timed`` per sample (1 for a replay of ``batch`` calls)
     round_size: int  # samples between two synchronizations
     mode: str  # the timing mode the record names
@@ -92,7 +93,7 @@ class Plan:
     reference_clock_mhz: float | None = None
 
 
-def plan(fn: Callable[[], Any], backend: Backend, settings: SamplingSettings, warm: WarmUp,
+def plan(fn: Callable[[], object], backend: Backend, settings: SamplingSettings, warm: WarmUp,
          rotation_sets: int, bytes_per_call: float) -> Plan:
     # Estimate from the calls after the first when there are any.
     estimate = max(stats.median(list(warm.device_seconds[1:] or warm.device_seconds)), 1e-9)
@@ -154,7 +155,8 @@ def calls_per_sample(wanted: int, backend: Backend, rotation_sets: int, bytes_pe
     return 1, f"one call per sample, each after a cache flush, though a call is under the timer's minimum sample: {why}"
 
 
-def timed_call(fn: Callable[[], Any], backend: Backend, batch: int, flush: bool = True) -> Any:
+def timed_call(fn: Callable[[], object], backend: Backend, batch: int, flush: bool = True) -> object:
+    """``batch`` calls of ``fn`` timed as one sample; the backend's handle of it (its Handle type)."""
     __tracebackhide__ = True
     if flush:
         backend.flush()
@@ -170,8 +172,8 @@ def timed_call(fn: Callable[[], Any], backend: Backend, batch: int, flush: bool 
 
 
 def graph_or_launches(
-    fn: Callable[[], Any], backend: Backend, settings: SamplingSettings, estimate: float, batch: int, mode: str
-) -> tuple[Callable[[], Any], str, list[str]]:
+    fn: Callable[[], object], backend: Backend, settings: SamplingSettings, estimate: float, batch: int, mode: str
+) -> tuple[Callable[[], object], str, list[str]]:
     """What each sample calls (``fn``, or the replay of a CUDA graph of ``batch`` calls), the timing
     mode and the notes. Under ~20 us a call, launch overhead and host jitter dominate a batch of
     Python launches, so a batch is captured once and its replays timed. A sample of one call is
@@ -211,7 +213,7 @@ class Samples:
     probes: tuple[float, ...]  # the memory probe's time after each kept sample (none without one)
     clocks: tuple[float, ...]  # the SM clock of each kept sample (or NVML's, read while its round ran)
     telemetry: tuple[dict[str, Any], ...]  # NVML's readings of the kept rounds
-    traced: tuple[Any, ...]  # each kept sample's kernel_trace.SampleKernels (None without kernel timestamps)
+    traced: tuple[SampleKernels | None, ...]  # each kept sample's device work (None without kernel timestamps)
     noisy: bool
     throttled: bool  # samples taken while throttled were kept (the recoveries ran out)
     recoveries: int
