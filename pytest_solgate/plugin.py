@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator
 
 import pytest
 
@@ -159,7 +159,7 @@ class SolgateSession:
                     raise pytest.UsageError(str(exc)) from None
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Any:
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, object, object]:
         if FIXTURE_KEY not in pyfuncitem.stash and BUDGET_KEY not in pyfuncitem.stash:
             return (yield)  # neither measures nor is marked: nothing to judge
         try:
@@ -236,7 +236,7 @@ class SolgateSession:
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self.run.close()  # --sol-lock-clocks: restored however the session ended (a failure, Ctrl-C)
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if not self.run.role.summarizes() or not (self.run.records or self.run.messages):  # every report asked for leaves a message
             return
         from pytest_solgate.report import terminal
