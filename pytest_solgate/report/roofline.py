@@ -398,7 +398,7 @@ def _labelled(points: list[Point], measurements: Sequence[Measurement], frame: F
     return [dataclasses.replace(p, label=labels.get(p.index)) for p in points]
 
 
-def strip(samples: Sequence[float], width: float = 300, height: float = 36) -> dict:
+def strip(samples: Sequence[float], width: float = 300, height: float = 36) -> dict[str, object]:
     """A strip plot of per-call times: x positions of samples, of the median and the quartiles."""
     if not samples:
         return {"dots": [], "median": None, "width": width, "height": height, "low": 0, "high": 0}
@@ -424,7 +424,7 @@ def strip(samples: Sequence[float], width: float = 300, height: float = 36) -> d
     }
 
 
-def sparkline(values: Sequence[float], width: float = 160, height: float = 32) -> dict:
+def sparkline(values: Sequence[float], width: float = 160, height: float = 32) -> dict[str, object]:
     """Polyline points for a SOL trend, scaled to its own range (0..1 at least)."""
     if not values:
         return {"points": "", "width": width, "height": height, "last": None}
