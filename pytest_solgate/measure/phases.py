@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from pytest_solgate.measure import sm_clock
 from pytest_solgate.measure.callables import ran_nothing
@@ -31,6 +31,7 @@ from pytest_solgate.support import stats
 from pytest_solgate.support.errors import MeasureError
 from pytest_solgate.support.settings import SamplingSettings
 
+Reading = dict[str, object]  # one NVML reading (telemetry.NvmlReader.read): clocks, power, throttle reasons
 MAX_BATCH = 100_000
 ROUND_SECONDS = 0.01  # how much work to queue between two synchronizations
 MAX_ROUND = 100
@@ -212,7 +213,7 @@ class Samples:
     seconds: tuple[float, ...]  # per-call seconds of every kept sample
     probes: tuple[float, ...]  # the memory probe's time after each kept sample (none without one)
     clocks: tuple[float, ...]  # the SM clock of each kept sample (or NVML's, read while its round ran)
-    telemetry: tuple[dict[str, Any], ...]  # NVML's readings of the kept rounds
+    telemetry: tuple[Reading, ...]  # NVML's readings of the kept rounds
     traced: tuple[SampleKernels | None, ...]  # each kept sample's device work (None without kernel timestamps)
     noisy: bool
     throttled: bool  # samples taken while throttled were kept (the recoveries ran out)
@@ -223,7 +224,7 @@ class Samples:
 
 
 def take_samples(plan: Plan, backend: Backend, settings: SamplingSettings, rule: StoppingRule,
-                 throttle_check: Callable[[dict[str, Any]], bool] | None,
+                 throttle_check: Callable[[Reading], bool] | None,
                  clock: Callable[[], float], pause: Callable[[float], None]) -> Samples:
     __tracebackhide__ = True  # a kernel that raises shows its own traceback, not ours
     kept = _Kept()
@@ -245,7 +246,7 @@ class _Kept:
     # Only readings taken while a kept round runs: one taken before sampling finds the device idle
     # (its clock parked, its power low) and describes no kernel; one of a round whose samples were
     # discarded as throttled describes samples that are not reported.
-    telemetry: list[dict[str, Any]] = field(default_factory=list)
+    telemetry: list[Reading] = field(default_factory=list)
     handles: list[object] = field(default_factory=list)
 
     def add(self, taken: _Round, discarded: bool) -> None:
@@ -257,10 +258,11 @@ class _Kept:
         self.handles += taken.handles
         self.probes += taken.probes
         measured_clocks = [c for c in taken.clocks if c is not None]
+        nvml_clock = taken.reading.get("sm_clock_mhz") if taken.reading is not None else None
         if measured_clocks:
             self.clocks += measured_clocks
-        elif not discarded and taken.reading is not None and isinstance(taken.reading.get("sm_clock_mhz"), (int, float)):
-            self.clocks.append(taken.reading["sm_clock_mhz"])
+        elif not discarded and isinstance(nvml_clock, (int, float)):
+            self.clocks.append(nvml_clock)
 
 
 @dataclass(frozen=True)
@@ -272,7 +274,7 @@ class _Round:
     probes: list[float]
     clocks: list[float | None]
     handles: list[object]  # the backend's handles (its Handle type)
-    reading: dict[str, Any] | None
+    reading: Reading | None
 
     def without(self, flags: list[bool]) -> _Round:
         """The round with its flagged (throttled) samples taken out."""
@@ -290,7 +292,7 @@ class _Ended:
 
 
 def _rounds(plan: Plan, backend: Backend, settings: SamplingSettings, rule: StoppingRule,
-            throttle_check: Callable[[dict[str, Any]], bool] | None, clock: Callable[[], float],
+            throttle_check: Callable[[Reading], bool] | None, clock: Callable[[], float],
             pause: Callable[[float], None], kept: _Kept) -> _Ended:
     """Sampling rounds until the rule says stop."""
     __tracebackhide__ = True
@@ -354,8 +356,8 @@ def notes(plan: Plan, backend: Backend, taken: Samples) -> tuple[str, ...]:
 def throttled_samples(
     clocks: list[float | None],
     peak_mhz: float | None,
-    reading: dict[str, Any] | None,
-    throttle_check: Callable[[dict[str, Any]], bool] | None,
+    reading: Reading | None,
+    throttle_check: Callable[[Reading], bool] | None,
     clocks_locked: bool = False,
 ) -> list[bool]:
     """Which samples of a round ran throttled. A sample whose SM clock was measured over it is
@@ -371,15 +373,20 @@ def throttled_samples(
     return [nvml_throttled or sm_clock.is_below_threshold(c, peak_mhz) for c in clocks]
 
 
-def summarize_telemetry(readings: list[dict[str, Any]]) -> dict[str, Any] | None:
+def summarize_telemetry(readings: list[Reading]) -> dict[str, object] | None:
     """Min/max of each numeric reading and the union of throttle reasons over the measurement."""
     if not readings:
         return None
-    summary: dict[str, Any] = {"readings": len(readings)}
+    summary: dict[str, object] = {"readings": len(readings)}
     numeric = sorted({k for r in readings for k, v in r.items() if isinstance(v, (int, float))})
     for key in numeric:
-        values = [r[key] for r in readings if isinstance(r.get(key), (int, float))]
+        values = [value for r in readings if isinstance(value := r.get(key), (int, float))]
         summary[key] = {"min": min(values), "max": max(values)}
-    reasons = sorted({reason for r in readings for reason in r.get("throttle_reasons", ())})
+    reasons = sorted({reason for r in readings for reason in _throttle_reasons(r)})
     summary["throttle_reasons"] = reasons
     return summary
+
+
+def _throttle_reasons(reading: Reading) -> list[str]:
+    listed = reading.get("throttle_reasons", ())
+    return list(listed) if isinstance(listed, (list, tuple)) else []
