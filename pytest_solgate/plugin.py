@@ -25,12 +25,13 @@ from pytest_solgate.support.settings import OPTIONS, Settings, check_report_path
 if TYPE_CHECKING:
     from pytest_solgate.fixture import SolFixture
     from pytest_solgate.measure.backends import CpuClock
+    from pytest_solgate.results import Measurement
 
 # Only what every run needs is imported here and in run.py: a suite that never measures must not pay
 # for the engine, the history or the reports (benchmarks/overhead.py keeps us honest).
 BUDGET_KEY = pytest.StashKey[Any]()  # the test's judge.budget.Budget (plugin.py imports no judge module)
 FIXTURE_KEY = pytest.StashKey["SolFixture"]()
-RECORDS_KEY = pytest.StashKey[list]()
+RECORDS_KEY = pytest.StashKey[list["Measurement"]]()
 
 
 class SolgateWarning(UserWarning):
@@ -199,7 +200,7 @@ class SolgateSession:
         return verdicts.failures
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Any:
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         report = yield
         if report.when == "call" and RECORDS_KEY in item.stash:
             report.solgate_records = [m.to_dict() for m in item.stash.get(RECORDS_KEY, [])]

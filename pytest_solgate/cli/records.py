@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest_solgate.cli.common as common
 from pytest_solgate.cli.common import UsageFailure
@@ -14,6 +14,7 @@ from pytest_solgate.support.locations import is_history_url
 
 if TYPE_CHECKING:
     from pytest_solgate.cli.common import Subcommands
+    from pytest_solgate.results import Measurement, RunInfo
 
 
 def add_parsers(sub: Subcommands) -> None:
@@ -65,7 +66,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_results(path: Path) -> tuple[Any, list[Any]]:
+def _read_results(path: Path) -> tuple[RunInfo, list[Measurement]]:
     from pytest_solgate.record import schema
     from pytest_solgate.support.errors import ImportFileError
 

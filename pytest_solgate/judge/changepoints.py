@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Sequence
 
 from pytest_solgate.support import stats
@@ -87,7 +88,7 @@ class Changes:
         return f"{count} commit{'s' if count != 1 else ''} without a positive SOL skipped (zero or missing)"
 
 
-def _ruptures():  # noqa: ANN202
+def _ruptures() -> ModuleType:  # ruptures ships no types: what it gives is read as Any
     try:
         import ruptures
     except ImportError:
