@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator
 
 import pytest
 
@@ -25,12 +25,13 @@ from pytest_solgate.support.settings import OPTIONS, Settings, check_report_path
 if TYPE_CHECKING:
     from pytest_solgate.fixture import SolFixture
     from pytest_solgate.measure.backends import CpuClock
+    from pytest_solgate.results import Measurement
 
 # Only what every run needs is imported here and in run.py: a suite that never measures must not pay
 # for the engine, the history or the reports (benchmarks/overhead.py keeps us honest).
 BUDGET_KEY = pytest.StashKey[Any]()  # the test's judge.budget.Budget (plugin.py imports no judge module)
 FIXTURE_KEY = pytest.StashKey["SolFixture"]()
-RECORDS_KEY = pytest.StashKey[list]()
+RECORDS_KEY = pytest.StashKey[list["Measurement"]]()
 
 
 class SolgateWarning(UserWarning):
@@ -159,7 +160,7 @@ class SolgateSession:
                     raise pytest.UsageError(str(exc)) from None
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Any:
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, object, object]:
         if FIXTURE_KEY not in pyfuncitem.stash and BUDGET_KEY not in pyfuncitem.stash:
             return (yield)  # neither measures nor is marked: nothing to judge
         try:
@@ -199,7 +200,7 @@ class SolgateSession:
         return verdicts.failures
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Any:
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         report = yield
         if report.when == "call" and RECORDS_KEY in item.stash:
             report.solgate_records = [m.to_dict() for m in item.stash.get(RECORDS_KEY, [])]
@@ -236,7 +237,7 @@ class SolgateSession:
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self.run.close()  # --sol-lock-clocks: restored however the session ended (a failure, Ctrl-C)
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if not self.run.role.summarizes() or not (self.run.records or self.run.messages):  # every report asked for leaves a message
             return
         from pytest_solgate.report import terminal

@@ -11,9 +11,11 @@ and says what there is to say on the terminal. No pytest here: the plugin picks 
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
 if TYPE_CHECKING:
+    import pytest
+
     from pytest_solgate.results import Measurement
 
 Say = Callable[[str], None]
@@ -31,9 +33,9 @@ class Role(Protocol):
 
     def announce(self, text: str, on_terminal: Say | None) -> None: ...
     def before_tests(self, resolve: Callable[[], None]) -> None: ...
-    def at_start(self, check: Callable[[], Any]) -> None: ...
+    def at_start(self, check: Callable[[], object]) -> None: ...
     def warn_at_start(self, warn: Say, text: str) -> None: ...
-    def receive(self, records: list[Measurement], data: Sequence[Mapping[str, Any]]) -> None: ...
+    def receive(self, records: list[Measurement], data: Sequence[Mapping[str, object]]) -> None: ...
     def finish(self, record: Callable[[], bool]) -> bool: ...
     def summarizes(self) -> bool: ...
 
@@ -55,14 +57,14 @@ class Controller:
         if not self.distributed:
             resolve()
 
-    def at_start(self, check: Callable[[], Any]) -> None:
+    def at_start(self, check: Callable[[], object]) -> None:
         """What is checked once a session, before any test runs (a bad --sol-baseline ref)."""
         check()
 
     def warn_at_start(self, warn: Say, text: str) -> None:
         warn(text)
 
-    def receive(self, records: list[Measurement], data: Sequence[Mapping[str, Any]]) -> None:
+    def receive(self, records: list[Measurement], data: Sequence[Mapping[str, object]]) -> None:
         """A finished test's records, as they reached this process on its report (a worker's too)."""
         from pytest_solgate.results import Measurement
 
@@ -90,13 +92,13 @@ class Worker:
     def before_tests(self, resolve: Callable[[], None]) -> None:
         pass  # resolved by the first test that measures: its announcement goes to stderr anyway
 
-    def at_start(self, check: Callable[[], Any]) -> None:
+    def at_start(self, check: Callable[[], object]) -> None:
         pass  # the controller checked it
 
     def warn_at_start(self, warn: Say, text: str) -> None:
         pass  # the controller warns, once
 
-    def receive(self, records: list[Measurement], data: Sequence[Mapping[str, Any]]) -> None:
+    def receive(self, records: list[Measurement], data: Sequence[Mapping[str, object]]) -> None:
         pass  # its records travel to the controller on the report
 
     def finish(self, record: Callable[[], bool]) -> bool:
@@ -106,7 +108,7 @@ class Worker:
         return False
 
 
-def role_of(config: Any) -> Role:
+def role_of(config: pytest.Config) -> Role:
     """The part the process of this pytest ``config`` plays: an xdist worker (its config has
     ``workerinput``, with the controller's run id), or the controller (``-n``: xdist's)."""
     workerinput = getattr(config, "workerinput", None)

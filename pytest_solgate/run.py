@@ -15,7 +15,7 @@ import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
 from pytest_solgate.fixture import SolFixture
 from pytest_solgate.record import gitinfo
@@ -41,10 +41,15 @@ from pytest_solgate.support.settings import Settings, history_required
 # Only what every session needs is imported above: a suite that never measures must not pay for the
 # engine, the judge, the history or the reports (benchmarks/overhead.py keeps us honest).
 if TYPE_CHECKING:
+    from pytest_solgate.declare.profiles import ProfileOption
     from pytest_solgate.engine.kernels import Engine
     from pytest_solgate.judge.budget import Budget
+    from pytest_solgate.judge.window import BaselineWindow
+    from pytest_solgate.measure.backends import CpuClock
+    from pytest_solgate.measure.ncu import DramTraffic
     from pytest_solgate.measure.platform import Platform
     from pytest_solgate.record.baseline import BaselineChooser
+    from pytest_solgate.record.store import Store
     from pytest_solgate.results import Measurement
 
 UNAVAILABLE = "baselines unavailable, so only budgets were judged"
@@ -85,7 +90,7 @@ class Run:
         command: str,
         history_source: str,
         role: Role | None = None,
-        outputs: Sequence[tuple[str, Any]] = (),
+        outputs: Sequence[tuple[str, object]] = (),
         announce: Callable[[str], None],
         warn: Callable[[str], None],
         warn_at_start: Callable[[str], None],
@@ -112,15 +117,15 @@ class Run:
         self.records: list[Measurement] = []
         self.messages: list[str] = []
         self.tally = OutcomeTally()  # pytest's outcome of each test, beside the verdicts in every report
-        self._git: Any = None
-        self._store: Any = None
+        self._git: gitinfo.GitFacts | None = None
+        self._store: Store | None = None
         self._engine: Engine | None = None
         self._known_ids: list[str] | None = None  # the profile ids a budget glob may name, read on first use
         unavailable = self._open_store_at_start(warn_at_start) if settings.baseline != "none" or not settings.no_save else None
         self.baselines = self._baseline_chooser(unavailable)
         # Where pytest's ids start, relative to the git top level: "" when the rootdir is the top.
         self.key_prefix = _relative_prefix(rootdir, self.project_root)
-        self.profile_option: Any = None  # resolved once, here: a bad --sol-profile fails before any test runs
+        self.profile_option: ProfileOption | None = None  # resolved once, here: a bad --sol-profile fails before any test runs
         if settings.profile:
             from pytest_solgate.declare.profiles import resolve_profile_option
 
@@ -162,7 +167,7 @@ class Run:
             )
         return self._engine
 
-    def _profile_dram(self, test: str, name: str) -> Any:
+    def _profile_dram(self, test: str, name: str) -> DramTraffic:
         """--sol-ncu: the test node run again under Nsight Compute for one measurement (measure/ncu.py)."""
         from pytest_solgate.measure import ncu
 
@@ -179,7 +184,7 @@ class Run:
             self._engine.close()
 
     @property
-    def git(self) -> Any:
+    def git(self) -> gitinfo.GitFacts:
         """The commit being measured (and whether the tree is dirty), read once, when first needed."""
         if self._git is None:
             self._git = gitinfo.facts(self.rootdir)
@@ -191,9 +196,11 @@ class Run:
         keeps the same key, and with it the baseline."""
         return self.key_prefix + nodeid
 
-    def _baseline_window(self, test: str, *rest: Any) -> Any:
+    def _baseline_window(self, test: str, name: str, profile: str, ceilings: str,
+                         head_environment: Mapping[str, str]) -> BaselineWindow | None:
         """The baseline window under the git-top key; histories recorded before keys were made
         relative to the git top hold the rootdir-relative id: read those too."""
+        rest = (name, profile, ceilings, head_environment)
         window = self.baselines.window(test, *rest)
         if window is None and self.key_prefix and test.startswith(self.key_prefix):
             window = self.baselines.window(test[len(self.key_prefix):], *rest)
@@ -201,7 +208,7 @@ class Run:
 
     # --- the history at the start ---------------------------------------------------------------
 
-    def _refuse_colliding_outputs(self, outputs: Sequence[tuple[str, Any]]) -> None:
+    def _refuse_colliding_outputs(self, outputs: Sequence[tuple[str, object]]) -> None:
         settings = self.settings
         targets = [] if is_history_url(self.history_location) else [("--sol-history", Path(self.history_location))]
         for flag, value in (("--sol-report", settings.report), ("--sol-json", settings.json),
@@ -214,7 +221,7 @@ class Run:
             targets.append(("--sol-github-summary ($GITHUB_STEP_SUMMARY)", Path(summary)))
         refuse_colliding_outputs(targets)
 
-    def _open_store(self) -> Any:
+    def _open_store(self) -> Store | None:
         from pytest_solgate.record import history
 
         if self._store is None:
@@ -236,7 +243,7 @@ class Run:
             raise HistoryElsewhere(f"{exc}; {history_remedy(self.history_source)}") from None
         return None
 
-    def _store_or_none(self) -> Any:
+    def _store_or_none(self) -> Store | None:
         try:
             return self._open_store()
         except HistoryUnavailable:
@@ -246,12 +253,12 @@ class Run:
 
     # --- each test ------------------------------------------------------------------------------
 
-    def fixture(self, nodeid: str, clock: Any = None) -> SolFixture:
+    def fixture(self, nodeid: str, clock: CpuClock | None = None) -> SolFixture:
         """What the test ``nodeid`` receives as ``sol``, timing on ``clock`` (the ``sol_clock``
         fixture's) where it is not None."""
         return SolFixture(self.engine, self.test_key(nodeid), self.warn, clock)
 
-    def budget(self, nodeid: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Budget:
+    def budget(self, nodeid: str, args: Sequence[object], kwargs: Mapping[str, object]) -> Budget:
         """The ``sol`` marker's arguments, checked: a bad one, or a profile glob that matches no
         known profile (a typo would remove the gate), raises MarkerError naming the test."""
         from pytest_solgate.judge.budget import budget_globs, check_budget_globs, parse_marker
@@ -329,9 +336,9 @@ class Run:
             assert m.judgement is not None  # judge_test judges every measurement it returns
             effect = self.engine.effect(m)
             if effect == "fail":  # as a note beside the test's own error, it says which verdict it is
-                failures.append(_led_by_verdict(m) if body_failed else m.judgement.reason)
+                failures.append(_led_by_verdict(m.verdict, m.judgement.reason) if body_failed else m.judgement.reason)
             elif effect == "warn" and not body_failed:
-                warnings.append(_led_by_verdict(m))
+                warnings.append(_led_by_verdict(m.verdict, m.judgement.reason))
         return TestVerdicts(judged, failures, warnings)
 
     def test_reported(self, nodeid: str, category: str) -> None:
@@ -408,7 +415,25 @@ def _relative_prefix(rootdir: Path, top: Path) -> str:
     return "" if str(relative) == "." else relative.as_posix() + "/"
 
 
-def at_users_call(excinfo: Any, rootpath: Path) -> str:
+class _TracebackEntry(Protocol):
+    @property
+    def path(self) -> object: ...
+
+    @property
+    def lineno(self) -> int: ...
+
+
+class RaisedInfo(Protocol):
+    """What is read of pytest's ExceptionInfo (this module imports no pytest)."""
+
+    @property
+    def traceback(self) -> Sequence[_TracebackEntry]: ...
+
+    @property
+    def value(self) -> BaseException: ...
+
+
+def at_users_call(excinfo: RaisedInfo, rootpath: Path) -> str:
     """A declaration the user got wrong (no bytes=, a bad name) as one line at their own call,
     '<file>:<line>: no work declared: ...': no traceback, no exception class."""
     package = Path(__file__).resolve().parent
@@ -428,7 +453,7 @@ def contended_line(count: int, first_reason: str, width: int = 80) -> str:
     return "\n".join(lines)
 
 
-def ceilings_changed_line(count: int, first: Any, width: int = 80) -> str:
+def ceilings_changed_line(count: int, first: Measurement, width: int = 80) -> str:
     """The end-of-session line about measurements whose ceilings changed since their last run
     (``first`` the first of them), wrapped to 80 columns as ``contended_line`` is."""
     import textwrap
@@ -441,10 +466,9 @@ def ceilings_changed_line(count: int, first: Any, width: int = 80) -> str:
         width, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False))
 
 
-def _led_by_verdict(m: Any) -> str:
+def _led_by_verdict(verdict: object, reason: str) -> str:
     """A verdict's reason led by the verdict, once (a comparison's message already starts with it)."""
-    reason = m.judgement.reason
-    return reason if reason.startswith(f"{m.verdict}:") else f"{m.verdict}: {reason}"
+    return reason if reason.startswith(f"{verdict}:") else f"{verdict}: {reason}"
 
 
 def triton_hint(exc: BaseException) -> str | None:

@@ -6,15 +6,18 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest_solgate.cli.common as common
 from pytest_solgate.cli.common import UsageFailure
 
+if TYPE_CHECKING:
+    from pytest_solgate.cli.common import Subcommands
+
 NOTHING_TO_PAIR = 3  # exit status: no selected test exists at BASE (the action skips its A/B)
 
 
-def add_parsers(sub: Any) -> None:
+def add_parsers(sub: Subcommands) -> None:
     from pytest_solgate.revisions import ab
 
     p = sub.add_parser(

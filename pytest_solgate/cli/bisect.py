@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest_solgate.cli.common as common
 from pytest_solgate.cli.common import UsageFailure
 
+if TYPE_CHECKING:
+    from pytest_solgate.cli.common import Subcommands
 
-def add_parsers(sub: Any) -> None:
+
+def add_parsers(sub: Subcommands) -> None:
     p = sub.add_parser(
         "bisect", help="the first commit between GOOD and BAD whose measurements fall below GOOD's level",
         description="Find the first commit after GOOD, on BAD's first-parent line, at which a selected measurement "

@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from pytest_solgate.support.errors import SolgateError
 from pytest_solgate.support.settings import Settings
+
+if TYPE_CHECKING:
+    from pytest_solgate.record.store import Store
+
+    # What argparse's add_subparsers() gives, where each command adds its parser (add_parsers).
+    Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 class UsageFailure(SolgateError):
@@ -36,7 +42,7 @@ def min_change_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
-def ini() -> tuple[dict[str, Any], Settings, str]:
+def ini() -> tuple[dict[str, object], Settings, str]:
     """The ``sol_*`` ini options pytest would read here (support/inifile.py), parsed as the plugin
     parses them, and the file they came from: every command's defaults are pytest's."""
     from pytest_solgate.support.errors import OptionError
@@ -89,7 +95,7 @@ def state_dir() -> Path:
     return gitinfo.state_dir(Path.cwd())
 
 
-def open_history(location: str, create: bool = False) -> Any:
+def open_history(location: str, create: bool = False) -> Store:
     from pytest_solgate.record import history
 
     try:

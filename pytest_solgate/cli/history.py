@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest_solgate.cli.common as common
 from pytest_solgate.cli.common import UsageFailure
 from pytest_solgate.support.locations import is_history_url
 
+if TYPE_CHECKING:
+    from pytest_solgate.cli.common import Subcommands
 
-def add_parsers(sub: Any) -> None:
+
+def add_parsers(sub: Subcommands) -> None:
     p = sub.add_parser("history", help="list recorded results")
     p.add_argument("pattern", nargs="?", help="only tests whose id matches this glob or contains this text")
     p.add_argument("--changes", action="store_true", help="list the commits where a measurement's SOL stepped (change points)")

@@ -6,13 +6,17 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest_solgate.cli.common as common
 from pytest_solgate.cli.common import UsageFailure
 
+if TYPE_CHECKING:
+    from pytest_solgate.cli.common import Subcommands
+    from pytest_solgate.measure.calibrate import CpuIds
 
-def add_parsers(sub: Any) -> None:
+
+def add_parsers(sub: Subcommands) -> None:
     p = sub.add_parser("profiles", help="list the known hardware profiles")
     p.add_argument("--dir", action="append", default=[], help="also read profiles from this folder")
     p.set_defaults(run=cmd_profiles)
@@ -55,7 +59,7 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 
 
-def _this_cpu() -> Any:
+def _this_cpu() -> CpuIds | None:
     """This CPU's profile ids as this project's tests use them (calibrate.CpuIds); None without torch."""
     from pytest_solgate.measure import calibrate
 
@@ -65,7 +69,7 @@ def _this_cpu() -> Any:
         return None
 
 
-def threads_line(ids: Any) -> str:
+def threads_line(ids: CpuIds) -> str:
     """What `solgate detect` and `solgate calibrate` say of the torch threads in a CPU's id: they
     run without the tests' conftest, which may set another count (the quickstart's pins one)."""
     if ids.from_tests and ids.threads == ids.here_threads:

@@ -6,14 +6,18 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest_solgate.cli.common as common
 from pytest_solgate.cli.common import UsageFailure
 from pytest_solgate.support.locations import is_history_url
 
+if TYPE_CHECKING:
+    from pytest_solgate.cli.common import Subcommands
+    from pytest_solgate.results import Measurement, RunInfo
 
-def add_parsers(sub: Any) -> None:
+
+def add_parsers(sub: Subcommands) -> None:
     p = sub.add_parser("import", help="merge a --sol-json file from another runner (or the spool) into the history")
     p.add_argument("file", nargs="?", help="a JSON file written by pytest --sol-json")
     p.add_argument("--spool", action="store_true", help="send the runs spooled in .solgate/spool/ while the server was away")
@@ -62,7 +66,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_results(path: Path) -> tuple[Any, list[Any]]:
+def _read_results(path: Path) -> tuple[RunInfo, list[Measurement]]:
     from pytest_solgate.record import schema
     from pytest_solgate.support.errors import ImportFileError
 

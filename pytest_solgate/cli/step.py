@@ -8,16 +8,21 @@ import dataclasses
 import json
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import pytest_solgate.cli.common as common
 from pytest_solgate.cli.common import UsageFailure
+
+if TYPE_CHECKING:
+    from pytest_solgate.cli.common import Subcommands
+    from pytest_solgate.declare.profiles import HardwareProfile
+    from pytest_solgate.measure.kineto import Trace
 
 # What a CPU-only trace is held against when no --profile names the CPU it ran on: no roof at all.
 NO_ROOF = "no-roof"
 
 
-def add_parsers(sub: Any) -> None:
+def add_parsers(sub: Subcommands) -> None:
     p = sub.add_parser("step", help="rank a PyTorch profiler trace's operators by time lost against SOL")
     p.add_argument("trace", help="a trace as torch.profiler exports it (.json or .json.gz), or a folder of them, one per rank")
     p.add_argument("--profile", default=None,
@@ -38,7 +43,8 @@ def _at_least_one(text: str) -> int:
     return value
 
 
-def trace_profile(trace: Any, given: Any, profiles: Sequence[Any]) -> tuple[Any, str]:
+def trace_profile(trace: Trace, given: HardwareProfile | None, profiles: Sequence[HardwareProfile]
+                  ) -> tuple[HardwareProfile, str]:
     """The profile a trace's step is held against, and a note ('' for none): ``given``
     (``--profile``) where there is one, with a note where the trace's device is another part;
     else the profile matching the device the trace names; a CPU-only trace, no roof (T_SOL 0)."""

@@ -12,7 +12,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping, TypedDict
 
 from pytest_solgate.support.errors import ProfileError
 from pytest_solgate.support.locations import user_cache_dir
@@ -143,7 +143,7 @@ def builtin_profiles_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "hw_profiles"
 
 
-def _positive_number(path: str, key: str, value: Any) -> float:
+def _positive_number(path: str, key: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ProfileError(f"{path}: field '{key}' must be a number, got {value!r}")
     if not value > 0 or value == float("inf"):
@@ -161,14 +161,43 @@ def _positive_number(path: str, key: str, value: Any) -> float:
 PHYSICAL_RANGE = (1e-9, 1e7)
 
 
-def _string(path: str, key: str, value: Any) -> str:
+def _string(path: str, key: str, value: object) -> str:
     if not isinstance(value, str):
         raise ProfileError(f"{path}: field '{key}' must be a string, got {value!r}")
     return value
 
 
-def parse_profile(data: Mapping[str, Any], path: str) -> HardwareProfile:
+def parse_profile(data: Mapping[str, object], path: str) -> HardwareProfile:
     """Check a parsed TOML document and build the profile; every error names path and field."""
+    profile_id, kind, ceilings, match = _identity(data, path)
+    peak_tflops = _peak_tflops(path, data["peak_tflops"])
+    peak_clock_mhz = _peak_clocks(path, data.get("peak_clock_mhz", {}), peak_tflops)
+    device = _device_facts(path, data.get("device", {}))
+    caches = _cache_levels(path, data.get("cache", {}))
+    return HardwareProfile(
+        id=profile_id,
+        name=_string(path, "name", data["name"]),
+        kind=kind,
+        memory_bandwidth_gbps=_positive_number(
+            path, "memory_bandwidth_gbps", data["memory_bandwidth_gbps"]
+        ),
+        peak_tflops=peak_tflops,
+        match=match,
+        source=_string(path, "source", data.get("source", "")),
+        notes=_string(path, "notes", data.get("notes", "")),
+        derived_from=_string(path, "derived_from", data.get("derived_from", "")),
+        ceilings=ceilings,
+        measured_at=_string(path, "measured_at", data.get("measured_at", "")),
+        device=device,
+        peak_clock_mhz=peak_clock_mhz,
+        caches=caches,
+        path=path,
+    )
+
+
+def _identity(data: Mapping[str, object], path: str) -> tuple[str, str, str, tuple[str, ...]]:
+    """The document's fields all known and the required ones there; its id, kind, ceilings and
+    match globs checked."""
     unknown = sorted(set(data) - TOP_LEVEL_KEYS)
     if unknown:
         raise ProfileError(
@@ -191,8 +220,11 @@ def parse_profile(data: Mapping[str, Any], path: str) -> HardwareProfile:
     match = data.get("match", [])
     if not isinstance(match, list) or not all(isinstance(m, str) and m for m in match):
         raise ProfileError(f"{path}: field 'match' must be a list of device-name globs, got {match!r}")
+    return profile_id, kind, ceilings, tuple(match)
 
-    peaks = data["peak_tflops"]
+
+def _peak_tflops(path: str, peaks: object) -> dict[str, float]:
+    """``[peak_tflops]``: TFLOP/s per precision, at least one."""
     if not isinstance(peaks, dict):
         raise ProfileError(f"{path}: field 'peak_tflops' must be a table of precision = TFLOP/s")
     if not peaks:
@@ -204,8 +236,11 @@ def parse_profile(data: Mapping[str, Any], path: str) -> HardwareProfile:
                 f"{path}: unknown field 'peak_tflops.{key}'; precisions are: {', '.join(PRECISIONS)}"
             )
         peak_tflops[key] = _positive_number(path, f"peak_tflops.{key}", value)
+    return peak_tflops
 
-    clocks = data.get("peak_clock_mhz", {})
+
+def _peak_clocks(path: str, clocks: object, peak_tflops: Mapping[str, float]) -> dict[str, float]:
+    """``[peak_clock_mhz]``: the SM clock a precision's peak holds at, for precisions it gives."""
     if not isinstance(clocks, dict):
         raise ProfileError(f"{path}: field 'peak_clock_mhz' must be a table of precision = MHz")
     peak_clock_mhz = {}
@@ -213,48 +248,30 @@ def parse_profile(data: Mapping[str, Any], path: str) -> HardwareProfile:
         if key not in peak_tflops:
             raise ProfileError(f"{path}: field 'peak_clock_mhz.{key}' names no precision of 'peak_tflops'")
         peak_clock_mhz[key] = _positive_number(path, f"peak_clock_mhz.{key}", value)
+    return peak_clock_mhz
 
-    device_table = data.get("device", {})
-    if not isinstance(device_table, dict):
+
+def _device_facts(path: str, table: object) -> DeviceFacts:
+    """``[device]``: SM count, boost clock, L2 and memory size, architecture."""
+    if not isinstance(table, dict):
         raise ProfileError(f"{path}: field 'device' must be a table")
-    unknown = sorted(set(device_table) - DEVICE_KEYS)
+    unknown = sorted(set(table) - DEVICE_KEYS)
     if unknown:
         raise ProfileError(
             f"{path}: unknown field 'device.{unknown[0]}'; allowed: {', '.join(sorted(DEVICE_KEYS))}"
         )
-    facts: dict[str, Any] = {
-        key: _positive_number(path, f"device.{key}", device_table[key])
-        for key in DEVICE_NUMBER_KEYS
-        if key in device_table
-    }
-    if "sm_count" in facts:
-        facts["sm_count"] = int(facts["sm_count"])
-    if "arch" in device_table:
-        facts["arch"] = _string(path, "device.arch", device_table["arch"])
-
-    caches = _cache_levels(path, data.get("cache", {}))
-    return HardwareProfile(
-        id=profile_id,
-        name=_string(path, "name", data["name"]),
-        kind=kind,
-        memory_bandwidth_gbps=_positive_number(
-            path, "memory_bandwidth_gbps", data["memory_bandwidth_gbps"]
-        ),
-        peak_tflops=peak_tflops,
-        match=tuple(match),
-        source=_string(path, "source", data.get("source", "")),
-        notes=_string(path, "notes", data.get("notes", "")),
-        derived_from=_string(path, "derived_from", data.get("derived_from", "")),
-        ceilings=ceilings,
-        measured_at=_string(path, "measured_at", data.get("measured_at", "")),
-        device=DeviceFacts(**facts),
-        peak_clock_mhz=peak_clock_mhz,
-        caches=caches,
-        path=path,
+    numbers = {key: _positive_number(path, f"device.{key}", table[key]) for key in DEVICE_NUMBER_KEYS if key in table}
+    sm_count = numbers.get("sm_count")
+    return DeviceFacts(
+        sm_count=None if sm_count is None else int(sm_count),
+        boost_clock_mhz=numbers.get("boost_clock_mhz"),
+        l2_cache_mb=numbers.get("l2_cache_mb"),
+        memory_gb=numbers.get("memory_gb"),
+        arch=_string(path, "device.arch", table["arch"]) if "arch" in table else None,
     )
 
 
-def _cache_levels(path: str, table: Any) -> tuple[CacheLevel, ...]:
+def _cache_levels(path: str, table: object) -> tuple[CacheLevel, ...]:
     """``[cache.NAME]`` tables (size_mb, bandwidth_gbps, source), smallest first."""
     if not isinstance(table, dict):
         raise ProfileError(f"{path}: field 'cache' must be a table of levels, e.g. [cache.L2] with size_mb and bandwidth_gbps")
@@ -413,7 +430,7 @@ def match_device(
     return Match(profile=profile, pattern=pattern, warning=warning)
 
 
-def _toml_value(value: Any) -> str:
+def _toml_value(value: object) -> str:
     if isinstance(value, str):
         escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
         return f'"{escaped}"'
@@ -474,7 +491,16 @@ def known_profiles(cache_dir: Path, folders: tuple[str, ...] = ()) -> list[Hardw
     return [by_id[key] for key in sorted(by_id)]
 
 
-def detect(name: str, facts: Mapping[str, Any], profiles: Iterable[HardwareProfile]) -> Match:
+class DriverFacts(TypedDict, total=False):
+    """What the driver says of a device (``devices.device_facts``; a trace's device entry)."""
+
+    sm_count: int | None
+    l2_bytes: int | None
+    arch: str | None
+    total_memory: int | None
+
+
+def detect(name: str, facts: DriverFacts, profiles: Iterable[HardwareProfile]) -> Match:
     """The profile of a device, from its name and what the driver says of it (``facts`` as
     ``devices.device_facts`` gives them: SM count and architecture cross-check the name)."""
     return match_device(name, profiles, facts.get("sm_count"), facts.get("arch"))

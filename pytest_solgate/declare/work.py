@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, SupportsFloat
+from typing import TYPE_CHECKING, Callable, Container, Iterable, Mapping, SupportsFloat
 
 from pytest_solgate.support.errors import MeasureError, WorkError
 from pytest_solgate.support.precisions import PRECISIONS, TENSOR_PRECISIONS, VECTOR_PRECISIONS  # noqa: F401
+
+if TYPE_CHECKING:  # torch is imported where a count needs it
+    import torch
 
 # A count of work (FLOPs, bytes): a number, or a NumPy or torch scalar (anything float() takes).
 Count = SupportsFloat
@@ -47,7 +50,7 @@ def _magnitude(value: int | float) -> str:
         return f"10**{len(str(abs(value))) - 1}" if bits < 10_000 else f"an integer of {bits} bits"
 
 
-def _check_count(what: str, value: Any) -> float:
+def _check_count(what: str, value: object) -> float:
     """A count must be a finite, non-negative real number up to MAX_COUNT (bool is not a number here)."""
     if isinstance(value, bool):
         raise WorkError(f"{what}={value!r} is not a number; declare a count such as {what}=1e9")
@@ -71,8 +74,8 @@ def _check_count(what: str, value: Any) -> float:
     return value
 
 
-def _check_precision(precision: Any) -> str:
-    if precision not in PRECISIONS:
+def _check_precision(precision: object) -> str:
+    if not isinstance(precision, str) or precision not in PRECISIONS:
         raise WorkError(
             f"unknown precision {precision!r}; use one of: {', '.join(PRECISIONS)}"
         )
@@ -100,7 +103,7 @@ def make_work(flops: Flops | None = None, bytes: Count | None = None, precision:
     return Work(flops=counts, bytes=nbytes)
 
 
-def nbytes(*arrays: Any) -> int:
+def nbytes(*arrays: object) -> int:
     """Sum of the sizes in bytes of torch tensors, NumPy arrays or anything with ``nbytes``."""
     total = 0
     for position, array in enumerate(arrays):
@@ -116,7 +119,7 @@ def nbytes(*arrays: Any) -> int:
     return total
 
 
-def _precision_of_dtype(dtype: Any, tf32: bool) -> str | None:
+def _precision_of_dtype(dtype: torch.dtype | None, tf32: bool) -> str | None:
     import torch
 
     if dtype == torch.float32:
@@ -134,7 +137,7 @@ def _precision_of_dtype(dtype: Any, tf32: bool) -> str | None:
     return None
 
 
-def first_dtype(values: Any) -> Any:
+def first_dtype(values: Iterable[object]) -> torch.dtype | None:
     """The dtype of the first tensor among ``values`` (nested lists and tuples too), or None."""
     import torch
 
@@ -148,7 +151,7 @@ def first_dtype(values: Any) -> Any:
     return None
 
 
-def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, int]:
+def count_flops(fn: Callable[..., object], *args: object, **kwargs: object) -> dict[str, int]:
     """Run ``fn`` once under FlopCounterMode and return its FLOPs by precision class.
 
     The precision of each counted op comes from the dtype of its first floating-point input. Works
@@ -179,7 +182,7 @@ def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, 
     return by_precision
 
 
-def float64_on_tensor_cores(flops: dict[str, int], precisions: Any) -> dict[str, int]:
+def float64_on_tensor_cores(flops: dict[str, int], precisions: Container[str]) -> dict[str, int]:
     """Counted float64 FLOPs on the FP64 tensor cores when the profile has them.
 
     FlopCounterMode counts matmuls, convolutions and attention only, and on Ampere and Hopper
@@ -193,7 +196,7 @@ def float64_on_tensor_cores(flops: dict[str, int], precisions: Any) -> dict[str,
     return moved
 
 
-def measurement_name(test: str, name: Any, taken: set[str]) -> str:
+def measurement_name(test: str, name: object, taken: set[str]) -> str:
     """The name of a test's next measurement: as given (printable, unique in the test), or the
     first free of ``default``, ``default-2``, ``default-3``, ..."""
     if name is None:

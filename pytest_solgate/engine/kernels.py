@@ -24,7 +24,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Generic, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Generic, Mapping, Sequence, TypedDict
 
 from pytest_solgate import results, score
 from pytest_solgate.declare.profiles import HardwareProfile, ProfileOption, resolve_profile_option
@@ -168,7 +168,7 @@ class Engine:
     def measure(
         self,
         test: str,
-        fn: Callable[[], Any],
+        fn: Callable[[], object],
         *,
         flops: Flops | None = None,
         bytes: Count | None = None,
@@ -221,7 +221,7 @@ class Engine:
             self.warn(self._unsaid.pop(0))
         return context
 
-    def take(self, test: str, name: str, call: str, fn: Callable[[], Any],
+    def take(self, test: str, name: str, call: str, fn: Callable[[], object],
              time_once: Callable[[], tuple[sampling.Timing, pipeline.Read]], max_time: float,
              wrapped: Sequence[extras.Extra] = ()) -> Timed[pipeline.Read]:
         """``time_once`` through measure/pipeline.py on the session's device: under its lock, with
@@ -317,7 +317,7 @@ class KernelMeasurement:
 
     engine: Engine
     test: str
-    fn: Callable[[], Any]  # a zero-argument callable, or a list of them (rotating inputs)
+    fn: Callable[[], object]  # a zero-argument callable, or a list of them (rotating inputs)
     flops: Flops | None
     bytes: Count | None
     precision: str | None
@@ -371,7 +371,7 @@ class KernelMeasurement:
         __tracebackhide__ = True
         return self.run()
 
-    def _under_ncu(self, fn: Callable[[], Any], context: Context) -> SamplingSettings:
+    def _under_ncu(self, fn: Callable[[], object], context: Context) -> SamplingSettings:
         """In an --sol-ncu child only the one call under the profiler counts: the timing (the
         interpreter's few samples) just lets the test go on."""
         if context.on_gpu and ncu_child.child_target() == (self.test, self.name):
@@ -401,7 +401,7 @@ class KernelMeasurement:
 class Attempt:
     """One timing of a kernel, as the pipeline takes it (again, when the machine was busy)."""
 
-    fn: Callable[[], Any]
+    fn: Callable[[], object]
     context: Context
     settings: SamplingSettings
     buffer_sets: int
@@ -439,11 +439,23 @@ def throttled_warning(test: str, name: str, timing: sampling.Timing) -> str:
             "to recover; its SOL may be low for a reason other than the kernel: check cooling, power and clocks")
 
 
-def provenance(context: Context, contended: str) -> dict[str, Any]:
+class Provenance(TypedDict):
+    """The Measurement fields that say where and how a measurement was taken."""
+
+    profile: str
+    ceilings: str
+    ceilings_id: str
+    environment: dict[str, str]
+    device: str
+    worker: str
+    contended: str
+
+
+def provenance(context: Context, contended: str) -> Provenance:
     """The Measurement fields that say where and how any measurement of the session was taken."""
-    return dict(profile=context.profile.id, ceilings=context.ceilings, ceilings_id=context.profile.ceilings_id,
-                environment=dict(context.environment), device=context.device_name,
-                worker=os.environ.get("PYTEST_XDIST_WORKER", ""), contended=contended)
+    return Provenance(profile=context.profile.id, ceilings=context.ceilings, ceilings_id=context.profile.ceilings_id,
+                      environment=dict(context.environment), device=context.device_name,
+                      worker=os.environ.get("PYTEST_XDIST_WORKER", ""), contended=contended)
 
 
 def contended_note(contended: str) -> str:

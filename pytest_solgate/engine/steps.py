@@ -15,7 +15,7 @@ A step becomes ``Measurement`` records, so that budgets, baselines, verdicts, th
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 from pytest_solgate.declare.profiles import HardwareProfile
 from pytest_solgate.declare.work import Count, Flops, Work, make_work
@@ -42,13 +42,13 @@ def check_top(test: str, top: object) -> int:
     return top
 
 
-def refusing_nested(engine: Engine, test: str, name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
+def refusing_nested(engine: Engine, test: str, name: str, fn: Callable[[], object]) -> Callable[[], object]:
     """``fn``, failing the step in the test's own thread where a measurement was refused inside it (a
     ``sol.measure`` from a thread the step started is refused there, where no test sees it: the thread
     dies, the step would go on) or where it ended the step's profiler session (a
     ``torch.profiler.profile()`` of its own: one profiler runs at a time)."""
 
-    def step() -> Any:
+    def step() -> object:
         __tracebackhide__ = True
         import torch
 
@@ -85,7 +85,7 @@ def declared_work(flops: Flops | None, bytes: Count | None, precision: str) -> W
     return make_work(flops, bytes, precision)
 
 
-def measure(engine: Engine, test: str, fn: Callable[[], Any], *, name: str, flops: Flops | None = None,
+def measure(engine: Engine, test: str, fn: Callable[[], object], *, name: str, flops: Flops | None = None,
             bytes: Count | None = None, precision: str | None = None, gate: bool = True, top: int = DEFAULT_TOP
             ) -> list[Measurement]:
     """``sol.measure_step`` in ``engine``'s session, through the engine's pipeline like a kernel (its
@@ -137,7 +137,7 @@ def records(context: Context, test: str, name: str, measured: step_profile.StepP
     """The step's record, then one per top operator (pure: tested without a profiler). ``taken_notes``
     are the engine's notes of how the step was taken (contended, over the time budget)."""
     notes = [*breakdown.notes, *taken_notes]
-    common = dict(test=test, gate=gate, contended_wait=contended_wait, **provenance(context, contended))
+    where = provenance(context, contended)
     step_samples = tuple(run.seconds for run in measured.runs)
     compute = sum(op.t_sol for op in breakdown.operators if op.bound == "compute")
     step = Measurement(
@@ -157,7 +157,7 @@ def records(context: Context, test: str, name: str, measured: step_profile.StepP
         ),
         notes=tuple(notes),
         step=breakdown,
-        **common,
+        test=test, gate=gate, contended_wait=contended_wait, **where,
     )
     ranked = [op for op in breakdown.operators if op.t_sol > 0 and op.seconds > 0][:top]
     series = []
@@ -172,7 +172,7 @@ def records(context: Context, test: str, name: str, measured: step_profile.StepP
             notes=(f"operator {op.label} of step '{name}': {op.calls} call(s) per step, "
                    f"{op.seconds / breakdown.seconds:.0%} of the step",),
             part_of=name,
-            **common,
+            test=test, gate=gate, contended_wait=contended_wait, **where,
         ))
     return [step, *series]
 

@@ -85,7 +85,7 @@ class Budget:
 OPTIONS = dataclasses.fields(Budget)
 
 
-def parse_marker(test: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Budget:
+def parse_marker(test: str, args: Sequence[object], kwargs: Mapping[str, object]) -> Budget:
     """Check ``@pytest.mark.sol`` arguments; errors name the test and the argument."""
     takes = ", ".join(f"{option.name}=" for option in OPTIONS)
     if args:

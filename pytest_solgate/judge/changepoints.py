@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Sequence
 
 from pytest_solgate.support import stats
@@ -87,7 +88,7 @@ class Changes:
         return f"{count} commit{'s' if count != 1 else ''} without a positive SOL skipped (zero or missing)"
 
 
-def _ruptures():  # noqa: ANN202
+def _ruptures() -> ModuleType:  # ruptures ships no types: what it gives is read as Any
     try:
         import ruptures
     except ImportError:
@@ -131,16 +132,51 @@ def find(values: Sequence[float | None], min_change: float = MIN_CHANGE, regress
         return Changes(skipped=skipped)
     logs = [math.log(values[i]) for i in kept]  # type: ignore[arg-type]
     n = len(logs)
+    penalty = PENALTY_FACTOR * robust_sigma(logs) ** 2 * math.log(n)
+    segments = _segments(logs, penalty)
+    outliers = _settle_one_commit_segments(segments, logs, penalty)
+    _merge_small_steps(segments, logs, outliers, min_change)
+    _split_off_the_newest(segments, logs, outliers, min_change)
+    by_gate = _name_what_the_gate_failed(segments, outliers, logs, [kept.index(i) for i in regressed if i in kept])
+
+    def level(segment: list[int]) -> float:
+        return _level(segment, logs, outliers)
+
+    points = tuple(
+        ChangePoint(
+            index=kept[b[0]],
+            before=math.exp(level(a)),
+            after=math.exp(level(b)),
+            provisional=b == [n - 1],
+            by_gate=b[0] in by_gate,
+        )
+        for a, b in zip(segments, segments[1:])
+    )
+    found_outliers = tuple(
+        Outlier(index=kept[j], value=math.exp(logs[j]), level=math.exp(level(next(s for s in segments if j in s))))
+        for j in sorted(outliers)
+    )
+    return Changes(points=points, outliers=found_outliers, skipped=skipped)
+
+
+def _segments(logs: Sequence[float], penalty: float) -> list[list[int]]:
+    """The levels PELT's criterion finds (ruptures' KernelCPD, linear kernel), as positions into ``logs``."""
     ruptures = _ruptures()
     import numpy
 
-    penalty = PENALTY_FACTOR * robust_sigma(logs) ** 2 * math.log(n)
     signal = numpy.asarray(logs, dtype=float).reshape(-1, 1)
     ends = [int(e) for e in ruptures.KernelCPD(kernel="linear", min_size=1, jump=1).fit(signal).predict(pen=penalty)]
-    segments = [list(range(a, b)) for a, b in zip([0, *ends], ends)]
+    return [list(range(a, b)) for a, b in zip([0, *ends], ends)]
 
-    # One-commit segments before the newest commit: a glitch when the two sides are one level,
-    # else the commit belongs to the side it is closer to.
+
+def _level(segment: list[int], logs: Sequence[float], outliers: set[int]) -> float:
+    """A segment's level: the mean log of its commits that are not outliers."""
+    return stats.mean([logs[j] for j in segment if j not in outliers])
+
+
+def _settle_one_commit_segments(segments: list[list[int]], logs: Sequence[float], penalty: float) -> set[int]:
+    """One-commit segments before the newest commit, merged in place: a glitch (an outlier, returned)
+    when the two sides are one level, else the commit belongs to the side it is closer to."""
     outliers: set[int] = set()
     if len(segments) > 1 and len(segments[0]) == 1:  # the oldest commit alone: off the level after it
         outliers.add(segments[0][0])
@@ -163,47 +199,33 @@ def find(values: Sequence[float | None], min_change: float = MIN_CHANGE, regress
         else:
             segments[i:i + 2] = [[point] + right]
         i = max(i - 1, 1)
+    return outliers
 
-    def level(segment: list[int]) -> float:
-        return stats.mean([logs[j] for j in segment if j not in outliers])
 
-    # Steps too small to list are merged away, the smallest first, so each level is recomputed.
+def _merge_small_steps(segments: list[list[int]], logs: Sequence[float], outliers: set[int],
+                       min_change: float) -> None:
+    """Steps too small to list, merged away in place, the smallest first, so each level is recomputed."""
     while len(segments) > 1:
-        steps = [abs(level(b) - level(a)) for a, b in zip(segments, segments[1:])]
+        steps = [abs(_level(b, logs, outliers) - _level(a, logs, outliers)) for a, b in zip(segments, segments[1:])]
         smallest = min(range(len(steps)), key=steps.__getitem__)
         if -math.expm1(-steps[smallest]) >= min_change:  # the relative change, read as a drop
             break
         segments[smallest:smallest + 2] = [segments[smallest] + segments[smallest + 1]]
 
-    # The newest commit is one candidate position, not n: PELT's log(n) penalty, paid for searching
-    # every position, misses a step there that a single test sees. When the newest value lies
-    # outside its level's prediction interval (NEWEST_Z robust sigmas), it is a provisional step.
+
+def _split_off_the_newest(segments: list[list[int]], logs: Sequence[float], outliers: set[int],
+                          min_change: float) -> None:
+    """The newest commit as a provisional step, split off in place when its value lies outside its
+    level's prediction interval (NEWEST_Z robust sigmas). It is one candidate position, not n:
+    PELT's log(n) penalty, paid for searching every position, misses a step there that a single
+    test sees."""
     last = segments[-1]
     if len(last) > MIN_POINTS - 1:
         rest = [logs[j] for j in last[:-1] if j not in outliers]
-        level_log = stats.mean(rest)
-        gap = logs[n - 1] - level_log
+        gap = logs[-1] - stats.mean(rest)
         bound = NEWEST_Z * robust_sigma(logs) * math.sqrt(1 + 1 / len(rest))
         if abs(gap) > bound and -math.expm1(-abs(gap)) >= min_change:
-            segments[-1:] = [last[:-1], [n - 1]]
-
-    by_gate = _name_what_the_gate_failed(segments, outliers, logs, [kept.index(i) for i in regressed if i in kept])
-
-    points = tuple(
-        ChangePoint(
-            index=kept[b[0]],
-            before=math.exp(level(a)),
-            after=math.exp(level(b)),
-            provisional=b == [n - 1],
-            by_gate=b[0] in by_gate,
-        )
-        for a, b in zip(segments, segments[1:])
-    )
-    found_outliers = tuple(
-        Outlier(index=kept[j], value=math.exp(logs[j]), level=math.exp(level(next(s for s in segments if j in s))))
-        for j in sorted(outliers)
-    )
-    return Changes(points=points, outliers=found_outliers, skipped=skipped)
+            segments[-1:] = [last[:-1], [len(logs) - 1]]
 
 
 def _name_what_the_gate_failed(segments: list[list[int]], outliers: set[int], logs: Sequence[float],

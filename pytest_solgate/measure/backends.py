@@ -12,7 +12,7 @@ import os
 import time
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Callable, ContextManager, Iterator, NamedTuple, Sequence
 
 from pytest_solgate.measure import kernel_trace, sm_clock, telemetry
 from pytest_solgate.measure.capabilities import Backend, Capabilities
@@ -425,7 +425,7 @@ class CudaBackend(Backend[CudaStart, CudaSample]):
         milliseconds: float = handle.start_event.elapsed_time(handle.stop_event)
         return milliseconds / 1e3
 
-    def read_telemetry(self) -> dict[str, Any] | None:
+    def read_telemetry(self) -> dict[str, object] | None:
         return self.reader.read() if self.reader else None
 
 
@@ -464,7 +464,7 @@ def counting_triton_launches() -> Iterator[Callable[[], int]]:
         return
     original = interpreter.GridExecutor.__call__
 
-    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def counting(self: object, *args: object, **kwargs: object) -> object:
         launched[0] += 1
         return original(self, *args, **kwargs)
 

@@ -24,7 +24,11 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:  # a block runs on a GPU, through torch
+    import torch
 
 HIDDEN_BLOCK_SECONDS = 0.02  # long enough against launch and sync latency for the hidden-work comparison
 MAX_BLOCK_CALLS = 100_000
@@ -62,8 +66,8 @@ def block_calls(per_call_seconds: float, with_energy: bool) -> int:
 
 
 def synchronized_block(
-    fn: Callable[[], Any],
-    backend: Any,
+    fn: Callable[[], object],
+    backend: Any,  # backends.CudaBackend, which Context holds as the Backend protocol (no .torch there)
     per_call_seconds: float,
     read_energy: Callable[[], float] | None,
     clock: Callable[[], float] = time.perf_counter,
@@ -102,7 +106,7 @@ def synchronized_block(
     return BlockReading(calls, wall, events, queued, power * events * 1e3, "", power, window_seconds)
 
 
-def _energy_window(fn: Callable[[], Any], cuda: Any, per_call_seconds: float, read_energy: Callable[[], float],
+def _energy_window(fn: Callable[[], object], cuda: ModuleType, per_call_seconds: float, read_energy: Callable[[], float],
                    clock: Callable[[], float], pause: Callable[[float], None]) -> tuple[int, tuple[float, float, str]]:
     """Keep the device busy with chunks of calls (at most two queued ahead) while polling NVML's
     total-energy counter between them; the window runs from a step of the counter seen while the
@@ -110,7 +114,7 @@ def _energy_window(fn: Callable[[], Any], cuda: Any, per_call_seconds: float, re
     counter's periods apart. Returns the calls and (joules, window seconds, why none)."""
     chunk = block_calls(per_call_seconds, True)
     calls = 0
-    ends: list[Any] = []
+    ends: list[torch.cuda.Event] = []
     steps: list[tuple[float, float]] = []  # (host time, counter value) at each step seen
     last = None  # read once the first chunk is queued: a step seen after that, the device was busy at
     began = clock()

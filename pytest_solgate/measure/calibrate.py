@@ -25,7 +25,8 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence, TypedDict
 
 from pytest_solgate.declare.profiles import CacheLevel, DeviceFacts, HardwareProfile, load_profile, profile_to_toml
 from pytest_solgate.measure import contention, sampling
@@ -38,6 +39,40 @@ from pytest_solgate.support.errors import ProfileError
 from pytest_solgate.support.locations import user_cache_dir, user_cache_setting
 from pytest_solgate.support.settings import SamplingSettings
 
+if TYPE_CHECKING:  # torch is imported lazily, when a calibration runs
+    import torch as torch_types
+
+    from pytest_solgate.measure.capabilities import Backend
+    from pytest_solgate.measure.step_profile import StepProfile
+
+# The torch module, handed in by a caller that imported it (lazily): a module object, whose
+# attributes mypy reads as Any (``ModuleType.__getattr__``).
+Torch = ModuleType
+CpuFigures = tuple[float, dict[str, float], dict[str, float]]  # GB/s, GB/s per pattern, TFLOP/s per precision
+CpuCalibration = tuple[float, dict[str, float], dict[str, float], dict[str, float]]  # ... and each figure's spread
+Fingerprint = Mapping[str, object]  # a CPU fingerprint: this process's (CpuFingerprint) or one read back from JSON
+
+
+class CpuFingerprint(TypedDict):
+    """What a CPU profile's id is made of (cpu_fingerprint)."""
+
+    cpu: str
+    cores: int | None
+    threads: int
+    torch: str
+    python: str
+    machine: str
+
+
+class Work(Protocol):
+    """A measurement's work: a kernel's declared work or a step operator's counted work."""
+
+    @property
+    def bytes(self) -> float: ...
+
+    @property
+    def flops(self) -> Mapping[str, float]: ...
+
 
 def _cpu_model() -> str:
     try:
@@ -49,7 +84,7 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def cpu_fingerprint(torch: Any) -> dict[str, Any]:
+def cpu_fingerprint(torch: Torch) -> CpuFingerprint:
     return {
         "cpu": _cpu_model(),
         "cores": os.cpu_count(),
@@ -60,7 +95,7 @@ def cpu_fingerprint(torch: Any) -> dict[str, Any]:
     }
 
 
-def fingerprint_key(fingerprint: dict[str, Any]) -> str:
+def fingerprint_key(fingerprint: Fingerprint) -> str:
     text = "|".join(f"{k}={fingerprint[k]}" for k in sorted(fingerprint))
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
@@ -86,7 +121,7 @@ class ForSeconds:
         return Stop(noisy=False) if len(samples) >= MIN_CALLS and elapsed >= self.seconds else None
 
 
-def _sustained_rate(fn: Callable[[], Any], work: float, seconds: float = SECONDS_PER_FIGURE,
+def _sustained_rate(fn: Callable[[], object], work: float, seconds: float = SECONDS_PER_FIGURE,
                     backend: CpuBackend | None = None) -> float:
     """The RATE_QUANTILE quantile of ``work`` per second over calls of ``fn`` for ``seconds``, timed
     as a kernel's CPU measurement is: the tests' sampling loop (sampling.take_timing, its warm-up,
@@ -97,7 +132,7 @@ def _sustained_rate(fn: Callable[[], Any], work: float, seconds: float = SECONDS
     return stats.quantile([work / max(sample, 1e-12) for sample in timing.samples], RATE_QUANTILE)
 
 
-def _streaming_bandwidth(torch: Any, n: int, seconds: float = SECONDS_PER_FIGURE) -> dict[str, float]:
+def _streaming_bandwidth(torch: Torch, n: int, seconds: float = SECONDS_PER_FIGURE) -> dict[str, float]:
     """GB/s of four streaming patterns over float32 buffers of n elements (bytes read + written):
     a read-only reduction, a copy, and two reads and a write twice (STREAM's add and triad). STREAM's
     scale moves what the copy moves, and each pattern costs seconds over buffers of 4x a large L3."""
@@ -111,13 +146,13 @@ def _streaming_bandwidth(torch: Any, n: int, seconds: float = SECONDS_PER_FIGURE
     return {name: _sustained_rate(fn, arrays * n * 4, seconds) / 1e9 for name, (fn, arrays) in patterns.items()}
 
 
-def _matmul_tflops(torch: Any, dtype: Any, size: int, seconds: float = SECONDS_PER_FIGURE) -> float:
+def _matmul_tflops(torch: Torch, dtype: torch_types.dtype, size: int, seconds: float = SECONDS_PER_FIGURE) -> float:
     x = torch.rand(size, size, dtype=dtype)
     y = torch.rand(size, size, dtype=dtype)
     return _sustained_rate(lambda: torch.mm(x, y), 2 * size**3, seconds) / 1e12
 
 
-def measure_cpu(torch: Any, seconds: float = SECONDS_PER_FIGURE) -> tuple[float, dict[str, float], dict[str, float]]:
+def measure_cpu(torch: Torch, seconds: float = SECONDS_PER_FIGURE) -> CpuFigures:
     """(best bandwidth GB/s, GB/s per pattern, TFLOP/s per precision) on this CPU, once."""
     llc = last_level_cache_bytes()
     n = max(4 * llc, 64 * MIB) // 4  # float32 elements per buffer: each buffer >= 4x the LLC
@@ -141,8 +176,8 @@ def spread(values: list[float]) -> float:
 
 
 def repeated_cpu_calibration(
-    torch: Any, repetitions: int = CPU_REPETITIONS, measure: Callable[[Any], tuple] = measure_cpu
-) -> tuple[float, dict[str, float], dict[str, float], dict[str, float]]:
+    torch: Torch, repetitions: int = CPU_REPETITIONS, measure: Callable[[Torch], CpuFigures] = measure_cpu
+) -> CpuCalibration:
     """The best of ``repetitions`` full calibrations, figure by figure, with each figure's spread.
 
     A ceiling is what the machine can do, so it is the best sustained rate seen (as STREAM reports
@@ -165,7 +200,7 @@ CACHE_SHARES = (0.25, 0.5)
 CACHE_SECONDS = 0.05
 
 
-def level_bandwidth(torch: Any, size_bytes: int, seconds: float = CACHE_SECONDS) -> float:
+def level_bandwidth(torch: Torch, size_bytes: int, seconds: float = CACHE_SECONDS) -> float:
     """GB/s (bytes read plus written) of the best streaming pattern over working sets that fit in a
     cache of ``size_bytes``."""
     best = 0.0
@@ -175,7 +210,7 @@ def level_bandwidth(torch: Any, size_bytes: int, seconds: float = CACHE_SECONDS)
     return best
 
 
-def measure_cpu_caches(torch: Any, repetitions: int = CPU_REPETITIONS,
+def measure_cpu_caches(torch: Torch, repetitions: int = CPU_REPETITIONS,
                        caches: dict[str, int] | None = None) -> tuple[CacheLevel, ...]:
     """This CPU's data caches (sysfs) with the bandwidth each reaches, best of ``repetitions``."""
     sizes = cpu_data_caches() if caches is None else caches
@@ -202,7 +237,7 @@ def with_caches(profile: HardwareProfile, caches: tuple[CacheLevel, ...]) -> Har
 
 
 def cpu_caches(profile: HardwareProfile, announce: Callable[[str], None] = print,
-               measure: Callable[[Any], tuple[CacheLevel, ...]] | None = None,
+               measure: Callable[[Torch], tuple[CacheLevel, ...]] | None = None,
                measured: dict[str, tuple[CacheLevel, ...]] | None = None) -> HardwareProfile:
     """``profile`` with this CPU's cache levels, for a whole step's cache-aware floors. A calibration
     measures them with the ceilings and caches them (cpu_profile); a profile without them (cached
@@ -225,7 +260,7 @@ def cpu_caches(profile: HardwareProfile, announce: Callable[[str], None] = print
     return with_caches(profile, measured[profile.id])
 
 
-def step_ceilings(profile: HardwareProfile, measured: Any, announce: Callable[[str], None] = print) -> HardwareProfile:
+def step_ceilings(profile: HardwareProfile, measured: StepProfile, announce: Callable[[str], None] = print) -> HardwareProfile:
     """The ceilings a step's operators are scored against: this CPU's with its cache levels
     (cpu_caches), and where they were measured while the machine was busy, their compute peaks
     raised to what the step's operators reached (``measured``: a step_profile.StepProfile), as a
@@ -253,7 +288,7 @@ MEASURED_LEVELS: dict[str, tuple[CacheLevel, ...]] = {}
 RECHECK_SECONDS = 0.25
 
 
-def quick_cpu_check(torch: Any) -> tuple[float, dict[str, float], dict[str, float]]:
+def quick_cpu_check(torch: Torch) -> CpuFigures:
     """One short repetition of the calibration (about 2 s): (GB/s, GB/s per pattern, TFLOP/s)."""
     return measure_cpu(torch, RECHECK_SECONDS)
 
@@ -333,7 +368,7 @@ BUSY_NOTE = "scored against ceilings measured while the machine was busy"
 BUSY_CEILINGS = "measured while busy"  # the run's ceilings, in its header, when any measurement was
 
 
-def busy_reason(reading: Any, spreads: dict[str, float]) -> str:
+def busy_reason(reading: contention.Busy, spreads: dict[str, float]) -> str:
     """Why a calibration was disturbed ('' when it was not): the CPU pressure that other processes
     put on it (a contention.Busy) and the figures whose repetitions disagreed beyond MAX_CPU_SPREAD."""
     reasons = [contention.busy_phrase(reading)] if reading.contended else []
@@ -342,7 +377,7 @@ def busy_reason(reading: Any, spreads: dict[str, float]) -> str:
     return "; ".join(reasons)
 
 
-def raised_to_reach(profile: HardwareProfile, work: Any, seconds: float) -> HardwareProfile:
+def raised_to_reach(profile: HardwareProfile, work: Work, seconds: float) -> HardwareProfile:
     """Ceilings measured while the machine was busy (``profile.busy``) raised so that ``work``
     done in ``seconds`` reads SOL 1.0 at most: the bandwidth to what it moved, the peaks of its
     precisions by the factor its compute beat them by; the same object when nothing rose (and for
@@ -361,11 +396,11 @@ def raised_to_reach(profile: HardwareProfile, work: Any, seconds: float) -> Hard
 def cpu_profile(
     cache_dir: Path,
     announce: Callable[[str], None] = print,
-    calibration: Callable[[Any], tuple] | None = None,
-    recheck: Callable[[Any], tuple] | None = None,
+    calibration: Callable[[Torch], CpuCalibration] | None = None,
+    recheck: Callable[[Torch], CpuFigures] | None = None,
     full: bool = False,
     readers: contention.Readers | None = None,
-    caches: Callable[[Any], tuple[CacheLevel, ...]] | None = None,
+    caches: Callable[[Torch], tuple[CacheLevel, ...]] | None = None,
 ) -> HardwareProfile:
     """The measured CPU profile for this machine: calibrated once (about 10 s) and cached, then
     re-checked briefly in each session and raised when the machine does better than it says.
@@ -381,50 +416,22 @@ def cpu_profile(
     (as ``quick_cpu_check``) and ``caches`` exist so that tests can hand in figures; figures
     handed in come with no cache levels unless ``caches`` hands them in too."""
     levels = caches or (measure_cpu_caches if calibration is None else (lambda torch: ()))
+    calibrate = calibration or repeated_cpu_calibration
     import torch
 
     fingerprint = cpu_fingerprint(torch)
     key = fingerprint_key(fingerprint)
     path, cached = _shared_calibration(cache_dir, key)
     if cached is not None:
-        if full:
-            announce(f"solgate: measuring this CPU's ceilings, best of {CPU_REPETITIONS} repetitions; they only rise ({path}) ...")
-        figures = (calibration or repeated_cpu_calibration)(torch) if full else (recheck or quick_cpu_check)(torch)
-        bandwidth, peaks = figures[0], figures[2]
-        # `solgate calibrate` keeps whatever it measured higher; a session's brief re-check only
-        # what is beyond its own noise, so that a session that changes nothing keeps the ceilings.
-        # A re-check under load only reads lower: it can raise nothing it should not.
-        raised = raise_ceilings(cached, bandwidth, peaks, 0.0 if full else RAISE_MARGIN)
-        if full:
-            raised = with_caches(raised, levels(torch))
-        if raised is not cached:
-            announce(f"solgate: this CPU ran faster than its cached ceilings; raised them ({path})")
-            raised = _cache(path, raised, announce)
-        return raised
+        return _rechecked(cached, path, torch, calibrate if full else None, recheck or quick_cpu_check, levels,
+                          announce)
     announce(f"solgate: measuring this CPU's ceilings once, best of {CPU_REPETITIONS} repetitions (cached in {path}) ...")
     readers = readers or contention.Readers()  # this machine's clocks and /proc
     started, before = time.perf_counter(), readers.snapshot()
-    bandwidth, per_pattern, peaks, spreads = (calibration or repeated_cpu_calibration)(torch)
+    calibrated = calibrate(torch)
     measured_levels = levels(torch)
-    busy = busy_reason(contention.between(before, readers.snapshot()), spreads)
-    spread_text = ", ".join(f"{k} {v:.1%}" for k, v in spreads.items())
-    profile = HardwareProfile(
-        id=f"cpu-{key}",
-        name=f"{fingerprint['cpu']} ({fingerprint['cores']} cores, {fingerprint['threads']} torch threads)",
-        kind="cpu",
-        memory_bandwidth_gbps=bandwidth,
-        peak_tflops=peaks,
-        source=f"measured by pytest-solgate on {socket.gethostname()} in {time.perf_counter() - started:.1f} s; "
-        f"bandwidth from the {best_pattern(per_pattern)} pattern",
-        notes=f"best of {CPU_REPETITIONS} repetitions, spread (max-min)/median: {spread_text}; "
-        + "streaming GB/s: " + ", ".join(f"{k} {v:.1f}" for k, v in per_pattern.items())
-        + f" (best: {best_pattern(per_pattern)})"
-        + "; fingerprint: " + ", ".join(f"{k}={v}" for k, v in sorted(fingerprint.items())),
-        ceilings="measured",
-        measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        busy=busy,
-        caches=tuple(sorted(measured_levels, key=lambda level: level.size_mb)),
-    )
+    busy = busy_reason(contention.between(before, readers.snapshot()), calibrated[3])
+    profile = _measured_cpu_profile(fingerprint, key, calibrated, measured_levels, busy, time.perf_counter() - started)
     if busy:
         # A busy machine's rates are lower bounds: cached, they would be the machine's ceilings
         # for every later session, and an honest kernel in a quiet moment would read above-sol.
@@ -433,6 +440,53 @@ def cpu_profile(
                  "(never above-sol against them). Calibrate on a quiet machine: solgate calibrate")
         return profile
     return _cache(path, profile, announce)
+
+
+def _rechecked(cached: HardwareProfile, path: Path, torch: Torch, calibrate: Callable[[Torch], CpuCalibration] | None,
+               recheck: Callable[[Torch], CpuFigures], levels: Callable[[Torch], tuple[CacheLevel, ...]],
+               announce: Callable[[str], None]) -> HardwareProfile:
+    """The cached profile raised to what the machine does now: by a whole calibration with its cache
+    levels (``calibrate``, for ``solgate calibrate``), else by a session's brief ``recheck``; the
+    raised ceilings cached."""
+    full = calibrate is not None
+    if calibrate is not None:
+        announce(f"solgate: measuring this CPU's ceilings, best of {CPU_REPETITIONS} repetitions; they only rise ({path}) ...")
+    figures = calibrate(torch) if calibrate is not None else recheck(torch)
+    # `solgate calibrate` keeps whatever it measured higher; a session's brief re-check only
+    # what is beyond its own noise, so that a session that changes nothing keeps the ceilings.
+    # A re-check under load only reads lower: it can raise nothing it should not.
+    raised = raise_ceilings(cached, figures[0], figures[2], 0.0 if full else RAISE_MARGIN)
+    if full:
+        raised = with_caches(raised, levels(torch))
+    if raised is not cached:
+        announce(f"solgate: this CPU ran faster than its cached ceilings; raised them ({path})")
+        raised = _cache(path, raised, announce)
+    return raised
+
+
+def _measured_cpu_profile(fingerprint: Fingerprint, key: str, calibrated: CpuCalibration,
+                          levels: Sequence[CacheLevel], busy: str, seconds: float) -> HardwareProfile:
+    """The profile a CPU calibration of ``seconds`` gives: its ceilings, cache levels and where
+    they came from (host, best pattern, spreads, fingerprint)."""
+    bandwidth, per_pattern, peaks, spreads = calibrated
+    spread_text = ", ".join(f"{k} {v:.1%}" for k, v in spreads.items())
+    return HardwareProfile(
+        id=f"cpu-{key}",
+        name=f"{fingerprint['cpu']} ({fingerprint['cores']} cores, {fingerprint['threads']} torch threads)",
+        kind="cpu",
+        memory_bandwidth_gbps=bandwidth,
+        peak_tflops=peaks,
+        source=f"measured by pytest-solgate on {socket.gethostname()} in {seconds:.1f} s; "
+        f"bandwidth from the {best_pattern(per_pattern)} pattern",
+        notes=f"best of {CPU_REPETITIONS} repetitions, spread (max-min)/median: {spread_text}; "
+        + "streaming GB/s: " + ", ".join(f"{k} {v:.1f}" for k, v in per_pattern.items())
+        + f" (best: {best_pattern(per_pattern)})"
+        + "; fingerprint: " + ", ".join(f"{k}={v}" for k, v in sorted(fingerprint.items())),
+        ceilings="measured",
+        measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        busy=busy,
+        caches=tuple(sorted(levels, key=lambda level: level.size_mb)),
+    )
 
 
 @contextlib.contextmanager
@@ -500,12 +554,12 @@ USER_SET = {
 LAST_CPU_FILE = "last-cpu-profile.json"
 
 
-def same_machine(before: dict[str, Any], now: dict[str, Any]) -> bool:
+def same_machine(before: Fingerprint, now: Fingerprint) -> bool:
     """Whether two fingerprints differ at most in what the user sets (USER_SET)."""
     return not any(before.get(k) != now.get(k) for k in now if k not in USER_SET)
 
 
-def id_change(before: dict[str, Any], now: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+def id_change(before: Fingerprint, now: Fingerprint) -> dict[str, tuple[object, object]]:
     """What the user changed between two fingerprints of one machine ({field: (before, now)}):
     empty when nothing did, or when they belong to different machines (another CPU, core count)."""
     if not same_machine(before, now):
@@ -513,14 +567,14 @@ def id_change(before: dict[str, Any], now: dict[str, Any]) -> dict[str, tuple[An
     return {k: (before.get(k), now[k]) for k in USER_SET if k in now and before.get(k) != now[k]}
 
 
-def id_change_message(before_id: str, now_id: str, changed: dict[str, tuple[Any, Any]]) -> str:
+def id_change_message(before_id: str, now_id: str, changed: dict[str, tuple[object, object]]) -> str:
     what = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items())
     keep = "; ".join(USER_SET[k].format(old=old) for k, (old, _) in changed.items())
     return (f"solgate: this CPU's profile id is now {now_id}, was {before_id} ({what}): baselines are kept per "
             f"profile id, so this history starts again under {now_id}. To keep {before_id}: {keep}")
 
 
-def last_session_fingerprint(state_dir: Path) -> dict[str, Any] | None:
+def last_session_fingerprint(state_dir: Path) -> dict[str, object] | None:
     """The CPU fingerprint this project's sessions last ran under, or None (none ran yet, or the
     file is damaged: never an error)."""
     import json
@@ -532,7 +586,7 @@ def last_session_fingerprint(state_dir: Path) -> dict[str, Any] | None:
     return fingerprint if isinstance(fingerprint, dict) else None
 
 
-def say_id_change(state_dir: Path, announce: Callable[[str], None], fingerprint: dict[str, Any] | None = None) -> None:
+def say_id_change(state_dir: Path, announce: Callable[[str], None], fingerprint: Fingerprint | None = None) -> None:
     """Announce a CPU profile id that differs from the one this project's sessions used last on this
     machine for a reason the user controls (torch.set_num_threads in a conftest, a torch upgrade),
     and remember this one in the project's ``state_dir``. Sessions call it, nothing else: what
@@ -580,8 +634,9 @@ def cpu_ids(state_dir: Path) -> CpuIds:
 
     now = cpu_fingerprint(torch)
     before = last_session_fingerprint(state_dir)
-    from_tests = before is not None and same_machine(before, now) and isinstance(before.get("threads"), int)
-    threads = before["threads"] if before is not None and from_tests else now["threads"]
+    tests_threads = before.get("threads") if before is not None and same_machine(before, now) else None
+    from_tests = isinstance(tests_threads, int)
+    threads = tests_threads if isinstance(tests_threads, int) else now["threads"]
     key = fingerprint_key({**now, "threads": threads})
     return CpuIds(
         id=f"cpu-{key}", threads=threads, calibration=_shared_calibration(state_dir, key)[1], from_tests=from_tests,
@@ -663,7 +718,7 @@ GPU_REPETITIONS = 3
 MAX_GPU_SPREAD = 0.10
 
 
-def sampling_timer(backend: Any, settings: SamplingSettings = CALIBRATION_SAMPLING) -> "Timer":
+def sampling_timer(backend: Backend, settings: SamplingSettings = CALIBRATION_SAMPLING) -> "Timer":
     """A calibration's timer: the tests' sampling loop (take_timing) on ``backend`` (the CUDA
     backend on a GPU), with a throttled round taken again."""
     from pytest_solgate.measure import sampling, telemetry
@@ -671,7 +726,7 @@ def sampling_timer(backend: Any, settings: SamplingSettings = CALIBRATION_SAMPLI
     return lambda fn: sampling.take_timing(fn, backend, settings, telemetry.is_throttled)
 
 
-Timer = Callable[[Callable[[], Any]], Any]  # fn -> sampling.Timing of its calls
+Timer = Callable[[Callable[[], object]], sampling.Timing]  # fn -> the Timing of its calls
 
 
 @dataclass(frozen=True)
@@ -684,7 +739,8 @@ class Figure:
     faults: tuple[str, ...] = ()  # "noisy", "throttled (...)": why this figure must not be cached
 
 
-def _pattern_bandwidth(torch: Any, device: Any, pattern: str, size: int, timer: Timer) -> tuple[float, Any]:
+def _pattern_bandwidth(torch: Torch, device: torch_types.device, pattern: str, size: int, timer: Timer
+                       ) -> tuple[float, sampling.Timing]:
     """GB/s (bytes read plus written) of one access pattern over float32 buffers of ``size`` bytes each."""
     src = torch.empty(size // 4, dtype=torch.float32, device=device).uniform_()
     if pattern == "read":  # a read-only reduction: one buffer read, one number written
@@ -706,14 +762,15 @@ BANDWIDTH_PATTERNS = ("copy", "read", "add")
 PATTERN_WORDS = {"copy": "copy", "read": "read-only reduction", "add": "two reads and a write"}
 
 
-def _mm_tflops(torch: Any, device: Any, dtype: Any, size: int, timer: Timer) -> tuple[float, Any]:
+def _mm_tflops(torch: Torch, device: torch_types.device, dtype: torch_types.dtype, size: int, timer: Timer
+               ) -> tuple[float, sampling.Timing]:
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     timing = timer(lambda: torch.mm(a, b))
     return 2 * size**3 / timing.seconds / 1e12, timing
 
 
-def _fp8_tflops(torch: Any, device: Any, size: int, timer: Timer) -> tuple[float, Any]:
+def _fp8_tflops(torch: Torch, device: torch_types.device, size: int, timer: Timer) -> tuple[float, sampling.Timing]:
     a = torch.randn(size, size, device=device).to(torch.float8_e4m3fn)
     b = torch.randn(size, size, device=device).to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm wants
     one = torch.tensor(1.0, device=device)
@@ -742,14 +799,14 @@ def figure_key(figure: str, candidate: str) -> str:
 
 
 def measure_gpu(
-    torch: Any,
-    device: Any,
+    torch: Torch,
+    device: torch_types.device,
     datasheet: HardwareProfile,
     l2_bytes: int | None,
     timer: Timer | None = None,
     matmul_size: int = 8192,
     copy_bytes: int | None = None,
-) -> dict[str, tuple[float, Any]]:
+) -> dict[str, tuple[float, sampling.Timing]]:
     """One pass over one GPU: ``{figure_key(ceiling, candidate): (rate, timing), ...}``, every
     bandwidth pattern (GB/s counting bytes read plus written) and every matmul size per precision
     (TFLOP/s); ``best_candidates`` reduces the passes to one figure per ceiling.
@@ -785,7 +842,7 @@ def measure_gpu(
     return figures
 
 
-def repeated_figures(passes: list[dict[str, tuple[float, Any]]]) -> dict[str, Figure]:
+def repeated_figures(passes: list[dict[str, tuple[float, sampling.Timing]]]) -> dict[str, Figure]:
     """Each figure (each candidate of a ceiling) over the passes: the median rate, its spread, the
     mean SM clock of its samples and why it must not be cached (a noisy or throttled timing in any
     pass, a spread over 10 %)."""
@@ -819,7 +876,7 @@ def best_candidates(figures: dict[str, Figure]) -> dict[str, tuple[str, Figure]]
 
 def gpu_profile(
     datasheet: HardwareProfile,
-    device: Any,
+    device: torch_types.device,
     device_key: str,
     device_name: str,
     l2_bytes: int | None,
@@ -841,10 +898,6 @@ def gpu_profile(
     # twice); a peak kept from the datasheet keeps the datasheet's clock.
     clocks = {k: v for k, v in datasheet.peak_clock_mhz.items() if k in kept}
     clocks.update({k: f.clock_mhz for k, f in figures.items() if f.clock_mhz})
-    spreads = ", ".join(f"{k} {f.spread:.1%}" for k, f in {"bandwidth": bandwidth, **figures}.items())
-    patterns = ", ".join(f"{PATTERN_WORDS.get(key.partition(':')[2], key)} {f.rate:.0f}" for key, f in candidates.items()
-                         if key.startswith("bandwidth:"))
-    sizes = ", ".join(f"{k} {candidate}" for k, (candidate, _) in best.items())
     profile = HardwareProfile(
         # One id per physical GPU: two calibrated GPUs of one box must not collide in the cache.
         id=f"{datasheet.id}-measured-{measured_id_suffix(device_key)}",
@@ -855,12 +908,7 @@ def gpu_profile(
         match=(),
         source=f"measured by solgate calibrate on {socket.gethostname()}, torch {torch.__version__}; "
         f"bandwidth from the {PATTERN_WORDS.get(pattern, pattern)} pattern",
-        notes=f"bandwidth the best of {len(BANDWIDTH_PATTERNS)} access patterns, GB/s counting bytes read plus written: "
-        f"{patterns} (best: {PATTERN_WORDS.get(pattern, pattern)}); compute the best of torch.mm per precision "
-        f"over {len(MATMUL_SIZE_DIVISORS)} cube sizes on random data (best: {sizes}); each figure the median of "
-        f"{repetitions} passes of the plugin's own sampling loop over at least 0.5 s (CUDA backend, L2 flushed); "
-        f"spread (max-min)/median: {spreads}"
-        + (f"; kept from the datasheet: {', '.join(kept)}" if kept else ""),
+        notes=_gpu_notes(candidates, best, pattern, bandwidth, figures, kept, repetitions),
         derived_from=datasheet.id,
         ceilings="measured",
         measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -869,3 +917,19 @@ def gpu_profile(
     )
     faults = [fault for figure in candidates.values() for fault in figure.faults]  # a fault in any candidate
     return profile, faults
+
+
+def _gpu_notes(candidates: dict[str, Figure], best: dict[str, tuple[str, Figure]], pattern: str, bandwidth: Figure,
+               figures: dict[str, Figure], kept: list[str], repetitions: int) -> str:
+    """How a GPU's ceilings were measured: every bandwidth pattern's rate and the best, each
+    precision's best matmul size, the passes, each figure's spread, what was kept from the datasheet."""
+    spreads = ", ".join(f"{k} {f.spread:.1%}" for k, f in {"bandwidth": bandwidth, **figures}.items())
+    patterns = ", ".join(f"{PATTERN_WORDS.get(key.partition(':')[2], key)} {f.rate:.0f}" for key, f in candidates.items()
+                         if key.startswith("bandwidth:"))
+    sizes = ", ".join(f"{k} {candidate}" for k, (candidate, _) in best.items())
+    return (f"bandwidth the best of {len(BANDWIDTH_PATTERNS)} access patterns, GB/s counting bytes read plus written: "
+            f"{patterns} (best: {PATTERN_WORDS.get(pattern, pattern)}); compute the best of torch.mm per precision "
+            f"over {len(MATMUL_SIZE_DIVISORS)} cube sizes on random data (best: {sizes}); each figure the median of "
+            f"{repetitions} passes of the plugin's own sampling loop over at least 0.5 s (CUDA backend, L2 flushed); "
+            f"spread (max-min)/median: {spreads}"
+            + (f"; kept from the datasheet: {', '.join(kept)}" if kept else ""))

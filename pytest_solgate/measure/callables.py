@@ -8,14 +8,14 @@ that returned one (a lambda around such a function) is caught by ``ran_nothing``
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from typing import Callable, Sequence
 
 from pytest_solgate.support.errors import MeasureError
 
 PLAIN_CALLABLE = "pass a callable that runs the work when called"
 
 
-def timeable(fn: Any, test: str) -> tuple[Callable[[], Any], int]:
+def timeable(fn: object, test: str) -> tuple[Callable[[], object], int]:
     """The callable to time for ``sol.measure(fn, ...)``, and over how many buffer sets it rotates
     (0: none). ``fn`` is a zero-argument callable, or a non-empty list or tuple of them (rotating
     inputs). A function whose call only creates a coroutine or a generator is refused before
@@ -26,14 +26,13 @@ def timeable(fn: Any, test: str) -> tuple[Callable[[], Any], int]:
                 f"{test}: sol.measure got an empty {type(fn).__name__} of buffer sets: give one zero-argument "
                 "callable per buffer set, at least one (e.g. [lambda: add(x1, y1, o1), lambda: add(x2, y2, o2)])"
             )
-        for position, call in enumerate(fn):
-            _check_callable(call, test, f"buffer set {position} of the list")
-        return rotating(fn), len(fn)
-    _check_callable(fn, test, "")
-    return fn, 0
+        calls = [_checked(call, test, f"buffer set {position} of the list") for position, call in enumerate(fn)]
+        return rotating(calls), len(fn)
+    return _checked(fn, test, ""), 0
 
 
-def _check_callable(fn: Any, test: str, which: str) -> None:
+def _checked(fn: object, test: str, which: str) -> Callable[[], object]:
+    """``fn``, checked to be a callable whose call runs the work."""
     where = f" ({which})" if which else ""
     if not callable(fn):
         raise MeasureError(
@@ -56,9 +55,10 @@ def _check_callable(fn: Any, test: str, which: str) -> None:
             f"{test}: sol.measure got a generator function{where}; calling it only creates a generator, and none "
             f"of its body runs: {PLAIN_CALLABLE} (e.g. lambda: list(kernel()), or a function that returns)"
         )
+    return fn
 
 
-def _required_arguments(fn: Any) -> str:
+def _required_arguments(fn: Callable[..., object]) -> str:
     """The arguments ``fn`` cannot be called without, e.g. "an argument 'x'"; '' when it can be
     called with none (or its signature cannot be read, as for some builtins: then the call tells)."""
     try:
@@ -74,12 +74,12 @@ def _required_arguments(fn: Any) -> str:
     return f"an argument {names}" if len(required) == 1 else f"{len(required)} arguments ({names})"
 
 
-def _name(fn: Any) -> str:
+def _name(fn: object) -> str:
     name = getattr(fn, "__qualname__", None) or type(fn).__name__
     return "the lambda" if name.endswith("<lambda>") else f"'{name}'"
 
 
-def ran_nothing(result: Any) -> str | None:
+def ran_nothing(result: object) -> str | None:
     """Why the value a timed call returned shows that it ran nothing (a lambda around an async
     or generator function), or None. A coroutine is closed, so Python does not warn it was never awaited."""
     if inspect.isawaitable(result):
@@ -94,13 +94,13 @@ def ran_nothing(result: Any) -> str | None:
     return None
 
 
-def rotating(calls: Any) -> Callable[[], Any]:
+def rotating(calls: Sequence[Callable[[], object]]) -> Callable[[], object]:
     """One callable that calls each of ``calls`` in turn: the kernel on a fresh buffer set each
     time (SOL-ExecBench's rotating inputs), for kernels whose inputs are smaller than the cache."""
     calls = list(calls)
     position = [0]
 
-    def call_next() -> Any:
+    def call_next() -> object:
         __tracebackhide__ = True  # a kernel that raises shows its own traceback, not ours
         index = position[0]
         position[0] = (index + 1) % len(calls)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, ContextManager, Protocol, Sequence, TypeVar
 
 if TYPE_CHECKING:
     from pytest_solgate.measure.kernel_trace import SampleKernels
@@ -93,7 +93,7 @@ class Backend(Protocol[Token, Handle]):
         """The seconds one sample took (what the record's timer reads); reads, records nothing."""
         raise NotImplementedError
 
-    def read_telemetry(self) -> dict[str, Any] | None:
+    def read_telemetry(self) -> dict[str, object] | None:
         return None
 
     def sample_clock_mhz(self, handle: Handle) -> float | None:

@@ -23,6 +23,7 @@ import os
 import signal
 import threading
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any, Callable, Sequence
 
 OFF, BASE, MAX = "off", "base", "max"
@@ -50,14 +51,14 @@ class ClockState:
         return f"locked {self.mode}" + (f" {self.mhz} MHz" if self.mhz else "")
 
 
-def _error_code(exc: BaseException) -> Any:
+def _error_code(exc: BaseException) -> object:
     return getattr(exc, "value", None)
 
 
 class ClockLock:
     """The lock on one device, restored at most once (however many of the exit paths run)."""
 
-    def __init__(self, nvml: Any, handle: Any) -> None:
+    def __init__(self, nvml: Any, handle: Any) -> None:  # pynvml ships no types: its module and handles are Any
         self._nvml = nvml
         self._handle = handle
         self._held = False
@@ -127,7 +128,7 @@ def restore_at_exit(restore: Callable[[], None]) -> None:
         return
     previous = signal.getsignal(signal.SIGTERM)
 
-    def on_term(signum: int, frame: Any) -> None:
+    def on_term(signum: int, frame: FrameType | None) -> None:
         restore()
         signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
         if callable(previous):

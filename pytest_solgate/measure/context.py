@@ -13,9 +13,9 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, ContextManager, Mapping
 
-from pytest_solgate.declare.profiles import HardwareProfile, ProfileOption, detect, known_profiles
+from pytest_solgate.declare.profiles import DriverFacts, HardwareProfile, ProfileOption, detect, known_profiles
 from pytest_solgate.measure import backends, calibrate, clocks, devices, environment, locking, ncu_child
 from pytest_solgate.measure.capabilities import Backend
 from pytest_solgate.measure.platform import Platform
@@ -40,7 +40,7 @@ class Context:
     cpu_fallback: backends.CpuBackend | None = None
     platform: Platform = Platform()  # the devices it runs on: this machine's, or a stand-in's
 
-    def scope(self) -> Any:
+    def scope(self) -> ContextManager[object]:
         """The device's scope around a measurement (nothing on the CPU)."""
         return self.platform.device_scope(self.device)
 
@@ -64,44 +64,17 @@ def resolve(settings: Settings, profile_option: ProfileOption, cache_dir: Path,
             announce: Callable[[str], None], platform: Platform = Platform()) -> tuple[Context, clocks.ClockLock | None]:
     """The session's context on ``platform``'s devices, and the clock lock to restore when the
     session ends (or None)."""
-    explicit = profile_option.profile
     choice = platform.choose_device(settings.device, worker_index(), worker_count())
     facts = platform.device_facts(choice)
     name = platform.device_name(choice)
-    warnings: list[str] = []
-    ceilings = settings.ceilings
+    device_uuid: str | None = None
     if choice.kind == "cpu":
-        warnings += gpu_only_options(settings)
-        if explicit is not None:
-            profile = explicit
-            if profile.kind == "gpu":
-                warnings.append(
-                    f"--sol-profile={profile.id} is a GPU profile but measurements run on the CPU: CPU work is "
-                    f"scored against {profile.id}'s ceilings; pass --sol-device=cuda, or drop --sol-profile"
-                )
-        else:
-            if ceilings == "datasheet":
-                raise OptionError(
-                    "--sol-ceilings=datasheet on a CPU: CPUs have only measured ceilings; "
-                    "drop the option or pass --sol-profile"
-                )
-            # Under the device lock: a calibration must not run beside another measurement,
-            # and a second worker waiting here then finds the cached profile.
-            with locking.device_lock("cpu"):
-                calibrate.say_id_change(cache_dir, announce)  # against this project's last session, in its .solgate
-                profile = platform.cpu_profile(cache_dir, announce, readers=platform.contention)
-        lock_key, device_uuid = "cpu", None
+        profile, warnings = _cpu_profile(settings, profile_option.profile, cache_dir, announce, platform)
+        lock_key = "cpu"
     else:
         device_uuid = platform.device_key(choice.cuda_index)  # survives CUDA_VISIBLE_DEVICES renumbering
-        if explicit is not None:
-            profile = explicit
-        else:
-            match = detect(name, facts, known_profiles(cache_dir, profile_option.folders))
-            profile = match.profile
-            if match.warning:
-                warnings.append(match.warning)
-        if ceilings == "measured" and profile.ceilings != "measured":
-            profile = measured_gpu_profile(cache_dir, profile, choice, device_uuid, name, facts, announce)
+        profile, warnings = _gpu_profile(settings.ceilings, profile_option, choice, device_uuid, name, facts,
+                                         cache_dir, announce)
         lock_key = f"cuda-{device_uuid}"
         # The whole process (this xdist worker) works on its GPU: Triton launches and tensors
         # created outside sol.measure then go to cuda:N too, not to cuda:0.
@@ -111,17 +84,8 @@ def resolve(settings: Settings, profile_option: ProfileOption, cache_dir: Path,
     described = environment.describe(name, device_uuid, choice.kind == "cuda")
     clock_lock = None
     if choice.kind == "cuda":
-        # An --sol-ncu child leaves the clocks to its parent: its restore would undo the parent's lock.
-        if ncu_child.is_child():
-            clock_state = clocks.ClockState(clocks.OFF)
-        else:
-            clock_state, clock_lock = lock_clocks(settings.lock_clocks, backend, platform.restore_at_exit)
-            if clock_state.locked:  # a locked clock is not throttling: it is judged against the lock
-                backend.clocks_locked = True
-                backend.peak_clock_mhz = clock_state.mhz or backend.peak_clock_mhz
-        if clock_state.refused:
-            warnings.append(clocks.refused_message(clock_state))
-        described[clocks.ENVIRONMENT_KEY] = clock_state.environment_value
+        clock_lock, refused = _session_clocks(settings.lock_clocks, backend, platform, described)
+        warnings += refused
     fallback = None if backend.gated else backends.cpu_backend()
     context = Context(
         device=choice, device_name=name, profile=profile, ceilings=profile.ceilings, backend=backend,
@@ -132,13 +96,71 @@ def resolve(settings: Settings, profile_option: ProfileOption, cache_dir: Path,
     return context, clock_lock
 
 
+def _cpu_profile(settings: Settings, explicit: HardwareProfile | None, cache_dir: Path,
+                 announce: Callable[[str], None], platform: Platform) -> tuple[HardwareProfile, list[str]]:
+    """The CPU's profile and the warnings about it: the one given, else this CPU's measured one
+    (calibrated once and cached); a CPU has no datasheet ceilings."""
+    warnings = gpu_only_options(settings)
+    if explicit is not None:
+        if explicit.kind == "gpu":
+            warnings.append(
+                f"--sol-profile={explicit.id} is a GPU profile but measurements run on the CPU: CPU work is "
+                f"scored against {explicit.id}'s ceilings; pass --sol-device=cuda, or drop --sol-profile"
+            )
+        return explicit, warnings
+    if settings.ceilings == "datasheet":
+        raise OptionError(
+            "--sol-ceilings=datasheet on a CPU: CPUs have only measured ceilings; "
+            "drop the option or pass --sol-profile"
+        )
+    # Under the device lock: a calibration must not run beside another measurement,
+    # and a second worker waiting here then finds the cached profile.
+    with locking.device_lock("cpu"):
+        calibrate.say_id_change(cache_dir, announce)  # against this project's last session, in its .solgate
+        return platform.cpu_profile(cache_dir, announce, readers=platform.contention), warnings
+
+
+def _gpu_profile(ceilings: str | None, profile_option: ProfileOption, choice: devices.DeviceChoice, device_uuid: str,
+                 name: str, facts: DriverFacts, cache_dir: Path,
+                 announce: Callable[[str], None]) -> tuple[HardwareProfile, list[str]]:
+    """The GPU's profile and the warnings about it: the one given, else the one its name and
+    facts match; measured ceilings (``--sol-ceilings=measured``) calibrated over it."""
+    warnings = []
+    profile = profile_option.profile
+    if profile is None:
+        match = detect(name, facts, known_profiles(cache_dir, profile_option.folders))
+        profile = match.profile
+        if match.warning:
+            warnings.append(match.warning)
+    if ceilings == "measured" and profile.ceilings != "measured":
+        profile = measured_gpu_profile(cache_dir, profile, choice, device_uuid, name, facts, announce)
+    return profile, warnings
+
+
+def _session_clocks(mode: str, backend: Backend, platform: Platform,
+                    described: dict[str, str]) -> tuple[clocks.ClockLock | None, list[str]]:
+    """``--sol-lock-clocks`` on the session's GPU: the lock to restore (or None) and a refusal's
+    warning; the clocks' state recorded in ``described``. An --sol-ncu child leaves the clocks to
+    its parent: its restore would undo the parent's lock."""
+    clock_lock = None
+    if ncu_child.is_child():
+        clock_state = clocks.ClockState(clocks.OFF)
+    else:
+        clock_state, clock_lock = lock_clocks(mode, backend, platform.restore_at_exit)
+        if clock_state.locked:  # a locked clock is not throttling: it is judged against the lock
+            backend.clocks_locked = True
+            backend.peak_clock_mhz = clock_state.mhz or backend.peak_clock_mhz
+    described[clocks.ENVIRONMENT_KEY] = clock_state.environment_value
+    return clock_lock, [clocks.refused_message(clock_state)] if clock_state.refused else []
+
+
 def lock_clocks(mode: str, backend: Backend, on_exit: Callable[[Callable[[], None]], None] = clocks.restore_at_exit
                 ) -> tuple[clocks.ClockState, clocks.ClockLock | None]:
     """--sol-lock-clocks on the backend's device, through the NVML handle its telemetry uses; the
     lock's restore registered with ``on_exit``."""
     reader = backend.reader
 
-    def handle() -> tuple[Any, Any]:
+    def handle() -> tuple[Any, Any]:  # pynvml and its device handle: pynvml has no types
         if reader is None:
             raise MeasureError(backend.telemetry_note or "no NVML reader")
         return reader.nvml_handle()
@@ -146,9 +168,10 @@ def lock_clocks(mode: str, backend: Backend, on_exit: Callable[[Callable[[], Non
     return clocks.lock_for_session(mode, handle, on_exit)
 
 
-def measured_gpu_profile(cache_dir: Path, datasheet: HardwareProfile, choice: Any, key: str, name: str, facts: dict,
-                         announce: Callable[[str], None], calibrating: Callable[..., Any] = calibrate.calibrate_gpu,
-                         lock: Callable[[str], Any] = locking.device_lock) -> HardwareProfile:
+def measured_gpu_profile(cache_dir: Path, datasheet: HardwareProfile, choice: devices.DeviceChoice, key: str, name: str,
+                         facts: DriverFacts, announce: Callable[[str], None],
+                         calibrating: Callable[..., tuple[HardwareProfile, Path | None]] = calibrate.calibrate_gpu,
+                         lock: Callable[[str], ContextManager[object]] = locking.device_lock) -> HardwareProfile:
     """The GPU's measured profile: the cached one, else calibrated once under the device's lock
     (``calibrating`` and ``lock`` passed in by tests)."""
     path = calibrate.gpu_measured_path(cache_dir, datasheet.id, key)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_solgate.declare.profiles import DriverFacts
 from pytest_solgate.measure import telemetry
 from pytest_solgate.support.errors import OptionError
 from pytest_solgate.support.settings import parse_device
@@ -89,7 +90,7 @@ def device_name(choice: DeviceChoice) -> str:
     return telemetry.nvml_device_name(choice.index or 0, uuid) or torch.cuda.get_device_name(choice.index)
 
 
-def device_facts(choice: DeviceChoice) -> dict[str, Any]:
+def device_facts(choice: DeviceChoice) -> DriverFacts:
     """SM count, L2 size and arch as torch reads them off the device."""
     if choice.kind != "cuda":
         return {}

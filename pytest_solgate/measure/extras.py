@@ -36,7 +36,7 @@ class Taken:
 
     test: str
     name: str
-    fn: Callable[[], Any]
+    fn: Callable[[], object]
     context: Context
     timing: Timing
     waited_for: str  # who held the device's lock just before this attempt took it ('' when nobody)

@@ -32,9 +32,13 @@ from __future__ import annotations
 import bisect
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 from pytest_solgate.support import stats
+
+if TYPE_CHECKING:  # torch is imported where a session records
+    from torch._C._autograd import _KinetoEvent
 
 SAMPLE = "solgate-sample-"
 HOLD = "solgate-hold-"  # the hold before a sample: the timed region starts when it ends
@@ -70,7 +74,7 @@ class SampleKernels:
     hidden: str = ""  # why part of the sample's work ran outside the timed stream's view ('' if none)
 
 
-def from_kineto(events: Iterable[Any]) -> list[TraceEvent]:
+def from_kineto(events: Iterable[_KinetoEvent]) -> list[TraceEvent]:
     """torch.profiler's kineto events (``prof.profiler.kineto_results.events()``) as TraceEvents."""
     found = []
     for event in events:
@@ -81,8 +85,8 @@ def from_kineto(events: Iterable[Any]) -> list[TraceEvent]:
     return found
 
 
-def from_dicts(rows: Iterable[dict[str, Any]]) -> list[TraceEvent]:
-    """TraceEvents from their fields (a recorded trace under tests/data/)."""
+def from_dicts(rows: Iterable[Mapping[str, Any]]) -> list[TraceEvent]:
+    """TraceEvents from their fields (a recorded trace under tests/data/: JSON, its values converted here)."""
     return [TraceEvent(str(r["name"]), bool(r["on_device"]), int(r["start_ns"]), int(r["end_ns"]),
                        int(r["correlation"]), int(r["resource"])) for r in rows]
 
@@ -166,13 +170,13 @@ def _hidden(work: list[TraceEvent], start_ns: int | None, end_ns: int | None) ->
 
 
 @contextlib.contextmanager
-def marked(torch: Any, prefix: str, sample: int) -> Iterator[None]:
+def marked(torch: ModuleType, prefix: str, sample: int) -> Iterator[None]:
     """A host range that the profiler records, naming one sample's launches (or its done-marker)."""
     with torch.profiler.record_function(f"{prefix}{sample}"):
         yield
 
 
-def available(torch: Any) -> bool:
+def available(torch: ModuleType) -> bool:
     """Whether torch.profiler can record CUDA activities here (CUPTI through kineto)."""
     profiler = getattr(torch, "profiler", None)
     if profiler is None:
@@ -186,7 +190,7 @@ def available(torch: Any) -> bool:
 class Session:
     """One profiler session over a sampling phase's rounds; ``events()`` after it closed."""
 
-    def __init__(self, torch: Any) -> None:
+    def __init__(self, torch: ModuleType) -> None:
         activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
         self._profile = torch.profiler.profile(activities=activities)
         self._events: list[TraceEvent] | None = None
@@ -195,7 +199,7 @@ class Session:
         self._profile.__enter__()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._profile.__exit__(*exc)
         self._events = from_kineto(self._profile.profiler.kineto_results.events())
 

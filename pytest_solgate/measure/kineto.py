@@ -41,12 +41,17 @@ import math
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
+from pytest_solgate.declare.profiles import DriverFacts
 from pytest_solgate.measure import kernel_trace, step_profile
 from pytest_solgate.measure.step_profile import OperatorWork, RunReading, StepProfile, add_work, operator_name
 from pytest_solgate.support import stats
 from pytest_solgate.support.errors import MeasureError
+
+if TYPE_CHECKING:  # a recorded trace is read without torch
+    import torch.profiler
+    from torch._ops import OpOverload, OpOverloadPacket
 
 STEP_PREFIX = "ProfilerStep#"
 MODULE_PREFIX = "nn.Module: "  # torch.profiler's with_modules ranges
@@ -63,19 +68,22 @@ _REDUCTIONS = {"sum", "mean", "amax", "amin", "max", "min", "norm", "argmax", "a
                "all", "linalg_vector_norm", "logsumexp", "nansum", "count_nonzero"}
 _MATMULS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear"}
 
+Event = Mapping[str, object]  # one JSON object of the trace, its fields unchecked until read
+Thread = tuple[str | int | None, str | int | None]  # (pid, tid), as the trace names them
+
 
 @dataclass(frozen=True)
 class HostRange:
     """A host range: an operator, an annotation, a Python function (times in us)."""
 
     name: str
-    thread: tuple[Any, Any]  # (pid, tid)
+    thread: Thread
     start: float
     end: float
     duration: float  # as recorded: end - start loses digits at epoch-sized timestamps
-    dims: tuple[Any, ...] = ()  # ``Input Dims``, one entry per argument ([] for a non-tensor)
+    dims: tuple[object, ...] = ()  # ``Input Dims``, one entry per argument ([] for a non-tensor)
     types: tuple[str, ...] = ()  # ``Input type``
-    strides: tuple[Any, ...] = ()  # ``Input Strides``, where recorded
+    strides: tuple[object, ...] = ()  # ``Input Strides``, where recorded
     sequence: int | None = None  # autograd's ``Sequence number``: a backward node carries its forward op's
 
 
@@ -84,7 +92,7 @@ class Launch:
     """A runtime or driver call on the host that may have queued device work."""
 
     name: str
-    thread: tuple[Any, Any]
+    thread: Thread
     start: float
     correlation: int
     duration: float = 0.0
@@ -115,7 +123,7 @@ class Trace:
     rank: int | None = None
     device_name: str = ""
     shapes: bool = False  # whether operators carry their inputs' shapes (record_shapes=True)
-    device_facts: Mapping[str, Any] = field(default_factory=dict)  # sm_count, arch: what the profile match checks
+    device_facts: DriverFacts = field(default_factory=lambda: DriverFacts())  # sm_count, arch: what the profile match checks
 
 
 # --- reading the file -------------------------------------------------------------------------------
@@ -146,12 +154,12 @@ SCHEDULE_HINT = ("a torch.profiler.profile(schedule=...) session hands each acti
 class _Fault(Exception):
     """A field of one event that cannot be read: which, what it holds, what it should hold."""
 
-    def __init__(self, field: str, value: Any, wanted: str) -> None:
+    def __init__(self, field: str, value: object, wanted: str) -> None:
         super().__init__(field)
         self.field, self.value, self.wanted = field, value, wanted
 
 
-def _number(holder: dict, key: str, wanted: str = "a finite number", default: Any = None, at_least: float | None = None,
+def _number(holder: Event, key: str, wanted: str = "a finite number", default: object = None, at_least: float | None = None,
             where: str = "") -> float:
     """``holder[key]`` as a finite float (a number, or a string of one), else a _Fault naming it."""
     value = holder.get(key, default)
@@ -167,14 +175,14 @@ def _number(holder: dict, key: str, wanted: str = "a finite number", default: An
     return float(number)
 
 
-def _whole(holder: dict, key: str, default: Any = None, where: str = "args.") -> int:
+def _whole(holder: Event, key: str, default: object = None, where: str = "args.") -> int:
     number = _number(holder, key, "a whole number", default, where=where)
     if number != int(number):
         raise _Fault(where + key, holder.get(key), "a whole number")
     return int(number)
 
 
-def _list(args: dict, key: str) -> tuple[Any, ...]:
+def _list(args: Event, key: str) -> tuple[object, ...]:
     value = args.get(key)
     if value is None:
         return ()
@@ -183,21 +191,25 @@ def _list(args: dict, key: str) -> tuple[Any, ...]:
     return tuple(value)
 
 
-def _thread(event: dict) -> tuple[Any, Any]:
-    for key in ("pid", "tid"):
-        if not isinstance(event.get(key), (str, int, type(None))) or isinstance(event.get(key), bool):
-            raise _Fault(key, event.get(key), "a number or a string")
-    return event.get("pid"), event.get("tid")
+def _thread(event: Event) -> Thread:
+    return _thread_id(event, "pid"), _thread_id(event, "tid")
 
 
-def _category(event: dict) -> Any:
+def _thread_id(event: Event, key: str) -> str | int | None:
+    value = event.get(key)
+    if isinstance(value, bool) or not (value is None or isinstance(value, (str, int))):
+        raise _Fault(key, value, "a number or a string")
+    return value
+
+
+def _category(event: Event) -> object:
     category = event.get("cat")
     if category == "async" and event.get("name") != "launch":
         return category  # torch 1.9's launch arrows are "async" "launch"; other async events are no launch's
     return OLDER_CATEGORIES.get(category, category) if isinstance(category, str) else category
 
 
-def _legacy(events: list) -> bool:
+def _legacy(events: list[Event]) -> bool:
     """Whether the events are the autograd profiler's own export (torch 1.7 and earlier:
     ``torch.autograd.profiler.profile().export_chrome_trace``): no categories, no correlation ids."""
     timed = [e for e in events if e.get("ph") == "X"]
@@ -205,7 +217,7 @@ def _legacy(events: list) -> bool:
         e.get("pid") in ("CPU functions", "CUDA functions") for e in timed)
 
 
-def read(data: Any, path: str = "trace") -> Trace:
+def read(data: object, path: str = "trace") -> Trace:
     """A Trace from a trace's parsed JSON: an object with ``traceEvents`` (or a bare event list).
     Each event that cannot be read is one line naming its index, its name and the field."""
     events = data.get("traceEvents") if isinstance(data, dict) else data
@@ -223,7 +235,7 @@ def read(data: Any, path: str = "trace") -> Trace:
     ranges: list[HostRange] = []
     launches: list[Launch] = []
     activities: list[Activity] = []
-    flows: dict[Any, Any] = {}
+    flows: dict[int, tuple[Thread, float]] = {}
     for index, event in enumerate(events):
         try:
             _read_event(event, ranges, launches, activities, flows)
@@ -248,7 +260,8 @@ def read(data: Any, path: str = "trace") -> Trace:
                  shapes=any(r.dims for r in ranges), device_facts=_device_facts(data, activities))
 
 
-def _read_event(event: dict, ranges: list, launches: list, activities: list, flows: dict) -> None:
+def _read_event(event: Event, ranges: list[HostRange], launches: list[Launch], activities: list[Activity],
+                flows: dict[int, tuple[Thread, float]]) -> None:
     """One event into the list it belongs to (the rest are left alone); a _Fault where a field it
     needs cannot be read."""
     category = _category(event)
@@ -256,8 +269,9 @@ def _read_event(event: dict, ranges: list, launches: list, activities: list, flo
         flows[_whole(event, "id", where="")] = (_thread(event), _number(event, "ts"))
     if event.get("ph") != "X" or category not in (*HOST_CATEGORIES, *LAUNCH_CATEGORIES, *DEVICE_CATEGORIES):
         return
-    if not isinstance(event.get("name"), str):
-        raise _Fault("name", event.get("name"), "a string")
+    name = event.get("name")
+    if not isinstance(name, str):
+        raise _Fault("name", name, "a string")
     args = event.get("args")
     args = {} if args is None else args
     if not isinstance(args, dict):
@@ -268,19 +282,19 @@ def _read_event(event: dict, ranges: list, launches: list, activities: list, flo
     end = start + duration
     if category in HOST_CATEGORIES:
         sequence = _whole(args, "Sequence number") if args.get("Sequence number") is not None else None
-        ranges.append(HostRange(event["name"], thread, start, end, duration, _list(args, "Input Dims"),
+        ranges.append(HostRange(name, thread, start, end, duration, _list(args, "Input Dims"),
                                 tuple(str(t) for t in _list(args, "Input type")), _list(args, "Input Strides"),
                                 sequence))
     elif category in LAUNCH_CATEGORIES and "correlation" in args:
-        launches.append(Launch(event["name"], thread, start, _whole(args, "correlation"), duration))
+        launches.append(Launch(name, thread, start, _whole(args, "correlation"), duration))
     elif category in DEVICE_CATEGORIES and "correlation" in args:
         device = _whole(args, "device", event.get("pid") if isinstance(event.get("pid"), int) else 0)
         stream = _whole(args, "stream", event.get("tid") if isinstance(event.get("tid"), int) else 0)
-        activities.append(Activity(event["name"], category, device, stream, start, end, duration,
+        activities.append(Activity(name, category, device, stream, start, end, duration,
                                    _whole(args, "correlation")))
 
 
-def _device_entry(data: Any, activities: Sequence[Activity]) -> dict:
+def _device_entry(data: object, activities: Sequence[Activity]) -> Event:
     """The ``deviceProperties`` entry of the device the activities ran on (the first one), or {}."""
     properties = data.get("deviceProperties") if isinstance(data, dict) else None
     if not isinstance(properties, list):
@@ -290,11 +304,11 @@ def _device_entry(data: Any, activities: Sequence[Activity]) -> dict:
                 {})
 
 
-def _device_name(data: Any, activities: Sequence[Activity]) -> str:
+def _device_name(data: object, activities: Sequence[Activity]) -> str:
     return str(_device_entry(data, activities).get("name") or "")
 
 
-def _device_facts(data: Any, activities: Sequence[Activity]) -> dict[str, Any]:
+def _device_facts(data: object, activities: Sequence[Activity]) -> DriverFacts:
     """What the trace says of its device beyond the name: its SM count, its architecture (AMD)."""
     entry = _device_entry(data, activities)
     sms = entry.get("numSms")
@@ -335,9 +349,9 @@ class _Trees:
     """Every thread's tree, and per thread its ranges by start for finding what holds a time."""
 
     nodes: list[_Node]
-    by_thread: dict[tuple[Any, Any], tuple[list[float], list[_Node]]]
+    by_thread: dict[Thread, tuple[list[float], list[_Node]]]
 
-    def innermost(self, thread: tuple[Any, Any], at: float) -> _Node | None:
+    def innermost(self, thread: Thread, at: float) -> _Node | None:
         """The innermost range on ``thread`` that holds time ``at``."""
         starts, nodes = self.by_thread.get(thread, ([], []))
         index = bisect.bisect_right(starts, at) - 1
@@ -349,7 +363,7 @@ class _Trees:
 
 def _trees(ranges: Sequence[HostRange], module_prefix: str) -> _Trees:
     nodes, by_thread = [], {}
-    threads: dict[tuple[Any, Any], list[HostRange]] = {}
+    threads: dict[Thread, list[HostRange]] = {}
     for r in ranges:
         threads.setdefault(r.thread, []).append(r)
     for thread, events in threads.items():
@@ -392,7 +406,7 @@ def _base(name: str) -> str:
     return name.split("::")[-1].split(".")[0]
 
 
-def _aten(name: str) -> Any:
+def _aten(name: str) -> OpOverloadPacket | None:
     """torch's overload packet for an ``aten::`` name, or None (another namespace, no torch)."""
     if not name.startswith("aten::"):
         return None
@@ -407,7 +421,7 @@ def _element_bytes(types: Sequence[str]) -> int:
     return next((ELEMENT_BYTES[t] for t in types if t in ELEMENT_BYTES), 4)
 
 
-def _elements(dims: Any, strides: Any) -> int:
+def _elements(dims: list[int], strides: object) -> int:
     """A tensor's stored elements: its storage extent where strides say it is expanded."""
     if any(d == 0 for d in dims):
         return 0
@@ -460,8 +474,10 @@ def range_flops(r: HostRange) -> tuple[str, float] | None:
     if packet is None or not r.dims:
         return None
 
+    found: OpOverloadPacket = packet
+
     class Call:  # what flop_formula reads of an aten call
-        overloadpacket = packet
+        overloadpacket = found
 
     formula = step_profile.flop_formula(Call)
     if formula is None:
@@ -494,7 +510,7 @@ def _flops_below(node: _Node) -> list[tuple[str, float]]:
 
 
 @functools.lru_cache(maxsize=None)
-def _overload(name: str) -> Any:
+def _overload(name: str) -> OpOverload | None:
     """The first overload torch resolves of an aten op (``default`` where there is one), or None."""
     packet = _aten(name)
     if packet is None:
@@ -590,81 +606,31 @@ class _ByStart:
                 if id(a) not in own and a.end > start]
 
 
+OperatorKey = tuple[str, str]  # (operator, module): a row of the step table
+_Placed = list[tuple[OperatorKey, Activity]]  # a step's device activities, each with its operator
+
+
 def profile_trace(trace: Trace, step_prefix: str = STEP_PREFIX, module_prefix: str = MODULE_PREFIX) -> StepProfile:
     """The trace as ``measure_step`` would have profiled it: one run per step range (named
     ``step_prefix...``; measure_step's own are ``solgate:step``), modules from the ranges named
     ``module_prefix<name>`` (measure_step's: ``solgate:module:``)."""
     trees = _trees(trace.ranges, module_prefix)
     steps, note = _steps(trace, step_prefix)
-    whole = bool(note)
     notes = [note] if note else []
-    on_device = bool(trace.activities)
-    launches = {launch.correlation: launch for launch in trace.launches}
-    at = [(launch, trees.innermost(launch.thread, launch.start)) for launch in launches.values()]
-    placed = {launch.correlation: node for launch, node in at}
-    orphans = 0
-    per_step: list[list[tuple[tuple[str, str], Activity]]] = [[] for _ in steps]
-    starts = [start for start, _ in steps]
-    for activity in trace.activities:
-        launch = launches.get(activity.correlation)
-        if launch is None:
-            orphans += 1
-            continue
-        index = _step_of(launch, steps, starts, whole)
-        if index is None:
-            continue  # launched outside every step: carried into the steps it runs in
-        node = placed[activity.correlation]
-        if node is not None and node.top is not None:
-            key = _key(node)
-        else:  # no operator around the launch: it is the launch's own, in the range around it
-            key = (launch.name, node.event.name if node is not None and not node.event.name.startswith(step_prefix) else "")
-        per_step[index].append((key, activity))
+    per_step, orphans = _activities_by_step(trace, trees, steps, bool(note), step_prefix)
     if orphans:
         notes.append(f"{orphans} device activities have no launch in the trace (no runtime event or ac2g flow with "
                      "their correlation id; launched before the trace began): no operator's, carried in where they run "
                      "inside a step")
-
+    on_device = bool(trace.activities)
     tops = [n for n in trees.nodes if n.top is n]
-    by_start = _ByStart.of(trace.activities)
+    by_start = _ByStart.of(trace.activities) if on_device else None
     runs = []
-    work: dict[tuple[str, str], OperatorWork] = {}
+    work: dict[OperatorKey, OperatorWork] = {}
     for index, (start, end) in enumerate(steps):
         inside = [n for n in tops if start <= n.event.start < end]
-        calls: dict[tuple[str, str], int] = {}
-        times: dict[tuple[str, str], float] = {}
-        for node in inside:
-            key = _key(node)
-            calls[key] = calls.get(key, 0) + 1
-            times.setdefault(key, 0.0)
-            for precision, count in _flops_below(node):
-                work[key] = add_work(work.get(key, OperatorWork()), OperatorWork(flops={precision: count}))
-        carried: list[tuple[float, float]] = []
-        if on_device:
-            own: dict[tuple[str, str], int] = {}
-            intervals = [(a.start, a.end) for _, a in per_step[index]]
-            for key, activity in per_step[index]:
-                times[key] = times.get(key, 0.0) + activity.duration * 1e-6
-            for key, _ in {(key, a.correlation) for key, a in per_step[index] if key not in calls}:
-                own[key] = own.get(key, 0) + 1  # a launch of its own (no operator): a call per launch
-            calls.update(own)
-            end = max([end] + [stop for _, stop in intervals])
-            start = min([start] + [begin for begin, _ in intervals])
-            carried = by_start.carried_in({id(a) for _, a in per_step[index]}, start, end)
-        else:
-            intervals = [(n.event.start, n.event.end) for n in inside]
-            for node in inside:
-                times[_key(node)] += node.event.duration * 1e-6
-        covered = stats.covered_length(intervals + carried) * 1e-6
-        seconds = (end - start) * 1e-6
-        carried_in = sum(stop - begin for begin, stop in carried) * 1e-6
-        overlap = sum(times.values()) + carried_in - covered
-        runs.append(RunReading(seconds=seconds, operators=times, calls=calls, idle=max(seconds - covered, 0.0),
-                               overlap=overlap if overlap >= 1e-9 else 0.0, carried_in=carried_in))
-        for top in inside:
-            nbytes = sum(range_bytes(node.event) for node in _counted_calls(top))
-            if nbytes:
-                key = _key(top)
-                work[key] = add_work(work.get(key, OperatorWork()), OperatorWork(bytes=nbytes))
+        runs.append(_step_reading(start, end, inside, per_step[index], by_start))
+        _add_step_work(work, inside)
     empty = [i for i, run in enumerate(runs) if not run.calls]
     if empty and len(empty) < len(runs):  # a step the profiler stopped in, or one that ran nothing
         notes.append(f"{len(empty)} of the {len(runs)} steps ran no operator (the last one the profiler stopped in, "
@@ -680,7 +646,82 @@ def profile_trace(trace: Trace, step_prefix: str = STEP_PREFIX, module_prefix: s
                        started_at=0.0, finished_at=0.0, notes=tuple(notes))
 
 
-def profiler_runs(profiler: Any, step_prefix: str = step_profile.STEP_RANGE,
+def _activities_by_step(trace: Trace, trees: _Trees, steps: list[tuple[float, float]], whole: bool,
+                        step_prefix: str) -> tuple[list[_Placed], int]:
+    """Each step's device activities with the operator whose launch made them (found by correlation
+    id), and how many activities have no launch in the trace. A launch outside every operator is
+    its own row, under the range around it; one outside every step is carried into where it runs."""
+    launches = {launch.correlation: launch for launch in trace.launches}
+    placed = {launch.correlation: trees.innermost(launch.thread, launch.start) for launch in launches.values()}
+    orphans = 0
+    per_step: list[_Placed] = [[] for _ in steps]
+    starts = [start for start, _ in steps]
+    for activity in trace.activities:
+        launch = launches.get(activity.correlation)
+        if launch is None:
+            orphans += 1
+            continue
+        index = _step_of(launch, steps, starts, whole)
+        if index is None:
+            continue  # launched outside every step: carried into the steps it runs in
+        node = placed[activity.correlation]
+        if node is not None and node.top is not None:
+            key = _key(node)
+        else:  # no operator around the launch: it is the launch's own, in the range around it
+            key = (launch.name, node.event.name if node is not None and not node.event.name.startswith(step_prefix) else "")
+        per_step[index].append((key, activity))
+    return per_step, orphans
+
+
+def _step_reading(start: float, end: float, inside: list[_Node], activities: _Placed,
+                  by_start: _ByStart | None) -> RunReading:
+    """One step's run: each operator's calls and seconds, and the step's idle, overlapped and
+    carried-in time. On a device (``by_start``) an operator's time is its kernels', the step spans
+    its kernels too, and a launch with no operator is a call per launch; on a CPU, its ranges'."""
+    calls: dict[OperatorKey, int] = {}
+    times: dict[OperatorKey, float] = {}
+    for node in inside:
+        key = _key(node)
+        calls[key] = calls.get(key, 0) + 1
+        times.setdefault(key, 0.0)
+    carried: list[tuple[float, float]] = []
+    if by_start is not None:
+        own: dict[OperatorKey, int] = {}
+        intervals = [(a.start, a.end) for _, a in activities]
+        for key, activity in activities:
+            times[key] = times.get(key, 0.0) + activity.duration * 1e-6
+        for key, _ in {(key, a.correlation) for key, a in activities if key not in calls}:
+            own[key] = own.get(key, 0) + 1  # a launch of its own (no operator): a call per launch
+        calls.update(own)
+        end = max([end] + [stop for _, stop in intervals])
+        start = min([start] + [begin for begin, _ in intervals])
+        carried = by_start.carried_in({id(a) for _, a in activities}, start, end)
+    else:
+        intervals = [(n.event.start, n.event.end) for n in inside]
+        for node in inside:
+            times[_key(node)] += node.event.duration * 1e-6
+    covered = stats.covered_length(intervals + carried) * 1e-6
+    seconds = (end - start) * 1e-6
+    carried_in = sum(stop - begin for begin, stop in carried) * 1e-6
+    overlap = sum(times.values()) + carried_in - covered
+    return RunReading(seconds=seconds, operators=times, calls=calls, idle=max(seconds - covered, 0.0),
+                      overlap=overlap if overlap >= 1e-9 else 0.0, carried_in=carried_in)
+
+
+def _add_step_work(work: dict[OperatorKey, OperatorWork], inside: list[_Node]) -> None:
+    """A step's FLOPs (of every range below its operators) and bytes (of the calls that count)."""
+    for node in inside:
+        for precision, count in _flops_below(node):
+            key = _key(node)
+            work[key] = add_work(work.get(key, OperatorWork()), OperatorWork(flops={precision: count}))
+    for top in inside:
+        nbytes = sum(range_bytes(node.event) for node in _counted_calls(top))
+        if nbytes:
+            key = _key(top)
+            work[key] = add_work(work.get(key, OperatorWork()), OperatorWork(bytes=nbytes))
+
+
+def profiler_runs(profiler: torch.profiler.profile, step_prefix: str = step_profile.STEP_RANGE,
                   module_prefix: str = step_profile.MODULE_RANGE) -> list[RunReading]:
     """The runs of a live ``torch.profiler`` session (``measure_step``'s blocks on a GPU), read as a
     recorded trace is: exported through kineto and read by ``profile_trace``, so that each
@@ -692,7 +733,7 @@ def profiler_runs(profiler: Any, step_prefix: str = step_profile.STEP_RANGE,
         return list(profile_trace(load(path), step_prefix, module_prefix).runs)
 
 
-def block_reader(device: str) -> Any:
+def block_reader(device: str) -> step_profile.BlockReader | None:
     """What reads a block of ``measure_step``'s runs from its profiler session: on a GPU this
     trace reader (``profiler_runs``: kernels by correlation id, the device's timestamps; tested on
     real GPUs' traces); on a CPU the profiler's events as they are (None: step_profile.read_runs),
@@ -708,7 +749,7 @@ def trace_events(trace: Trace) -> list[kernel_trace.TraceEvent]:
     def ns(us: float) -> int:
         return round(us * 1000)
 
-    def thread(key: tuple[Any, Any]) -> int:
+    def thread(key: Thread) -> int:
         return key[1] if isinstance(key[1], int) else hash(key[1])
 
     return ([kernel_trace.TraceEvent(r.name, False, ns(r.start), ns(r.end), 0, thread(r.thread)) for r in trace.ranges]

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from pytest_solgate.measure.ncu import CHILD_VARIABLE
+
+if TYPE_CHECKING:
+    from pytest_solgate.measure.capabilities import Backend
 
 WARMUP_CALLS = 3  # calls before the profiled one: Triton compiles and autotunes on the first
 
@@ -35,7 +38,7 @@ def is_child() -> bool:
     return bool(os.environ.get(CHILD_VARIABLE))
 
 
-def profile_one_call(fn: Callable[[], Any], backend: Any, start: Callable[[], None], stop: Callable[[], None]) -> None:
+def profile_one_call(fn: Callable[[], object], backend: Backend, start: Callable[[], None], stop: Callable[[], None]) -> None:
     """Warm up, flush the cache, and call ``fn`` once inside the profiler's range (``start`` and
     ``stop`` are cudaProfilerStart/Stop), with the device idle on both sides."""
     for _ in range(WARMUP_CALLS):

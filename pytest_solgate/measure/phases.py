@@ -20,16 +20,18 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from pytest_solgate.measure import sm_clock
 from pytest_solgate.measure.callables import ran_nothing
 from pytest_solgate.measure.capabilities import Backend
+from pytest_solgate.measure.kernel_trace import SampleKernels
 from pytest_solgate.measure.stopping import StoppingRule
 from pytest_solgate.support import stats
 from pytest_solgate.support.errors import MeasureError
 from pytest_solgate.support.settings import SamplingSettings
 
+Reading = dict[str, object]  # one NVML reading (telemetry.NvmlReader.read): clocks, power, throttle reasons
 MAX_BATCH = 100_000
 ROUND_SECONDS = 0.01  # how much work to queue between two synchronizations
 MAX_ROUND = 100
@@ -52,7 +54,7 @@ class WarmUp:
     clocks: tuple[float | None, ...] = ()  # each call's SM clock, where the backend measures it
 
 
-def warm_up(fn: Callable[[], Any], backend: Backend, settings: SamplingSettings, clock: Callable[[], float]) -> WarmUp:
+def warm_up(fn: Callable[[], object], backend: Backend, settings: SamplingSettings, clock: Callable[[], float]) -> WarmUp:
     __tracebackhide__ = True  # a kernel that raises shows its own traceback, not ours
     device: list[float] = []
     wall: list[float] = []
@@ -81,7 +83,7 @@ def warm_up(fn: Callable[[], Any], backend: Backend, settings: SamplingSettings,
 class Plan:
     estimate: float  # per-call seconds, from the warm-up's calls after the first
     batch: int  # kernels (calls of the user's callable) per sample
-    timed: Callable[[], Any]  # what each sample calls: the callable, or a graph's replay
+    timed: Callable[[], object]  # what each sample calls: the callable, or a graph's replay
     calls_per_sample: int  # calls of ``timed`` per sample (1 for a replay of ``batch`` calls)
     round_size: int  # samples between two synchronizations
     mode: str  # the timing mode the record names
@@ -92,7 +94,7 @@ class Plan:
     reference_clock_mhz: float | None = None
 
 
-def plan(fn: Callable[[], Any], backend: Backend, settings: SamplingSettings, warm: WarmUp,
+def plan(fn: Callable[[], object], backend: Backend, settings: SamplingSettings, warm: WarmUp,
          rotation_sets: int, bytes_per_call: float) -> Plan:
     # Estimate from the calls after the first when there are any.
     estimate = max(stats.median(list(warm.device_seconds[1:] or warm.device_seconds)), 1e-9)
@@ -154,7 +156,8 @@ def calls_per_sample(wanted: int, backend: Backend, rotation_sets: int, bytes_pe
     return 1, f"one call per sample, each after a cache flush, though a call is under the timer's minimum sample: {why}"
 
 
-def timed_call(fn: Callable[[], Any], backend: Backend, batch: int, flush: bool = True) -> Any:
+def timed_call(fn: Callable[[], object], backend: Backend, batch: int, flush: bool = True) -> object:
+    """``batch`` calls of ``fn`` timed as one sample; the backend's handle of it (its Handle type)."""
     __tracebackhide__ = True
     if flush:
         backend.flush()
@@ -170,8 +173,8 @@ def timed_call(fn: Callable[[], Any], backend: Backend, batch: int, flush: bool 
 
 
 def graph_or_launches(
-    fn: Callable[[], Any], backend: Backend, settings: SamplingSettings, estimate: float, batch: int, mode: str
-) -> tuple[Callable[[], Any], str, list[str]]:
+    fn: Callable[[], object], backend: Backend, settings: SamplingSettings, estimate: float, batch: int, mode: str
+) -> tuple[Callable[[], object], str, list[str]]:
     """What each sample calls (``fn``, or the replay of a CUDA graph of ``batch`` calls), the timing
     mode and the notes. Under ~20 us a call, launch overhead and host jitter dominate a batch of
     Python launches, so a batch is captured once and its replays timed. A sample of one call is
@@ -210,8 +213,8 @@ class Samples:
     seconds: tuple[float, ...]  # per-call seconds of every kept sample
     probes: tuple[float, ...]  # the memory probe's time after each kept sample (none without one)
     clocks: tuple[float, ...]  # the SM clock of each kept sample (or NVML's, read while its round ran)
-    telemetry: tuple[dict[str, Any], ...]  # NVML's readings of the kept rounds
-    traced: tuple[Any, ...]  # each kept sample's kernel_trace.SampleKernels (None without kernel timestamps)
+    telemetry: tuple[Reading, ...]  # NVML's readings of the kept rounds
+    traced: tuple[SampleKernels | None, ...]  # each kept sample's device work (None without kernel timestamps)
     noisy: bool
     throttled: bool  # samples taken while throttled were kept (the recoveries ran out)
     recoveries: int
@@ -221,7 +224,7 @@ class Samples:
 
 
 def take_samples(plan: Plan, backend: Backend, settings: SamplingSettings, rule: StoppingRule,
-                 throttle_check: Callable[[dict[str, Any]], bool] | None,
+                 throttle_check: Callable[[Reading], bool] | None,
                  clock: Callable[[], float], pause: Callable[[float], None]) -> Samples:
     __tracebackhide__ = True  # a kernel that raises shows its own traceback, not ours
     kept = _Kept()
@@ -243,8 +246,41 @@ class _Kept:
     # Only readings taken while a kept round runs: one taken before sampling finds the device idle
     # (its clock parked, its power low) and describes no kernel; one of a round whose samples were
     # discarded as throttled describes samples that are not reported.
-    telemetry: list[dict[str, Any]] = field(default_factory=list)
-    handles: list[Any] = field(default_factory=list)
+    telemetry: list[Reading] = field(default_factory=list)
+    handles: list[object] = field(default_factory=list)
+
+    def add(self, taken: _Round, discarded: bool) -> None:
+        """A round's samples (its throttled ones taken out where it was ``discarded``); its
+        telemetry and, without a clock per sample, the telemetry's clock only where it was not."""
+        if not discarded and taken.reading is not None:
+            self.telemetry.append(taken.reading)
+        self.samples += taken.samples
+        self.handles += taken.handles
+        self.probes += taken.probes
+        measured_clocks = [c for c in taken.clocks if c is not None]
+        nvml_clock = taken.reading.get("sm_clock_mhz") if taken.reading is not None else None
+        if measured_clocks:
+            self.clocks += measured_clocks
+        elif not discarded and isinstance(nvml_clock, (int, float)):
+            self.clocks.append(nvml_clock)
+
+
+@dataclass(frozen=True)
+class _Round:
+    """One round as the backend timed it: each sample's time, handle and SM clock, the memory
+    probe's times, and NVML's reading taken while it ran."""
+
+    samples: list[float]
+    probes: list[float]
+    clocks: list[float | None]
+    handles: list[object]  # the backend's handles (its Handle type)
+    reading: Reading | None
+
+    def without(self, flags: list[bool]) -> _Round:
+        """The round with its flagged (throttled) samples taken out."""
+        keep = [i for i, flag in enumerate(flags) if not flag]
+        return _Round([self.samples[i] for i in keep], [self.probes[i] for i in keep] if self.probes else [],
+                      [self.clocks[i] for i in keep], [self.handles[i] for i in keep], self.reading)
 
 
 @dataclass(frozen=True)
@@ -256,7 +292,7 @@ class _Ended:
 
 
 def _rounds(plan: Plan, backend: Backend, settings: SamplingSettings, rule: StoppingRule,
-            throttle_check: Callable[[dict[str, Any]], bool] | None, clock: Callable[[], float],
+            throttle_check: Callable[[Reading], bool] | None, clock: Callable[[], float],
             pause: Callable[[float], None], kept: _Kept) -> _Ended:
     """Sampling rounds until the rule says stop."""
     __tracebackhide__ = True
@@ -265,22 +301,9 @@ def _rounds(plan: Plan, backend: Backend, settings: SamplingSettings, rule: Stop
     throttled = False
     recoveries = dropped = 0
     while True:
-        handles: list[object] = []  # the backend's handles (its Handle type)
-        probe_handles: list[object] = []
-        for _ in range(plan.round_size):
-            # The memory probe streams twice the cache (after its own flush): the next sample finds
-            # the cache evicted, and a flush of its own would only double the cost of a sample (on a
-            # VM that reports a 480 MiB L3, a 960 MB write), leaving fewer samples in the budget.
-            handles.append(timed_call(plan.timed, backend, plan.calls_per_sample, flush=not probe_handles))
-            if probe is not None:
-                probe_handles.append(timed_call(probe, backend, 1))
-        # Read NVML while the GPU still runs the queued round, not after it went idle.
-        reading = backend.read_telemetry()
-        backend.synchronize()
-        round_samples = [backend.elapsed(h) / plan.batch for h in handles]
-        round_probes = [backend.elapsed(h) for h in probe_handles]
-        round_clocks = [backend.sample_clock_mhz(h) for h in handles]
-        flags = throttled_samples(round_clocks, plan.reference_clock_mhz, reading, throttle_check, backend.clocks_locked)
+        taken = _take_round(plan, backend, probe)
+        flags = throttled_samples(taken.clocks, plan.reference_clock_mhz, taken.reading, throttle_check,
+                                  backend.clocks_locked)
         discard = any(flags) and recoveries < MAX_RECOVERIES and clock() - sampling_start < settings.max_time
         if discard:
             # nvbench's throttle recovery: discard the throttled samples, let the clocks come back,
@@ -288,28 +311,34 @@ def _rounds(plan: Plan, backend: Backend, settings: SamplingSettings, rule: Stop
             recoveries += 1
             dropped += sum(flags)
             pause(RECOVERY_PAUSE)
-            keep = [i for i, flag in enumerate(flags) if not flag]
-            round_samples = [round_samples[i] for i in keep]
-            round_probes = [round_probes[i] for i in keep] if round_probes else []
-            round_clocks = [round_clocks[i] for i in keep]
-            handles = [handles[i] for i in keep]
+            taken = taken.without(flags)
         else:
             throttled = throttled or any(flags)
-            if reading is not None:
-                kept.telemetry.append(reading)
-        kept.samples += round_samples
-        kept.handles += handles
-        kept.probes += round_probes
-        measured_clocks = [c for c in round_clocks if c is not None]
-        if measured_clocks:
-            kept.clocks += measured_clocks
-        elif not discard and reading is not None and isinstance(reading.get("sm_clock_mhz"), (int, float)):
-            kept.clocks.append(reading["sm_clock_mhz"])
-        if not round_samples:
+        kept.add(taken, discard)
+        if not taken.samples:
             continue
         stop = rule.decide(kept.samples, clock() - sampling_start)
         if stop is not None:
             return _Ended(stop.noisy, throttled, recoveries, dropped)
+
+
+def _take_round(plan: Plan, backend: Backend, probe: Callable[[], None] | None) -> _Round:
+    """``plan.round_size`` samples queued, each after the memory probe's where there is one, then read."""
+    __tracebackhide__ = True
+    handles: list[object] = []
+    probe_handles: list[object] = []
+    for _ in range(plan.round_size):
+        # The memory probe streams twice the cache (after its own flush): the next sample finds
+        # the cache evicted, and a flush of its own would only double the cost of a sample (on a
+        # VM that reports a 480 MiB L3, a 960 MB write), leaving fewer samples in the budget.
+        handles.append(timed_call(plan.timed, backend, plan.calls_per_sample, flush=not probe_handles))
+        if probe is not None:
+            probe_handles.append(timed_call(probe, backend, 1))
+    # Read NVML while the GPU still runs the queued round, not after it went idle.
+    reading = backend.read_telemetry()
+    backend.synchronize()
+    return _Round([backend.elapsed(h) / plan.batch for h in handles], [backend.elapsed(h) for h in probe_handles],
+                  [backend.sample_clock_mhz(h) for h in handles], handles, reading)
 
 
 def notes(plan: Plan, backend: Backend, taken: Samples) -> tuple[str, ...]:
@@ -327,8 +356,8 @@ def notes(plan: Plan, backend: Backend, taken: Samples) -> tuple[str, ...]:
 def throttled_samples(
     clocks: list[float | None],
     peak_mhz: float | None,
-    reading: dict[str, Any] | None,
-    throttle_check: Callable[[dict[str, Any]], bool] | None,
+    reading: Reading | None,
+    throttle_check: Callable[[Reading], bool] | None,
     clocks_locked: bool = False,
 ) -> list[bool]:
     """Which samples of a round ran throttled. A sample whose SM clock was measured over it is
@@ -344,15 +373,20 @@ def throttled_samples(
     return [nvml_throttled or sm_clock.is_below_threshold(c, peak_mhz) for c in clocks]
 
 
-def summarize_telemetry(readings: list[dict[str, Any]]) -> dict[str, Any] | None:
+def summarize_telemetry(readings: list[Reading]) -> dict[str, object] | None:
     """Min/max of each numeric reading and the union of throttle reasons over the measurement."""
     if not readings:
         return None
-    summary: dict[str, Any] = {"readings": len(readings)}
+    summary: dict[str, object] = {"readings": len(readings)}
     numeric = sorted({k for r in readings for k, v in r.items() if isinstance(v, (int, float))})
     for key in numeric:
-        values = [r[key] for r in readings if isinstance(r.get(key), (int, float))]
+        values = [value for r in readings if isinstance(value := r.get(key), (int, float))]
         summary[key] = {"min": min(values), "max": max(values)}
-    reasons = sorted({reason for r in readings for reason in r.get("throttle_reasons", ())})
+    reasons = sorted({reason for r in readings for reason in _throttle_reasons(r)})
     summary["throttle_reasons"] = reasons
     return summary
+
+
+def _throttle_reasons(reading: Reading) -> list[str]:
+    listed = reading.get("throttle_reasons", ())
+    return list(listed) if isinstance(listed, (list, tuple)) else []

@@ -15,7 +15,7 @@ that stands.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, Sequence, TypeVar
+from typing import Callable, Generic, Sequence, TypeVar
 
 from pytest_solgate.measure import backends, locking, sampling, telemetry
 from pytest_solgate.measure.context import Context
@@ -42,7 +42,7 @@ class Measured(Generic[Read]):
     read: Read
 
 
-def measure(test: str, name: str, fn: Callable[[], Any], context: Context,
+def measure(test: str, name: str, fn: Callable[[], object], context: Context,
             attempt: Callable[[], tuple[sampling.Timing, Read]], extras: Sequence[Extra], holder: str,
             max_time: float) -> Measured[Read]:
     """One ``attempt`` (timing once) under the device's lock and the extras, taken again while disturbed and the
@@ -72,7 +72,7 @@ def measure(test: str, name: str, fn: Callable[[], Any], context: Context,
     return Measured(timing, merged([found, *(extra.after(taken) for extra in after_lock)]), read)
 
 
-def time_once(fn: Callable[[], Any], context: Context, settings: SamplingSettings,
+def time_once(fn: Callable[[], object], context: Context, settings: SamplingSettings,
               rotation_sets: int = 1, bytes_per_call: float = 0.0,
               rule: Callable[[StoppingRule], StoppingRule] | None = None) -> sampling.Timing:
     """``rule`` wraps the stopping rule of a gated timing (the integrity check between rounds)."""

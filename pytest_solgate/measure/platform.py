@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager
+from typing import Callable, ContextManager
 
-from pytest_solgate.measure import backends, calibrate, clocks, devices, kineto, ncu_child
+from pytest_solgate.declare.profiles import DriverFacts, HardwareProfile
+from pytest_solgate.measure import backends, calibrate, clocks, devices, kineto, ncu_child, step_profile
+from pytest_solgate.measure.capabilities import Backend
 from pytest_solgate.measure.contention import Readers
 
 
-def cuda_device_scope(choice: devices.DeviceChoice) -> ContextManager[Any]:
+def cuda_device_scope(choice: devices.DeviceChoice) -> ContextManager[object]:
     """The GPU's device scope around a measurement (nothing on the CPU)."""
     if choice.kind != "cuda":
         return contextlib.nullcontext()
@@ -41,16 +43,16 @@ class Platform:
 
     choose_device: Callable[..., devices.DeviceChoice] = devices.choose_device
     device_name: Callable[[devices.DeviceChoice], str] = devices.device_name
-    device_facts: Callable[[devices.DeviceChoice], dict[str, Any]] = devices.device_facts
+    device_facts: Callable[[devices.DeviceChoice], DriverFacts] = devices.device_facts
     device_key: Callable[[int], str] = calibrate.device_key
-    make_backend: Callable[..., Any] = backends.make_backend
-    device_scope: Callable[[devices.DeviceChoice], ContextManager[Any]] = cuda_device_scope
+    make_backend: Callable[..., Backend] = backends.make_backend
+    device_scope: Callable[[devices.DeviceChoice], ContextManager[object]] = cuda_device_scope
     set_device: Callable[[int], None] = set_cuda_device
     restore_at_exit: Callable[[Callable[[], None]], None] = clocks.restore_at_exit
     # this CPU's profile: calibrated once and cached, re-checked briefly each session (calibrate.py)
-    cpu_profile: Callable[..., Any] = calibrate.cpu_profile
+    cpu_profile: Callable[..., HardwareProfile] = calibrate.cpu_profile
     # device -> what reads a block of measure_step's runs from its profiler session (None: its events)
-    step_reader: Callable[[str], Any] = kineto.block_reader
+    step_reader: Callable[[str], step_profile.BlockReader | None] = kineto.block_reader
     # cudaProfilerStart and Stop, around the one call an --sol-ncu child profiles
     cuda_profiler: Callable[[], tuple[Callable[[], None], Callable[[], None]]] = ncu_child.cuda_profiler
     # this process's CPU clock, the wall clock and the /proc a contention reading reads (contention.py)

@@ -18,7 +18,11 @@ while each round runs stands in (measure/telemetry.py).
 from __future__ import annotations
 
 import functools
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # torch is handed in by the CUDA backend
+    import torch as torch_types
 
 MIN_CLOCK_FRACTION = 0.75  # nvbench's default throttle_threshold
 RING_SLOTS = 1024  # stamps kept on the device: two per sample, far more than one round's samples
@@ -43,7 +47,7 @@ def is_below_threshold(mhz: float | None, peak_mhz: float | None) -> bool:
     return mhz is not None and peak_mhz is not None and bool(peak_mhz) and mhz < MIN_CLOCK_FRACTION * peak_mhz
 
 
-def peak_clock_mhz(torch: Any, device: Any, nvml_max_mhz: float | None, fallback_mhz: float | None) -> float | None:
+def peak_clock_mhz(torch: ModuleType, device: torch_types.device, nvml_max_mhz: float | None, fallback_mhz: float | None) -> float | None:
     """The reference clock throttling is judged against: the device's clock rate as CUDA reports it
     (``cudaDevAttrClockRate``, which torch exposes as ``clock_rate`` in kHz where it has it), else
     NVML's maximum SM clock (the same peak on H100/H200; not the deprecated default applications
@@ -82,7 +86,7 @@ class TritonClockStamps:
     """A ring of (globaltimer, clock64) stamps on the device, written by ``stamp()`` on the current
     stream and read back once per round, after the round's synchronize."""
 
-    def __init__(self, torch: Any, device: Any) -> None:
+    def __init__(self, torch: ModuleType, device: torch_types.device) -> None:
         self.kernel = _build_stamp_kernel()
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count
         self.buffer = torch.zeros((RING_SLOTS, 2), dtype=torch.int64, device=device)
@@ -105,7 +109,7 @@ class TritonClockStamps:
         return clock_mhz(self.read(start_slot), self.read(stop_slot))
 
 
-def open_stamps(torch: Any, device: Any) -> tuple[Any, str]:
+def open_stamps(torch: ModuleType, device: torch_types.device) -> tuple[TritonClockStamps | None, str]:
     """The per-sample SM clock stamps for ``device``, or None and why there are none."""
     try:
         stamps = TritonClockStamps(torch, device)

@@ -27,9 +27,16 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence, TypeVar
 
 from pytest_solgate.support import stats
+
+if TYPE_CHECKING:  # torch is imported lazily, when a step is measured
+    from torch import nn
+    from torch._ops import OpOverloadPacket
+    from torch.profiler import ProfilerActivity, profile
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.hooks import RemovableHandle
 
 STEP_RANGE = "solgate:step"
 MODULE_RANGE = "solgate:module:"
@@ -60,6 +67,44 @@ class RunReading:
     carried_in: float = 0.0  # device time in the step that is not its own (an earlier step's, launched before the trace)
 
 
+class AtenCall(Protocol):
+    """What is read of an aten kernel call's function: its overload packet (``aten.mm``)."""
+
+    @property
+    def overloadpacket(self) -> OpOverloadPacket: ...
+
+
+class TimeRange(Protocol):
+    @property
+    def start(self) -> float: ...
+
+    @property
+    def end(self) -> float: ...
+
+
+class ProfilerEvent(Protocol):
+    """What is read of a profiler event (times in us): torch's FunctionEvent, or a test's made-up one."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def time_range(self) -> TimeRange: ...
+
+    @property
+    def cpu_parent(self) -> ProfilerEvent | None: ...
+
+    @property
+    def device_time_total(self) -> float: ...
+
+
+Rank = TypeVar("Rank", tuple[bool, float], float)  # a run's place in the faster-half order (run_ranks), or its time
+
+
+# What reads a block of runs from its profiler session (on a GPU, kineto.profiler_runs).
+BlockReader = Callable[["profile"], "list[RunReading]"]
+
+
 @dataclass(frozen=True)
 class StepProfile:
     """What measuring a step returns: its runs and each group's counted work."""
@@ -77,7 +122,7 @@ class StepProfile:
 # --- the work ---------------------------------------------------------------------------------------
 
 
-def tensor_bytes(values: Any) -> int:
+def tensor_bytes(values: object) -> int:
     """Bytes of the tensors among ``values`` (nested lists and tuples too); an expanded tensor
     counts its storage, not its broadcast size."""
     import torch
@@ -100,7 +145,7 @@ def tensor_bytes(values: Any) -> int:
     return total
 
 
-def call_work(func: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out: Any, tf32: bool) -> OperatorWork:
+def call_work(func: AtenCall, args: Sequence[object], kwargs: Mapping[str, object], out: object, tf32: bool) -> OperatorWork:
     """FLOPs and bytes of one aten kernel call. FLOPs by torch's own FlopCounterMode formulas (matmuls,
     convolutions, attention; pointwise ops and reductions count none), in the precision class of the
     first floating input; bytes as the kernel reads and writes them: inputs plus outputs, none for a
@@ -117,7 +162,7 @@ def call_work(func: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out: An
     return OperatorWork(flops=flops, bytes=float(moved_bytes(func, args, kwargs, out)))
 
 
-def flop_formula(func: Any) -> Callable[..., Any] | None:
+def flop_formula(func: AtenCall) -> Callable[..., int] | None:
     """torch's FLOP formula for an aten op, or None (pointwise ops, reductions, norms). The CPU's
     fused attention kernel, which FlopCounterMode does not list, counts as its GPU siblings do."""
     import torch
@@ -138,7 +183,7 @@ ALLOCATES_ONLY = {"empty", "empty_like", "empty_strided", "new_empty", "new_empt
 WRITES_FIRST = {"copy_", "fill_", "zero_", "uniform_", "normal_", "random_", "bernoulli_", "exponential_", "index_fill_"}
 
 
-def moved_bytes(func: Any, args: Sequence[Any], kwargs: Mapping[str, Any], out: Any) -> int:
+def moved_bytes(func: object, args: Sequence[object], kwargs: Mapping[str, object], out: object) -> int:
     """Bytes an aten kernel call reads and writes: its tensor inputs plus outputs; none for a view
     or an allocation, and the first argument once (written, not read) for an op that overwrites it."""
     name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else str(func)
@@ -192,7 +237,7 @@ def run_ranks(runs: Sequence[RunReading]) -> list[tuple[bool, float]]:
     return list(zip(stalled(runs), (run.seconds for run in runs)))
 
 
-def faster_half_noise(ranks: Sequence[Any], values: Sequence[float], resamples: int = RESAMPLES) -> float:
+def faster_half_noise(ranks: Sequence[Rank], values: Sequence[float], resamples: int = RESAMPLES) -> float:
     """The relative 95 % half-width of the figure every record of a step carries: the mean of
     ``values`` (one per run) over the first half of the runs by ``ranks`` (``run_ranks``: the faster
     half by step time, stalled runs last; step times alone rank as well). Bootstrapped over the runs
@@ -205,7 +250,7 @@ def faster_half_noise(ranks: Sequence[Any], values: Sequence[float], resamples: 
     if len(runs) < MIN_RUNS:
         return math.inf
 
-    def figure(sample: Sequence[tuple[Any, float]]) -> float:
+    def figure(sample: Sequence[tuple[Rank, float]]) -> float:
         ordered = sorted(sample, key=lambda run: run[0])
         kept = ordered[:max(1, (len(ordered) + 1) // 2)]
         return sum(value for _, value in kept) / len(kept)
@@ -231,10 +276,11 @@ def operator_name(name: str) -> str | None:
     return name
 
 
-def top_operator(event: Any) -> tuple[Any, str, str]:
+def top_operator(event: ProfilerEvent) -> tuple[ProfilerEvent | None, str, str]:
     """The outermost operator event above (or at) ``event``, its name, and the module it ran in ('')."""
-    top, name, module = None, "", ""
-    node = event
+    top: ProfilerEvent | None = None
+    name, module = "", ""
+    node: ProfilerEvent | None = event
     while node is not None:
         found = operator_name(node.name)
         if found is not None:
@@ -256,7 +302,7 @@ def is_backward(name: str) -> bool:
     return name.startswith(BACKWARD_PREFIX) or re.search(r"Backward\d*$", name) is not None
 
 
-def forward_modules(events: Sequence[Any]) -> dict[int, str]:
+def forward_modules(events: Sequence[ProfilerEvent]) -> dict[int, str]:
     """The module each autograd sequence number's forward op ran in: a backward node carries its
     forward op's sequence number, and runs outside every module's range (the forward hooks'),
     so it is given to the module of the forward op that made it (``Net.fc1``'s ``AddmmBackward0``)."""
@@ -270,7 +316,7 @@ def forward_modules(events: Sequence[Any]) -> dict[int, str]:
     return found
 
 
-def group_of(event: Any, modules: Mapping[int, str]) -> tuple[Any, tuple[str, str]]:
+def group_of(event: ProfilerEvent, modules: Mapping[int, str]) -> tuple[ProfilerEvent | None, tuple[str, str]]:
     """The top operator above ``event`` and its (operator, module) group; a backward one takes its
     forward op's module (``forward_modules``)."""
     top, name, module = top_operator(event)
@@ -279,7 +325,7 @@ def group_of(event: Any, modules: Mapping[int, str]) -> tuple[Any, tuple[str, st
     return top, (name, module)
 
 
-def read_runs(events: Sequence[Any], on_gpu: bool) -> list[RunReading]:
+def read_runs(events: Sequence[ProfilerEvent], on_gpu: bool) -> list[RunReading]:
     """The runs in a profiler's event list (``prof.events()``: FunctionEvents, times in us), one per
     ``solgate:step`` range, in order. Pure over the events, so that it is tested on made-up ones."""
     steps = sorted((e for e in events if e.name == STEP_RANGE), key=lambda e: e.time_range.start)
@@ -326,12 +372,12 @@ def _at_least_a_nanosecond(seconds: float) -> float:
     return seconds if seconds >= 1e-9 else 0.0
 
 
-def _is_device(event: Any) -> bool:
+def _is_device(event: ProfilerEvent) -> bool:
     kind = getattr(event, "device_type", None)
     return kind is not None and getattr(kind, "name", str(kind)).upper() not in ("CPU", "DEVICETYPE.CPU")
 
 
-def read_work(events: Sequence[Any], counted: Sequence[OperatorWork]) -> dict[tuple[str, str], OperatorWork]:
+def read_work(events: Sequence[ProfilerEvent], counted: Sequence[OperatorWork]) -> dict[tuple[str, str], OperatorWork]:
     """Each counted kernel call (``solgate:count#i`` range i) added to the (operator, module) group
     the profiler's tree puts it under."""
     work: dict[tuple[str, str], OperatorWork] = {}
@@ -355,10 +401,10 @@ class _ModuleRanges:
 
     def __init__(self) -> None:
         self.names: dict[int, str] = {}
-        self.open: list[tuple[Any, Any]] = []
-        self.handles: list[Any] = []
+        self.open: list[tuple[str, nn.Module, object]] = []  # name, module, the profiler's handle of its range
+        self.handles: list[RemovableHandle] = []
 
-    def name(self, module: Any) -> str:
+    def name(self, module: nn.Module) -> str:
         known = self.names.get(id(module))
         if known is not None:
             return known
@@ -381,14 +427,14 @@ class _ModuleRanges:
         import torch
         from torch.nn.modules import module as modules
 
-        def before(module: Any, args: Any) -> None:
+        def before(module: nn.Module, args: object) -> None:
             name = self.name(module)
             handle = torch.ops.profiler._record_function_enter_new(MODULE_RANGE + name, None)
-            self.open.append((name, module, handle))  # type: ignore[arg-type]
+            self.open.append((name, module, handle))
 
-        def after(module: Any, args: Any, output: Any) -> None:
+        def after(module: nn.Module, args: object, output: object) -> None:
             while self.open:
-                name, opened, handle = self.open.pop()  # type: ignore[misc]
+                name, opened, handle = self.open.pop()
                 torch.ops.profiler._record_function_exit._RecordFunction(handle)
                 if opened is module:
                     break
@@ -396,16 +442,16 @@ class _ModuleRanges:
         self.handles = [modules.register_module_forward_pre_hook(before), modules.register_module_forward_hook(after)]
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         import torch
 
         for handle in self.handles:
             handle.remove()
         while self.open:  # a forward that raised left its ranges open
-            torch.ops.profiler._record_function_exit._RecordFunction(self.open.pop()[2])  # type: ignore[misc]
+            torch.ops.profiler._record_function_exit._RecordFunction(self.open.pop()[2])
 
 
-def _counting_mode(counted: list[OperatorWork], tf32: bool) -> Any:
+def _counting_mode(counted: list[OperatorWork], tf32: bool) -> TorchDispatchMode:
     from torch.profiler import record_function
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -429,9 +475,9 @@ def _counting_mode(counted: list[OperatorWork], tf32: bool) -> Any:
     return Counting()
 
 
-def profile_step(fn: Callable[[], Any], device: str, max_time: float, runs: int | None = None,
+def profile_step(fn: Callable[[], object], device: str, max_time: float, runs: int | None = None,
                  clock: Callable[[], float] = time.perf_counter, min_time: float = 0.0, noise: float = 0.0,
-                 read: Callable[[Any], list[RunReading]] | None = None) -> StepProfile:
+                 read: BlockReader | None = None) -> StepProfile:
     """Warm ``fn`` up, count its work once, then profile ``runs`` runs of it; by default blocks of
     runs until the figures the gate compares are steady (``steady``: within ``noise``) after at
     least ``min_time`` seconds, or ``max_time`` seconds have passed (at least MIN_RUNS runs, at most
@@ -439,48 +485,17 @@ def profile_step(fn: Callable[[], Any], device: str, max_time: float, runs: int 
     ``read_runs`` does; on a GPU the engine passes the trace reader, kineto.profiler_runs)."""
     __tracebackhide__ = True  # a step that raises shows its own traceback, not ours
     import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import ProfilerActivity
 
     on_gpu = device == "cuda"
     sync = torch.cuda.synchronize if on_gpu else (lambda: None)
     tf32 = torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
-    started_at = time.time()
-    began = clock()
-    fn()
-    sync()
-    once = max(clock() - began, 1e-9)
-    warmup = 1
-    if once < max_time / 20:  # a second warm-up call where it is cheap: caches, allocator, autotuning
-        fn()
-        sync()
-        warmup = 2
-
-    counted: list[OperatorWork] = []
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
-    with profile(activities=activities) as counting:
-        with _ModuleRanges(), _counting_mode(counted, tf32):
-            fn()
-        sync()
-    work = read_work(counting.events(), counted)
-
-    readings: list[RunReading] = []
-    timed_from = clock()
-    block = runs if runs is not None else MIN_RUNS
-    while block > 0:
-        with profile(activities=activities) as timing:  # one profiler session a block: read as it goes
-            with _ModuleRanges():
-                for _ in range(block):
-                    with record_function(STEP_RANGE):
-                        fn()
-                        sync()
-        readings += read(timing) if read is not None else read_runs(timing.events(), on_gpu)
-        elapsed = clock() - timed_from
-        if runs is not None or len(readings) >= MAX_RUNS or elapsed >= max_time:
-            break
-        if elapsed >= min_time and steady(readings, noise):
-            break
-        per_run = elapsed / max(len(readings), 1)
-        block = min(max(1, len(readings) // 2), MAX_RUNS - len(readings), int((max_time - elapsed) / per_run))
+    started_at = time.time()
+    warmup = _warm_up(fn, sync, clock, max_time)
+    work = _counted_work(fn, sync, activities, tf32)
+    blocks = _Blocks(fn, sync, activities, clock, read, on_gpu)
+    readings = blocks.fixed(runs) if runs is not None else blocks.until_steady(max_time, min_time, noise)
     return StepProfile(
         runs=tuple(readings),
         work=work,
@@ -490,6 +505,83 @@ def profile_step(fn: Callable[[], Any], device: str, max_time: float, runs: int 
         started_at=started_at,
         finished_at=time.time(),
     )
+
+
+def _warm_up(fn: Callable[[], object], sync: Callable[[], None], clock: Callable[[], float], max_time: float) -> int:
+    """Call ``fn`` once, and a second time where it is cheap (caches, allocator, autotuning);
+    returns how many calls warmed it up."""
+    __tracebackhide__ = True
+    began = clock()
+    fn()
+    sync()
+    once = max(clock() - began, 1e-9)
+    if once < max_time / 20:
+        fn()
+        sync()
+        return 2
+    return 1
+
+
+def _counted_work(fn: Callable[[], object], sync: Callable[[], None], activities: list[ProfilerActivity],
+                  tf32: bool) -> dict[tuple[str, str], OperatorWork]:
+    """Each operator's FLOPs and bytes, counted over one call of ``fn`` under the counting mode."""
+    __tracebackhide__ = True
+    from torch.profiler import profile
+
+    counted: list[OperatorWork] = []
+    with profile(activities=activities) as counting:
+        with _ModuleRanges(), _counting_mode(counted, tf32):
+            fn()
+        sync()
+    return read_work(counting.events(), counted)
+
+
+@dataclass(frozen=True)
+class _Blocks:
+    """Profiled runs of ``fn``, a block of runs in one profiler session, read as it goes (by
+    ``read``, else its events)."""
+
+    fn: Callable[[], object]
+    sync: Callable[[], None]
+    activities: list[ProfilerActivity]
+    clock: Callable[[], float]
+    read: BlockReader | None
+    on_gpu: bool
+
+    def block(self, count: int) -> list[RunReading]:
+        __tracebackhide__ = True
+        from torch.profiler import profile, record_function
+
+        with profile(activities=self.activities) as timing:
+            with _ModuleRanges():
+                for _ in range(count):
+                    with record_function(STEP_RANGE):
+                        self.fn()
+                        self.sync()
+        return self.read(timing) if self.read is not None else read_runs(timing.events(), self.on_gpu)
+
+    def fixed(self, runs: int) -> list[RunReading]:
+        """Exactly ``runs`` runs, in one block."""
+        __tracebackhide__ = True
+        return self.block(runs) if runs > 0 else []
+
+    def until_steady(self, max_time: float, min_time: float, noise: float) -> list[RunReading]:
+        """Blocks of runs, each half the runs so far, until the figures are steady after
+        ``min_time`` seconds, or ``max_time`` seconds or MAX_RUNS runs are spent."""
+        __tracebackhide__ = True
+        readings: list[RunReading] = []
+        timed_from = self.clock()
+        block = MIN_RUNS
+        while block > 0:
+            readings += self.block(block)
+            elapsed = self.clock() - timed_from
+            if len(readings) >= MAX_RUNS or elapsed >= max_time:
+                break
+            if elapsed >= min_time and steady(readings, noise):
+                break
+            per_run = elapsed / max(len(readings), 1)
+            block = min(max(1, len(readings) // 2), MAX_RUNS - len(readings), int((max_time - elapsed) / per_run))
+        return readings
 
 
 STEADY_SHARE = 0.05  # operators that take this share of the step or more must be steady to stop

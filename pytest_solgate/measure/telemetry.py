@@ -6,7 +6,8 @@ is absent and ``note`` says why.
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import Any, Callable, TypeVar
 
 from pytest_solgate.measure.sm_clock import MIN_CLOCK_FRACTION  # nvbench's throttle threshold
 
@@ -21,7 +22,11 @@ THROTTLE_BITS = {
 POWER_CAP = "sw_power_cap"
 
 
+Read = TypeVar("Read")
+
+
 class NvmlReader:
+    # pynvml ships no types: the module and the device's handle are Any.
     def __init__(self, pynvml: Any, handle: Any) -> None:
         self._nvml = pynvml
         self._handle = handle
@@ -33,13 +38,13 @@ class NvmlReader:
         self.power_limit_w = self._safe(lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000)
 
     @staticmethod
-    def _safe(read: Any) -> Any:
+    def _safe(read: Callable[[], Read]) -> Read | None:
         try:
             return read()
         except Exception:  # one unsupported query must not hide the others
             return None
 
-    def energy_counter(self) -> Any:
+    def energy_counter(self) -> Callable[[], float] | None:
         """A reader of the device's total-energy counter in millijoules (Volta and newer), or None
         where NVML does not have it (measure/block.py reads it around a block of calls)."""
         nvml, handle = self._nvml, self._handle
@@ -57,7 +62,7 @@ class NvmlReader:
             pid = getattr(process, "pid", None)
             if pid is None or pid == own_pid:
                 continue
-            name = self._safe(lambda pid=pid: nvml.nvmlSystemGetProcessName(pid))
+            name = self._safe(functools.partial(nvml.nvmlSystemGetProcessName, pid))
             name = name.decode() if isinstance(name, bytes) else name
             named.append(f"pid {pid}" + (f" ({name})" if name else ""))
         return named
@@ -66,7 +71,7 @@ class NvmlReader:
         """(pynvml, the device's handle), for the clock lock (measure/clocks.py)."""
         return self._nvml, self._handle
 
-    def read(self) -> dict[str, Any]:
+    def read(self) -> dict[str, object]:
         nvml, handle = self._nvml, self._handle
         # Only calls nvidia-ml-py does not mark deprecated (its ...ThrottleReasons and
         # nvmlDeviceGetTemperature "will be removed in CUDA 14.0"); tests/test_gpu_paths.py checks.

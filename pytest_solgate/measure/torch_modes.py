@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import Any, Callable, ContextManager
+from typing import Callable, ContextManager, TypeVar
 
 AUTOCAST_DEVICES = ("cuda", "cpu")
+Result = TypeVar("Result")
 
 
-def modes_now() -> Callable[[], ContextManager[Any]]:
+def modes_now() -> Callable[[], ContextManager[object]]:
     """What re-enters the torch modes in force now (grad, inference, autocast); nothing to enter
     where torch was never imported."""
     torch = sys.modules.get("torch")
@@ -34,7 +35,7 @@ def modes_now() -> Callable[[], ContextManager[Any]]:
         except (RuntimeError, TypeError, AttributeError):  # an older torch, or a device type it lacks
             continue
 
-    def enter() -> ContextManager[Any]:
+    def enter() -> ContextManager[object]:
         stack = contextlib.ExitStack()
         stack.enter_context(torch.inference_mode(inference))
         if not inference:  # inference mode implies no grad; outside it, grad as it was
@@ -46,11 +47,11 @@ def modes_now() -> Callable[[], ContextManager[Any]]:
     return enter
 
 
-def under_modes_now(fn: Callable[[], Any]) -> Callable[[], Any]:
+def under_modes_now(fn: Callable[[], Result]) -> Callable[[], Result]:
     """``fn``, called later under the torch modes in force now."""
     enter = modes_now()
 
-    def again() -> Any:
+    def again() -> Result:
         __tracebackhide__ = True
         with enter():
             return fn()

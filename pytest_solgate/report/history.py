@@ -3,12 +3,16 @@ gate's story of each series, judge/level.story) as lines or as JSON. Pure: facts
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from pytest_solgate.support import units
 
+if TYPE_CHECKING:
+    from pytest_solgate.judge.level import Story
+    from pytest_solgate.record.store import Summary
 
-def listing(results: Sequence[tuple[dict[str, Any], Any]], pattern: str | None) -> list[str]:
+
+def listing(results: Sequence[tuple[dict[str, Any], Summary]], pattern: str | None) -> list[str]:
     """``solgate history``: one line per recorded measurement, oldest run first."""
     if not results:
         return ["no recorded results" + (f" match '{pattern}'" if pattern else "")]
@@ -22,7 +26,7 @@ def listing(results: Sequence[tuple[dict[str, Any], Any]], pattern: str | None) 
     return lines
 
 
-def changes_json(test: str, name: str, profile: str, points: list[dict[str, Any]], told: Any) -> dict[str, Any]:
+def changes_json(test: str, name: str, profile: str, points: list[dict[str, Any]], told: Story) -> dict[str, object]:
     """One series of ``--changes --json``: its steps (and whether the gate failed each), outliers,
     skipped commits and the commits the gate failed apart from them."""
     changes = told.changes
@@ -49,7 +53,7 @@ def _gate_said(point: dict[str, Any], every_run: bool) -> str:
     return f"; the gate failed it as regressed in {failed} of {units.plural(len(verdicts), 'run')}" if failed else ""
 
 
-def changes_lines(label: str, points: list[dict[str, Any]], told: Any, min_change: float) -> tuple[list[str], int, int]:
+def changes_lines(label: str, points: list[dict[str, Any]], told: Story, min_change: float) -> tuple[list[str], int, int]:
     """The lines of one series for ``--changes``; how many steps and outliers they list, and how
     many commits the gate failed apart from them."""
     lines = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 import re
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from pytest_solgate.declare.profiles import HardwareProfile
 from pytest_solgate.judge import verdict, verdict_wording
@@ -13,6 +13,12 @@ from pytest_solgate.record.outcome import TestOutcomes
 from pytest_solgate.report import roofline, step_table, table
 from pytest_solgate.results import Measurement, RunInfo
 from pytest_solgate.support import units
+
+if TYPE_CHECKING:  # jinja2 and markupsafe are imported when a page is written
+    import jinja2
+    from markupsafe import Markup
+
+    from pytest_solgate.report.trend import Panel
 
 VERDICT_COLOURS = {
     "pass": "#2e9e5b",
@@ -26,7 +32,7 @@ VERDICT_COLOURS = {
 }
 
 
-def environment() -> Any:
+def environment() -> jinja2.Environment:
     import jinja2
 
     env = jinja2.Environment(
@@ -54,7 +60,7 @@ def environment() -> Any:
 SEPARATORS = re.compile(r"(::|[/\[\-,])")  # where a test id may wrap
 
 
-def breakable(test_id: str) -> Any:
+def breakable(test_id: str) -> Markup:
     """A test id that wraps only after its separators (``/``, ``::``, ``[``, ``-``, ``,``), never
     inside a word (``test_fast`` stays whole): escaped text with ``<wbr>`` break opportunities."""
     from markupsafe import Markup, escape
@@ -122,7 +128,7 @@ def render_report(
     )
 
 
-def render_trend(panels: Sequence[Any], generated_from: str, note: str = "") -> str:
+def render_trend(panels: Sequence[Panel], generated_from: str, note: str = "") -> str:
     """The trend page: ``panels`` from report/trend.py, one small multiple per measurement."""
     from pytest_solgate.report import trend
 

@@ -197,48 +197,93 @@ def bandwidth_chart(profile: HardwareProfile, measurements: Sequence[Measurement
 
 def roofline(profile: HardwareProfile, measurements: Sequence[Measurement], frame: Frame = Frame()) -> Chart:
     """Log-log achieved FLOP/s against FLOP/byte, with the bandwidth roof and one roof per precision."""
-    on_chart = [m for m in measurements if plottable(m)]
     bandwidth = profile.memory_bandwidth
     peaks = {p: profile.peak_flops(p) for p in profile.peak_tflops}
+    plane = _Plane.around([m for m in measurements if plottable(m)], bandwidth, peaks, frame)
+    start_y = max(bandwidth * 10.0**plane.x_low, 10.0**plane.y_low)
+    start = (plane.px(start_y / bandwidth), plane.py(start_y))
+    roofs = _roofs(plane, peaks, bandwidth, start)
     ridges = [peak / bandwidth for peak in peaks.values()]
-    intensities = [_intensity(m) for m in on_chart] or [1.0]
-    rates = [m.score.tflops * 1e12 for m in on_chart] or [min(peaks.values())]
-    x_low = math.floor(math.log10(min(min(intensities), min(ridges)) / 4))
-    x_high = math.ceil(math.log10(max(max(intensities), max(ridges)) * 4))
-    y_low = math.floor(math.log10(min(min(rates), bandwidth * 10**x_low) / 2))
-    y_high = math.ceil(math.log10(max(max(rates), max(peaks.values())) * 2))
-    x_axis, y_axis = Axis(x_low, x_high), Axis(y_low, y_high)
+    memory_label = _memory_label(profile, start, (plane.px(min(ridges)), plane.py(min(peaks.values()))))
+    placed_points = _placed_points(plane, measurements)
+    links = _links(placed_points, measurements)
+    points = tuple(_labelled(placed_points, measurements, frame, roofs, memory_label, links))
+    left_out = tuple(f"{m.test} [{m.name}] ({why_left_out(m)})" for m in measurements
+                     if not plottable(m) and not data_movement(m))
+    return Chart(
+        profile=profile.id,
+        frame=frame,
+        points=points,
+        roofs=tuple(roofs),
+        x_ticks=tuple(Tick(plane.px(10.0**e), _decade_label(e)) for e in range(plane.x_low, plane.x_high + 1)),
+        y_ticks=tuple(Tick(plane.py(10.0**e), _decade_label(e)) for e in range(plane.y_low, plane.y_high + 1)),
+        left_out=left_out,
+        links=links,
+        bandwidth=bandwidth_chart(profile, measurements),
+        verdicts=tuple(v for v in (str(v) for v in results.VERDICTS) if any(p.verdict == v for p in points)),
+        memory_label=memory_label,
+    )
 
-    def px(intensity: float) -> float:
-        return round(x_axis.position(intensity, frame.left, frame.plot_width), 2)
 
-    def py(rate: float) -> float:
-        return round(y_axis.position(rate, frame.top, frame.plot_height, flip=True), 2)
+@dataclass(frozen=True)
+class _Plane:
+    """The chart's decades (log10 of FLOP/byte across, of FLOP/s up) and where a value lands in pixels."""
 
-    x_start = 10.0**x_low
-    x_end = 10.0**x_high
+    x_low: int
+    x_high: int
+    y_low: int
+    y_high: int
+    frame: Frame
+
+    @classmethod
+    def around(cls, on_chart: Sequence[Measurement], bandwidth: float, peaks: dict[str, float],
+               frame: Frame) -> "_Plane":
+        """Whole decades holding every point, every ridge and every roof, with room around them."""
+        ridges = [peak / bandwidth for peak in peaks.values()]
+        intensities = [_intensity(m) for m in on_chart] or [1.0]
+        rates = [m.score.tflops * 1e12 for m in on_chart] or [min(peaks.values())]
+        x_low = math.floor(math.log10(min(min(intensities), min(ridges)) / 4))
+        x_high = math.ceil(math.log10(max(max(intensities), max(ridges)) * 4))
+        y_low = math.floor(math.log10(min(min(rates), bandwidth * 10**x_low) / 2))
+        y_high = math.ceil(math.log10(max(max(rates), max(peaks.values())) * 2))
+        return cls(x_low, x_high, y_low, y_high, frame)
+
+    def px(self, intensity: float) -> float:
+        return round(Axis(self.x_low, self.x_high).position(intensity, self.frame.left, self.frame.plot_width), 2)
+
+    def py(self, rate: float) -> float:
+        return round(Axis(self.y_low, self.y_high).position(rate, self.frame.top, self.frame.plot_height, flip=True), 2)
+
+
+def _roofs(plane: _Plane, peaks: dict[str, float], bandwidth: float, start: tuple[float, float]) -> list[Roof]:
+    """One roof per precision, highest first: the bandwidth slope from ``start`` to its ridge, then
+    flat to the right edge; labels go top to bottom, one never overlapping the one above it."""
     roofs = []
-    label_floor = -math.inf  # labels go top to bottom; one never overlaps the one above it
-    start_y = max(bandwidth * x_start, 10.0**y_low)
-    start_x = start_y / bandwidth
+    label_floor = -math.inf
+    x_end = 10.0**plane.x_high
     for precision, peak in sorted(peaks.items(), key=lambda kv: -kv[1]):
         ridge = peak / bandwidth
-        coords = [(px(start_x), py(start_y)), (px(ridge), py(peak)), (px(x_end), py(peak))]
-        label_y = max(py(peak) - 4, label_floor + ROOF_LABEL_GAP)
+        coords = [start, (plane.px(ridge), plane.py(peak)), (plane.px(x_end), plane.py(peak))]
+        label_y = max(plane.py(peak) - 4, label_floor + ROOF_LABEL_GAP)
         label_floor = label_y
         roofs.append(
             Roof(
                 label=f"{precision} {peak / 1e12:.3g} TFLOP/s",
                 points=" ".join(f"{x},{y}" for x, y in coords),
-                label_x=px(x_end) - 4,
+                label_x=plane.px(x_end) - 4,
                 label_y=round(label_y, 2),
             )
         )
-    memory_label = _memory_label(profile, (px(start_x), py(start_y)), (px(min(ridges)), py(min(peaks.values()))))
+    return roofs
+
+
+def _placed_points(plane: _Plane, measurements: Sequence[Measurement]) -> list[Point]:
+    """The plottable measurements' points, references first and kernels last: SVG paints in order,
+    so a gated point is never hidden under a reference diamond that lands on the same spot."""
     placed_points = [
         Point(
-            x=px(_intensity(m)),
-            y=py(m.score.tflops * 1e12),
+            x=plane.px(_intensity(m)),
+            y=plane.py(m.score.tflops * 1e12),
             verdict=str(table.verdict(m)),
             title=f"{kind(m)} {m.test} [{m.name}]: {m.score.intensity:.3g} FLOP/B, {m.score.tflops:.3g} TFLOP/s, "
                   f"SOL {units.sol(m.score.sol)}, {table.verdict(m)}",
@@ -248,30 +293,17 @@ def roofline(profile: HardwareProfile, measurements: Sequence[Measurement], fram
         for i, m in enumerate(measurements)
         if plottable(m)
     ]
-    # References first, kernels last: SVG paints in order, so a gated point is never hidden under
-    # a reference diamond that lands on the same spot.
     placed_points.sort(key=lambda p: p.kind == "kernel")
+    return placed_points
+
+
+def _links(placed_points: list[Point], measurements: Sequence[Measurement]) -> tuple[Link, ...]:
+    """A line from each kernel's point to each reference point of its test."""
     placed = {(measurements[p.index].test, measurements[p.index].name): p for p in placed_points}
-    links = tuple(
+    return tuple(
         Link(kernel.x, kernel.y, reference.x, reference.y)
         for (test, name), kernel in placed.items() if kernel.kind == "kernel"
         for (other_test, _), reference in placed.items() if reference.kind == "reference" and other_test == test
-    )
-    points = tuple(_labelled(placed_points, measurements, frame, roofs, memory_label, links))
-    left_out = tuple(f"{m.test} [{m.name}] ({why_left_out(m)})" for m in measurements
-                     if not plottable(m) and not data_movement(m))
-    return Chart(
-        profile=profile.id,
-        frame=frame,
-        points=points,
-        roofs=tuple(roofs),
-        x_ticks=tuple(Tick(px(10.0**e), _decade_label(e)) for e in range(x_low, x_high + 1)),
-        y_ticks=tuple(Tick(py(10.0**e), _decade_label(e)) for e in range(y_low, y_high + 1)),
-        left_out=left_out,
-        links=links,
-        bandwidth=bandwidth_chart(profile, measurements),
-        verdicts=tuple(v for v in (str(v) for v in results.VERDICTS) if any(p.verdict == v for p in points)),
-        memory_label=memory_label,
     )
 
 
@@ -366,7 +398,7 @@ def _labelled(points: list[Point], measurements: Sequence[Measurement], frame: F
     return [dataclasses.replace(p, label=labels.get(p.index)) for p in points]
 
 
-def strip(samples: Sequence[float], width: float = 300, height: float = 36) -> dict:
+def strip(samples: Sequence[float], width: float = 300, height: float = 36) -> dict[str, object]:
     """A strip plot of per-call times: x positions of samples, of the median and the quartiles."""
     if not samples:
         return {"dots": [], "median": None, "width": width, "height": height, "low": 0, "high": 0}
@@ -392,7 +424,7 @@ def strip(samples: Sequence[float], width: float = 300, height: float = 36) -> d
     }
 
 
-def sparkline(values: Sequence[float], width: float = 160, height: float = 32) -> dict:
+def sparkline(values: Sequence[float], width: float = 160, height: float = 32) -> dict[str, object]:
     """Polyline points for a SOL trend, scaled to its own range (0..1 at least)."""
     if not values:
         return {"points": "", "width": width, "height": height, "last": None}

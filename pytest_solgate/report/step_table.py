@@ -7,7 +7,7 @@ the sum that checks them; the HTML report a bar by operator class and the whole 
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 from pytest_solgate.results import Measurement
 from pytest_solgate.score.step_breakdown import CLASSES, IDLE, StepBreakdown
@@ -84,7 +84,7 @@ def trace_lines(trace: str, where: str, profile: str, step: StepBreakdown, top: 
     return lines + [f"  note: {note}" for note in step.notes]
 
 
-def section(m: Measurement, top: int = HTML_TOP) -> dict[str, Any]:
+def section(m: Measurement, top: int = HTML_TOP) -> dict[str, object]:
     """What the HTML report's section for one step shows."""
     step: StepBreakdown = m.step  # type: ignore[assignment]
     spent = step.by_class()
@@ -109,5 +109,5 @@ def section(m: Measurement, top: int = HTML_TOP) -> dict[str, Any]:
     }
 
 
-def sections(measurements: Sequence[Measurement]) -> list[dict[str, Any]]:
+def sections(measurements: Sequence[Measurement]) -> list[dict[str, object]]:
     return [section(m) for m in steps(measurements)]

@@ -12,7 +12,7 @@ import hashlib
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence, TypedDict
 
 from pytest_solgate.support import stats, units
 
@@ -65,6 +65,17 @@ def noise_band(sols: Sequence[float]) -> list[tuple[float, float] | None]:
     return band
 
 
+class DrawnPoint(TypedDict):
+    """A commit's point in a panel: where it lands, what its hover says, its verdict's colour, and
+    whether its SOL lies above the axis (drawn at the top edge)."""
+
+    x: float
+    y: float
+    hover: str
+    verdict: str
+    above: bool
+
+
 @dataclass(frozen=True)
 class Panel:
     id: str
@@ -72,7 +83,7 @@ class Panel:
     name: str
     profile: str
     title: str
-    points: list[dict[str, Any]]  # x, y and what the hover says
+    points: list[DrawnPoint]
     polyline: str
     band: str  # an SVG polygon's points, or ""
     budget_y: float | None
@@ -89,7 +100,7 @@ class Panel:
     above: int = 0  # points above PHYSICAL_MAX, drawn at the top edge
 
 
-def panel(test: str, name: str, profile: str, points: Sequence[dict[str, Any]], changes: Sequence[str],
+def panel(test: str, name: str, profile: str, points: Sequence[Mapping[str, Any]], changes: Sequence[str],
           budget: float | None, last: int = 0, provisional: Sequence[str] = (), outliers: Sequence[str] = ()) -> Panel:
     """``points`` from store.commit_series (oldest first); ``changes`` the commits where the
     series stepped (``provisional`` those of them at the newest commit, not confirmed yet);
@@ -98,42 +109,11 @@ def panel(test: str, name: str, profile: str, points: Sequence[dict[str, Any]], 
     bands = noise_band([p["sol"] for p in points])
     start = max(0, total - last) if last else 0
     points, bands = list(points[start:]), bands[start:]
-    top_value = max([p["sol"] for p in points] + [b[1] for b in bands if b] + [budget or 0.0])
-    ticks = nice_ticks(min(top_value * 1.05, PHYSICAL_MAX))
-    y_max = ticks[-1]
-    if y_max > PHYSICAL_MAX:  # 0 .. 1.25 in quarters: keep the ticks up to 1, stop the axis at 1.05
-        ticks, y_max = [t for t in ticks if t <= 1], PHYSICAL_MAX
-    step = PLOT_W / max(1, len(points) - 1)
-
-    def x(i: int) -> float:
-        return round(LEFT + (i * step if len(points) > 1 else PLOT_W / 2), 2)
-
-    def y(v: float) -> float:
-        return round(TOP + PLOT_H - min(v, y_max) / y_max * PLOT_H, 2)
-
-    drawn = []
-    for i, p in enumerate(points):
-        runs = len(p.get("runs", ())) or 1
-        above = p["sol"] > y_max
-        hover = (f"{p['commit'][:10]} · {str(p.get('commit_time') or '')[:10]} · SOL {units.sol_fine(p['sol'])} · "
-                 f"{units.seconds(p['seconds']) if p.get('seconds') else '-'} · {p.get('verdict') or '-'}"
-                 + (f" · median of {runs} runs" if runs > 1 else "")
-                 + _contended(p.get("contended", 0), runs)
-                 + (f" · above the physical limit {PHYSICAL_MAX:g}, drawn at the top edge" if above else ""))
-        drawn.append({"x": x(i), "y": y(p["sol"]), "hover": hover, "verdict": p.get("verdict") or "not-gated",
-                      "above": above})
-    known = [(i, b) for i, b in enumerate(bands) if b]
-    band = ""
-    if len(known) > 1:
-        upper = [f"{x(i)},{y(b[1])}" for i, b in known]
-        lower = [f"{x(i)},{y(b[0])}" for i, b in reversed(known)]
-        band = " ".join(upper + lower)
+    ticks, y_max = _y_ticks(max([p["sol"] for p in points] + [b[1] for b in bands if b] + [budget or 0.0]))
+    scale = _Scale(len(points), y_max)
+    drawn = [DrawnPoint(x=scale.x(i), y=scale.y(p["sol"]), hover=_hover(p, p["sol"] > y_max),
+                        verdict=p.get("verdict") or "not-gated", above=p["sol"] > y_max) for i, p in enumerate(points)]
     index = {p["commit"]: i for i, p in enumerate(points)}
-    every = max(1, math.ceil(len(points) / MAX_COMMIT_LABELS))
-    last_index = len(points) - 1
-    # Evenly spaced commits and the newest, never two so close that they overlap. Commits, not
-    # dates: two commits of one day would carry the same label, and a date names no commit.
-    labelled = [i for i in range(0, last_index, every) if last_index - i >= every * 0.7] + [last_index]
     return Panel(
         id=panel_id(test, name, profile),
         test=test,
@@ -142,19 +122,75 @@ def panel(test: str, name: str, profile: str, points: Sequence[dict[str, Any]], 
         title=f"{test.split('::')[-1]} [{name}]",
         points=drawn,
         polyline=" ".join(f"{d['x']},{d['y']}" for d in drawn),
-        band=band,
-        budget_y=y(budget) if budget else None,
+        band=_band_polygon(bands, scale),
+        budget_y=scale.y(budget) if budget else None,
         budget=budget,
-        y_ticks=[(y(t), f"{t:g}") for t in ticks],
-        x_labels=[(x(i), points[i]["commit"][:SHORT_SHA]) for i in labelled],
-        changes=[(x(index[c]), c) for c in changes if c in index],
+        y_ticks=[(scale.y(t), f"{t:g}") for t in ticks],
+        x_labels=[(scale.x(i), points[i]["commit"][:SHORT_SHA]) for i in _labelled_commits(len(points))],
+        changes=[(scale.x(index[c]), c) for c in changes if c in index],
         shown=len(points),
         total=total,
         provisional=tuple(c for c in provisional if c in index),
-        outliers=[(x(index[c]), y(points[index[c]]["sol"]), c) for c in outliers if c in index],
-        x_marks=[(x(i), f"{p['commit'][:10]} · {str(p.get('commit_time') or '')[:10]}") for i, p in enumerate(points)],
+        outliers=[(scale.x(index[c]), scale.y(points[index[c]]["sol"]), c) for c in outliers if c in index],
+        x_marks=[(scale.x(i), f"{p['commit'][:10]} · {str(p.get('commit_time') or '')[:10]}")
+                 for i, p in enumerate(points)],
         above=sum(d["above"] for d in drawn),
     )
+
+
+def _y_ticks(top_value: float) -> tuple[list[float], float]:
+    """The y axis's round ticks over ``top_value`` and where the axis stops."""
+    ticks = nice_ticks(min(top_value * 1.05, PHYSICAL_MAX))
+    y_max = ticks[-1]
+    if y_max > PHYSICAL_MAX:  # 0 .. 1.25 in quarters: keep the ticks up to 1, stop the axis at 1.05
+        ticks, y_max = [t for t in ticks if t <= 1], PHYSICAL_MAX
+    return ticks, y_max
+
+
+@dataclass(frozen=True)
+class _Scale:
+    """Where the i-th of ``count`` commits and a SOL land in the panel's pixels (a SOL above
+    ``y_max`` at the top edge)."""
+
+    count: int
+    y_max: float
+
+    def x(self, i: int) -> float:
+        step = PLOT_W / max(1, self.count - 1)
+        return round(LEFT + (i * step if self.count > 1 else PLOT_W / 2), 2)
+
+    def y(self, v: float) -> float:
+        return round(TOP + PLOT_H - min(v, self.y_max) / self.y_max * PLOT_H, 2)
+
+
+def _hover(p: Mapping[str, Any], above: bool) -> str:
+    """What a commit's point says on hover: sha, date, SOL, time, verdict, its runs and how many
+    were contended, and whether it is drawn at the top edge (``above`` the axis)."""
+    runs = len(p.get("runs", ())) or 1
+    return (f"{p['commit'][:10]} · {str(p.get('commit_time') or '')[:10]} · SOL {units.sol_fine(p['sol'])} · "
+            f"{units.seconds(p['seconds']) if p.get('seconds') else '-'} · {p.get('verdict') or '-'}"
+            + (f" · median of {runs} runs" if runs > 1 else "")
+            + _contended(p.get("contended", 0), runs)
+            + (f" · above the physical limit {PHYSICAL_MAX:g}, drawn at the top edge" if above else ""))
+
+
+def _band_polygon(bands: Sequence[tuple[float, float] | None], scale: _Scale) -> str:
+    """The noise band as an SVG polygon's points (along the top, back along the bottom), or ""."""
+    known = [(i, b) for i, b in enumerate(bands) if b]
+    if len(known) < 2:
+        return ""
+    upper = [f"{scale.x(i)},{scale.y(b[1])}" for i, b in known]
+    lower = [f"{scale.x(i)},{scale.y(b[0])}" for i, b in reversed(known)]
+    return " ".join(upper + lower)
+
+
+def _labelled_commits(count: int) -> list[int]:
+    """The commits the x axis names: evenly spaced and the newest, never two so close that they
+    overlap. Commits, not dates: two commits of one day would carry the same label, and a date
+    names no commit."""
+    every = max(1, math.ceil(count / MAX_COMMIT_LABELS))
+    last_index = count - 1
+    return [i for i in range(0, last_index, every) if last_index - i >= every * 0.7] + [last_index]
 
 
 def verdicts(panels: Sequence[Panel]) -> list[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -112,69 +112,128 @@ def ab(
                       "(on a pull request: the merge base, git merge-base origin/main HEAD)")
     facts = gitinfo.facts(cwd)
     started = clock()
+    tally = _Tally(tolerance)
     with worktree.scratch("ab") as scratch:
         runner = worktree.Runner(where, scratch, history_location, record, "ab", pytest_args)
         try:
             base_paths, skipped = _paths_at_base(runner, base, paths)
-            pairs: dict[Key, list[paired.Pair]] = {}
-            tolerances: dict[Key, float] = {}
-            seen: dict[str, set[Key]] = {"head": set(), "base": set()}
-            no_sol: set[Key] = set()
-            failed: list[str] = []
-            ran: dict[str, tuple[str, ...]] = {}
-            tests: list[str] = []
-            running: list[str] = []
-            done = stopped = 0
-            for round_ in range(rounds):
-                sides = ("head", "base") if round_ % 2 == 0 else ("base", "head")
-                got: dict[str, dict[Key, Measurement]] = {}
-                for side in sides:
-                    commit = None if side == "head" else base
-                    if round_ == 0:  # collect and measure at once
-                        result = runner.run(commit, list(paths) if side == "head" else base_paths,
-                                            record=record and side == "head", pattern=pattern, keep_going=True)
-                        ran[side] = _selected(side, base, pattern, result)
-                    else:
-                        result = runner.run(commit, running, record=record and side == "head", keep_going=True)
-                    if result.failed:
-                        failed.append(f"{side} (round {round_ + 1}): {result.failed}")
-                    got[side] = _judged(result)
-                    seen[side].update(got[side])
-                    announce(round_ + 1, side, "; ".join(
-                        [f"{len(got[side])} measurement(s)", *([result.failed] if result.failed else [])]))
-                if round_ == 0:
-                    tests = [test for test in ran["head"] if test in set(ran["base"])]
-                    if not tests:
-                        raise NothingToPair(f"ab: none of the {len(ran['head'])} selected test(s) exists at BASE "
-                                            f"{base[:10]}: nothing to pair" + "".join(f"; {note}" for note in skipped))
-                    running = list(tests)
-                for key, h in got["head"].items():
-                    b = got["base"].get(key)
-                    if b is None:
-                        continue
-                    if not (_has_sol(b) and _has_sol(h)):
-                        no_sol.add(key)
-                        continue
-                    pairs.setdefault(key, []).append(paired.Pair(b.score.sol, h.score.sol, b.timing.noise,
-                                                                 h.timing.noise))
-                    tolerances[key] = verdict.recorded_tolerance(h, tolerance, DEFAULT_MAX_REGRESSION)
-                done = round_ + 1
-                undecided = {key[0] for key, p in pairs.items() if not paired.judge_pairs(p, tolerances[key]).tight}
-                running = [test for test in running if test in undecided]
-                if not running:
-                    stopped = 1 if pairs else 0  # decided, or nothing pairs: more rounds would pair nothing either
-                    break
-                if clock() - started >= max_time:
-                    stopped = 2
-                    break
+            sides = _Sides(runner, base, record, pattern, list(paths), base_paths, announce)
+            tests = _run_rounds(sides, tally, rounds, skipped, lambda: clock() - started >= max_time)
         finally:
             runner.close()
-    compared = tuple(
-        Compared(key, paired.judge_pairs(p, tolerances[key]), _geomean([x.base for x in p]), _geomean([x.head for x in p]))
-        for key, p in sorted(pairs.items()))
-    return ABResult(base, facts.commit or "", facts.dirty, tuple(tests), compared, done, clock() - started,
-                    ("rounds", "tight", "time")[stopped], tuple(sorted(seen["head"] - seen["base"])), tuple(failed),
-                    tuple(sorted(seen["base"] - seen["head"])), tuple(sorted(no_sol - set(pairs))), tuple(skipped))
+    return ABResult(base, facts.commit or "", facts.dirty, tests, tally.compared(), tally.done, clock() - started,
+                    tally.stopped, tuple(sorted(tally.seen["head"] - tally.seen["base"])), tuple(tally.failed),
+                    tuple(sorted(tally.seen["base"] - tally.seen["head"])),
+                    tuple(sorted(tally.no_sol - set(tally.pairs))), tuple(skipped))
+
+
+@dataclass(frozen=True)
+class _Sides:
+    """How each side runs: HEAD in the user's tree (recorded when ``record``), the base in its
+    worktree (scratch); round 1 collects ``paths`` and deselects by ``pattern``, later rounds run
+    the node ids still undecided."""
+
+    runner: worktree.Runner
+    base: str
+    record: bool
+    pattern: str | None
+    head_paths: list[str]
+    base_paths: list[str]
+    announce: Callable[[int, str, str], None]
+
+    def run(self, side: str, round_: int, running: list[str]) -> worktree.RunResult:
+        commit = None if side == "head" else self.base
+        record = self.record and side == "head"
+        if round_ == 0:  # collect and measure at once
+            return self.runner.run(commit, self.head_paths if side == "head" else self.base_paths, record=record,
+                                   pattern=self.pattern, keep_going=True)
+        return self.runner.run(commit, running, record=record, keep_going=True)
+
+
+@dataclass
+class _Tally:
+    """What the rounds have gathered so far: each series' pairs and tolerance, what each side
+    measured, what failed, how many rounds ran and why they stopped."""
+
+    tolerance: float | None
+    pairs: dict[Key, list[paired.Pair]] = field(default_factory=dict)
+    tolerances: dict[Key, float] = field(default_factory=dict)
+    seen: dict[str, set[Key]] = field(default_factory=lambda: {"head": set(), "base": set()})
+    no_sol: set[Key] = field(default_factory=set)
+    failed: list[str] = field(default_factory=list)
+    done: int = 0
+    stopped: str = "rounds"
+
+    def take(self, round_: int, side: str, result: worktree.RunResult) -> dict[Key, Measurement]:
+        """One side's run of a round: its judged measurements, and its failure noted."""
+        if result.failed:
+            self.failed.append(f"{side} (round {round_ + 1}): {result.failed}")
+        got = _judged(result)
+        self.seen[side].update(got)
+        return got
+
+    def pair(self, head: dict[Key, Measurement], base: dict[Key, Measurement]) -> None:
+        """A round's pairs: each series measured on both sides with a SOL on both."""
+        for key, h in head.items():
+            b = base.get(key)
+            if b is None:
+                continue
+            if not (_has_sol(b) and _has_sol(h)):
+                self.no_sol.add(key)
+                continue
+            self.pairs.setdefault(key, []).append(paired.Pair(b.score.sol, h.score.sol, b.timing.noise,
+                                                              h.timing.noise))
+            self.tolerances[key] = verdict.recorded_tolerance(h, self.tolerance, DEFAULT_MAX_REGRESSION)
+
+    def undecided(self) -> set[str]:
+        """The tests with a series whose paired difference is not yet tight."""
+        return {key[0] for key, p in self.pairs.items() if not paired.judge_pairs(p, self.tolerances[key]).tight}
+
+    def compared(self) -> tuple[Compared, ...]:
+        return tuple(Compared(key, paired.judge_pairs(p, self.tolerances[key]), _geomean([x.base for x in p]),
+                              _geomean([x.head for x in p]))
+                     for key, p in sorted(self.pairs.items()))
+
+
+def _run_rounds(sides: _Sides, tally: _Tally, rounds: int, skipped: list[str],
+                out_of_time: Callable[[], bool]) -> tuple[str, ...]:
+    """Rounds alternate which side runs first until no test is undecided, the time is out or
+    ``rounds`` ran; returns the tests selected on both sides."""
+    tests: tuple[str, ...] = ()
+    running: list[str] = []
+    for round_ in range(rounds):
+        got: dict[str, dict[Key, Measurement]] = {}
+        ran: dict[str, tuple[str, ...]] = {}
+        for side in ("head", "base") if round_ % 2 == 0 else ("base", "head"):
+            result = sides.run(side, round_, running)
+            if round_ == 0:
+                ran[side] = _selected(side, sides.base, sides.pattern, result)
+            got[side] = tally.take(round_, side, result)
+            sides.announce(round_ + 1, side, "; ".join(
+                [f"{len(got[side])} measurement(s)", *([result.failed] if result.failed else [])]))
+        if round_ == 0:
+            tests = _paired_tests(ran, sides.base, skipped)
+            running = list(tests)
+        tally.pair(got["head"], got["base"])
+        tally.done = round_ + 1
+        undecided = tally.undecided()
+        running = [test for test in running if test in undecided]
+        if not running:
+            tally.stopped = "tight" if tally.pairs else "rounds"  # nothing pairs: more rounds would pair nothing
+            break
+        if out_of_time():
+            tally.stopped = "time"
+            break
+    return tests
+
+
+def _paired_tests(ran: dict[str, tuple[str, ...]], base: str, skipped: list[str]) -> tuple[str, ...]:
+    """The tests round 1 ran on both sides, in HEAD's order; none is nothing to pair."""
+    tests = tuple(test for test in ran["head"] if test in set(ran["base"]))
+    if not tests:
+        raise NothingToPair(f"ab: none of the {len(ran['head'])} selected test(s) exists at BASE "
+                            f"{base[:10]}: nothing to pair" + "".join(f"; {note}" for note in skipped))
+    return tests
 
 
 def _geomean(values: Sequence[float]) -> float:

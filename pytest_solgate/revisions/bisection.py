@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from pytest_solgate.judge import verdict
 from pytest_solgate.judge.level import MIN_CHANGE, Step, along, select
@@ -225,7 +225,7 @@ def resolve_span(cwd: str | Path, good_ref: str, bad_ref: str) -> Span:
 class Evidence:
     """Every run of every commit the bisection knows: the history's and the ones made here."""
 
-    def __init__(self, reader: Any, runner: worktree.Runner, tests: Sequence[str]) -> None:
+    def __init__(self, reader: store.Store | None, runner: worktree.Runner, tests: Sequence[str]) -> None:
         self.reader = reader
         self.runner = runner
         self.tests = list(tests)
@@ -338,7 +338,7 @@ def _geometric_mean(values: Sequence[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def history_falls(reader: Any, span: Span, keys: Sequence[Key], min_change: float = MIN_CHANGE) -> tuple[HistoryStep, ...]:
+def history_falls(reader: store.Store | None, span: Span, keys: Sequence[Key], min_change: float = MIN_CHANGE) -> tuple[HistoryStep, ...]:
     """The falls the gate's story puts in the range, for each of ``keys``: ``along`` over
     the runs the history holds along BAD's first-parent line, down to GOOD and the lookback before it."""
     if reader is None:
@@ -493,17 +493,20 @@ def _log_share(step: float, total: float) -> float:
     return math.log1p(step) / math.log1p(total)
 
 
-def merged(runs: Sequence[Mapping[Key, Any]], skip: int) -> dict[Key, Any]:
+Held = TypeVar("Held")  # what a run holds for each measurement
+
+
+def merged(runs: Sequence[Mapping[Key, Held]], skip: int) -> dict[Key, Held]:
     """Each measurement's newest reading among ``runs`` (oldest first), leaving out the newest
     ``skip`` readings of each: skip=1 gives the reading before the newest, for a confirmation."""
-    newest: dict[Key, list[Any]] = {}
+    newest: dict[Key, list[Held]] = {}
     for run in runs:
         for key, value in run.items():
             newest.setdefault(key, []).append(value)
     return {key: values[-1 - skip] for key, values in newest.items() if len(values) > skip}
 
 
-def selected_tests(reader: Any, runner: worktree.Runner, good: str, pattern: str | None) -> list[str]:
+def selected_tests(reader: store.Store | None, runner: worktree.Runner, good: str, pattern: str | None) -> list[str]:
     """The node ids to bisect: the matching tests GOOD's recorded runs measured, else the matching
     tests collected at GOOD."""
     recorded = sorted({m.test for run, m in (reader.results_at(good) if reader is not None else [])

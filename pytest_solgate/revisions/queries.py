@@ -44,7 +44,7 @@ def find_commit(ref: str, shas: set[str], history_path: str) -> str:
     return matches[0]
 
 
-def compare(history: Any, base_ref: str, head_ref: str, window: int, min_change: float,
+def compare(history: store.Store, base_ref: str, head_ref: str, window: int, min_change: float,
             settings: verdict.JudgeSettings, given: float | None) -> ComparedCommits:
     """HEAD's results against BASE's own runs (``window`` of them), by the gate's rule, with the
     gate's story between them."""
@@ -92,12 +92,12 @@ def series(results: list) -> dict[Key, list[dict[str, Any]]]:
     return store.commit_series(results, gitinfo.commit_times(".", shas))
 
 
-def stories(results: list, min_change: float) -> list[tuple[Key, list[dict[str, Any]], Any]]:
+def stories(results: list, min_change: float) -> list[tuple[Key, list[dict[str, Any]], level.Story]]:
     """Each series with its points and the gate's story of them, sorted."""
     return [(key, points, level.series_story(points, min_change)) for key, points in sorted(series(results).items())]
 
 
-def trend_panels(history: Any, pattern: str | None, min_change: float, last: int) -> tuple[list[Any], str]:
+def trend_panels(history: store.Store, pattern: str | None, min_change: float, last: int) -> tuple[list[trend.Panel], str]:
     """The trend page's panels, one per series, and a note when change points could not be found."""
     panels, note = [], ""
     for (test, name, profile, ceilings), points in sorted(series(history.summaries(pattern)).items()):

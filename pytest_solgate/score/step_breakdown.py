@@ -36,7 +36,7 @@ from typing import Any, Mapping, Sequence
 
 from pytest_solgate.declare.profiles import HardwareProfile
 from pytest_solgate.declare.work import Work
-from pytest_solgate.measure.step_profile import RunReading, StepProfile, faster_half_noise, run_ranks
+from pytest_solgate.measure.step_profile import Rank, RunReading, StepProfile, faster_half_noise, run_ranks
 from pytest_solgate.support import stats
 
 IDLE = "idle"
@@ -219,7 +219,7 @@ def main_precision(flops: Mapping[str, float], profile: HardwareProfile) -> str 
     return max(timed, key=timed.__getitem__) if timed else None
 
 
-def faster_runs(runs: Sequence[RunReading], ranks: Sequence[Any]) -> list[RunReading]:
+def faster_runs(runs: Sequence[RunReading], ranks: Sequence[Rank]) -> list[RunReading]:
     """The first half of the runs by ``ranks`` (at least one; ``run_ranks``: the faster half by step
     time, a run in which an operator stalled after every run in which none did): every figure of the
     step is a mean over these same runs, so that the figures add up as each run's do."""

@@ -15,10 +15,14 @@ from __future__ import annotations
 import configparser
 import inspect
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_solgate.support.errors import OptionError
 from pytest_solgate.support.settings import OPTIONS, Option
+
+if TYPE_CHECKING:  # pytest is imported where an ini file is read
+    import pytest
+    from _pytest.config import PytestPluginManager
 
 
 def ini_type(option: Option) -> Literal["bool", "string"]:
@@ -26,12 +30,12 @@ def ini_type(option: Option) -> Literal["bool", "string"]:
     return "bool" if option.kind == "bool" else "string"
 
 
-def sol_values(config: Any) -> dict[str, Any]:
+def sol_values(config: pytest.Config) -> dict[str, object]:
     """Each ``sol_*`` option set in the ini of a pytest ``Config``, as ``getini`` returns it; a value
     pytest refuses is one OptionError with pytest's message (which names the file and the option)."""
     import pytest
 
-    values = {}
+    values: dict[str, object] = {}
     for option in OPTIONS:
         try:
             value = config.getini(option.name)
@@ -53,7 +57,7 @@ def sol_values(config: Any) -> dict[str, Any]:
     return values
 
 
-def sol_options(start: Path) -> tuple[dict[str, Any], Path | None]:
+def sol_options(start: Path) -> tuple[dict[str, object], Path | None]:
     """The ``sol_*`` ini values pytest would read when started in ``start``, and the file they came
     from (None when there is none). Raises OptionError, one line naming the file, where pytest
     would refuse the file or a value in it."""
@@ -63,7 +67,7 @@ def sol_options(start: Path) -> tuple[dict[str, Any], Path | None]:
     return found
 
 
-def _by_pytest(start: Path) -> tuple[dict[str, Any], Path | None] | None:
+def _by_pytest(start: Path) -> tuple[dict[str, object], Path | None] | None:
     try:
         from _pytest.config import Config, PytestPluginManager
         from _pytest.config.findpaths import determine_setup
@@ -91,9 +95,11 @@ def _by_pytest(start: Path) -> tuple[dict[str, Any], Path | None] | None:
     return sol_values(config), path
 
 
-def _reading_config(start: Path, rootpath: Path, path: Path | None, inicfg: Any, config_class: Any, manager: Any) -> Any:
+def _reading_config(start: Path, rootpath: Path, path: Path | None, inicfg: Any, config_class: type[pytest.Config],
+                    manager: type[PytestPluginManager]) -> pytest.Config:
     """A pytest ``Config`` that only reads the ini file ``determine_setup`` found, with the ``sol_*``
     options registered as the plugin registers them: ``getini`` then applies pytest's own types.
+    (``inicfg``: what ``determine_setup`` found, whose type differs between pytest versions.)
 
     The one place solgate writes pytest's private fields, on purpose: pytest has no public way to
     read an ini file without starting a session (``Config.parse`` loads every plugin and conftest,
@@ -114,7 +120,7 @@ def _nearest(start: Path, name: str) -> Path | None:
 SECTIONS = (("pytest.ini", "pytest"), ("pyproject.toml", None), ("tox.ini", "pytest"), ("setup.cfg", "tool:pytest"))
 
 
-def _by_reading(start: Path) -> tuple[dict[str, Any], Path | None]:
+def _by_reading(start: Path) -> tuple[dict[str, object], Path | None]:
     """pytest's rule read by hand: the nearest folder, from ``start`` up, with one of the files
     in SECTIONS that has a pytest section (``pytest.ini`` counts even without one)."""
     for folder in (start, *start.parents):

@@ -40,7 +40,7 @@ def parse_device(spec: str) -> tuple[str, int | None]:
 class Option:
     name: str  # the ini name; the flag is --sol-... with dashes
     help: str
-    default: Any = None
+    default: str | bool | None = None
     kind: str = "string"  # string | bool | path-or-default
     choices: tuple[str, ...] = ()
     environment: str | None = None  # a variable read when the command line gives none, before the ini
@@ -142,7 +142,7 @@ def history_required(setting: str, environ: Mapping[str, str]) -> bool:
     return environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
-def _number(flag: str, raw: Any, check: Callable[[float], bool], rule: str) -> float:
+def _number(flag: str, raw: RawValue, check: Callable[[float], bool], rule: str) -> float:
     try:
         value = float(raw)
     except (TypeError, ValueError):
@@ -152,7 +152,7 @@ def _number(flag: str, raw: Any, check: Callable[[float], bool], rule: str) -> f
     return value
 
 
-def _bool(flag: str, raw: Any) -> bool:
+def _bool(flag: str, raw: object) -> bool:
     if isinstance(raw, bool):
         return raw
     text = str(raw).strip().lower()
@@ -174,40 +174,21 @@ def check_report_path(report: str | None) -> None:
         )
 
 
-def parse_settings(raw: Mapping[str, Any]) -> Settings:
+# An option's raw value as pytest's getoption (typed Any) and the ini give it: text, a flag's bool, or None.
+RawValue = Any
+
+
+def parse_settings(raw: Mapping[str, RawValue]) -> Settings:
     """``raw`` maps ini names (sol_gate, ...) to the value given (CLI first, then ini), or None."""
-    values: dict[str, Any] = {}
-    for option in OPTIONS:
-        value = raw.get(option.name)
-        if value is None or value == "":
-            value = option.default
-        if option.kind == "bool":
-            value = _bool(option.flag, value)
-        if option.choices and value is not None and value not in option.choices:
-            raise OptionError(f"{option.flag}={value!r} is not one of: {', '.join(option.choices)}")
-        values[option.name] = value
+    values = _given(raw)
     parse_device(values["sol_device"])
     baseline = str(values["sol_baseline"])
     if not baseline.strip() or baseline.startswith("-"):
         raise OptionError(f"--sol-baseline={baseline!r}: give auto, none, or a git ref such as origin/main")
-    min_time = _number("--sol-min-time", values["sol_min_time"], lambda v: v >= 0, "give seconds >= 0, e.g. 0.25")
-    max_time = _number("--sol-max-time", values["sol_max_time"], lambda v: v > 0, "give seconds > 0, e.g. 2.0")
-    if max_time < min_time:
-        raise OptionError(f"--sol-max-time={max_time:g} is below --sol-min-time={min_time:g}; raise the budget")
-    noise = _number("--sol-noise", values["sol_noise"], lambda v: 0 < v < 1, "give a fraction in (0, 1), e.g. 0.005")
-    max_regression = _number(
-        "--sol-max-regression", values["sol_max_regression"], lambda v: 0 <= v < 1, "give a fraction in [0, 1), e.g. 0.05"
-    )
-    min_change = _number(
-        "--sol-min-change", values["sol_min_change"], lambda v: 0 <= v < 1, "give a fraction in [0, 1), e.g. 0.025"
-    )
-    window = _number(
-        "--sol-baseline-window", values["sol_baseline_window"], lambda v: v == int(v) and 1 <= v <= 100,
-        "give a whole number of runs from 1 to 100, e.g. 10",
-    )
-    for key in ("sol_history",):
-        if not str(values[key]).strip():
-            raise OptionError("--sol-history is empty; give a path such as .solgate/history.db")
+    sampling = _sampling(values)
+    max_regression, min_change, window = _regression_rule(values)
+    if not str(values["sol_history"]).strip():
+        raise OptionError("--sol-history is empty; give a path such as .solgate/history.db")
     return Settings(
         report=values["sol_report"],
         json=values["sol_json"],
@@ -220,12 +201,12 @@ def parse_settings(raw: Mapping[str, Any]) -> Settings:
         history=str(values["sol_history"]),
         no_save=values["sol_no_save"],
         baseline=baseline,
-        baseline_window=int(window),
+        baseline_window=window,
         max_regression=max_regression,
         min_change=min_change,
         gate=values["sol_gate"],
         above_one=values["sol_above_one"],
-        sampling=SamplingSettings(min_time=min_time, max_time=max_time, noise=noise, cuda_graph=values["sol_cuda_graph"]),
+        sampling=sampling,
         precision=values["sol_precision"],
         ncu=values["sol_ncu"],
         lock_clocks=values["sol_lock_clocks"],
@@ -233,3 +214,43 @@ def parse_settings(raw: Mapping[str, Any]) -> Settings:
         integrity=values["sol_integrity"],
         trust_test_clock=values["sol_trust_test_clock"],
     )
+
+
+def _given(raw: Mapping[str, RawValue]) -> dict[str, RawValue]:
+    """Every option's value: the one given, else its default; a flag read as a bool, a choice checked."""
+    values: dict[str, RawValue] = {}
+    for option in OPTIONS:
+        value = raw.get(option.name)
+        if value is None or value == "":
+            value = option.default
+        if option.kind == "bool":
+            value = _bool(option.flag, value)
+        if option.choices and value is not None and value not in option.choices:
+            raise OptionError(f"{option.flag}={value!r} is not one of: {', '.join(option.choices)}")
+        values[option.name] = value
+    return values
+
+
+def _sampling(values: Mapping[str, RawValue]) -> SamplingSettings:
+    """The sampling budget: --sol-min-time, --sol-max-time (not below it) and --sol-noise."""
+    min_time = _number("--sol-min-time", values["sol_min_time"], lambda v: v >= 0, "give seconds >= 0, e.g. 0.25")
+    max_time = _number("--sol-max-time", values["sol_max_time"], lambda v: v > 0, "give seconds > 0, e.g. 2.0")
+    if max_time < min_time:
+        raise OptionError(f"--sol-max-time={max_time:g} is below --sol-min-time={min_time:g}; raise the budget")
+    noise = _number("--sol-noise", values["sol_noise"], lambda v: 0 < v < 1, "give a fraction in (0, 1), e.g. 0.005")
+    return SamplingSettings(min_time=min_time, max_time=max_time, noise=noise, cuda_graph=values["sol_cuda_graph"])
+
+
+def _regression_rule(values: Mapping[str, RawValue]) -> tuple[float, float, int]:
+    """What the gate compares by: --sol-max-regression, --sol-min-change and --sol-baseline-window."""
+    max_regression = _number(
+        "--sol-max-regression", values["sol_max_regression"], lambda v: 0 <= v < 1, "give a fraction in [0, 1), e.g. 0.05"
+    )
+    min_change = _number(
+        "--sol-min-change", values["sol_min_change"], lambda v: 0 <= v < 1, "give a fraction in [0, 1), e.g. 0.025"
+    )
+    window = _number(
+        "--sol-baseline-window", values["sol_baseline_window"], lambda v: v == int(v) and 1 <= v <= 100,
+        "give a whole number of runs from 1 to 100, e.g. 10",
+    )
+    return max_regression, min_change, int(window)
