@@ -70,6 +70,15 @@ def test_the_gates_decision_names_a_commit_the_series_alone_would_not():
     assert [o.index for o in undone.outliers] == [10] and not any(cp.index == 10 for cp in undone.points)
 
 
+def test_a_failed_commit_with_only_an_outlier_before_it_reads_without_an_error():
+    from pytest_solgate.judge import changepoints
+
+    # The first commit is an outlier, the second failed the gate: no level before the failure to
+    # step from, so the gate's decision adds no step there (it raised 'mean of no values').
+    changes = changepoints.find([1.0, 0.3, 1.0, 1.01, 0.99, 1.0], regressed=[1])
+    assert [o.index for o in changes.outliers] == [0] and not any(cp.by_gate for cp in changes.points)
+
+
 # --- messages read in one glance at 80 columns (issue 31 item 5) ------------------------------------
 
 

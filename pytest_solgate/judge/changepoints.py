@@ -242,9 +242,10 @@ def _name_what_the_gate_failed(segments: list[list[int]], outliers: set[int], lo
             continue
         segment = next(s for s in segments if position in s)
         cut = segment.index(position)
-        if cut == 0:  # the first level of the series: no level before it to step from
+        earlier = [logs[j] for j in segment[:cut] if j not in outliers]
+        if not earlier:  # the first level of the series, or only outliers before it: no level to step from
             continue
-        before = stats.mean([logs[j] for j in segment[:cut] if j not in outliers])
+        before = stats.mean(earlier)
         after = [logs[j] for j in segment[cut + 1:] if j not in outliers]
         if after and abs(stats.mean(after) - before) < abs(stats.mean(after) - logs[position]):
             outliers.add(position)
