@@ -261,6 +261,8 @@ def _rounds(plan: Plan, backend: Backend, settings: SamplingSettings, rule: Stop
     """Sampling rounds until the rule says stop."""
     __tracebackhide__ = True
     probe = backend.probe if backend.capabilities.memory_probe else None
+    # A rule may act between samples, outside every timed region (the integrity checks' new input values)
+    after_sample = getattr(rule, "after_sample", None)
     sampling_start = clock()
     throttled = False
     recoveries = dropped = 0
@@ -272,6 +274,8 @@ def _rounds(plan: Plan, backend: Backend, settings: SamplingSettings, rule: Stop
             # the cache evicted, and a flush of its own would only double the cost of a sample (on a
             # VM that reports a 480 MiB L3, a 960 MB write), leaving fewer samples in the budget.
             handles.append(timed_call(plan.timed, backend, plan.calls_per_sample, flush=not probe_handles))
+            if after_sample is not None:
+                after_sample(handles[-1], plan.batch)
             if probe is not None:
                 probe_handles.append(timed_call(probe, backend, 1))
         # Read NVML while the GPU still runs the queued round, not after it went idle.
