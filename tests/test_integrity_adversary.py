@@ -350,3 +350,35 @@ def test_a_kernel_module_that_patches_at_import_is_named(tmp_path, name):
     line = next((row for row in said.splitlines() if row.startswith("FAILED test_adversary.py::test_patched - ")), None)
     assert line is not None, said[-3000:]
     assert cause in line, line
+
+
+def test_every_sample_of_a_round_on_new_values_meets_values_no_call_saw():
+    """A cache keyed on the inputs' values meets none of them in a round on new values, however many
+    samples the round holds; its last call is judged on the values it got (an in-place kernel's
+    result kept before the next values overwrite it); the test's values come back."""
+    import random
+
+    import torch
+
+    from pytest_solgate.measure.integrity import outputs, rounds
+
+    def relu_(x):
+        return x.relu_()
+
+    x = torch.randn(64)
+    before = x.clone()
+    checked = outputs.checked_of(relu_, (x,), None, torch.relu, None, "t")
+    judged = []
+    fresh = rounds.FreshRounds(checked, lambda got, inputs, calls: judged.append((got, outputs.clone(inputs), calls)), random.Random(0))
+    fresh.before_round(forced=True)
+    call, seen = checked.timed(), []
+    for _ in range(5):
+        seen.append(x.clone())
+        call()
+        fresh.after_sample(None, 1)
+    fresh.after_round([1e-3] * 5)
+    assert all(not torch.equal(a, b) for i, a in enumerate(seen) for b in seen[:i])  # five values, none seen before
+    (got,), (inputs,), calls = judged[0]
+    assert calls == 1 and torch.equal(inputs, seen[-1]) and torch.equal(got, torch.relu(seen[-1]))
+    fresh.restore()
+    assert torch.equal(x, before)
