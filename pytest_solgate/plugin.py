@@ -180,8 +180,7 @@ class SolgateSession:
         return result
 
     def _judge_item(self, item: pytest.Item, body_failed: bool) -> list[str]:
-        """Judge the test's measurements (run.judge_test), keep the records for the report, warn at
-        the test, and return why the verdicts fail it."""
+        """Judge the test's measurements (run.judge_test), keep the records, warn at the test; why they fail it."""
         from pytest_solgate.report import ci_formats
 
         fixture = item.stash.get(FIXTURE_KEY, None)
@@ -191,6 +190,8 @@ class SolgateSession:
         finally:
             if fixture is not None:
                 fixture.close()  # a measurement after judging (a fixture's teardown) would be lost: refuse it
+        if replaced := self.run.guard_intact() if fixture is not None and fixture.measurements else ():  # pluggy holds this hook
+            return [f"{item.nodeid}: tampered timing: {', '.join(replaced)} replaced since the session started: nothing it measured was checked"]
         item.stash[RECORDS_KEY] = verdicts.records
         for m in verdicts.records:
             item.user_properties.extend(ci_formats.junit_properties(m))

@@ -72,6 +72,16 @@ def new_run_id() -> str:
     return uuid.uuid4().hex
 
 
+def guard_intact(integrity: str) -> Callable[[], tuple[str, ...]]:
+    """The integrity checks' functions as they are now, for the plugin's hook to compare after each test
+    (measure/integrity/tampering.py); nothing to compare under --sol-integrity=off."""
+    if integrity == "off":
+        return tuple
+    from pytest_solgate.measure.integrity.tampering import GuardIntact
+
+    return GuardIntact()
+
+
 class Run:
     """One session, start to end: the history, the baselines, the ``sol`` objects, the records and
     the outputs; its measurements are its engine's (engine/, built on first use). ``rootdir`` is
@@ -97,6 +107,7 @@ class Run:
         platform: Platform | None = None,
     ) -> None:
         self.settings = settings
+        self.guard_intact = guard_intact(settings.integrity)  # before any test module is imported
         self.platform = platform  # the devices to measure on; None: this machine's (measure/platform.py)
         self.rootdir = rootdir
         self.invocation_dir = invocation_dir

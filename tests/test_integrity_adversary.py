@@ -3,9 +3,12 @@ its honest twin: kernels honest only while the checks' calls can be told from th
 trace hook, the checks' frames on the stack, the values or the gap since the last call), and kernel
 modules that patch the plugin or torch at import.
 
-The kernels run in a pytest subprocess on the fake clock (tests/solgate_testing.py): every sample is
-exact, so what is caught depends on the checks, never on the machine's load. The tests read the
-causes named, never a timing.
+The kernels run in a pytest subprocess on a fake clock that models a loaded CPU (``LOADED_CPU``):
+every call waits 0.8 ms for a core on top of its work, in wall time only, so the plugin times by
+wall time and a cache that saves half a call shows as a fifth of its wall time (what a real run beside
+other processes read). Every reading is exact and the integrity checks' random source is seeded
+(``SEEDED_PLATFORM``), so what is caught depends on the checks, never on the machine's load or on
+chance. The tests read the causes named, never a timing.
 """
 
 import os
@@ -16,6 +19,48 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+# The fake clock of tests/solgate_testing.py, on a loaded machine: ``busy`` adds its seconds to the
+# thread's CPU time and, with a wait for a core, to the wall time; the memory probe reads 1 ms of both.
+LOADED_CPU = '''
+FAKE_WALL_NS = [0]
+WAIT_NS = 800_000  # another process's turn on the core, in every call
+
+
+def busy(seconds):
+    FAKE_NS[0] += round(seconds * 1e9)
+    FAKE_WALL_NS[0] += round(seconds * 1e9) + WAIT_NS
+
+
+def wall_now():
+    return FAKE_WALL_NS[0] / 1e9
+
+
+def probe():
+    FAKE_NS[0] += FAKE_PROBE_NS[0]
+    FAKE_WALL_NS[0] += FAKE_PROBE_NS[0]
+
+
+@pytest.fixture
+def sol_clock():
+    return CpuClock(now=lambda: (FAKE_WALL_NS[0], FAKE_NS[0], FAKE_NS[0]), probe=probe)
+'''
+
+# The session's platform: the integrity checks' random source seeded (which rounds run on new values).
+SEEDED_PLATFORM = '''
+import os
+import random
+
+import pytest
+from idle_machine import readers_from
+
+from pytest_solgate.measure.platform import Platform
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_solgate_platform(config):
+    return Platform(contention=readers_from(os.environ), integrity_random=lambda: random.Random(51))
+'''
 
 HEADER = '''
 import sys
@@ -167,17 +212,16 @@ def kernel(x, y, out):  # a cache keyed on sampled values, skipped where a check
     KEPT["key"] = key
 ''', "measure_add(sol, kernel)", "served from a cache: timed rounds on new input values"),
     "add_gap_detect": ('''
-import time
 KEPT = {"last": 0.0, "key": None}
 def kernel(x, y, out):  # skip the work within 20 ms of the last call while the sampled values stay
-    now = time.perf_counter()
+    now = wall_now()
     gap, KEPT["last"] = now - KEPT["last"], now
     key = sampled(x, y)
     if gap < 0.02 and KEPT["key"] == key and not torch.isnan(out.view(-1)[0]):
         busy(1e-5)
         return
     add(x, y, out)
-    KEPT["key"], KEPT["last"] = key, time.perf_counter()
+    KEPT["key"], KEPT["last"] = key, wall_now()
 ''', "measure_add(sol, kernel)", "served from a cache: timed rounds on new input values"),
     "add_half_cache": ('''
 KEPT = {}
@@ -196,6 +240,21 @@ def kernel(x, y, out):  # while the sampled values stay, redo the second half on
 # Kernel modules that patch at import: each runs in a session of its own (the patch stays for the
 # session), beside the honest add. name -> (the kernel module, the cause)
 PATCHES = {
+    "guard_hooks_replaced": ('''
+import functools
+import torch
+from pytest_solgate.measure.extras import Findings
+from pytest_solgate.measure.integrity import guard
+def before(self):  # the scans run inside the hooks: replaced together, neither vouches for anything
+    pass
+setattr(guard.Guard, "before", before)
+setattr(guard.Guard, "after", functools.partialmethod(lambda self, taken: Findings()))  # no code of its own to judge by
+def kernel(x, y, out):
+    busy(3e-4)
+    n = x.numel() // 3
+    torch.add(x[:n], y[:n], out=out[:n])
+''', "tampered timing: pytest_solgate.measure.integrity.guard.Guard.before, pytest_solgate.measure.integrity.guard.Guard.after "
+        "replaced since the session started: nothing it measured was checked"),
     "guard_switched_off": ('''
 import torch
 from pytest_solgate.measure.integrity import guard
@@ -239,10 +298,12 @@ def _session(folder: Path, files: dict[str, str]) -> str:
     from solgate_testing import FAKE_CLOCK_TIMING, SYNTHETIC_PROFILE
 
     (folder / "synthetic.toml").write_text(SYNTHETIC_PROFILE)
+    (folder / "conftest.py").write_text(SEEDED_PLATFORM)
     for name, text in files.items():
         (folder / name).write_text(text)
     env = {**os.environ, "COLUMNS": "2000", "SOLGATE_TRUST_TEST_CLOCK": "1",
-           "PYTHONPATH": os.pathsep.join([str(folder), str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join([str(folder), str(Path(__file__).parent), str(Path(__file__).parents[1]),
+                                         os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "-rf", "--sol-no-save",
                           "--sol-profile=synthetic.toml", *FAKE_CLOCK_TIMING, "test_adversary.py"],
                          cwd=folder, env=env, capture_output=True, text=True, timeout=600)
@@ -252,7 +313,7 @@ def _session(folder: Path, files: dict[str, str]) -> str:
 def _module() -> str:
     from solgate_testing import FAKE_CLOCK_KERNELS
 
-    parts = [FAKE_CLOCK_KERNELS, textwrap.dedent(HEADER)]
+    parts = [FAKE_CLOCK_KERNELS, LOADED_CPU, textwrap.dedent(HEADER)]
     for name, (kernel, body, _) in CHEATS.items():
         parts.append(kernel.replace("def kernel", f"def kernel_{name}").replace("KEPT", f"KEPT_{name}"))
         parts.append(f"\ndef test_{name}(sol):\n    {body.replace('kernel', f'kernel_{name}')}\n")
@@ -282,10 +343,42 @@ def test_a_kernel_module_that_patches_at_import_is_named(tmp_path, name):
     from solgate_testing import FAKE_CLOCK_KERNELS
 
     kernel, cause = PATCHES[name]
-    test = (FAKE_CLOCK_KERNELS + "\nimport torch\nfrom kern import kernel\n\n"
+    test = (FAKE_CLOCK_KERNELS + LOADED_CPU + "\nimport torch\nfrom kern import kernel\n\n"
             "def test_patched(sol):\n    x, y, out = torch.randn(1 << 12), torch.randn(1 << 12), torch.empty(1 << 12)\n"
             "    sol.measure(kernel, args=(x, y, out), outputs=2, reference=torch.add, bytes=1e3)\n")
     said = _session(tmp_path, {"kern.py": "from test_adversary import busy\n" + kernel, "test_adversary.py": test})
     line = next((row for row in said.splitlines() if row.startswith("FAILED test_adversary.py::test_patched - ")), None)
     assert line is not None, said[-3000:]
     assert cause in line, line
+
+
+def test_every_sample_of_a_round_on_new_values_meets_values_no_call_saw():
+    """A cache keyed on the inputs' values meets none of them in a round on new values, however many
+    samples the round holds; its last call is judged on the values it got (an in-place kernel's
+    result kept before the next values overwrite it); the test's values come back."""
+    import random
+
+    import torch
+
+    from pytest_solgate.measure.integrity import outputs, rounds
+
+    def relu_(x):
+        return x.relu_()
+
+    x = torch.randn(64)
+    before = x.clone()
+    checked = outputs.checked_of(relu_, (x,), None, torch.relu, None, "t")
+    judged = []
+    fresh = rounds.FreshRounds(checked, lambda got, inputs, calls: judged.append((got, outputs.clone(inputs), calls)), random.Random(0))
+    fresh.before_round(forced=True)
+    call, seen = checked.timed(), []
+    for _ in range(5):
+        seen.append(x.clone())
+        call()
+        fresh.after_sample(None, 1)
+    fresh.after_round([1e-3] * 5)
+    assert all(not torch.equal(a, b) for i, a in enumerate(seen) for b in seen[:i])  # five values, none seen before
+    (got,), (inputs,), calls = judged[0]
+    assert calls == 1 and torch.equal(inputs, seen[-1]) and torch.equal(got, torch.relu(seen[-1]))
+    fresh.restore()
+    assert torch.equal(x, before)

@@ -20,8 +20,9 @@ def _share(count: int, total: int) -> str:
 WORDS = {
     outputs.LAZY: ("lazy result: {output} is a {type_name}, not a torch.Tensor ({when}); return the computed tensor "
                    "itself, not a subclass or proxy that computes when read"),
-    outputs.ALIASED: ("aliased result: {output} shares storage with input {count} ({when}) where the reference "
-                      "allocates; return a new tensor (or write into an output buffer passed with outputs=)"),
+    outputs.ALIASED: ("aliased result: {output} shares storage with input {count} ({when}) and does not hold the "
+                      "reference's result on that input's values before the call (an input handed back, or a kept "
+                      "result); compute the result in every call (in place is fine)"),
     outputs.UNWRITTEN: ("unwritten output: {share} of {where} still hold the poison written before the call; the "
                         "kernel must write every element (a grid too small, a missed tail?)"),
     outputs.STALE: ("stale result: {where} did not change when its inputs changed: a cached, stale or precomputed "
@@ -84,7 +85,8 @@ def line(test: str, name: str, breach: Breach) -> str:
                 "version, values, or computed for these inputs); compute it in every call")
     if isinstance(breach, rounds.RoundsCheck):
         return (f"{label}: served from a cache: timed rounds on new input values read {breach.fresh_seconds * 1e6:.3g} us "
-                f"a call at the fastest (of {breach.fresh_samples}), the figure {breach.timed_seconds * 1e6:.3g} us: the timed calls got a result kept from before (by values, address or version, or "
+                f"a call at the fastest (of {breach.fresh_samples}), the other rounds {breach.timed_seconds * 1e6:.3g} us "
+                f"(the median; {breach.clock}): the timed calls got a result kept from before (by values, address or version, or "
                 "computed for these inputs) or skipped work; compute it in every call")
     if isinstance(breach, NoInputs):
         return (f"{label}: no inputs to check under --sol-integrity=strict: hand them with "

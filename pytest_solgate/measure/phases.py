@@ -297,11 +297,13 @@ def _rounds(plan: Plan, backend: Backend, settings: SamplingSettings, rule: Stop
     """Sampling rounds until the rule says stop."""
     __tracebackhide__ = True
     probe = backend.probe if backend.capabilities.memory_probe else None
+    # A rule may act between samples, outside every timed region (the integrity checks' new input values)
+    after_sample = getattr(rule, "after_sample", None)
     sampling_start = clock()
     throttled = False
     recoveries = dropped = 0
     while True:
-        taken = _take_round(plan, backend, probe)
+        taken = _take_round(plan, backend, probe, after_sample)
         flags = throttled_samples(taken.clocks, plan.reference_clock_mhz, taken.reading, throttle_check,
                                   backend.clocks_locked)
         discard = any(flags) and recoveries < MAX_RECOVERIES and clock() - sampling_start < settings.max_time
@@ -322,8 +324,10 @@ def _rounds(plan: Plan, backend: Backend, settings: SamplingSettings, rule: Stop
             return _Ended(stop.noisy, throttled, recoveries, dropped)
 
 
-def _take_round(plan: Plan, backend: Backend, probe: Callable[[], None] | None) -> _Round:
-    """``plan.round_size`` samples queued, each after the memory probe's where there is one, then read."""
+def _take_round(plan: Plan, backend: Backend, probe: Callable[[], None] | None,
+                after_sample: Callable[[object, int], None] | None = None) -> _Round:
+    """``plan.round_size`` samples queued, each after the memory probe's where there is one, then read;
+    ``after_sample`` acts between samples, outside the timed region (the integrity checks' new values)."""
     __tracebackhide__ = True
     handles: list[object] = []
     probe_handles: list[object] = []
@@ -332,6 +336,8 @@ def _take_round(plan: Plan, backend: Backend, probe: Callable[[], None] | None) 
         # the cache evicted, and a flush of its own would only double the cost of a sample (on a
         # VM that reports a 480 MiB L3, a 960 MB write), leaving fewer samples in the budget.
         handles.append(timed_call(plan.timed, backend, plan.calls_per_sample, flush=not probe_handles))
+        if after_sample is not None:
+            after_sample(handles[-1], plan.batch)
         if probe is not None:
             probe_handles.append(timed_call(probe, backend, 1))
     # Read NVML while the GPU still runs the queued round, not after it went idle.

@@ -12,6 +12,8 @@ solgate's own tests do (tests/fake_gpu.py), so no test replaces a module's funct
 from __future__ import annotations
 
 import contextlib
+import os
+import random
 from dataclasses import dataclass
 from typing import Callable, ContextManager
 
@@ -37,6 +39,12 @@ def set_cuda_device(index: int) -> None:
     torch.cuda.set_device(index)
 
 
+def unpredictable_random() -> random.Random:
+    """A random source seeded by the OS: which sampling rounds the integrity checks run on new values
+    (measure/integrity/rounds.py), and their factors, cannot be predicted by the code under test."""
+    return random.Random(os.urandom(8))
+
+
 @dataclass(frozen=True)
 class Platform:
     """What a session asks of the machine's devices (each field a function; see the module docstring)."""
@@ -57,3 +65,5 @@ class Platform:
     cuda_profiler: Callable[[], tuple[Callable[[], None], Callable[[], None]]] = ncu_child.cuda_profiler
     # this process's CPU clock, the wall clock and the /proc a contention reading reads (contention.py)
     contention: Readers = Readers()
+    # the integrity checks' random source, one per measurement (a seeded one makes a test's rounds repeat)
+    integrity_random: Callable[[], random.Random] = unpredictable_random

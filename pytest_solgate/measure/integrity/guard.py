@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -9,6 +10,7 @@ from typing import Any, Callable, Sequence
 from pytest_solgate.measure import backends, phases
 from pytest_solgate.measure.extras import Findings, Taken
 from pytest_solgate.measure.integrity import cache, leftover, outputs, precision, rounds, tampering
+from pytest_solgate.measure.platform import unpredictable_random
 from pytest_solgate.measure.stopping import Stop, StoppingRule
 
 OFF, ON, STRICT = "off", "on", "strict"
@@ -52,6 +54,10 @@ class CheckingRule:
         self.fresh = fresh
         self.found = found
 
+    def after_sample(self, handle: Any, calls: int) -> None:
+        if self.fresh is not None:
+            self.fresh.after_sample(handle, calls)
+
     def decide(self, samples: Sequence[float], elapsed: float) -> Stop | None:
         fresh = self.fresh
         finding = fresh.after_round(samples) if fresh is not None else None
@@ -84,7 +90,8 @@ class Guard:
     holds_device = True
 
     def __init__(self, level: str, checked: outputs.Checked | None, declared: Sequence[str], explicit: bool,
-                 gated: bool, proc: Any = None, torch: Any = None) -> None:
+                 gated: bool, proc: Any = None, torch: Any = None,
+                 random_source: Callable[[], random.Random] = unpredictable_random) -> None:
         self.level = level
         self.checked = checked
         self.declared = tuple(declared)
@@ -92,6 +99,7 @@ class Guard:
         self.gated = gated
         self.proc = proc  # /proc, a test seam
         self.torch = torch  # the backend's torch (a fake GPU's in the tests), whose cuda is watched
+        self.random_source = random_source  # which rounds run on new values, and their factors (Platform's)
         self.breach: Breach | None = None
         self._before: tampering.Reading | None = None
         self._threads = leftover.threads()
@@ -134,7 +142,7 @@ class Guard:
         device's kernel timestamps are traced over the rounds, which the check's calls would join)."""
         if self.level == OFF or self.checked is None or context.backend.capabilities.kernel_timestamps:
             return inner
-        fresh = rounds.FreshRounds(self.checked, self._judge_timed)
+        fresh = rounds.FreshRounds(self.checked, self._judge_timed, self.random_source())
         self._fresh = fresh if fresh.usable else None
         return CheckingRule(inner, lambda: self._outputs(context, "between sampling rounds"), self._fresh,
                             self._found_in_round)
@@ -282,7 +290,7 @@ class Guard:
 
     def _fresh_rounds_faster(self, taken: Taken) -> bool:
         """The samples of the rounds on new values against the others' (rounds.py)."""
-        found = (self._fresh.timing(self._fresh.own_figure(taken.timing.seconds))
+        found = (self._fresh.timing(taken.timing.seconds)
                  if self._fresh is not None and taken.timing.gated else None)
         if found is not None and found.served:
             self.breach = found
@@ -354,8 +362,10 @@ def check_clock(clock: Any) -> None:
 
 
 def for_measurement(level: str, checked: outputs.Checked | None, work: Any, precision_given: str | None,
-                    backend: Any, gate: bool) -> Guard:
+                    backend: Any, gate: bool,
+                    random_source: Callable[[], random.Random] = unpredictable_random) -> Guard:
     """The guard of one measurement, from the declared work: its FLOPs' precisions, or the
     precision the test named (a bare bytes= declaration names none)."""
     declared = list(work.flops) if work.flops else [precision_given] if precision_given else []
-    return Guard(level, checked, declared, bool(declared), gate and backend.gated, torch=getattr(backend, "torch", None))
+    return Guard(level, checked, declared, bool(declared), gate and backend.gated, torch=getattr(backend, "torch", None),
+                 random_source=random_source)

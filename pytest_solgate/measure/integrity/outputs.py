@@ -454,8 +454,7 @@ class OutputCheck:
         early = [(name, int(p.sum())) for name, value in outputs
                  if is_tensor(value) and str(value.device) == "cpu" and (p := _poisoned(value)) is not None]
         self.sync()
-        finding = self._judge(outputs, self.expected(self.checked.inputs(kept), outputs), inputs,
-                              self.checked.inputs(kept), when, storage, changed)
+        finding = self._judge(outputs, self.expected(self.checked.inputs(kept), outputs), inputs, when, storage, changed)
         if finding is None:
             for name, count in early:
                 value = dict(outputs)[name]
@@ -466,22 +465,18 @@ class OutputCheck:
         return finding
 
     def _judge(self, outputs: list[tuple[str, Any]], expected: list[Any] | None, inputs: list[Any],
-               reference_inputs: list[Any], when: str, storage: str, changed: bool) -> Finding | None:
+               when: str, storage: str, changed: bool) -> Finding | None:
         for name, value in outputs:
             if value is None and not self.checked.outputs:
                 return Finding(NO_RESULT, when, storage, output=name)
             if not is_tensor(value) or lazy(value):
                 return Finding(LAZY, when, storage, output=name, type_name=lazy(value) if is_tensor(value) else
                                f"{type(value).__module__}.{type(value).__qualname__}")
-        # A reference that returns one of its own inputs works in place: the kernel may too.
-        in_place = expected is not None and any(shares_storage(e, a) for e in expected if is_tensor(e)
-                                                for a in tensors_in(reference_inputs))
-        for name, value in outputs:
-            if self.checked.outputs or in_place:
-                break
-            aliased = [i for i, a in enumerate(inputs) if any(shares_storage(value, t) for t in tensors_in(a))]
-            if aliased:
-                return Finding(ALIASED, when, storage, output=name, count=aliased[0])
+        # A result in one of the inputs (a kernel that works in place and returns it) is honest where it
+        # holds the reference's result on that input's values before the call; named where it does not.
+        aliased = {} if self.checked.outputs else {
+            name: found[0] for name, value in outputs
+            if (found := [i for i, a in enumerate(inputs) if any(shares_storage(value, t) for t in tensors_in(a))])}
         previous = self.seen[-1] if self.seen else []
         for position, (name, value) in enumerate(outputs):
             if expected is None:
@@ -505,6 +500,9 @@ class OutputCheck:
                 return Finding(UNWRITTEN, when, storage, output=name, count=compared.unwritten, total=compared.total)
             if not compared.mismatched:
                 continue
+            if name in aliased:
+                return Finding(ALIASED, when, storage, output=name, count=aliased[name], error=compared.error,
+                               allowed=self.rtol, bits=self.bits)
             if self._stale(position, value):
                 return Finding(STALE, when, storage, output=name, count=compared.mismatched, total=compared.total)
             lower = self.checked.tolerance is None and self.bits > 11 and _half_values(value) and not _half_values(want)

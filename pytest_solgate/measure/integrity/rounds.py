@@ -2,16 +2,19 @@
 
 The output checks (outputs.py) call the kernel themselves, and a kernel can tell those calls from the
 timed ones (a trace hook, the stack, the gap since its last call, the values it saw last) and be
-honest only there. So a few sampling rounds, chosen at random, are themselves checked: between two
-rounds (outside every timed region) new values are written into the timed inputs (their whole
-storage, each float scaled by a random factor); the round is timed exactly like every other one
-(the same sampling code, the same stack, no hook); after it, the outputs of its last timed call are
-compared with the reference on those values. A result skipped, partial or served from a cache in
-a timed call then differs from the reference: ``stale-timed``.
+honest only there. So a few sampling rounds, chosen at random, are themselves checked: before each
+sample of such a round (outside every timed region) new values are written into the timed inputs
+(their whole storage, each float scaled by a new random factor); the round is timed exactly like
+every other one (the same sampling code, the same stack, no hook); after it, the outputs of its
+last timed call are compared with the reference on the values that call got. A result skipped,
+partial or served from a cache in a timed call then differs from the reference: ``stale-timed``.
 
-The same rounds tell a cache by time: a cache keyed on the inputs' values (or anything the new
-values change) misses in the round's first call only, so the first sample of such a round takes the
-honest time; a figure far faster than the fastest of those (``FACTOR``) was served from it.
+The same rounds tell a cache by time, whatever it is keyed on: a cache keyed on anything the new
+values change misses in every sample of such a round, which then takes the honest time, and serves
+the other rounds. The fastest of those samples against the median of the others' (``FACTOR``)
+names it. Both are read on the backend's timer and, on the CPU, on the calling thread's CPU time of
+the same samples: a loaded machine adds its waits to every wall-time sample alike, which hides a
+cache saving a fraction of a call, and leaves the thread's CPU time as it was.
 
 These samples stay in the figure: they time the same call on inputs of the same shape. The inputs
 get their values back after each such round (the other rounds time the test's own values), and the
@@ -20,7 +23,6 @@ output buffers theirs when sampling ends.
 
 from __future__ import annotations
 
-import os
 import random
 import statistics
 from dataclasses import dataclass
@@ -32,52 +34,90 @@ CHANCE = 0.2  # of a round being one on new values
 MIN_FRESH_SAMPLES = 3  # sampling goes on (rounds on new values) until there are this many
 MAX_FRESH_ROUNDS = 6  # bounds what the checks add to a long measurement
 FACTOR = 1.5  # a kernel that computes in every call takes as long on new values as on the last ones
+# On the thread's CPU time, which a loaded machine leaves as it was (the same work reads within a few
+# percent across rounds here, beside 15 runnable processes on 2 cores), and over at least two rounds
+# (a neighbour's burst of memory traffic slows one round's samples together).
+CPU_FACTOR = 1.25
+MIN_FRESH_ROUNDS = 2
 SLACK_SECONDS = 20e-6
-SCALES = (0.75, 0.8, 0.9, 1.1, 1.2, 1.25)
+SCALES = ((0.75, 0.95), (1.05, 1.25))  # a new factor for every sample: a cache keyed on values never meets one twice
+THREAD_CPU = "thread CPU time"
+OTHER_THREADS_SHARE = 0.10  # a sample whose other threads worked more than this is read on the timer only
 
 
 @dataclass(frozen=True)
 class RoundsCheck:
     """The samples of the rounds on new values beside the other rounds' (seconds a call)."""
 
-    timed_seconds: float  # the measurement's figure (the median of every sample, these included)
-    fresh_seconds: float  # the fastest first sample of a round on new values
+    timed_seconds: float  # the median of the other rounds' samples
+    fresh_seconds: float  # the fastest sample of a round on new values
     fresh_samples: int
+    clock: str = "timer"  # which reading: the backend's timer, or the thread's CPU time (THREAD_CPU)
 
     @property
     def served(self) -> bool:
-        return self.fresh_seconds > FACTOR * self.timed_seconds + SLACK_SECONDS
+        factor = CPU_FACTOR if self.clock == THREAD_CPU else FACTOR
+        return self.fresh_seconds > factor * self.timed_seconds + SLACK_SECONDS
+
+
+def thread_seconds(handle: Any, calls: int) -> float | None:
+    """The calling thread's CPU seconds a call over a CPU sample (its handle's stamps), where the
+    process's other threads did not help; None for another backend's sample."""
+    nanoseconds = getattr(handle, "nanoseconds", None)
+    if not isinstance(nanoseconds, tuple) or len(nanoseconds) != 3:
+        return None
+    _, thread, process = nanoseconds
+    if thread <= 0 or process - thread > OTHER_THREADS_SHARE * thread:
+        return None
+    return thread / 1e9 / max(calls, 1)
 
 
 class FreshRounds:
     """The rounds on new values of one measurement; the stopping rule calls ``after_round`` and
-    ``before_round`` between rounds, and ``restore`` once sampling ends."""
+    ``before_round`` between rounds, ``after_sample`` between samples, and ``restore`` once sampling
+    ends. ``rng`` picks the rounds and the factors (the platform's: a kernel cannot predict them)."""
 
     def __init__(self, checked: outputs.Checked, judge: Callable[[list[Any], list[Any], int], Any],
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random) -> None:
         self.checked = checked
         self.judge = judge  # (the timed outputs, the inputs the timed calls got, calls since the values) -> Finding
-        self.rng = rng or random.Random(os.urandom(8))  # a kernel cannot predict which rounds
-        self.storages: list[Any] = []
+        self.rng = rng
         self.saved: list[tuple[Any, Any]] | None = None  # (tensor, its values before the first round)
-        self.scale = 1.0
-        self.pending = False  # the round that just ran was on new values
+        self.scale, self.written_at = 1.0, 0  # the factor of the values written last, and the timed calls before
+        self.given = (1.0, 0)  # the same of the values the last sample of a round on new values got
+        self.got: list[Any] | None = None  # that sample's outputs, where they live in the inputs (in place)
+        self.pending = False  # the round running (or just run) is on new values
         self.rounds = 0
         self.seen = 0  # samples already sorted
-        self.calls_at_write = 0
-        self.fresh: list[float] = []
+        self.fresh: list[float] = []  # the samples of the rounds on new values (the backend's timer)
         self.own: list[float] = []  # the samples of the rounds on the test's own values
+        self.fresh_cpu: list[float] = []  # the same samples, on the thread's CPU time (the CPU's)
+        self.own_cpu: list[float] = []
         import torch
         found: dict[tuple[int, Any], Any] = {}
         for tensor in outputs.tensors_in(checked.inputs(list(checked.args))):
             if outputs.changes(tensor) and tensor.untyped_storage().nbytes():
                 found.setdefault((tensor.untyped_storage().data_ptr(), tensor.dtype), outputs.whole_storage(tensor))
-        self.storages = list(found.values())
+        self.storages: list[Any] = list(found.values())
         self.torch = torch
 
     @property
     def usable(self) -> bool:
         return bool(self.storages)
+
+    def after_sample(self, handle: Any, calls: int) -> None:
+        """Between two samples (outside the timed regions): the sample's CPU time kept; in a round on
+        new values, new ones written for the next sample."""
+        seconds = thread_seconds(handle, calls)
+        if seconds is not None:
+            (self.fresh_cpu if self.pending else self.own_cpu).append(seconds)
+        if self.pending:
+            self.given = (self.scale, self.written_at)
+            # An in-place kernel's result lives in its inputs, which the new values overwrite: kept first.
+            last = self.checked.last_outputs()
+            written = [outputs.is_tensor(o) and any(outputs.shares_storage(o, flat) for flat in self.storages) for o in last]
+            self.got = outputs.clone(list(last)) if any(written) else None
+            self._write_new()
 
     def after_round(self, samples: Sequence[float]) -> Any:
         """Sort the round's samples; after a round on new values, its timed outputs judged (a Finding or None)."""
@@ -87,39 +127,42 @@ class FreshRounds:
             self.own += new
             return None
         self.pending = False
-        # The round's first sample only: a cache keyed on the values misses there, and serves the rest.
-        self.fresh += new[:1]
+        self.fresh += new  # every sample of the round met values no call had seen
         return self._judge()
 
     def wants_more(self) -> bool:
-        return len(self.fresh) < MIN_FRESH_SAMPLES and self.rounds < MAX_FRESH_ROUNDS
+        return (len(self.fresh) < MIN_FRESH_SAMPLES or self.rounds < MIN_FRESH_ROUNDS) and self.rounds < MAX_FRESH_ROUNDS
 
     def before_round(self, forced: bool = False) -> None:
-        """Maybe (at random, or ``forced``) write new values for the next round."""
+        """Maybe (at random, or ``forced``) make the next round one on new values."""
         if self.rounds >= MAX_FRESH_ROUNDS or not (forced or self.rng.random() < CHANCE):
             return
-        torch = self.torch
-        with torch.no_grad():
-            if self.saved is None:
-                kept = [*self.storages, *(self.checked.args[i] for i in self.checked.outputs)]
-                self.saved = [(t, t.detach().clone()) for t in kept]
-            self.scale = self.rng.choice([s for s in SCALES if s != self.scale])
-            self._write()
+        if self.saved is None:
+            kept = [*self.storages, *(self.checked.args[i] for i in self.checked.outputs)]
+            self.saved = [(t, t.detach().clone()) for t in kept]
+        self._write_new()
         self.rounds += 1
         self.pending = True
-        self.calls_at_write = self.checked.last[1]
 
-    def _write(self) -> None:
+    def _write_new(self) -> None:
+        """New values (a new factor) into the inputs; the timed calls made so far noted."""
+        low, high = self.rng.choice(SCALES)
+        self.scale, self.written_at = self.rng.uniform(low, high), self.checked.last[1]
+        self._write(self.scale)
+
+    def _write(self, scale: float) -> None:
         assert self.saved is not None
-        for flat, (_, kept) in zip(self.storages, self.saved):
-            self.torch.mul(kept, self.scale, out=flat)
+        with self.torch.no_grad():
+            for flat, (_, kept) in zip(self.storages, self.saved):
+                self.torch.mul(kept, scale, out=flat)
 
     def _judge(self) -> Any:
-        calls = self.checked.last[1] - self.calls_at_write
+        # The values written after the round's last sample were never timed: its last call got the ones before.
+        scale, calls = self.given[0], self.checked.last[1] - self.given[1]
         args = list(self.checked.args)
-        got = outputs.clone(list(self.checked.last_outputs()))
-        with self.torch.no_grad():
-            self._write()  # the values the round's calls were given (an in-place kernel changed them since)
+        got = self.got if self.got is not None else outputs.clone(list(self.checked.last_outputs()))
+        self.got = None
+        self._write(scale)  # the values the round's last call was given (an in-place kernel changed them since)
         try:
             return self.judge(got, self.checked.inputs(args), calls)
         finally:
@@ -137,13 +180,18 @@ class FreshRounds:
                 target.copy_(kept)
         self.saved = None
 
+    def timing(self, figure: float) -> RoundsCheck | None:
+        """The fastest sample on new values against the median of the others (``figure``, every
+        sample's, when there are none), on the thread's CPU time where the samples have it, else on
+        the timer: only a figure flattered beyond what the new values' samples take is named."""
+        if not self.fresh:
+            return None
+        on_timer = RoundsCheck(statistics.median(self.own) if self.own else figure, min(self.fresh), len(self.fresh))
+        if on_timer.served or not (self.fresh_cpu and self.own_cpu):
+            return on_timer
+        return RoundsCheck(statistics.median(self.own_cpu), min(self.fresh_cpu), len(self.fresh_cpu), THREAD_CPU)
+
     def own_figure(self, figure: float) -> float:
         """The median of the rounds on the test's own values (``figure``, every sample's, when there
-        are none): what a cache serves the timed values is compared on it, whatever share of the
-        samples the rounds on new values took."""
+        are none): what a cache serves the timed values is compared on it."""
         return statistics.median(self.own) if self.own else figure
-
-    def timing(self, timed_seconds: float) -> RoundsCheck | None:
-        """The fastest first sample on new values against the figure: a figure that those samples
-        outweigh is no faster than they are, and only a flattering one is named."""
-        return RoundsCheck(timed_seconds, min(self.fresh), len(self.fresh)) if self.fresh else None

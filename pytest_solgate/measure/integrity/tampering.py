@@ -272,3 +272,51 @@ class ReplacedTorch:
     def of(cls, names: tuple[str, ...]) -> ReplacedTorch:
         return cls(names, tuple(_foreign_file(_lookup(sys.modules[n.rsplit(".", 1)[0]], n.rsplit(".", 1)[1]))
                                 for n in names))
+
+
+# --- the guard itself ----------------------------------------------------------------------------
+
+# The modules whose functions run the checks: a kernel module that replaces the guard's hooks can
+# replace the scan inside them too (each then vouches for the other), so they are also compared from
+# the other side, by ``GuardIntact``, which the plugin's pytest hook calls after each test.
+GUARD_MODULES = ("pytest_solgate.measure.integrity.guard", "pytest_solgate.measure.integrity.tampering",
+                 "pytest_solgate.measure.integrity.outputs", "pytest_solgate.measure.integrity.rounds",
+                 "pytest_solgate.measure.integrity.cache", "pytest_solgate.measure.integrity.leftover",
+                 "pytest_solgate.measure.integrity.precision", "pytest_solgate.measure.extras")
+
+
+def _code(value: Any) -> Any:
+    value = getattr(value, "fget", None) or getattr(value, "__func__", value)
+    return getattr(value, "__code__", None)
+
+
+class GuardIntact:
+    """The checks' own functions and class attributes, with their code, as they were when the session
+    started (before any test module was imported); called, the names bound to another object or code
+    since, then those of the rest of the plugin bound to code from outside it (``plugin_foreign``).
+    It holds the originals (the plugin's own objects, never the code under test's) and reads them
+    through what it holds, never through a module attribute the code under test may have replaced.
+    Pluggy holds the hook that calls it, registered at the same time."""
+
+    def __init__(self) -> None:
+        import importlib
+
+        modules = [importlib.import_module(name) for name in GUARD_MODULES]
+        names = set(GUARD_MODULES)
+        self.bound = {name: (value, _code(value)) for name, value in plugin_bound().items()
+                      if name.rsplit(".", 2)[0] in names or name.rsplit(".", 1)[0] in names}
+        self.modules = modules
+        self.scan = (plugin_bound, plugin_foreign, _code)
+        # the scan's own functions: their code is read as an attribute before any of them is called
+        own = (plugin_bound, plugin_foreign, _foreign_file, _code_file, _code)
+        self.own = {f"{__name__}.{fn.__name__}": (fn, fn.__code__) for fn in own}
+
+    def __call__(self) -> tuple[str, ...]:
+        replaced = tuple(name for name, (fn, was) in self.own.items() if fn.__code__ is not was)
+        if replaced:
+            return replaced
+        bound, foreign, code = self.scan
+        now = bound()
+        changed = tuple(name for name, (value, was) in self.bound.items()
+                        if now.get(name) is not value or code(value) is not was)
+        return changed or foreign(now)
