@@ -336,6 +336,9 @@ class Run:
         each naming its verdict, and nothing warns."""
         from pytest_solgate.judge.budget import Budget
 
+        if measured and (replaced := self.guard_intact()):  # the checks' own functions, compared first
+            return TestVerdicts([], [f"{nodeid}: tampered timing: {', '.join(replaced)} replaced since the session "
+                                     "started: nothing it measured was checked"])
         try:
             judged = self.engine.judge_test(self.test_key(nodeid), budget or Budget(), measured) if measured else []
         except SolgateError as exc:  # a budget the measurements cannot meet as declared (no reference)
