@@ -66,8 +66,8 @@ def rows_for(i: int, samples: int, rng: random.Random) -> tuple[dict, str, list[
 
 def seed_sqlite(path: Path, commits: int, samples: int) -> None:
     rng = random.Random(1)
-    with sqlite.SqliteStore(path) as store:
-        db = store.db
+    with sqlite.SqliteStore(path) as opened:
+        db = opened.db
         db.execute("BEGIN")
         columns = ", ".join(store.RUN_COLUMNS)
         marks = ", ".join("?" for _ in store.RUN_COLUMNS)
@@ -84,8 +84,8 @@ def seed_sqlite(path: Path, commits: int, samples: int) -> None:
 
 def seed_postgres(url: str, commits: int, samples: int) -> None:
     rng = random.Random(1)
-    with history.open_store(url) as store:
-        conn = store.conn
+    with history.open_store(url) as opened:
+        conn = opened.conn
         with conn.transaction(), conn.cursor() as cursor:
             with cursor.copy(f"COPY runs ({', '.join(store.RUN_COLUMNS)}, info_json) FROM STDIN") as copy:
                 generated = []
