@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Mapping, NoReturn
+from typing import Any, Callable, Mapping, NamedTuple, NoReturn
 
 from pytest_solgate.declare.work import Work
 from pytest_solgate.measure.backends import timings_gated
@@ -156,12 +156,8 @@ def decode(data: Mapping[str, Any]) -> Measurement:
     """A record of any pytest-solgate version; fields it lacks (or holds null) take their defaults.
     Facts the record does not keep (warm-up calls, the timing's own notes) read as zero and empty.
     A record that cannot be trusted raises RecordError naming the field."""
-    if not isinstance(data, Mapping):
-        raise RecordError(f"a record is a JSON object, not {_shown(data)}")
-    fields = Fields(data, "")
+    fields = _record(data)
     try:
-        if data.get("schema", SCHEMA) != SCHEMA:
-            fields.fault("schema", f"a record of a newer pytest-solgate (this one reads {SCHEMA}); upgrade pytest-solgate")
         return Measurement(
             test=fields.text("test", required=True), name=fields.text("name", required=True),
             profile=fields.text("profile", required=True),
@@ -178,12 +174,79 @@ def decode(data: Mapping[str, Any]) -> Measurement:
         raise RecordError(f"{_whose(data)}{exc}") from None
 
 
+class BaselineFacts(NamedTuple):
+    """What a baseline run (judge/window.py BaselineRun) takes from its record, read without the
+    rest: a window read never builds the records' samples, timings and scores (a tuple, not a
+    dataclass: it is made for every run a window reads)."""
+
+    sol: float
+    seconds: float
+    noise: float  # inf where unknown
+    ceilings_id: str
+    environment: dict[str, str]
+    verdict: str  # '' where the run was not judged
+    timer: str  # the record's timing_mode ('' where an early record has none)
+    contended: bool
+    noisy: bool
+    probe_seconds: float | None
+    sm_clock_mhz: float | None
+    # How the run itself was judged against its window (None where it was not):
+    judged_against: str  # the window's newest commit
+    judged_change: float | None
+    judged_floor: float | None
+    judged_tolerance: float | None
+
+
+def baseline_facts(data: Mapping[str, Any]) -> BaselineFacts:
+    """The facts of ``data`` (a record as ``decode`` reads it) that a baseline run needs, checked as decode checks them."""
+    fields = _record(data)
+    try:
+        verdict = _read_verdict(fields)
+        baseline, budget = fields.part("baseline") or Fields({}, ""), fields.part("budget") or Fields({}, "")
+        return BaselineFacts(
+            sol=fields.number("sol", required=True), seconds=fields.number("seconds", required=True),
+            noise=_read_noise(fields), ceilings_id=fields.text("ceilings_id"),
+            environment=fields.texts_by_name("environment"), verdict=verdict.value if verdict is not None else "",
+            timer=fields.text("timing_mode"), contended=bool(fields.text("contended")), noisy=fields.flag("noisy"),
+            probe_seconds=fields.number("probe_seconds"), sm_clock_mhz=fields.number("sm_clock_mhz"),
+            judged_against=baseline.text("commit"), judged_change=baseline.number("change"),
+            judged_floor=baseline.number("noise_floor"), judged_tolerance=budget.number("max_regression"),
+        )
+    except RecordError as exc:
+        raise RecordError(f"{_whose(data)}{exc}") from None
+
+
+def _record(data: Mapping[str, Any]) -> Fields:
+    """``data``'s fields, once it is a record of this format."""
+    if not isinstance(data, Mapping):
+        raise RecordError(f"a record is a JSON object, not {_shown(data)}")
+    if data.get("schema", SCHEMA) != SCHEMA:
+        raise RecordError(f"{_whose(data)}schema = {_shown(data['schema'])}: a record of a newer pytest-solgate "
+                          f"(this one reads {SCHEMA}); upgrade pytest-solgate")
+    return Fields(data, "")
+
+
+def _read_noise(fields: Fields) -> float:
+    """A null noise is an unknown one: the JSON writes an infinite noise as null."""
+    noise: float = fields.number("noise", math.inf, required=True)
+    return noise
+
+
+def _read_verdict(fields: Fields) -> Verdict | None:
+    if fields.text("verdict") == "":
+        return None
+    try:
+        return Verdict(fields.data["verdict"])
+    except ValueError:
+        fields.fault("verdict", "not a verdict this pytest-solgate knows (a newer one wrote it?); upgrade pytest-solgate")
+
+
 def _read_timing(fields: Fields) -> Timing:
     backend = fields.text("backend", required=True)
     started_at, finished_at = fields.number("started_at") or 0.0, fields.number("finished_at") or 0.0
     return Timing(
         seconds=fields.number("seconds", required=True), samples=fields.numbers("samples"),
-        noise=fields.number("noise", math.inf, required=True),  # null: unknown, as the JSON writes an infinite noise
+        noise=_read_noise(fields),
         batch=fields.count("batch") or 1, warmup_calls=0, noisy=fields.flag("noisy"), backend=backend,
         started_at=started_at, finished_at=finished_at, wall_seconds=max(finished_at - started_at, 0.0),
         throttled=fields.flag("throttled"), dropped_samples=fields.count("dropped_samples"),
@@ -204,12 +267,9 @@ def _read_score(fields: Fields) -> Score:
 
 
 def _read_judgement(fields: Fields) -> Judgement | None:
-    if fields.text("verdict") == "":
+    verdict = _read_verdict(fields)
+    if verdict is None:
         return None
-    try:
-        verdict = Verdict(fields.data["verdict"])
-    except ValueError:
-        fields.fault("verdict", "not a verdict this pytest-solgate knows (a newer one wrote it?); upgrade pytest-solgate")
     budget, baseline = fields.part("budget"), fields.part("baseline")
     return Judgement(verdict=verdict, reason=fields.text("reason"),
                      budget=_read_budget(budget) if budget is not None else AppliedBudget(),
@@ -251,6 +311,8 @@ class Fields:
     """One record's fields (or one nested record's, ``where`` its name), read by type: a missing
     field or a null is the default given; a value of another type is a RecordError naming the field."""
 
+    __slots__ = ("data", "where")
+
     def __init__(self, data: Mapping[str, Any], where: str) -> None:
         self.data, self.where = data, where
 
@@ -260,17 +322,16 @@ class Fields:
     def wrong(self, key: str, wanted: str) -> NoReturn:
         self.fault(key, f"not {wanted} (no pytest-solgate writes that)")
 
-    def _present(self, key: str, required: bool) -> Any:
-        value = self.data.get(key)
-        if value is None and required and key not in self.data:
-            raise RecordError(f"{self.where}{key} is missing: the record cannot be read without it")
-        return value
+    def _missing(self, key: str) -> NoReturn:
+        raise RecordError(f"{self.where}{key} is missing: the record cannot be read without it")
 
     def number(self, key: str, default: Any = None, required: bool = False) -> Any:
-        value = self._present(key, required)
+        value = self.data.get(key)
         if value is None:
+            if required and key not in self.data:
+                self._missing(key)
             return default
-        if not is_number(value):
+        if type(value) not in NUMBER and not is_number(value):
             self.wrong(key, "a number")
         return value
 
@@ -284,8 +345,10 @@ class Fields:
         return int(value)
 
     def text(self, key: str, default: Any = "", required: bool = False) -> Any:
-        value = self._present(key, required)
+        value = self.data.get(key)
         if value is None:
+            if required and key not in self.data:
+                self._missing(key)
             return default
         if not isinstance(value, str):
             self.wrong(key, "text")
@@ -303,7 +366,7 @@ class Fields:
         value = self.data.get(key)
         if not value:
             return ()
-        if not isinstance(value, (list, tuple)) or not (all(type(item) in kinds for item in value)
+        if not isinstance(value, (list, tuple)) or not (kinds.issuperset(map(type, value))
                                                          or all(kind(item) for item in value)):
             self.wrong(key, f"a list of {what}")
         return tuple(value)

@@ -15,11 +15,19 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
-from typing import Any, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence, TypeVar
 
 from pytest_solgate.judge.window import BaselineRun
-from pytest_solgate.record.format import RecordError, decode, decode_run, encode, encode_run
-from pytest_solgate.results import NOT_GATED, Judgement, Measurement, RunInfo
+from pytest_solgate.record.format import (
+    BaselineFacts,
+    RecordError,
+    baseline_facts,
+    decode,
+    decode_run,
+    encode,
+    encode_run,
+)
+from pytest_solgate.results import NOT_GATED, Measurement, RunInfo
 from pytest_solgate.support.errors import HistoryElsewhere, HistoryError
 from pytest_solgate.support.locations import redact
 from pytest_solgate.support.stats import median, pooled_sd
@@ -37,6 +45,7 @@ ENVIRONMENT_COLUMNS = ("host", "driver", "cuda", "torch", "triton", "python")
 # Whether a record holds a "contended" reading (written only when set), in SQL both databases read
 # (no LIKE: its '%' would clash with PostgreSQL's parameter markers).
 CONTENDED_SQL = "length(m.record_json) <> length(replace(m.record_json, '\"contended\": \"', ''))"
+T = TypeVar("T")
 IN_LIST = 50  # values per IN (...) list (commits, test ids): well under SQLite's limit on bound parameters
 
 
@@ -55,56 +64,48 @@ class Summary(NamedTuple):
 
 
 def _baseline_run(
-    run_uid: str, commit: str, started_at: str, status: str, m: Measurement, columns: Sequence[Any]
+    run_uid: str, commit: str, started_at: str, status: str, facts: BaselineFacts, columns: Sequence[Any]
 ) -> BaselineRun:
-    environment = dict(m.environment)
+    environment = facts.environment
     if not environment:  # recorded before measurements carried their environment
         environment = {k: str(v) for k, v in zip(ENVIRONMENT_COLUMNS, columns) if v}
     return BaselineRun(
         commit=commit,
         run_id=run_uid,
         started_at=started_at,
-        sol=float(m.score.sol),
-        seconds=float(m.timing.seconds),
-        noise=float(m.timing.noise),  # an unknown noise reads as infinite (format.py)
-        ceilings_id=m.ceilings_id,
+        sol=float(facts.sol),
+        seconds=float(facts.seconds),
+        noise=float(facts.noise),
+        ceilings_id=facts.ceilings_id,
         environment=environment,
-        verdict=m.verdict.value if m.verdict is not None else "",
-        **_judged(m.judgement),
-        disturbed=_disturbance(status, m),
-        timer=m.timing.mode,
-        probe_seconds=_positive(m.timing.probe_seconds),
-        sm_clock_mhz=_positive(m.timing.sm_clock_mhz),
+        verdict=facts.verdict,
+        judged_against=facts.judged_against,  # how the run itself was judged (judge/regression_rules.py held_back_slow)
+        judged_change=_float(facts.judged_change),
+        judged_floor=_float(facts.judged_floor),
+        judged_tolerance=_float(facts.judged_tolerance),
+        disturbed=_disturbance(status, facts),
+        timer=facts.timer,
+        probe_seconds=_positive(facts.probe_seconds),
+        sm_clock_mhz=_positive(facts.sm_clock_mhz),
     )
 
 
 def baseline_run(run: Mapping[str, Any], m: Measurement) -> BaselineRun:
     """One result as a baseline run, from its run's row (``run_row``, or a row the store read):
     what ``solgate bisect`` makes of the runs it finds and the runs it makes."""
-    return _baseline_run(run["run_uid"], run["commit_sha"] or "", run["started_at"], run["status"], m,
-                         [run.get(c) for c in ENVIRONMENT_COLUMNS])
+    return _baseline_run(run["run_uid"], run["commit_sha"] or "", run["started_at"], run["status"],
+                         baseline_facts(encode(m)), [run.get(c) for c in ENVIRONMENT_COLUMNS])
 
 
-def _judged(judgement: Judgement | None) -> dict[str, Any]:
-    """How the run was judged against its window, as its record keeps it (the gate reads what
-    follows from it: judge/regression_rules.py held_back_slow)."""
-    baseline = judgement.baseline if judgement is not None else None
-    tolerance = judgement.budget.max_regression if judgement is not None else None
-    if baseline is None:
-        return {"judged_against": "", "judged_change": None, "judged_floor": None, "judged_tolerance": _float(tolerance)}
-    return {"judged_against": baseline.commit, "judged_change": float(baseline.change),
-            "judged_floor": _float(baseline.noise_floor), "judged_tolerance": _float(tolerance)}
-
-
-def _disturbance(status: str, m: Measurement) -> str:
+def _disturbance(status: str, facts: BaselineFacts) -> str:
     """Why a recorded run cannot be a baseline although it is clean, or '' (see baseline.py)."""
     if status == "interrupted":
         return "interrupted"
-    if m.verdict == NOT_GATED:  # interpreter timings, --sol-gate=off: never judged, never a baseline
+    if facts.verdict == NOT_GATED:  # interpreter timings, --sol-gate=off: never judged, never a baseline
         return "not-gated"
-    if m.contended:
+    if facts.contended:
         return "contended"
-    if m.timing.noisy:
+    if facts.noisy:
         return "noisy"
     return ""
 
@@ -213,7 +214,8 @@ class Store:
             rows.sort(key=lambda row: (row[2], row[3]), reverse=True)  # newest run first...
             rows.sort(key=lambda row: position[row[1]])  # ...within the nearest commit first (stable)
             for run_uid, commit, started_at, _, status, record_json, *columns in rows:
-                found.append(_baseline_run(run_uid, commit, started_at, status, self._decoded(record_json), columns))
+                facts = self._read(record_json, baseline_facts)
+                found.append(_baseline_run(run_uid, commit, started_at, status, facts, columns))
                 if len(found) >= limit:
                     return found
         return found
@@ -310,9 +312,13 @@ class Store:
         return [(run, self._decoded(record)) for run, (record,) in self._joined("m.record_json", where, params)]
 
     def _decoded(self, record_json: str) -> Measurement:
-        """One measurements row's record; one that cannot be read is a HistoryError naming the history and the field."""
+        return self._read(record_json, decode)
+
+    def _read(self, record_json: str, read: Callable[[Any], T]) -> T:
+        """What ``read`` (format.py) takes from one measurements row's record; a record it cannot
+        read is a RecordError (a HistoryError) naming the history and the field."""
         try:
-            return decode(json.loads(record_json))
+            return read(json.loads(record_json))
         except RecordError as exc:
             raise RecordError(f"{self.location}: {exc}") from None
         except ValueError as exc:  # JSONDecodeError is a ValueError
