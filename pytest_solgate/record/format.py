@@ -4,8 +4,8 @@ facts), in one place: ``encode`` writes it, ``decode`` reads it back and checks 
 It is what ``--sol-json`` writes, what ``solgate import`` reads, what the history stores (the
 measurements table's ``record_json``, the runs table's ``info_json``) and what travels from xdist
 workers to the controller. Its fields and their order (``FIELDS``) are those of every earlier
-version: a field added since is written last, and only when set, so that an earlier record writes
-back identical. ``decode`` reads a record of any earlier version (a field it lacks takes its
+version: a field added since is written only when set (and most of them last), so that an earlier
+record writes back identical. ``decode`` reads a record of any earlier version (a field it lacks takes its
 default, as does a null) and refuses, in one line that names the field, a record it cannot trust:
 a field of the wrong type, a verdict it does not know, or a record of a newer format (one whose
 ``schema`` is not ``solgate/1``; this version writes none, the document around it says it).
@@ -47,15 +47,15 @@ SCORE_FIELDS = ("t_sol", "sol", "mfu", "bound", "tflops", "gbps", "intensity", "
 NUMBER, TEXT, OBJECT = frozenset({int, float}), frozenset({str}), frozenset({dict})
 
 
-def is_number(value: Any) -> bool:
+def _is_number(value: Any) -> bool:
     return type(value) in NUMBER or (isinstance(value, (int, float)) and not isinstance(value, bool))  # a bool is no number
 
 
-def is_text(value: Any) -> bool:
+def _is_text(value: Any) -> bool:
     return isinstance(value, str)
 
 
-def is_object(value: Any) -> bool:
+def _is_object(value: Any) -> bool:
     return isinstance(value, Mapping)
 
 
@@ -117,14 +117,19 @@ def _budget(budget: AppliedBudget) -> dict[str, Any]:
 
 
 def _comparison(baseline: BaselineComparison) -> dict[str, Any]:
-    """solgate/1 calls the statistic "test"; the probe's and the ceilings' fields only when set, as before."""
-    data = dataclasses.asdict(baseline)
-    data["environment_differs"] = list(baseline.environment_differs)
-    statistic, confirmed = data.pop("statistic"), data.pop("confirmed")
-    by_probe, raw_change = data.pop("by_probe"), data.pop("raw_change")
-    probe = {"by_probe": True, "raw_change": raw_change} if by_probe else {}
-    changed = {"ceilings_changed": True} if data.pop("ceilings_changed") else {}
-    return {**data, "test": statistic, "confirmed": confirmed, **probe, **changed}
+    """solgate/1 calls the statistic "test"; the probe's and the ceilings' fields only when set."""
+    data: dict[str, Any] = {
+        "commit": baseline.commit, "oldest_commit": baseline.oldest_commit, "runs": baseline.runs,
+        "run_id": baseline.run_id, "sol": baseline.sol, "change": baseline.change, "spread": baseline.spread,
+        "noise_floor": baseline.noise_floor, "compared_on": baseline.compared_on,
+        "environment_differs": list(baseline.environment_differs), "test": baseline.statistic,
+        "confirmed": baseline.confirmed,
+    }
+    if baseline.by_probe:
+        data.update(by_probe=True, raw_change=baseline.raw_change)
+    if baseline.ceilings_changed:
+        data["ceilings_changed"] = True
+    return data
 
 
 def _extras(m: Measurement) -> dict[str, Any]:
@@ -331,7 +336,7 @@ class Fields:
             if required and key not in self.data:
                 self._missing(key)
             return default
-        if type(value) not in NUMBER and not is_number(value):
+        if type(value) not in NUMBER and not _is_number(value):
             self.wrong(key, "a number")
         return value
 
@@ -372,17 +377,17 @@ class Fields:
         return tuple(value)
 
     def numbers(self, key: str) -> tuple[float, ...]:
-        return self._array(key, NUMBER, is_number, "numbers")
+        return self._array(key, NUMBER, _is_number, "numbers")
 
     def texts(self, key: str) -> tuple[str, ...]:
-        return self._array(key, TEXT, is_text, "text")
+        return self._array(key, TEXT, _is_text, "text")
 
     def objects(self, key: str) -> tuple[Mapping[str, Any], ...]:
-        return self._array(key, OBJECT, is_object, "objects")
+        return self._array(key, OBJECT, _is_object, "objects")
 
     def object(self, key: str) -> dict[str, Any] | None:
         value = self.data.get(key)
-        if value is not None and not is_object(value):
+        if value is not None and not _is_object(value):
             self.wrong(key, "an object")
         return value
 
@@ -392,13 +397,13 @@ class Fields:
 
     def numbers_by_name(self, key: str) -> dict[str, float]:
         value = self.object(key) or {}
-        if not all(is_number(v) for v in value.values()):
+        if not all(_is_number(v) for v in value.values()):
             self.wrong(key, "an object of numbers")
         return dict(value)
 
     def texts_by_name(self, key: str) -> dict[str, str]:
         value = self.object(key) or {}
-        if not all(is_text(v) for v in value.values()):
+        if not all(_is_text(v) for v in value.values()):
             self.wrong(key, "an object of text")
         return dict(value)
 
