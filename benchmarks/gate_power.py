@@ -44,6 +44,7 @@ from _common import machine  # noqa: E402
 from pytest_solgate import results
 from pytest_solgate.judge import level  # noqa: E402
 from pytest_solgate.judge import window as windows
+from pytest_solgate.record.format import decode, encode
 from pytest_solgate.results import Measurement  # noqa: E402
 
 KERNELS = ("add", "mm", "softmax", "copy")
@@ -199,8 +200,8 @@ def replay_power(values: dict[str, list[Measurement]], slowdown: float, window: 
             kept, notes = level.level(before, [r.commit for r in before], [], window)
             if len(kept) < 2:
                 continue
-            slowed = Measurement.from_dict({**head.to_dict(), "sol": head.score.sol / (1 + slowdown),
-                                            "seconds": head.timing.seconds * (1 + slowdown)})
+            slowed = decode({**encode(head), "sol": head.score.sol / (1 + slowdown),
+                             "seconds": head.timing.seconds * (1 + slowdown)})
             judged = windows.against_window(slowed, windows.BaselineWindow(runs=tuple(kept)), 0.05, settings).verdict
             caught += judged == results.REGRESSED
             tried += 1
@@ -246,7 +247,7 @@ def measure(repo: Repo, args: argparse.Namespace, factors: list[float]) -> None:
         measured, seconds = repo.run()
         for kernel in KERNELS:
             m = measured[kernel]
-            series[kernel].append(Measurement.from_dict({**m, "noise": m["noise"] if m["noise"] is not None else float("inf")}))
+            series[kernel].append(decode(m))  # a null noise (the JSON's unknown) reads as infinite
             verdicts.append(m["verdict"])
             contended += bool(m.get("contended"))
         row = "  ".join(f"{k} {measured[k]['sol']:.3g} {measured[k]['verdict']:<9}{'*' if measured[k].get('contended') else ' '}"

@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _common import machine  # noqa: E402
 from pytest_solgate import cli  # noqa: E402
 from pytest_solgate.record import history, sqlite, store
+from pytest_solgate.record.format import decode, encode_run
 from pytest_solgate.results import Measurement, RunInfo  # noqa: E402
 from pytest_solgate.support.locations import is_history_url  # noqa: E402
 
@@ -41,7 +42,7 @@ START = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
 def a_measurement(test: int, name: str, samples: int, rng: random.Random) -> Measurement:
     seconds = 1e-3 * (1 + test / 100)
     taken = tuple(seconds * rng.uniform(0.98, 1.05) for _ in range(samples))
-    return Measurement.from_dict(dict(
+    return decode(dict(
         test=f"kernels/test_ops.py::test_op_{test:02d}[4096]", name=name, profile="h100-sxm", backend="cuda",
         flops={"bf16_tensor": 1.37e11}, bytes=1.34e8, seconds=seconds, samples=taken, noise=0.004, t_sol=0.8 * seconds,
         sol=0.8 * rng.uniform(0.97, 1.02), mfu=0.1, bound="memory", tflops=100.0, gbps=2500.0, ceilings="datasheet",
@@ -61,13 +62,13 @@ def rows_for(i: int, samples: int, rng: random.Random) -> tuple[dict, str, list[
     run = a_run(i)
     row = store.run_row(run)
     measurements = [a_measurement(t, name, samples, rng) for t in range(TESTS) for name in ("kernel", "torch")]
-    return row, json.dumps(run.to_dict()), [store.measurement_row(m) for m in measurements]
+    return row, json.dumps(encode_run(run)), [store.measurement_row(m) for m in measurements]
 
 
 def seed_sqlite(path: Path, commits: int, samples: int) -> None:
     rng = random.Random(1)
-    with sqlite.SqliteStore(path) as store:
-        db = store.db
+    with sqlite.SqliteStore(path) as opened:
+        db = opened.db
         db.execute("BEGIN")
         columns = ", ".join(store.RUN_COLUMNS)
         marks = ", ".join("?" for _ in store.RUN_COLUMNS)
@@ -84,8 +85,8 @@ def seed_sqlite(path: Path, commits: int, samples: int) -> None:
 
 def seed_postgres(url: str, commits: int, samples: int) -> None:
     rng = random.Random(1)
-    with history.open_store(url) as store:
-        conn = store.conn
+    with history.open_store(url) as opened:
+        conn = opened.conn
         with conn.transaction(), conn.cursor() as cursor:
             with cursor.copy(f"COPY runs ({', '.join(store.RUN_COLUMNS)}, info_json) FROM STDIN") as copy:
                 generated = []

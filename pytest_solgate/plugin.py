@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator
 import pytest
 
 from pytest_solgate import hookspecs
-from pytest_solgate.roles import role_of
+from pytest_solgate.roles import carried, role_of
 from pytest_solgate.support.errors import SolgateError, warn_at_users_code
 from pytest_solgate.support.inifile import ini_type, sol_values
 from pytest_solgate.support.locations import one_line, redact
@@ -202,7 +202,8 @@ class SolgateSession:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         report = yield
         if report.when == "call" and RECORDS_KEY in item.stash:
-            report.solgate_records = [m.to_dict() for m in item.stash.get(RECORDS_KEY, [])]
+            records = item.stash[RECORDS_KEY]
+            report.solgate_records = carried(records)
         if not report.failed or call.excinfo is None:
             return report
         from pytest_solgate.run import at_users_call, triton_hint

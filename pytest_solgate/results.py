@@ -9,9 +9,9 @@ A ``Measurement`` is composed of one typed part per stage, each the stage's own 
   ``BaselineComparison``; ``None`` until judged;
 - record: ``trend``, the history of the same measurement, oldest first.
 
-Only the ``solgate/1`` JSON is flat (``to_dict``/``from_dict``): it is what ``--sol-json`` writes,
-what ``solgate import`` reads, what the history stores, and what travels from xdist workers to the
-controller; its fields and their order are those of every earlier version.
+Only the saved record, the ``solgate/1`` JSON, is flat: ``record/format.py`` writes it (``encode``)
+and reads it back (``decode``); it is what ``--sol-json`` writes, what ``solgate import`` reads,
+what the history stores, and what travels from xdist workers to the controller.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from pytest_solgate.declare.work import Work
-from pytest_solgate.measure.backends import timings_gated
 from pytest_solgate.measure.sampling import Timing
 from pytest_solgate.score import Score
 from pytest_solgate.score.step_breakdown import StepBreakdown
@@ -82,24 +81,6 @@ class AppliedBudget:
     # a command's --max-regression when the run is judged again by compare, bisect or ab).
     by_marker: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"min": self.min, "mfu": self.mfu, "max_regression": self.max_regression}
-        if self.by_marker:
-            data["by_marker"] = True
-        if self.speedup is not None:
-            data.update(speedup=self.speedup, reference=self.reference, achieved_speedup=self.achieved_speedup)
-        if self.unmatched:
-            data["unmatched"] = list(self.unmatched)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "AppliedBudget":
-        known = _known(cls, data)
-        if "unmatched" in known:
-            known["unmatched"] = tuple(known["unmatched"] or ())
-        return cls(**known)
-
-
 @dataclass(frozen=True)
 class BaselineComparison:
     """A measurement against its baseline window (the last clean runs at ancestor commits)."""
@@ -123,38 +104,6 @@ class BaselineComparison:
     # The window's newest run was scored under other ceilings: they changed since the last run.
     ceilings_changed: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["environment_differs"] = list(self.environment_differs)
-        statistic, confirmed = data.pop("statistic"), data.pop("confirmed")
-        by_probe, raw_change = data.pop("by_probe"), data.pop("raw_change")
-        probe = {"by_probe": True, "raw_change": raw_change} if by_probe else {}  # only when set, as before
-        changed = {"ceilings_changed": True} if data.pop("ceilings_changed") else {}
-        return {**data, "test": statistic, "confirmed": confirmed, **probe, **changed}  # solgate/1 calls the statistic "test"
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "BaselineComparison":
-        """Also reads the shorter baseline of early histories (one run, no window fields)."""
-        commit = data.get("commit") or ""
-        return cls(
-            commit=commit,
-            oldest_commit=data.get("oldest_commit") or commit,
-            runs=data.get("runs") or 1,
-            run_id=data.get("run_id") or "",
-            sol=data.get("sol") or 0.0,
-            change=data.get("change") or 0.0,
-            spread=data.get("spread"),
-            noise_floor=data.get("noise_floor"),
-            compared_on=data.get("compared_on") or "sol",
-            environment_differs=tuple(data.get("environment_differs") or ()),
-            statistic=data.get("test") or "",
-            confirmed=bool(data.get("confirmed")),
-            by_probe=bool(data.get("by_probe")),
-            raw_change=data.get("raw_change"),
-            ceilings_changed=bool(data.get("ceilings_changed")),
-        )
-
-
 @dataclass(frozen=True)
 class Judgement:
     """What the judge stage decided about one measurement, and why."""
@@ -175,6 +124,7 @@ READ_THROUGH = {
     "score": ("t_sol", "sol", "mfu", "bound", "tflops", "gbps"),
 }
 _PART_OF = {name: part for part, names in READ_THROUGH.items() for name in names}
+ENCODE = "pytest_solgate.record.format.encode"  # writes the flat record (record/format.py: a later stage)
 # Where the other fields of the flat record live, for the error that a flat read gets.
 MOVED = {
     **{name: f"judgement.{name}" for name in ("reason", "budget", "baseline")},
@@ -233,8 +183,11 @@ class Measurement:
             raise AttributeError(
                 f"'Measurement' object has no attribute {name!r}: read m.{MOVED[name]}"
                 + (" (once judged; m.judgement is None before)" if MOVED[name].startswith("judgement") else "")
-                + f", or m.to_dict()[{name!r}] for the flat solgate/1 record"
+                + f", or {ENCODE}(m)[{name!r}] for the flat solgate/1 record"
             )
+        if name in ("to_dict", "from_dict"):
+            raise AttributeError(f"'Measurement' object has no attribute {name!r}: the flat solgate/1 record is written "
+                                 f"by {ENCODE}(m) and read by pytest_solgate.record.format.decode(record)")
         raise AttributeError(f"'Measurement' object has no attribute {name!r}")
 
     @property
@@ -248,131 +201,6 @@ class Measurement:
 
     def replace(self, **changes: Any) -> "Measurement":
         return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The flat ``solgate/1`` record."""
-        timing, scored, judgement = self.timing, self.score, self.judgement
-        return {
-            "test": self.test,
-            "name": self.name,
-            "profile": self.profile,
-            "backend": timing.backend,
-            "flops": dict(self.work.flops),
-            "bytes": self.work.bytes,
-            "seconds": timing.seconds,
-            "samples": list(timing.samples),
-            "noise": timing.noise,
-            "t_sol": scored.t_sol,
-            "sol": scored.sol,
-            "mfu": scored.mfu,
-            "bound": scored.bound,
-            "tflops": scored.tflops,
-            "gbps": scored.gbps,
-            "intensity": scored.intensity,
-            "ridge": scored.ridge,
-            "gate": self.gate,
-            "ceilings": self.ceilings,
-            "device": self.device,
-            "batch": timing.batch,
-            "noisy": timing.noisy,
-            "throttled": timing.throttled,
-            "dropped_samples": timing.dropped_samples,
-            "started_at": timing.started_at,
-            "finished_at": timing.finished_at,
-            "worker": self.worker,
-            "notes": list(self.notes),
-            "telemetry": dict(timing.telemetry) if timing.telemetry is not None else None,
-            "telemetry_note": timing.telemetry_note,
-            "environment": dict(self.environment),
-            "ceilings_id": self.ceilings_id,
-            "sm_clock_mhz": timing.sm_clock_mhz,
-            "sol_at_clock": scored.sol_at_clock,
-            **({"sol_clock_mhz": scored.sol_clock_mhz} if scored.sol_clock_mhz is not None else {}),
-            "timing_mode": timing.mode,
-            "verdict": judgement.verdict.value if judgement else None,
-            "reason": judgement.reason if judgement else "",
-            "budget": judgement.budget.to_dict() if judgement else {},
-            "baseline": judgement.baseline.to_dict() if judgement and judgement.baseline else None,
-            "trend": [dict(point) for point in self.trend],
-            # Last, and only when set: the records of earlier versions write back identical.
-            **({"contended": self.contended} if self.contended else {}),
-            **({"contended_wait": self.contended_wait} if self.contended_wait is not None else {}),
-            **({"probe_seconds": timing.probe_seconds} if timing.probe_seconds is not None else {}),
-            **({"events_seconds": timing.events_seconds} if timing.events_seconds is not None else {}),
-            **({"kernel_span_seconds": timing.span_seconds} if timing.span_seconds is not None else {}),
-            **({"kernel_gap_seconds": timing.gap_seconds} if timing.gap_seconds is not None else {}),
-            **({"joules": self.joules} if self.joules is not None else {}),
-            **({"measured_bytes": self.measured_bytes} if self.measured_bytes is not None else {}),
-            # measured over declared bytes, for readers of the JSON (derived: from_dict does not read it)
-            **({"dram_ratio": self.measured_bytes / self.work.bytes} if self.measured_bytes is not None and self.work.bytes else {}),
-            **({"step": self.step.to_dict()} if self.step is not None else {}),
-            **({"part_of": self.part_of} if self.part_of else {}),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Measurement":
-        """A record of any pytest-solgate version; fields it lacks take their defaults. Facts the
-        JSON does not keep (warm-up calls, the timing's own notes) read as zero and empty."""
-        started_at, finished_at = data.get("started_at") or 0.0, data.get("finished_at") or 0.0
-        timing = Timing(
-            seconds=data["seconds"],
-            samples=tuple(data.get("samples") or ()),
-            noise=data["noise"],
-            batch=data.get("batch") or 1,
-            warmup_calls=0,
-            noisy=bool(data.get("noisy")),
-            backend=data["backend"],
-            started_at=started_at,
-            finished_at=finished_at,
-            wall_seconds=max(finished_at - started_at, 0.0),
-            throttled=bool(data.get("throttled")),
-            dropped_samples=data.get("dropped_samples") or 0,
-            sm_clock_mhz=data.get("sm_clock_mhz"),
-            mode=data.get("timing_mode") or "events",
-            telemetry=data.get("telemetry"),
-            telemetry_note=data.get("telemetry_note") or "",
-            probe_seconds=data.get("probe_seconds"),
-            events_seconds=data.get("events_seconds"),
-            span_seconds=data.get("kernel_span_seconds"),
-            gap_seconds=data.get("kernel_gap_seconds"),
-            # A record keeps its backend's name: whether that backend's timings gate is what it declares.
-            gated=timings_gated(data["backend"]),
-        )
-        # The score's fields keep their names in the JSON (the dominant precision is not kept).
-        score_fields: dict[str, Any] = {f.name: data.get(f.name) for f in dataclasses.fields(Score)}
-        scored = Score(**score_fields)
-        judgement = None
-        if data.get("verdict") is not None:
-            baseline = data.get("baseline")
-            judgement = Judgement(
-                verdict=Verdict(data["verdict"]),
-                reason=data.get("reason") or "",
-                budget=AppliedBudget.from_dict(data.get("budget") or {}),
-                baseline=BaselineComparison.from_dict(baseline) if baseline else None,
-            )
-        return cls(
-            test=data["test"],
-            name=data["name"],
-            profile=data["profile"],
-            work=Work(flops=dict(data.get("flops") or {}), bytes=data["bytes"]),
-            timing=timing,
-            score=scored,
-            gate=data.get("gate", True),
-            ceilings=data.get("ceilings") or "datasheet",
-            ceilings_id=data.get("ceilings_id") or "",
-            environment=dict(data.get("environment") or {}),
-            device=data.get("device") or "",
-            worker=data.get("worker") or "",
-            notes=tuple(data.get("notes") or ()),
-            contended=str(data.get("contended") or ""),
-            contended_wait=data.get("contended_wait"),
-            judgement=judgement,
-            trend=tuple(data.get("trend") or ()),
-            joules=data.get("joules"),
-            measured_bytes=data.get("measured_bytes"),
-            step=StepBreakdown.from_dict(data["step"]) if data.get("step") else None,
-            part_of=str(data.get("part_of") or ""),
-        )
 
 
 @dataclass(frozen=True)
@@ -398,16 +226,3 @@ class RunInfo:
     command: str = ""
     baseline_ref: str = ""
     status: str = "complete"  # or "interrupted" (Ctrl-C): recorded, never a baseline
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "RunInfo":
-        return cls(**_known(cls, data))
-
-
-def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
-    """The entries of ``data`` that name a field of ``cls`` (newer files may have more)."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return {k: v for k, v in data.items() if k in names}

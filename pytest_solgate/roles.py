@@ -66,9 +66,9 @@ class Controller:
 
     def receive(self, records: list[Measurement], data: Sequence[Mapping[str, object]]) -> None:
         """A finished test's records, as they reached this process on its report (a worker's too)."""
-        from pytest_solgate.results import Measurement
+        from pytest_solgate.record.format import decode
 
-        records += [Measurement.from_dict(d) for d in data]
+        records += [decode(d) for d in data]
 
     def finish(self, record: Callable[[], bool]) -> bool:
         """Record the run and write the outputs (``record``); True when the session must fail."""
@@ -106,6 +106,14 @@ class Worker:
 
     def summarizes(self) -> bool:
         return False
+
+
+def carried(records: Sequence[Measurement]) -> list[dict[str, object]]:
+    """A finished test's records as they travel on its report: their saved form (record/format.py),
+    which the controller's ``receive`` reads back."""
+    from pytest_solgate.record.format import encode
+
+    return [encode(m) for m in records]
 
 
 def role_of(config: pytest.Config) -> Role:

@@ -76,14 +76,14 @@ RECORD = dict(
 
 def recorded(**fields):
     """A ``Measurement`` as the history or an imported file holds it: ``RECORD`` with ``fields``
-    (flat solgate/1 names) changed, read through ``Measurement.from_dict``."""
-    from pytest_solgate.results import Measurement
+    (flat solgate/1 names) changed, read through ``format.decode``."""
+    from pytest_solgate.record.format import decode
 
-    return Measurement.from_dict({**RECORD, **fields})
+    return decode({**RECORD, **fields})
 
 
 def changed(measurement, **fields):
     """``measurement`` with flat solgate/1 fields changed (``sol=``, ``seconds=``, ...)."""
-    from pytest_solgate.results import Measurement
+    from pytest_solgate.record.format import decode, encode
 
-    return Measurement.from_dict({**measurement.to_dict(), **fields})
+    return decode({**encode(measurement), **fields})

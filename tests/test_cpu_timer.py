@@ -143,14 +143,14 @@ def test_reading_a_sample_records_nothing_and_every_warm_up_call_counts_once():
 
 
 def test_the_interpreters_timings_say_they_are_not_gated_and_a_record_says_the_same():
-    from pytest_solgate.results import Measurement
+    from pytest_solgate.record.format import decode
     from solgate_testing import RECORD
 
     timing = take_timing(lambda: None, backends.CpuBackend(backends.INTERPRETER, gated=False), QUICK)
     assert timing.gated is False and timing.backend == backends.INTERPRETER
     assert take_timing(lambda: None, backends.CpuBackend("cpu"), QUICK).gated is True
-    assert Measurement.from_dict({**RECORD, "backend": backends.INTERPRETER}).timing.gated is False
-    assert Measurement.from_dict(RECORD).timing.gated is True
+    assert decode({**RECORD, "backend": backends.INTERPRETER}).timing.gated is False
+    assert decode(RECORD).timing.gated is True
 
 
 def test_the_cpu_calibration_times_its_calls_on_the_cpu_backend():

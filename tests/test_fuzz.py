@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 from pytest_solgate import cli
 from pytest_solgate.declare.profiles import builtin_profiles, load_profile, match_device
 from pytest_solgate.declare.work import PRECISIONS, make_work
+from pytest_solgate.record.format import decode
 from pytest_solgate.record.schema import dump
 from pytest_solgate.record.sqlite import SqliteStore
-from pytest_solgate.results import Measurement, RunInfo
+from pytest_solgate.results import RunInfo
 from pytest_solgate.score import score
 from pytest_solgate.support.errors import ProfileError
 from test_profiles import DEVICE_NAMES
@@ -115,7 +116,7 @@ finite = st.floats(min_value=1e-9, max_value=1e9, allow_nan=False)
 duration = st.floats(min_value=1e-9, max_value=1e4, allow_nan=False)
 ratio = st.floats(min_value=1e-9, max_value=1e3, allow_nan=False)
 measurements = st.builds(
-    lambda **fields: Measurement.from_dict(fields),  # as a flat solgate/1 record
+    lambda **fields: decode(fields),  # as a flat solgate/1 record
     test=st.text(min_size=1, max_size=40).map(lambda t: "t.py::" + t),
     name=st.text(min_size=1, max_size=10),
     profile=st.sampled_from(["h100-sxm", "cpu-x"]),

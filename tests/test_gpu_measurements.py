@@ -543,20 +543,21 @@ def test_the_child_calls_the_kernel_once_inside_the_profiler_range_and_records_n
 
 
 def test_joules_and_measured_bytes_survive_the_json_the_history_and_solgate_import_read():
+    from pytest_solgate.record.format import decode, encode
     from pytest_solgate.record.schema import dump, read_run
-    from pytest_solgate.results import Measurement, RunInfo
+    from pytest_solgate.results import RunInfo
     from solgate_testing import recorded
 
     m = recorded(joules=0.06, measured_bytes=640e6, bytes=400e6)
-    data = m.to_dict()
+    data = encode(m)
     assert data["joules"] == 0.06 and data["measured_bytes"] == 640e6 and data["dram_ratio"] == pytest.approx(1.6)
-    again = Measurement.from_dict(data)
+    again = decode(data)
     assert (again.joules, again.measured_bytes) == (0.06, 640e6)
     (read,) = read_run(dump(RunInfo(id="r", started_at="t"), [m]), "run.json")[1]  # what solgate import checks and reads
     assert (read.joules, read.measured_bytes) == (0.06, 640e6)
     with pytest.raises(Exception, match="joules"):
         read_run(dump(RunInfo(id="r", started_at="t"), [m]).replace('"joules": 0.06', '"joules": -1'), "bad.json")
-    plain = recorded().to_dict()
+    plain = encode(recorded())
     assert not {"joules", "measured_bytes", "dram_ratio"} & set(plain)  # a CPU record is as before
 
 

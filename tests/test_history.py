@@ -7,6 +7,7 @@ import pytest
 
 from pytest_solgate.measure.extras import contention as real_contention  # conftest patches the module's in every test
 from pytest_solgate.record import history, sqlite
+from pytest_solgate.record.format import encode
 from pytest_solgate.results import RunInfo
 from solgate_testing import (  # noqa: F401
     FAKE_CLOCK_KERNELS,
@@ -406,7 +407,7 @@ def test_older_schema_is_migrated_not_thrown_away(tmp_path):
     db.execute(f"PRAGMA application_id = {sqlite.APPLICATION_ID}")
     db.execute("INSERT INTO runs (started_at, commit_sha, dirty, profile, ceilings) VALUES ('2026-01-01', ?, 0, 'synthetic', 'measured')", ("a" * 40,))
     db.execute("INSERT INTO measurements (run_id, test, name, profile, ceilings, sol, seconds, verdict, record_json) VALUES (1, 't.py::test_k', 'default', 'synthetic', 'measured', 0.5, 0.001, 'pass', ?)",
-               (json.dumps(a_measurement().to_dict()),))
+               (json.dumps(encode(a_measurement())),))
     db.commit()
     db.close()
     with sqlite.SqliteStore(path) as store:
@@ -696,7 +697,7 @@ def test_a_version_3_history_opens_reads_and_gains_status_and_accepts(tmp_path):
     db.execute(f"PRAGMA application_id = {sqlite.APPLICATION_ID}")
     db.execute("INSERT INTO runs (run_uid, started_at, commit_sha, dirty, profile, ceilings) VALUES ('old', '2026-11-01', ?, 0, 'synthetic', 'measured')", ("a" * 40,))
     db.execute("INSERT INTO measurements (run_id, test, name, profile, ceilings, sol, seconds, verdict, record_json) VALUES (1, 't.py::test_k', 'default', 'synthetic', 'measured', 0.5, 0.001, 'pass', ?)",
-               (json.dumps(a_measurement().to_dict()),))
+               (json.dumps(encode(a_measurement())),))
     db.commit()
     db.close()
     with sqlite.SqliteStore(path) as store:
@@ -722,7 +723,7 @@ def test_a_version_1_postgres_history_is_migrated_in_place(postgres_url):
         conn.execute("INSERT INTO solgate.runs (run_uid, started_at, commit_sha, dirty) VALUES ('old', '2026-11-01', %s, 0)", ("a" * 40,))
         conn.execute("INSERT INTO solgate.measurements (run_id, test, name, profile, ceilings, sol, seconds, verdict, record_json) "
                      "SELECT id, 't.py::test_k', 'default', 'synthetic', 'measured', 0.5, 0.001, 'pass', %s FROM solgate.runs",
-                     (json.dumps(a_measurement().to_dict()),))
+                     (json.dumps(encode(a_measurement())),))
     with history.open_store(postgres_url) as store:
         (run,) = store.runs()
         assert run["status"] == "complete"

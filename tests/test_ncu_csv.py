@@ -87,7 +87,7 @@ def test_the_child_pytest_registers_the_plugin_where_no_entry_point_does(tmp_pat
 def test_an_ncu_child_run_finishes_without_failing_the_session(tmp_path, monkeypatch):
     """Run.finish says whether the session fails: in an --sol-ncu child (which records nothing) it
     is False, not a bare None."""
-    from pytest_solgate.results import Measurement
+    from pytest_solgate.record.format import decode
     from pytest_solgate.run import Run
     from pytest_solgate.support.settings import parse_settings
     from solgate_testing import RECORD, init_repo
@@ -96,5 +96,5 @@ def test_an_ncu_child_run_finishes_without_failing_the_session(tmp_path, monkeyp
     run = Run(parse_settings({}), rootdir=tmp_path, invocation_dir=tmp_path, command="pytest", history_source="",
               announce=print, warn=print, warn_at_start=print)
     monkeypatch.setenv(ncu.CHILD_VARIABLE, "1")
-    run.records.append(Measurement.from_dict(RECORD))
+    run.records.append(decode(RECORD))
     assert run.finish(interrupted=False) is False

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from pytest_solgate.record import history, save, spool
+from pytest_solgate.record.format import encode_run
 from pytest_solgate.results import RunInfo
 from pytest_solgate.support.locations import redact
 from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE, changed, recorded
@@ -69,7 +70,7 @@ def test_a_run_on_the_server_never_shows_the_password(pytester, postgres_url):
         (run,) = store.runs()
         assert "--sol-history=postgresql://admin:***@127.0.0.1" in run["command"]
         (whole, _), = store.whole_runs()
-        assert ADMIN_PASSWORD not in json.dumps(whole.to_dict())
+        assert ADMIN_PASSWORD not in json.dumps(encode_run(whole))
     assert ADMIN_PASSWORD not in everything_written(pytester, result)
     assert "admin:***@" in json.loads((pytester.path / "out.json").read_text())["run"]["command"]
 

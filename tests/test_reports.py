@@ -9,8 +9,9 @@ import pytest
 from pytest_solgate import results
 from pytest_solgate.declare.profiles import HardwareProfile
 from pytest_solgate.record import schema
+from pytest_solgate.record.format import decode
 from pytest_solgate.report import ci_formats, html, markdown, roofline, terminal
-from pytest_solgate.results import Measurement, RunInfo
+from pytest_solgate.results import RunInfo
 
 PROFILE = HardwareProfile(id="synthetic", name="Synthetic", kind="cpu", memory_bandwidth_gbps=1,
                           peak_tflops={"fp32": 0.001}, ceilings="measured", source="tests")
@@ -26,7 +27,7 @@ def record(test="t.py::test_k", name="default", verdict=results.PASS, sol=0.5, i
         budget={"min": 0.4}, trend=({"commit": "a" * 40, "sol": 0.45}, {"commit": "c" * 40, "sol": sol}),
     )
     fields.update(extra)
-    return Measurement.from_dict(fields)
+    return decode(fields)
 
 
 EVERY_VERDICT = [record(test=f"t.py::test_{i}", verdict=v) for i, v in enumerate(results.VERDICTS)]

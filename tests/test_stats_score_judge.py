@@ -11,6 +11,7 @@ from pytest_solgate.declare.work import make_work
 from pytest_solgate.judge import budget as budgets
 from pytest_solgate.judge import memory_probe, verdict
 from pytest_solgate.judge import window as windows
+from pytest_solgate.record.format import encode
 from pytest_solgate.score import score
 from pytest_solgate.support import stats
 from pytest_solgate.support.errors import MarkerError, WorkError
@@ -124,7 +125,7 @@ def test_window_regressed_ambiguous_improved_pass():
     assert got.verdict == results.REGRESSED, got.judgement.reason
     assert "vs 0.704 over 5 baseline runs from eeeeeeeeee to aaaaaaaaaa" in got.judgement.reason
     assert "tolerance 5.0%, noise floor 6.4%" in got.judgement.reason and "99 % t prediction bound over 5 runs" in got.judgement.reason
-    info = got.judgement.baseline.to_dict()  # as the solgate/1 JSON holds it
+    info = encode(got)["baseline"]  # as the solgate/1 JSON holds it
     assert info["runs"] == 5 and info["commit"] == "a" * 40 and info["oldest_commit"] == "e" * 40
     assert abs(info["noise_floor"] - 0.0642) < 0.001 and info["test"] == "t-prediction-99" and info["compared_on"] == "sol"
     assert verdict.judge(at_sol(0.85), budgets.Budget(), window(*STEADY), SETTINGS).verdict == results.IMPROVED
@@ -299,7 +300,7 @@ def test_a_run_on_slow_memory_passes_relative_to_the_probe():
     # the same kernel while the memory runs 15 % slow: its SOL is 15 % lower, and so is the probe's speed
     got = verdict.judge(probed(0.5 * 0.85, 1e-3 / 0.85), budgets.Budget(), probed_window(), SETTINGS)
     assert got.verdict == results.PASS, got.judgement.reason
-    info = got.judgement.baseline.to_dict()
+    info = encode(got)["baseline"]
     assert info["by_probe"] is True and abs(info["change"]) < 0.01 and abs(info["raw_change"] + 0.15) < 0.01
     assert "relative to the memory probe timed beside each sample" in got.judgement.reason
     assert f"the SOL itself changed {info['raw_change']:+.1%}" in got.judgement.reason
@@ -314,7 +315,7 @@ def test_a_kernel_slowed_by_a_commit_is_caught_relative_to_the_probe_and_missed_
     # compared raw, as is any comparison where a baseline run has no probe.
     as_compute = probed(0.5 / 1.2, 1e-3, bound="compute")
     raw = verdict.judge(as_compute, budgets.Budget(), probed_window(), SETTINGS)
-    assert raw.verdict == results.AMBIGUOUS and "by_probe" not in raw.judgement.baseline.to_dict()
+    assert raw.verdict == results.AMBIGUOUS and "by_probe" not in encode(raw)["baseline"]
     older = verdict.judge(slower, budgets.Budget(), probed_window(probe_missing_at=3), SETTINGS)
     assert older.verdict == results.AMBIGUOUS and not older.judgement.baseline.by_probe
 
@@ -346,7 +347,7 @@ def test_the_probe_comparison_round_trips_and_older_records_write_back_identical
     again = changed(got)  # through the solgate/1 JSON and back
     assert again.timing.probe_seconds == got.timing.probe_seconds
     assert again.judgement.baseline == got.judgement.baseline and again.judgement.baseline.by_probe
-    plain = verdict.judge(at_sol(0.70), budgets.Budget(), window(*STEADY), SETTINGS).to_dict()
+    plain = encode(verdict.judge(at_sol(0.70), budgets.Budget(), window(*STEADY), SETTINGS))
     assert "probe_seconds" not in plain and "by_probe" not in plain["baseline"]
 
 

@@ -24,6 +24,7 @@ import sys
 from typing import Any, Sequence
 
 from pytest_solgate.declare.work import MAX_COUNT
+from pytest_solgate.record.format import RecordError, decode, decode_run, encode, encode_run
 from pytest_solgate.record.outcome import COUNTED, FAILING, TestOutcomes
 from pytest_solgate.results import SCHEMA, VERDICTS, Measurement, RunInfo
 from pytest_solgate.support.errors import ImportFileError
@@ -241,21 +242,17 @@ def dump(run: RunInfo, measurements: Sequence[Measurement], outcomes: TestOutcom
     known, as the run's ``tests``."""
     document = {
         "schema": SCHEMA,
-        "run": {**run.to_dict(), **({"tests": outcomes.to_dict()} if outcomes is not None else {})},
-        "measurements": [m.to_dict() for m in measurements],
+        "run": {**encode_run(run), **({"tests": outcomes.to_dict()} if outcomes is not None else {})},
+        "measurements": [encode(m) for m in measurements],
     }
     return json.dumps(_finite(document), indent=2, sort_keys=False) + "\n"
 
 
 def read_run(text: str, where: str) -> tuple[RunInfo, list[Measurement]]:
-    """The run and measurements of a checked solgate/1 document."""
+    """The run and measurements of a checked solgate/1 document (``dump`` writes an unknown noise
+    as null: ``decode`` reads a null noise as infinite)."""
     document = load(text, where)
-    return RunInfo.from_dict(document["run"]), [Measurement.from_dict(_inf_for_null(m)) for m in document["measurements"]]
-
-
-def _inf_for_null(data: dict[str, Any]) -> dict[str, Any]:
-    """``dump`` turns an unknown noise (inf) into null; read it back as inf so the record stays typed."""
-    fixed = dict(data)
-    if fixed.get("noise") is None:
-        fixed["noise"] = float("inf")
-    return fixed
+    try:
+        return decode_run(document["run"]), [decode(m) for m in document["measurements"]]
+    except RecordError as exc:
+        raise ImportFileError(f"{where}: {exc}; nothing was imported") from None

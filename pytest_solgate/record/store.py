@@ -15,10 +15,19 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
-from typing import Any, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence, TypeVar
 
 from pytest_solgate.judge.window import BaselineRun
-from pytest_solgate.results import Measurement, RunInfo
+from pytest_solgate.record.format import (
+    BaselineFacts,
+    RecordError,
+    baseline_facts,
+    decode,
+    decode_run,
+    encode,
+    encode_run,
+)
+from pytest_solgate.results import NOT_GATED, Measurement, RunInfo
 from pytest_solgate.support.errors import HistoryElsewhere, HistoryError
 from pytest_solgate.support.locations import redact
 from pytest_solgate.support.stats import median, pooled_sd
@@ -36,6 +45,7 @@ ENVIRONMENT_COLUMNS = ("host", "driver", "cuda", "torch", "triton", "python")
 # Whether a record holds a "contended" reading (written only when set), in SQL both databases read
 # (no LIKE: its '%' would clash with PostgreSQL's parameter markers).
 CONTENDED_SQL = "length(m.record_json) <> length(replace(m.record_json, '\"contended\": \"', ''))"
+T = TypeVar("T")
 IN_LIST = 50  # values per IN (...) list (commits, test ids): well under SQLite's limit on bound parameters
 
 
@@ -54,56 +64,48 @@ class Summary(NamedTuple):
 
 
 def _baseline_run(
-    run_uid: str, commit: str, started_at: str, status: str, record: dict[str, Any], columns: Sequence[Any]
+    run_uid: str, commit: str, started_at: str, status: str, facts: BaselineFacts, columns: Sequence[Any]
 ) -> BaselineRun:
-    environment = dict(record.get("environment") or {})
+    environment = facts.environment
     if not environment:  # recorded before measurements carried their environment
         environment = {k: str(v) for k, v in zip(ENVIRONMENT_COLUMNS, columns) if v}
-    noise, probe = record.get("noise"), record.get("probe_seconds")
     return BaselineRun(
         commit=commit,
         run_id=run_uid,
         started_at=started_at,
-        sol=float(record["sol"]),
-        seconds=float(record["seconds"]),
-        noise=float(noise) if isinstance(noise, (int, float)) else float("inf"),
-        ceilings_id=str(record.get("ceilings_id") or ""),
+        sol=float(facts.sol),
+        seconds=float(facts.seconds),
+        noise=float(facts.noise),
+        ceilings_id=facts.ceilings_id,
         environment=environment,
-        verdict=str(record.get("verdict") or ""),
-        judged_against=str((record.get("baseline") or {}).get("commit") or ""),
-        **_judged(record),
-        disturbed=_disturbance(status, record),
-        timer=str(record.get("timing_mode") or ""),
-        probe_seconds=float(probe) if isinstance(probe, (int, float)) and probe > 0 else None,
-        sm_clock_mhz=_positive(record.get("sm_clock_mhz")),
+        verdict=facts.verdict,
+        judged_against=facts.judged_against,  # how the run itself was judged (judge/regression_rules.py held_back_slow)
+        judged_change=_float(facts.judged_change),
+        judged_floor=_float(facts.judged_floor),
+        judged_tolerance=_float(facts.judged_tolerance),
+        disturbed=_disturbance(status, facts),
+        timer=facts.timer,
+        probe_seconds=_positive(facts.probe_seconds),
+        sm_clock_mhz=_positive(facts.sm_clock_mhz),
     )
 
 
 def baseline_run(run: Mapping[str, Any], m: Measurement) -> BaselineRun:
     """One result as a baseline run, from its run's row (``run_row``, or a row the store read):
     what ``solgate bisect`` makes of the runs it finds and the runs it makes."""
-    return _baseline_run(run["run_uid"], run["commit_sha"] or "", run["started_at"], run["status"], m.to_dict(),
-                         [run.get(c) for c in ENVIRONMENT_COLUMNS])
+    return _baseline_run(run["run_uid"], run["commit_sha"] or "", run["started_at"], run["status"],
+                         baseline_facts(encode(m)), [run.get(c) for c in ENVIRONMENT_COLUMNS])
 
 
-def _judged(record: dict[str, Any]) -> dict[str, float | None]:
-    """How the run was judged against its window, as its record keeps it (the gate reads what
-    follows from it: judge/regression_rules.py held_back_slow)."""
-    baseline = record.get("baseline") or {}
-    facts = (baseline.get("change"), baseline.get("noise_floor"), (record.get("budget") or {}).get("max_regression"))
-    return dict(zip(("judged_change", "judged_floor", "judged_tolerance"),
-                    (float(f) if isinstance(f, (int, float)) else None for f in facts)))
-
-
-def _disturbance(status: str, record: dict[str, Any]) -> str:
+def _disturbance(status: str, facts: BaselineFacts) -> str:
     """Why a recorded run cannot be a baseline although it is clean, or '' (see baseline.py)."""
     if status == "interrupted":
         return "interrupted"
-    if record.get("verdict") == "not-gated":  # interpreter timings, --sol-gate=off: never judged, never a baseline
+    if facts.verdict == NOT_GATED:  # interpreter timings, --sol-gate=off: never judged, never a baseline
         return "not-gated"
-    if record.get("contended"):
+    if facts.contended:
         return "contended"
-    if record.get("noisy"):
+    if facts.noisy:
         return "noisy"
     return ""
 
@@ -149,7 +151,7 @@ def measurement_row(m: Measurement) -> tuple[Any, ...]:
     # REAL columns take floats: an imported whole number beyond 2**63 (a legal, if absurd, SOL of an
     # instant kernel) would not fit SQLite's INTEGER.
     return (m.test, m.name, m.profile, m.ceilings, float(m.score.sol), float(m.timing.seconds), verdict,
-            json.dumps(m.to_dict(), allow_nan=True))
+            json.dumps(encode(m), allow_nan=True))
 
 
 class Store:
@@ -184,7 +186,7 @@ class Store:
         if self.read_only:
             raise HistoryElsewhere(f"{self.location}: the history is read-only here; this run is not saved in it")
         row = run_row(run)
-        info = json.dumps({**run.to_dict(), "command": row["command"]})
+        info = json.dumps({**encode_run(run), "command": row["command"]})
         return self._write_run(row, info, [measurement_row(m) for m in measurements])
 
     # --- reading --------------------------------------------------------------------------------
@@ -212,7 +214,8 @@ class Store:
             rows.sort(key=lambda row: (row[2], row[3]), reverse=True)  # newest run first...
             rows.sort(key=lambda row: position[row[1]])  # ...within the nearest commit first (stable)
             for run_uid, commit, started_at, _, status, record_json, *columns in rows:
-                found.append(_baseline_run(run_uid, commit, started_at, status, json.loads(record_json), columns))
+                facts = self._read(record_json, baseline_facts)
+                found.append(_baseline_run(run_uid, commit, started_at, status, facts, columns))
                 if len(found) >= limit:
                     return found
         return found
@@ -281,7 +284,7 @@ class Store:
             "ORDER BY id DESC LIMIT 1",
             (test, name, profile, ceilings),
         )
-        return Measurement.from_dict(json.loads(rows[0][0])) if rows else None
+        return self._decoded(rows[0][0]) if rows else None
 
     def results_at(self, commit: str) -> list[tuple[dict[str, Any], Measurement]]:
         """The results of every run at one commit, oldest first (through the index on commit)."""
@@ -306,7 +309,20 @@ class Store:
         return [(run, Summary(*rest)) for run, rest in self._joined(columns, where, params)]
 
     def _results(self, where: str, params: Sequence[Any]) -> list[tuple[dict[str, Any], Measurement]]:
-        return [(run, Measurement.from_dict(json.loads(record))) for run, (record,) in self._joined("m.record_json", where, params)]
+        return [(run, self._decoded(record)) for run, (record,) in self._joined("m.record_json", where, params)]
+
+    def _decoded(self, record_json: str) -> Measurement:
+        return self._read(record_json, decode)
+
+    def _read(self, record_json: str, read: Callable[[Any], T]) -> T:
+        """What ``read`` (format.py) takes from one measurements row's record; a record it cannot
+        read is a RecordError (a HistoryError) naming the history and the field."""
+        try:
+            return read(json.loads(record_json))
+        except RecordError as exc:
+            raise RecordError(f"{self.location}: {exc}") from None
+        except ValueError as exc:  # JSONDecodeError is a ValueError
+            raise RecordError(f"{self.location}: a measurement's record is not JSON ({exc}); the row is damaged") from None
 
     def machine_noise(self, host: str, newest: int = 2000) -> tuple[float, int] | None:
         """This host's run-to-run noise: the log-SOL standard deviation between clean runs of one
@@ -339,9 +355,9 @@ class Store:
     def whole_runs(self) -> Iterator[tuple[RunInfo, list[Measurement]]]:
         """Every run with its measurements, oldest first: what ``solgate migrate`` copies."""
         for rowid, run_uid, info_json in self._rows("SELECT id, run_uid, info_json FROM runs ORDER BY started_at, id"):
-            run = RunInfo.from_dict({**json.loads(info_json or "{}"), "id": run_uid})
+            run = decode_run({**json.loads(info_json or "{}"), "id": run_uid})
             records = self._rows("SELECT record_json FROM measurements WHERE run_id = ? ORDER BY id", (rowid,))
-            yield run, [Measurement.from_dict(json.loads(record)) for (record,) in records]
+            yield run, [self._decoded(record) for (record,) in records]
 
 
 def commit_series(
@@ -372,6 +388,10 @@ def commit_series(
     return series
 
 
-def _positive(value: Any) -> float | None:
-    """A recorded number when it is one and above zero, else None."""
-    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+def _positive(value: float | None) -> float | None:
+    """A recorded number when there is one above zero, else None."""
+    return float(value) if value is not None and value > 0 else None
+
+
+def _float(value: float | None) -> float | None:
+    return float(value) if value is not None else None
