@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -38,6 +39,7 @@ from gate_power import KERNELS, Repo  # noqa: E402
 from main_job_busy import pressure  # noqa: E402
 
 from _common import machine  # noqa: E402
+from pytest_solgate.measure.locking import LOCK_DIR_VARIABLE  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 OPTIONS = ("--sol-device=cpu", "--sol-profile=bench.toml")  # what gate_power.Repo's runs pass pytest
@@ -61,9 +63,11 @@ class GateRun:
 
 
 def verdict_of(m: dict) -> str:
-    """A kernel's verdict in one run: the verdict, its change against the window, * when contended."""
+    """A kernel's verdict in one run: the verdict, its change against the window, * when contended,
+    ``w`` when timed on wall time (not its thread's CPU clock)."""
     change = (m.get("baseline") or {}).get("change")
-    return f"{m['verdict']}{f' {change:+.0%}' if change is not None else ''}{'*' if m.get('contended') else ''}"
+    return (f"{m['verdict']}{f' {change:+.0%}' if change is not None else ''}{'*' if m.get('contended') else ''}"
+            f"{'w' if m.get('timing_mode') == 'perf-counter' else ''}")
 
 
 def gate_run(repo: Repo, label: str) -> GateRun:
@@ -147,7 +151,7 @@ def table(runs: list[GateRun], ab: tuple[int, float, list[str]] | None, args: ar
           f"{datetime.datetime.now(datetime.timezone.utc):%H:%M} UTC. Neighbour: "
           + ("none (--quiet)" if args.quiet else f"benchmarks/neighbour.py --cores {args.cores} --share {args.share}"))
     print(f"Command: `python benchmarks/busy_gate.py {' '.join(sys.argv[1:])}`\n")
-    print("| run | CPU pressure at start | pytest | solgate check | gate | wall | verdicts (* contended) | why it failed |")
+    print("| run | CPU pressure at start | pytest | solgate check | gate | wall | verdicts (* contended, w wall time) | why it failed |")
     print("|---|---|---|---|---|---|---|---|")
     for r in runs:
         why = r.reason.replace("|", "\\|")[:160]
@@ -175,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give --runs 2 or more (a window needs runs) and --slow-runs 1 or more")
     args.started = datetime.datetime.now(datetime.timezone.utc)
     repo = Repo(Path(tempfile.mkdtemp(prefix="busy-gate-")))
+    # The device lock of its own: a solgate session of another checkout on this machine (another
+    # benchmark) is one more busy neighbour here, not a lock this benchmark's runs wait for.
+    os.environ[LOCK_DIR_VARIABLE] = str(repo.path.parent / f"{repo.path.name}-locks")
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # a kill stops the neighbour too
     repo.commit("four kernels")
     print(f"machine: {machine()}; repository {repo.path}", flush=True)
     neighbour = None if args.quiet else subprocess.Popen(

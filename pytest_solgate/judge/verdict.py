@@ -9,7 +9,7 @@ import math
 from typing import Sequence
 
 from pytest_solgate import results
-from pytest_solgate.judge import verdict_wording
+from pytest_solgate.judge import like_pressure, verdict_wording
 from pytest_solgate.judge.budget import Budget, budget_on, per_profile
 from pytest_solgate.judge.window import BaselineWindow, Comparison, JudgeSettings, against_window
 from pytest_solgate.results import AppliedBudget, Judgement, Measurement, Verdict
@@ -94,6 +94,7 @@ def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, setting
     unmatched = tuple(key for key, spec in per_profile(budget) if budget_on(spec, m.profile) is None)
     applied = AppliedBudget(min=min_sol, mfu=min_mfu, max_regression=allowed, unmatched=unmatched,
                             by_marker=budget.max_regression is not None)
+    window = like_pressure.window_for(m, window)  # a run busy on wall time: against runs as busy, where there are
     versus = against_window(m, window, allowed, settings) if window is not None and window.runs else None
 
     def done(verdict: Verdict, reason: str) -> Measurement:

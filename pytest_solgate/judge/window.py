@@ -56,6 +56,7 @@ class BaselineRun:
     timer: str = ""  # the clock its kernel was timed on (the record's timing_mode)
     probe_seconds: float | None = None  # the run's memory probe (measure/backends.py), when it had one
     sm_clock_mhz: float | None = None  # the mean SM clock over its timed region (GPU telemetry), when read
+    wait: float | None = None  # contended: the share of its sampling window its thread waited for a CPU
 
     @property
     def kept_out(self) -> str:
@@ -86,6 +87,12 @@ class BaselineWindow:
     # This machine's run-to-run noise from its other series (log-SOL standard deviation, degrees of
     # freedom), read from the history: what judges a drop against a window of one run.
     machine_noise: tuple[float, int] | None = None
+    # The level's contended runs timed on wall time (newest first): never baselines, but what a run
+    # as busy as they were is judged against (judge/like_pressure.py).
+    busy: tuple[BaselineRun, ...] = ()
+    # (least, most) wait for a CPU of the runs when they are busy runs of like pressure: judged like
+    # with like, so no wait is taken out of the drop (regression_rules.contended).
+    like_pressure: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -253,6 +260,7 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
     evidence = regression_rules.Evidence(
         change=change, tolerance=tolerance, floor_log=floor_log, environment_differs=window.environment_differs,
         contended=m.contended, contended_wait=m.contended_wait, timer=m.timing.mode, probe_shift=shift, probe_range=probe_range,
+        like_pressure=window.like_pressure is not None,
         within_noise=(_within_noise(values, keep, within, spread or 0.0, change, tolerance, head_term, runs_at)
                       if change < -tolerance and floor_log is not None else {}),
     )

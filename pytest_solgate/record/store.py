@@ -76,7 +76,13 @@ def _baseline_run(
         timer=str(record.get("timing_mode") or ""),
         probe_seconds=float(probe) if isinstance(probe, (int, float)) and probe > 0 else None,
         sm_clock_mhz=_positive(record.get("sm_clock_mhz")),
+        wait=_share(record.get("contended_wait")),
     )
+
+
+def _share(value: Any) -> float | None:
+    """A recorded share of a window (0 to 1), or None where the record holds none."""
+    return float(value) if isinstance(value, (int, float)) and 0 <= value <= 1 else None
 
 
 def baseline_run(run: Mapping[str, Any], m: Measurement) -> BaselineRun:
