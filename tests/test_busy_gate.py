@@ -99,3 +99,11 @@ def test_the_history_hands_back_a_busy_runs_wait(tmp_path):
     row = {"run_uid": "r1", "commit_sha": "c" * 40, "started_at": "2026-12-07T00:00:00+00:00", "status": "complete"}
     assert baseline_run(row, busy).wait == 0.42 and baseline_run(row, busy).disturbed == "contended"
     assert baseline_run(row, at_sol(0.70)).wait is None
+
+
+def test_like_pressure_is_a_like_stretch_of_the_time():
+    from pytest_solgate.judge.like_pressure import like_runs
+
+    runs = tuple(busy_wall_runs((0.40, 0.55, 0.60, 0.86, 0.90, 0.95)))
+    assert [r.wait for r in like_runs(runs, 0.5)] == [0.40, 0.55, 0.60]  # stretches 1.67-2.5x around 2x
+    assert [r.wait for r in like_runs(runs, 0.88)] == [0.86, 0.90]  # 7.1x and 10x around 8.3x; 20x is not like

@@ -18,10 +18,12 @@ from pytest_solgate.measure.backends import THREAD_CPU_TIME
 from pytest_solgate.results import Measurement
 from pytest_solgate.support import units
 
-# Two runs whose threads waited for a CPU shares of their windows at most this far apart were
-# about as busy: a wait of w stretches a time by up to 1/(1-w), so at waits of 40-55 % the
-# stretch differs by at most 1.33x between them, and the window's spread shows how much it did.
-LIKE_WAIT = 0.15
+# Two runs were about as busy when the stretches their waits can make differ by at most this
+# factor: a thread that waited a share w of its window ran the rest, so a wait stretches a time by
+# up to 1/(1-w). In stretches, not shares: at waits of 40-55 % they differ by 1.33x, at 86-90 %
+# (a process at low priority beside busy neighbours) by 1.4x already. The window's spread shows
+# how much the waits of the runs it keeps did move their times.
+LIKE_STRETCH = 1.33
 MIN_LIKE = 2  # like runs needed to judge: one run shows no spread
 
 
@@ -31,9 +33,15 @@ def busy_on_wall(m: Measurement) -> bool:
     return bool(m.contended) and m.timing.mode != THREAD_CPU_TIME and m.contended_wait is not None
 
 
+def stretch(wait: float) -> float:
+    """The most a wait for a CPU of a share ``wait`` of the window can stretch a run's time."""
+    return 1 / max(1 - wait, 1e-6)
+
+
 def like_runs(busy: tuple[BaselineRun, ...], wait: float) -> tuple[BaselineRun, ...]:
-    """The busy runs whose threads waited within LIKE_WAIT of ``wait``, newest first."""
-    return tuple(run for run in busy if run.wait is not None and abs(run.wait - wait) <= LIKE_WAIT)
+    """The busy runs whose waits stretch their times within LIKE_STRETCH of ``wait``'s, newest first."""
+    return tuple(run for run in busy if run.wait is not None
+                 and 1 / LIKE_STRETCH <= stretch(run.wait) / stretch(wait) <= LIKE_STRETCH)
 
 
 def window_for(m: Measurement, window: BaselineWindow | None) -> BaselineWindow | None:
