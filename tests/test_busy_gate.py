@@ -68,7 +68,8 @@ def test_busy_runs_on_wall_time_are_no_baselines_but_judge_a_run_as_busy_as_they
     assert "6 contended runs left out" not in slower.judgement.reason
     assert verdict.judge(busy_run(0.70, wait=0.5), Budget(), window, SETTINGS).verdict == PASS
     # a quiet run is never judged against busy ones: it is the level's first baseline
-    assert verdict.judge(at_sol(0.70 / 1.5), Budget(), window, SETTINGS).verdict == RECORDED
+    quiet = verdict.judge(at_sol(0.70 / 1.5), Budget(), window, SETTINGS)
+    assert quiet.verdict == RECORDED and "recorded as a baseline for later runs" in quiet.judgement.reason
 
 
 def test_a_run_busier_than_its_levels_busy_runs_is_held_back_not_passed_unjudged():
@@ -81,7 +82,8 @@ def test_a_run_busier_than_its_levels_busy_runs_is_held_back_not_passed_unjudged
     assert much_slower.verdict == REGRESSED, much_slower.judgement.reason
     # one busy run shows no spread: nothing to judge against yet (as a first run)
     one = level.window(busy_wall_runs((0.30,)), COMMITS, [], 10, {})
-    assert verdict.judge(busy_run(0.70 / 1.5, wait=0.8), Budget(), one, SETTINGS).verdict == RECORDED
+    first = verdict.judge(busy_run(0.70 / 1.5, wait=0.8), Budget(), one, SETTINGS)
+    assert first.verdict == RECORDED and "a baseline only for later runs as busy" in first.judgement.reason
 
 
 def test_a_busy_slowdown_judged_like_with_like_is_not_held_back_by_its_wait():

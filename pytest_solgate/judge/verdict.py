@@ -128,7 +128,8 @@ def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, setting
     if versus is not None and versus.verdict != results.PASS:
         return done(versus.verdict, versus.text)
     if min_sol is None and min_mfu is None and versus is None:
-        return done(results.RECORDED, verdict_wording.no_budget(m, unmatched, settings.saved))
+        return done(results.RECORDED, verdict_wording.no_budget(m, unmatched, settings.saved,
+                                                                like_pressure.busy_on_wall(m)))
     return done(results.PASS, verdict_wording.passed(m, versus.text if versus is not None else None))
 
 
