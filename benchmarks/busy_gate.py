@@ -15,6 +15,7 @@ A run *passes* when pytest exits 0 and ``solgate check`` exits 0, as the action'
 With ``--quiet`` no neighbour is started: the same steps on the machine as it is.
 
     python benchmarks/busy_gate.py [--runs 20] [--slow-runs 3] [--cores 2] [--share 0.8] [--quiet]
+    python benchmarks/busy_gate.py --replay /tmp/busy-gate-XXXX/.solgate/history.db [--runs 20]
 
 Prints each run as it ends, then a Markdown table (machine, command, date, CPU pressure) for
 benchmarks/results/busy.md; exits 0 when every target held, 1 otherwise.
@@ -165,6 +166,40 @@ def table(runs: list[GateRun], ab: tuple[int, float, list[str]] | None, args: ar
         print(f"- {line}")
 
 
+def replay(history: Path, unchanged: int) -> None:
+    """Each recorded run judged again by this checkout's gate, without re-measuring, against the
+    window the plugin would choose from the unchanged runs recorded before it (the first
+    ``unchanged`` commits; the slow commits' runs each against all of them): how a rule changed
+    since a benchmark reads on that benchmark's own measurements."""
+    from pytest_solgate.judge import level, verdict
+    from pytest_solgate.judge.budget import Budget
+    from pytest_solgate.judge.window import JudgeSettings
+    from pytest_solgate.record.sqlite import SqliteStore
+    from pytest_solgate.record.store import baseline_run
+
+    with SqliteStore(history, create=False) as store:
+        recorded = store.results()
+    order = list(dict.fromkeys(run["commit_sha"] for run, _ in recorded))
+    labels = {c: f"unchanged {i + 1}" if i < unchanged else ("x1.3", "x3")[min(i - unchanged, 1)] for i, c in enumerate(order)}
+    base: dict[str, list] = {k: [] for k in KERNELS}  # each kernel's unchanged runs so far, oldest first
+    print(f"replay of {history} by this checkout's gate\n\n| run | {' | '.join(KERNELS)} |\n|---|{'---|' * len(KERNELS)}")
+    rows: dict[str, dict[str, str]] = {}
+    for run, m in recorded:
+        kernel, label = m.test.split("::test_")[-1], labels[run["commit_sha"]]
+        before = [b for b in reversed(base[kernel]) if b.commit != run["commit_sha"]]  # nearest first
+        window = level.window(before, list(dict.fromkeys(b.commit for b in before)), [], 10, m.environment)
+        judged = verdict.judge(m, Budget(), window, JudgeSettings())
+        floor = judged.judgement.baseline.noise_floor if judged.judgement and judged.judgement.baseline else None
+        change = judged.judgement.baseline.change if judged.judgement and judged.judgement.baseline else None
+        rows.setdefault(f"{label} ({run['run_uid'][:6]})", {})[kernel] = (
+            f"{judged.verdict.value}" + (f" {change:+.0%}" if change is not None else "")
+            + (f" (floor {floor:.0%})" if floor is not None else ""))
+        if label.startswith("unchanged"):
+            base[kernel].append(baseline_run(run, m))
+    for label, by_kernel in rows.items():
+        print(f"| {label} | {' | '.join(by_kernel.get(k, '-') for k in KERNELS)} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20, help="runs of unchanged code, each its own commit (default 20)")
@@ -174,7 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="neighbour processes (default: every core)")
     parser.add_argument("--share", type=float, default=0.8, help="the neighbour's share of each core (default 0.8)")
     parser.add_argument("--quiet", action="store_true", help="no neighbour: the machine as it is")
+    parser.add_argument("--replay", type=Path, help="only judge again the runs of an earlier benchmark's history "
+                        "(its .solgate/history.db) by this checkout's gate; --runs says how many were unchanged")
     args = parser.parse_args(argv)
+    if args.replay:
+        replay(args.replay, args.runs)
+        return 0
     if args.runs < 2 or args.slow_runs < 1:
         parser.error("give --runs 2 or more (a window needs runs) and --slow-runs 1 or more")
     args.started = datetime.datetime.now(datetime.timezone.utc)

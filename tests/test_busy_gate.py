@@ -2,6 +2,7 @@
 cores busy (contended) is judged, and is a baseline, when it was timed on its thread's CPU clock,
 which a neighbour cannot move; on wall time it is held back as before (docs/history.md)."""
 
+import dataclasses
 import math
 
 from test_stats_score_judge import SETTINGS, at_sol
@@ -109,3 +110,24 @@ def test_like_pressure_is_a_like_stretch_of_the_time():
     runs = tuple(busy_wall_runs((0.40, 0.55, 0.60, 0.86, 0.90, 0.95)))
     assert [r.wait for r in like_runs(runs, 0.5)] == [0.40, 0.55, 0.60]  # stretches 1.67-2.5x around 2x
     assert [r.wait for r in like_runs(runs, 0.88)] == [0.86, 0.90]  # 7.1x and 10x around 8.3x; 20x is not like
+
+
+def test_busy_cpu_runs_on_wall_time_are_compared_at_this_runs_wait():
+    """Four runs of a kernel that spends 10 ms on a core, whose threads waited 80-88 % of the time
+    for a CPU: 50-83 ms of wall time. Read at this run's wait they agree, so a 1.3x slowdown is
+    told from them; read as they are, their spread hides it."""
+    waits = (0.80, 0.85, 0.88, 0.86)
+    runs = [dataclasses.replace(run, sol=0.7e-3 / (10e-3 / (1 - wait)), seconds=10e-3 / (1 - wait))
+            for run, wait in zip(busy_wall_runs(waits), waits)]
+    window = level.window(runs, COMMITS, [], 10, {})
+
+    def at_wait_085(on_core):
+        return changed(busy_run(0.7e-3 / (on_core / 0.15), wait=0.85), timing_mode=WALL_TIME)
+
+    slower = verdict.judge(at_wait_085(13e-3), Budget(), window, SETTINGS)
+    assert slower.verdict == REGRESSED, slower.judgement.reason
+    assert "(their times as they would read at this run's wait)" in slower.judgement.reason
+    assert verdict.judge(at_wait_085(10e-3), Budget(), window, SETTINGS).verdict == PASS
+    # a GPU's or an events-timed run is not scaled: the wait of a CPU thread does not stretch it alike
+    on_events = verdict.judge(changed(at_wait_085(13e-3), timing_mode="events"), Budget(), window, SETTINGS)
+    assert on_events.verdict == AMBIGUOUS, on_events.judgement.reason

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from pytest_solgate.judge.window import BaselineRun, BaselineWindow
-from pytest_solgate.measure.backends import THREAD_CPU_TIME
+from pytest_solgate.measure.backends import THREAD_CPU_TIME, WALL_TIME
 from pytest_solgate.results import Measurement
 from pytest_solgate.support import units
 
@@ -44,6 +44,18 @@ def like_runs(busy: tuple[BaselineRun, ...], wait: float) -> tuple[BaselineRun, 
                  and 1 / LIKE_STRETCH <= stretch(run.wait) / stretch(wait) <= LIKE_STRETCH)
 
 
+def at_wait(run: BaselineRun, wait: float) -> BaselineRun:
+    """A busy CPU run on wall time as it would have read had its thread waited ``wait`` of the
+    time: a single thread that waited a share w of its window ran (1 - w) of it, so its time at
+    another wait scales by the ratio of the two stretches (a wall time of 60 ms at a wait of 86 %,
+    8.4 ms on a core, reads 70 ms at 88 %). Between runs as busy this moves a time by at most
+    LIKE_STRETCH, and the window's spread shows how well the waits account for the times."""
+    assert run.wait is not None  # like_runs keeps only runs with a wait
+    factor = stretch(wait) / stretch(run.wait)
+    return dataclasses.replace(run, seconds=run.seconds * factor, sol=run.sol / factor,
+                               probe_seconds=run.probe_seconds * factor if run.probe_seconds else run.probe_seconds)
+
+
 def window_for(m: Measurement, window: BaselineWindow | None) -> BaselineWindow | None:
     """The window ``m`` is judged against. A run busy on wall time is judged against the busy runs
     of like pressure in its level where there are at least MIN_LIKE (like with like: no wait is
@@ -60,6 +72,9 @@ def window_for(m: Measurement, window: BaselineWindow | None) -> BaselineWindow 
         note = (f"judged against {len(like)} runs as busy as this one: their threads waited "
                 f"{units.percent(min(waits))}-{units.percent(max(waits))} of the time for a CPU, this run's "
                 f"{units.percent(m.contended_wait)}")
+        if m.timing.mode == WALL_TIME:
+            like = tuple(at_wait(run, m.contended_wait) for run in like)
+            note += " (their times as they would read at this run's wait)"
         kept_notes = tuple(n for n in window.notes if "contended run" not in n)  # they are the window now
         return dataclasses.replace(window, runs=like, notes=(note, *kept_notes), environment_differs=(),
                                    like_pressure=(min(waits), max(waits)))
