@@ -83,7 +83,8 @@ def gate_run(repo: Repo, label: str) -> GateRun:
         said = done.stdout
     (repo.path / "run.json").unlink()
     by_kernel = {m["test"].split("::test_")[-1]: m for m in data["measurements"] if m["name"] == "default"}
-    reason = next((line.strip() for line in said.splitlines() if line.startswith(("FAILED", "E ", "solgate"))), "")
+    reason = next((line.strip() for line in said.splitlines()  # pytest's failure, else the check's first line
+                   if line.startswith(("FAILED", "E ", "solgate", "test_kernels.py::"))), "")
     run = GateRun(label, done.returncode, check, ", ".join(f"{k} {verdict_of(by_kernel[k])}" for k in KERNELS),
                   at_start, seconds, reason if check != 0 else "")
     print(f"{label}: {'pass' if run.passed else 'FAIL'} (pytest {done.returncode}, check {check}) "
