@@ -161,7 +161,9 @@ class Repo:
         self.git("commit", "-q", "--allow-empty", "-m", message)
         return self.git("rev-parse", "HEAD")
 
-    def run(self, *options: str) -> tuple[dict[str, dict], float]:
+    def pytest(self, *options: str) -> tuple[subprocess.CompletedProcess, dict, float]:
+        """One pytest process, as a user runs it: its outcome, its --sol-json results (left in
+        run.json) and its wall time."""
         started = time.perf_counter()
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--sol-device=cpu",
@@ -171,7 +173,10 @@ class Repo:
         seconds = time.perf_counter() - started
         if not (self.path / "run.json").exists():
             sys.exit(f"pytest wrote no results:\n{done.stdout}\n{done.stderr}")
-        data = json.loads((self.path / "run.json").read_text())
+        return done, json.loads((self.path / "run.json").read_text()), seconds
+
+    def run(self, *options: str) -> tuple[dict[str, dict], float]:
+        _, data, seconds = self.pytest(*options)
         (self.path / "run.json").unlink()
         # by kernel; a measurement other than the test's default one as "kernel/name"
         return {m["test"].split("::test_")[-1] + ("" if m["name"] == "default" else f"/{m['name']}"): m

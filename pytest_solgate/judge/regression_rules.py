@@ -33,6 +33,7 @@ class Evidence:
     contended: str = ""  # how the machine was busy while this run measured, or ''
     contended_wait: float | None = None  # the share of its window the thread waited for a CPU
     timer: str = ""  # the clock the run was timed on (backends.THREAD_CPU_TIME: a neighbour cannot move it)
+    like_pressure: bool = False  # judged against busy runs that waited for a CPU as much as this one (like_pressure.py)
     probe_shift: float = 0.0  # log-time shift of the memory probe beyond the window's range
     probe_range: float = 0.0
     # The words of a drop within the floor: its kind of noise, from how many runs it would fail (window.py)
@@ -79,7 +80,7 @@ def other_environment(ev: Evidence) -> Ruling | None:
 
 
 def _busy(ev: Evidence) -> wording.RulingFacts:
-    if not ev.contended:
+    if not ev.contended or ev.like_pressure:  # like with like: the window's note says how busy its runs were
         return {}
     if ev.timer == THREAD_CPU_TIME:  # said, but nothing is taken out of it
         return {"detail": ev.contended, "thread_clock": True}
@@ -90,8 +91,9 @@ def _busy(ev: Evidence) -> wording.RulingFacts:
 def contended(ev: Evidence) -> Ruling | None:
     """A contended run's drop is held back unless it stays beyond the tolerance and the floor after
     its wait for a CPU is taken out of it. A run timed on its thread's CPU clock is judged as it
-    is: the wait is not in that clock."""
-    if not ev.contended or ev.timer == THREAD_CPU_TIME:
+    is: the wait is not in that clock; so is one judged against runs of like pressure: their
+    times hold a like wait, and their spread the noise such a wait makes."""
+    if not ev.contended or ev.timer == THREAD_CPU_TIME or ev.like_pressure:
         return None
     busy = _busy(ev)
     bounded = busy.get("bounded_change")

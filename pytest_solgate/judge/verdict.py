@@ -9,7 +9,7 @@ import math
 from typing import Sequence
 
 from pytest_solgate import results
-from pytest_solgate.judge import verdict_wording
+from pytest_solgate.judge import like_pressure, verdict_wording
 from pytest_solgate.judge.budget import Budget, budget_on, per_profile
 from pytest_solgate.judge.window import BaselineWindow, Comparison, JudgeSettings, against_window
 from pytest_solgate.results import AppliedBudget, Judgement, Measurement, Verdict
@@ -94,6 +94,7 @@ def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, setting
     unmatched = tuple(key for key, spec in per_profile(budget) if budget_on(spec, m.profile) is None)
     applied = AppliedBudget(min=min_sol, mfu=min_mfu, max_regression=allowed, unmatched=unmatched,
                             by_marker=budget.max_regression is not None)
+    window = like_pressure.window_for(m, window)  # a run busy on wall time: against runs as busy, where there are
     versus = against_window(m, window, allowed, settings) if window is not None and window.runs else None
 
     def done(verdict: Verdict, reason: str) -> Measurement:
@@ -127,7 +128,8 @@ def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, setting
     if versus is not None and versus.verdict != results.PASS:
         return done(versus.verdict, versus.text)
     if min_sol is None and min_mfu is None and versus is None:
-        return done(results.RECORDED, verdict_wording.no_budget(m, unmatched, settings.saved))
+        return done(results.RECORDED, verdict_wording.no_budget(m, unmatched, settings.saved,
+                                                                like_pressure.busy_on_wall(m)))
     return done(results.PASS, verdict_wording.passed(m, versus.text if versus is not None else None))
 
 

@@ -115,8 +115,9 @@ def below_mfu(m: Measurement, min_mfu: float) -> str:
     return f"{head}\n{_facts(m)}"
 
 
-def no_budget(m: Measurement, unmatched: tuple[str, ...], saved: bool = True) -> str:
-    kept = ("recorded as a baseline for later runs" if saved
+def no_budget(m: Measurement, unmatched: tuple[str, ...], saved: bool = True, busy_on_wall: bool = False) -> str:
+    kept = ("recorded, a baseline only for later runs as busy (timed on wall time while the machine was busy)"
+            if saved and busy_on_wall else "recorded as a baseline for later runs" if saved
             else "not recorded (--sol-no-save), so no later run is compared with it")
     if unmatched:
         return (f"no budget on {m.profile} and no baseline: {kept}\n  the marker's "

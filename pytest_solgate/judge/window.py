@@ -56,6 +56,7 @@ class BaselineRun:
     timer: str = ""  # the clock its kernel was timed on (the record's timing_mode)
     probe_seconds: float | None = None  # the run's memory probe (measure/backends.py), when it had one
     sm_clock_mhz: float | None = None  # the mean SM clock over its timed region (GPU telemetry), when read
+    wait: float | None = None  # contended: the share of its sampling window its thread waited for a CPU
 
     @property
     def kept_out(self) -> str:
@@ -86,6 +87,12 @@ class BaselineWindow:
     # This machine's run-to-run noise from its other series (log-SOL standard deviation, degrees of
     # freedom), read from the history: what judges a drop against a window of one run.
     machine_noise: tuple[float, int] | None = None
+    # The level's contended runs timed on wall time (newest first): never baselines, but what a run
+    # as busy as they were is judged against (judge/like_pressure.py).
+    busy: tuple[BaselineRun, ...] = ()
+    # (least, most) wait for a CPU of the runs when they are busy runs of like pressure: judged like
+    # with like, so no wait is taken out of the drop (regression_rules.contended).
+    like_pressure: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -175,6 +182,77 @@ def _fails_from(drop_log: float, sd: float, runs: int, head_term: float) -> int 
                  if math.hypot(stats.prediction_bound_99(sd, count), head_term) < drop_log), None)
 
 
+@dataclass(frozen=True)
+class _Values:
+    """The window's runs as values comparable with this run (log SOL; ``values`` relative to the
+    memory probe where the runs follow it), and their own precision."""
+
+    raw: list[float]  # each run's log SOL (nan where unusable), made comparable with this run's ceilings
+    values: list[float]  # the same, or relative to the memory probe (``relative``)
+    usable: list[int]  # the runs with a value
+    within: float  # the runs' median within-run precision, a standard deviation (log)
+    relative: bool  # compared relative to the memory probe
+    by_time: bool  # some run scored under other ceilings: compared on time
+
+
+def _window_values(m: Measurement, window: BaselineWindow) -> _Values:
+    raw, by_time = [], False
+    for run in window.runs:
+        value, timed = _run_value(m, run)
+        by_time = by_time or timed
+        raw.append(math.log(value) if value > 0 else math.nan)
+    usable = [i for i, v in enumerate(raw) if math.isfinite(v)]
+    # Within-run precision is a 95 % half-width: divided by Z_95 it is a standard deviation.
+    within_list = [run.noise / stats.Z_95 for run in window.runs if math.isfinite(run.noise)]
+    within = stats.median(within_list) if within_list else 0.0
+    values, relative = raw, False
+    ratios = probe_ratios(m, [run.probe_seconds for run in window.runs])
+    if ratios is not None:
+        # each run's SOL as it would have read at this run's memory speed
+        scaled = [v + math.log(ratio) for v, ratio in zip(raw, ratios)]
+        relative = follows_probe([raw[i] for i in usable], [scaled[i] for i in usable], within)
+        values = scaled if relative else raw
+    return _Values(raw, values, usable, within, relative, by_time)
+
+
+@dataclass(frozen=True)
+class _Spread:
+    """This run against the window's kept runs: the change, the spread and the noise floor."""
+
+    keep: list[int]
+    left_out: list[int]  # runs far off the others (robust_values)
+    centre: float
+    change: float
+    spread: float | None  # run-to-run standard deviation (log); None when unknown
+    floor_log: float | None
+    raw_change: float | None = None
+    fleet: hosts.HostSpread | None = None
+
+
+def _spread(m: Measurement, window: BaselineWindow, v: _Values, head_term: float) -> _Spread:
+    sol = m.score.sol
+    if not v.usable or sol <= 0:
+        return _Spread(v.usable, [], math.exp(v.values[v.usable[0]]) if v.usable else 0.0, 0.0, None, None)
+    keep, left_out, spread, floor_log, fleet = v.usable, [], None, None, None
+    if len(v.usable) >= 2:
+        keep_local, sd_kept = robust_values([v.values[i] for i in v.usable], v.within)
+        keep = [v.usable[i] for i in keep_local]
+        left_out = [v.usable[i] for i in range(len(v.usable)) if i not in keep_local]
+        # runners of one environment differ (judge/hosts.py): this run's may be one the window never saw
+        fleet = hosts.between_hosts([v.values[i] for i in keep], [window.runs[i].environment.get("host", "") for i in keep],
+                                    str(m.environment.get("host", "")))
+        spread = max(sd_kept, v.within, fleet.sd if fleet else 0.0)
+        window_term = stats.prediction_bound_99(spread, len(keep)) if len(keep) >= 2 else None
+        floor_log = math.hypot(window_term, head_term) if window_term is not None else None
+    elif window.machine_noise is not None:
+        spread = max(window.machine_noise[0], v.within)
+        floor_log = math.hypot(machine_bound_99(spread, window.machine_noise[1]), head_term)
+    centre_log = stats.mean([v.values[i] for i in keep])
+    raw_change = math.exp(math.log(sol) - stats.mean([v.raw[i] for i in keep])) - 1 if v.relative else None
+    return _Spread(keep, left_out, math.exp(centre_log), math.exp(math.log(sol) - centre_log) - 1, spread, floor_log,
+                   raw_change, fleet)
+
+
 def against_window(m: Measurement, window: BaselineWindow, tolerance: float, settings: JudgeSettings) -> Comparison:
     """Judge ``m`` against its baseline window on run-level evidence.
 
@@ -187,78 +265,36 @@ def against_window(m: Measurement, window: BaselineWindow, tolerance: float, set
     ``regressed`` needs a drop beyond the tolerance AND beyond the floor; a drop beyond the
     tolerance alone is ``ambiguous``; so is any drop when one run cannot show a spread.
     """
-    raw_values = []
-    by_time = False
-    for run in window.runs:
-        value, timed = _run_value(m, run)
-        by_time = by_time or timed
-        raw_values.append(math.log(value) if value > 0 else math.nan)
-    usable = [i for i, v in enumerate(raw_values) if math.isfinite(v)]
-    compared_on = "time" if by_time else "sol"
-    ceilings_changed = _run_value(m, window.runs[0])[1]  # the window is newest first
-    sol, noise = m.score.sol, m.timing.noise
-    # Within-run precision is a 95 % half-width: divided by Z_95 it is a standard deviation.
-    within_list = [run.noise / stats.Z_95 for run in window.runs if math.isfinite(run.noise)]
-    within = stats.median(within_list) if within_list else 0.0
-    values, relative = raw_values, False
-    ratios = probe_ratios(m, [run.probe_seconds for run in window.runs])
-    if ratios is not None:
-        # each run's SOL as it would have read at this run's memory speed
-        scaled = [v + math.log(ratio) for v, ratio in zip(raw_values, ratios)]
-        relative = follows_probe([raw_values[i] for i in usable], [scaled[i] for i in usable], within)
-        values = scaled if relative else raw_values
-    keep, left_out = usable, []
-    spread = floor_log = raw_change = fleet = None
+    v = _window_values(m, window)
     # This run's own precision, when it is worse than usual (a disturbed block of samples),
     # widens the bound too: in quadrature, at the normal 99 % quantile.
-    head_term = stats.Z_99 * noise / stats.Z_95 if math.isfinite(noise) else 0.0
-    if not usable or sol <= 0:
-        centre, change = (math.exp(values[usable[0]]) if usable else 0.0), 0.0
-    else:
-        kept_values = [values[i] for i in usable]
-        if len(kept_values) >= 2:
-            keep_local, sd_kept = robust_values(kept_values, within)
-            keep = [usable[i] for i in keep_local]
-            left_out = [usable[i] for i in range(len(usable)) if i not in keep_local]
-            # runners of one environment differ (judge/hosts.py): this run's may be one the window never saw
-            fleet = hosts.between_hosts([values[i] for i in keep], [window.runs[i].environment.get("host", "") for i in keep],
-                                        str(m.environment.get("host", "")))
-            sd = max(sd_kept, within, fleet.sd if fleet else 0.0)
-            spread = sd
-            window_term = stats.prediction_bound_99(sd, len(keep)) if len(keep) >= 2 else None
-            floor_log = math.hypot(window_term, head_term) if window_term is not None else None
-        elif window.machine_noise is not None:
-            spread = max(window.machine_noise[0], within)
-            floor_log = math.hypot(machine_bound_99(spread, window.machine_noise[1]), head_term)
-        centre_log = stats.mean([values[i] for i in keep])
-        centre = math.exp(centre_log)
-        change = math.exp(math.log(sol) - centre_log) - 1
-        if relative:
-            raw_change = math.exp(math.log(sol) - stats.mean([raw_values[i] for i in keep])) - 1
-    floor = None if floor_log is None else 1 - math.exp(-floor_log)
+    head_term = stats.Z_99 * m.timing.noise / stats.Z_95 if math.isfinite(m.timing.noise) else 0.0
+    got = _spread(m, window, v, head_term)
+    floor = None if got.floor_log is None else 1 - math.exp(-got.floor_log)
 
     def runs_at(indices: Sequence[int]) -> tuple[tuple[str, float], ...]:
-        return tuple((window.runs[i].commit, math.exp(values[i])) for i in indices)
+        return tuple((window.runs[i].commit, math.exp(v.values[i])) for i in indices)
 
     # Whether it was compared on time (the ceilings changed) is said once, in the session they changed (run.py).
     facts = wording.ComparisonFacts(
-        label=wording.label(m), verdict=PASS.value, change=change, tolerance=tolerance, floor=floor, sol=sol,
-        centre=centre, commit=settings.commit or "", dirty=settings.dirty, newest=window.runs[0].commit,
-        oldest=window.runs[-1].commit, window_runs=len(window.runs), notes=window.notes, left_out=runs_at(left_out),
-        clock=_clock_moved(m, [window.runs[i] for i in keep]), raw_change=raw_change, runs=len(keep), hosts=fleet,
-        machine_spread=spread if len(keep) == 1 and window.machine_noise is not None else None,
+        label=wording.label(m), verdict=PASS.value, change=got.change, tolerance=tolerance, floor=floor, sol=m.score.sol,
+        centre=got.centre, commit=settings.commit or "", dirty=settings.dirty, newest=window.runs[0].commit,
+        oldest=window.runs[-1].commit, window_runs=len(window.runs), notes=window.notes, left_out=runs_at(got.left_out),
+        clock=_clock_moved(m, [window.runs[i] for i in got.keep]), raw_change=got.raw_change, runs=len(got.keep),
+        hosts=got.fleet, machine_spread=got.spread if len(got.keep) == 1 and window.machine_noise is not None else None,
     )
-
-    shift, probe_range = memory_moved(m, [window.runs[i].probe_seconds for i in keep])
+    shift, probe_range = memory_moved(m, [window.runs[i].probe_seconds for i in got.keep])
     evidence = regression_rules.Evidence(
-        change=change, tolerance=tolerance, floor_log=floor_log, environment_differs=window.environment_differs,
-        contended=m.contended, contended_wait=m.contended_wait, timer=m.timing.mode, probe_shift=shift, probe_range=probe_range,
-        within_noise=(_within_noise(values, keep, within, spread or 0.0, change, tolerance, head_term, runs_at)
-                      if change < -tolerance and floor_log is not None else {}),
+        change=got.change, tolerance=tolerance, floor_log=got.floor_log, environment_differs=window.environment_differs,
+        contended=m.contended, contended_wait=m.contended_wait, timer=m.timing.mode, probe_shift=shift,
+        probe_range=probe_range, like_pressure=window.like_pressure is not None,
+        within_noise=(_within_noise(v.values, got.keep, v.within, got.spread or 0.0, got.change, tolerance, head_term,
+                                    runs_at) if got.change < -tolerance and got.floor_log is not None else {}),
     )
     ruling = regression_rules.rule(evidence)
     said = dataclasses.replace(facts, verdict=ruling.verdict.value, held_back=ruling.held_back, **(ruling.facts or {}))
-    return Comparison(ruling.verdict, change, centre, spread, floor, window, compared_on, said, raw_change, ceilings_changed)
+    return Comparison(ruling.verdict, got.change, got.centre, got.spread, floor, window, "time" if v.by_time else "sol",
+                      said, got.raw_change, _run_value(m, window.runs[0])[1])  # the window is newest first
 
 
 def _within_noise(values: Sequence[float], keep: Sequence[int], within: float, spread: float, change: float,

@@ -122,17 +122,24 @@ def take_timing(
     plan = phases.plan(fn, backend, settings, warm, rotation_sets, bytes_per_call)
     taken = phases.take_samples(plan, backend, settings, rule or NoiseTarget.of(settings), throttle_check, clock, pause)
     timed = kernel_timed(taken.seconds, taken.traced, plan.batch, plan.mode)
+    return timing_of(timed, taken, plan, len(warm.device_seconds), backend, clock() - wall_start)
+
+
+def timing_of(timed: KernelTimed, taken: phases.Samples, plan: phases.Plan, warmup_calls: int, backend: Backend[Any, Any],
+              wall_seconds: float) -> Timing:
+    """The ``Timing`` of a measurement from its samples (``timed``, as ``kernel_timed`` read them),
+    what the sampling loop took (``phases.take_samples``) and its plan (``phases.plan``)."""
     return Timing(
         seconds=stats.median(list(timed.samples)),
         samples=timed.samples,
         noise=stats.relative_half_width(list(timed.samples)),
         batch=plan.batch,
-        warmup_calls=len(warm.device_seconds),
+        warmup_calls=warmup_calls,
         noisy=taken.noisy,
         backend=backend.name,
         started_at=taken.started_at,
         finished_at=taken.finished_at,
-        wall_seconds=clock() - wall_start,
+        wall_seconds=wall_seconds,
         throttled=taken.throttled,
         dropped_samples=taken.dropped,
         sm_clock_mhz=stats.mean(list(taken.clocks)) if taken.clocks else None,

@@ -195,6 +195,7 @@ class BaselineFacts(NamedTuple):
     noisy: bool
     probe_seconds: float | None
     sm_clock_mhz: float | None
+    contended_wait: float | None  # the share of its sampling the thread waited for a core (judge/like_pressure.py)
     # How the run itself was judged against its window (None where it was not):
     judged_against: str  # the window's newest commit
     judged_change: float | None
@@ -214,6 +215,7 @@ def baseline_facts(data: Mapping[str, Any]) -> BaselineFacts:
             environment=fields.texts_by_name("environment"), verdict=verdict.value if verdict is not None else "",
             timer=fields.text("timing_mode"), contended=bool(fields.text("contended")), noisy=fields.flag("noisy"),
             probe_seconds=fields.number("probe_seconds"), sm_clock_mhz=fields.number("sm_clock_mhz"),
+            contended_wait=fields.number("contended_wait"),
             judged_against=baseline.text("commit"), judged_change=baseline.number("change"),
             judged_floor=baseline.number("noise_floor"), judged_tolerance=budget.number("max_regression"),
         )

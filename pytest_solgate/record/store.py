@@ -87,7 +87,13 @@ def _baseline_run(
         timer=facts.timer,
         probe_seconds=_positive(facts.probe_seconds),
         sm_clock_mhz=_positive(facts.sm_clock_mhz),
+        wait=_share(facts.contended_wait),
     )
+
+
+def _share(value: float | None) -> float | None:
+    """A recorded share of a window (0 to 1), or None where the record holds none."""
+    return value if value is not None and 0 <= value <= 1 else None
 
 
 def baseline_run(run: Mapping[str, Any], m: Measurement) -> BaselineRun:
