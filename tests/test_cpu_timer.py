@@ -31,6 +31,35 @@ def test_a_kernel_that_waits_in_every_call_is_timed_by_wall_time():
     assert "only 5.0% of the time" in note
 
 
+def test_a_kernel_off_its_core_waiting_for_one_is_timed_by_its_threads_cpu_time():
+    # a busy machine: 1 ms of work in 4 ms of wall time, 2.9 ms of it on the run queue (waiting for
+    # a core another process held), no sleep of its own
+    calls = [(4 * MS, 1 * MS, 1 * MS)] * 3
+    assert backends.choose_cpu_timer(calls)[0] == backends.WALL_TIME  # the waits unknown
+    assert backends.choose_cpu_timer(calls, [29 * MS // 10] * 3) == (backends.THREAD_CPU_TIME, "")
+    # a kernel that sleeps 2.9 ms of its 4 is on wall time however long it also queued
+    timer, note = backends.choose_cpu_timer(calls, [MS // 10] * 3)
+    assert timer == backends.WALL_TIME and "on a core (or waiting for one) only 27.5%" in note
+
+
+def test_the_backend_reads_the_run_queue_around_warm_up_calls_only():
+    queue = [0]
+    backend = ScriptedClock(lambda i: (4 * MS, MS, MS), run_queue=lambda: queue[0])
+
+    def kernel():
+        backend.kernel()
+        queue[0] += 3 * MS  # waited 3 of the call's 4 ms for a core
+
+    timing = take_timing(kernel, backend, QUICK, clock=lambda: backend.ns[0] / 1e9)
+    assert timing.mode == backends.THREAD_CPU_TIME and set(timing.samples) == {1e-3}
+    reads = queue[0]
+    backend.run_queue = lambda: 1 / 0  # the timed samples never read it (outside the warm-up)
+    backend.begin()
+    backend.steady()
+    backend.stop(backend.start())
+    assert queue[0] == reads
+
+
 def test_no_warm_up_calls_mean_wall_time():
     assert backends.choose_cpu_timer([]) == (backends.WALL_TIME, "")
 
@@ -39,8 +68,8 @@ class ScriptedClock(backends.CpuBackend):
     """A CPU backend whose three clocks advance by a script: (wall, thread, process) ns per call,
     passed in as its clock."""
 
-    def __init__(self, per_call):
-        super().__init__("cpu", clock=lambda: backends.CpuStamp(*self.ns))
+    def __init__(self, per_call, run_queue=None):
+        super().__init__("cpu", clock=lambda: backends.CpuStamp(*self.ns), run_queue=run_queue)
         self.per_call, self.ns, self.calls = per_call, [0, 0, 0], 0
 
     def kernel(self):
@@ -64,7 +93,7 @@ def test_the_timer_is_chosen_again_for_each_measurement():
     assert timing.mode == backends.WALL_TIME and any("multi-threaded kernel" in n for n in timing.notes)
     helped.per_call = lambda i: (2 * MS, MS, MS)  # now alone, but off its core half of every call (it waits)
     again = take_timing(helped.kernel, helped, QUICK, clock=lambda: helped.ns[0] / 1e9)
-    assert again.mode == backends.WALL_TIME and any("on a core only 50.0%" in n for n in again.notes)
+    assert again.mode == backends.WALL_TIME and any("on a core (or waiting for one) only 50.0%" in n for n in again.notes)
     helped.per_call = lambda i: (MS, MS, MS)
     alone = take_timing(helped.kernel, helped, QUICK, clock=lambda: helped.ns[0] / 1e9)
     assert alone.mode == backends.THREAD_CPU_TIME and alone.notes == ()

@@ -53,6 +53,16 @@ def read_cpu_stamp() -> CpuStamp:
     return CpuStamp(time.perf_counter_ns(), time.thread_time_ns(), time.process_time_ns())
 
 
+def read_run_queue_ns() -> int | None:
+    """The nanoseconds this thread has waited on a run queue: runnable, its core running another
+    task (Linux's ``/proc/thread-self/schedstat``, second field); None where there is none."""
+    try:
+        with open("/proc/thread-self/schedstat") as stat:
+            return int(stat.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 @dataclass(frozen=True)
 class CpuClock:
     """A clock the CPU backend can time on instead of the machine's (the ``sol_clock`` fixture):
@@ -88,9 +98,10 @@ OTHER_THREADS_SHARE = 0.10
 ON_CORE_SHARE = 0.75
 
 
-def choose_cpu_timer(calls: list[tuple[int, int, int]]) -> tuple[str, str]:
+def choose_cpu_timer(calls: list[tuple[int, int, int]], queued: Sequence[int | None] = ()) -> tuple[str, str]:
     """The timer for a CPU kernel, from its warm-up calls' (wall, thread CPU, process CPU)
-    nanoseconds, and a note when it is wall time.
+    nanoseconds and, where known, each call's wait on a run queue (``queued``), and a note when it
+    is wall time.
 
     The calling thread's CPU time is the kernel's duration when the kernel runs on that thread
     alone and never waits; it leaves out the time the thread spent off its core while another
@@ -107,11 +118,14 @@ def choose_cpu_timer(calls: list[tuple[int, int, int]]) -> tuple[str, str]:
             f"timed by wall time: other threads of the process used {units.percent(share)} of the calling thread's "
             "CPU time while the kernel ran (a multi-threaded kernel), which that thread's CPU time would not count"
         )
-    on_core = max((t / w for w, t, _ in calls if w > 0), default=1.0)
+    # A wait for a core is another process's time, not the kernel's: on a busy machine a kernel
+    # that never sleeps is off its core mostly waiting for one, and its thread's CPU time is still its duration.
+    waited = [q or 0 for q in queued] + [0] * (len(calls) - len(queued))
+    on_core = max(((t + q) / w for (w, t, _), q in zip(calls, waited) if w > 0), default=1.0)
     if on_core < ON_CORE_SHARE:
         return WALL_TIME, (
-            f"timed by wall time: even the kernel's best warm-up call kept its thread on a core only "
-            f"{units.percent(on_core)} of the time (it waits on a sleep, I/O, a lock, or the machine was busy)"
+            f"timed by wall time: even the kernel's best warm-up call kept its thread on a core (or waiting for one) "
+            f"only {units.percent(on_core)} of the time (it waits on a sleep, I/O or a lock)"
         )
     return THREAD_CPU_TIME, ""
 
@@ -132,10 +146,17 @@ class CpuBackend(Backend[CpuStamp, CpuInterval]):
     telemetry_note = "no telemetry on the CPU backend"
 
     def __init__(self, name: str = "cpu", flush_bytes: int = 0, gated: bool = True,
-                 clock: Callable[[], Sequence[int]] = read_cpu_stamp) -> None:
+                 clock: Callable[[], Sequence[int]] = read_cpu_stamp,
+                 run_queue: Callable[[], int | None] | None = None) -> None:
         self.name = name
         self.gated = gated
         self.clock = clock  # a test passes its own, as the CUDA backend takes its host clock
+        # read around each warm-up call (read_run_queue_ns); None: waits for a core unknown. Never
+        # read while timing on a CpuClock (timing_on): its calls and this run queue do not add up.
+        self.run_queue = run_queue
+        self._own_clock = clock
+        self._queue_at_start: int | None = None
+        self._warmup_queued: list[int | None] = []
         self.flush_bytes = flush_bytes
         # Short CPU calls are still batched after one flush (and say so), not cold each call: the
         # flush costs about 7 ms here, so one call per sample would leave a 2 s budget a few hundred samples.
@@ -155,7 +176,7 @@ class CpuBackend(Backend[CpuStamp, CpuInterval]):
     def begin(self) -> None:
         """A new measurement: its warm-up calls are timed by wall time and choose its timer."""
         self.timer, self.timer_note = WALL_TIME, ""
-        self._warmup_calls = []
+        self._warmup_calls, self._warmup_queued = [], []
         if self.flush_bytes and self._probe_buffers is None:
             self._probe_buffers = ((ctypes.c_char * self.flush_bytes)(), (ctypes.c_char * self.flush_bytes)())
             self.copy_probe()  # the first touch of its pages stays out of the timed probes
@@ -187,7 +208,8 @@ class CpuBackend(Backend[CpuStamp, CpuInterval]):
     def steady(self) -> None:
         """The warm-up is over: choose the timer from the calls after the first (which may compile)."""
         calls = self._warmup_calls or []
-        self.timer, self.timer_note = choose_cpu_timer(calls[1:] or calls)
+        queued = self._warmup_queued
+        self.timer, self.timer_note = choose_cpu_timer(calls[1:] or calls, queued[1:] if calls[1:] else queued)
         self._warmup_calls = None
 
     def flush(self) -> None:
@@ -198,13 +220,22 @@ class CpuBackend(Backend[CpuStamp, CpuInterval]):
         self._flush_value = (self._flush_value + 1) % 256  # a new value each time: real writes
         ctypes.memset(self._flush_buffer, self._flush_value, self.flush_bytes)
 
+    def _queue(self) -> int | None:
+        """This thread's run-queue wait so far, during the warm-up on the backend's own clock only."""
+        if self._warmup_calls is None or self.run_queue is None or self.clock is not self._own_clock:
+            return None
+        return self.run_queue()
+
     def start(self) -> CpuStamp:
+        self._queue_at_start = self._queue()  # read outside the stamps: not part of the call's time
         return CpuStamp(*self.now())
 
     def stop(self, token: CpuStamp) -> CpuInterval:
         interval = CpuInterval(token, CpuStamp(*self.now()))
         if self._warmup_calls is not None:  # every call of the warm-up ends here, read or not
             self._warmup_calls.append(interval.nanoseconds)
+            before, after = self._queue_at_start, self._queue()
+            self._warmup_queued.append(after - before if before is not None and after is not None else None)
         return interval
 
     def elapsed(self, handle: CpuInterval) -> float:
@@ -447,7 +478,7 @@ def make_backend(choice: DeviceChoice, l2_bytes: int | None, clock_mhz: float | 
 
 def cpu_backend() -> CpuBackend:
     """The CPU timer, evicting twice the last-level cache before each sample."""
-    return CpuBackend("cpu", flush_bytes=2 * last_level_cache_bytes())
+    return CpuBackend("cpu", flush_bytes=2 * last_level_cache_bytes(), run_queue=read_run_queue_ns)
 
 
 @contextlib.contextmanager
