@@ -111,6 +111,25 @@ def test_steps_run_until_their_noise_meets_the_target_after_the_min_time_within_
     assert not step_profile.steady([*steady[:5], RunReading(1.0, {("aten::mul", ""): 0.9}, {}, 0.0)], 0.001)
 
 
+def test_a_step_whose_faster_half_would_hold_stalled_runs_samples_on_within_a_stretched_budget():
+    # A busy machine preempts the step's thread mid-operator: in the first block four runs of six
+    # stalled, each in another operator, so the faster half would hold stalled runs.
+    ticks = iter(range(10**6))
+    clock = lambda: next(ticks) * 0.01  # noqa: E731  every reading of the clock 10 ms on
+    clean = RunReading(1.0, {(op, ""): 0.1 for op in "abcd"}, {}, 0.0)
+    first = [RunReading(1.0, {**clean.operators, (op, ""): 1.0}, {}, 0.0) for op in "abcd"] + [clean, clean]
+    assert not step_profile.clean_half(first) and step_profile.clean_half(first + [clean] * 3)
+
+    def taken(blocks):
+        read = lambda timing: next(blocks)  # noqa: E731  a block's runs, as a profiler session would give them
+        return step_profile.profile_step(lambda: None, "cpu", 0.005, clock=clock, noise=math.inf, read=read).runs
+
+    # 10 ms for the first block: over the 5 ms budget, within three of them: one more block, then clean.
+    assert len(taken(iter([first, [clean] * 3]))) == 9
+    # stalled in every block: it stops at three budgets, not at MAX_RUNS
+    assert len(taken(iter([first] * 10))) == 12
+
+
 def test_a_steps_reason_names_the_peak_its_mfu_is_taken_against():
     from test_steps import step_records
 

@@ -567,7 +567,9 @@ class _Blocks:
 
     def until_steady(self, max_time: float, min_time: float, noise: float) -> list[RunReading]:
         """Blocks of runs, each half the runs so far, until the figures are steady after
-        ``min_time`` seconds, or ``max_time`` seconds or MAX_RUNS runs are spent."""
+        ``min_time`` seconds, or ``max_time`` seconds or MAX_RUNS runs are spent. While stalled runs
+        would be among the faster half every figure is a mean over (a busy machine preempts the
+        step's thread mid-operator), the budget stretches to STALLED_STRETCH times ``max_time``."""
         __tracebackhide__ = True
         readings: list[RunReading] = []
         timed_from = self.clock()
@@ -575,13 +577,23 @@ class _Blocks:
         while block > 0:
             readings += self.block(block)
             elapsed = self.clock() - timed_from
-            if len(readings) >= MAX_RUNS or elapsed >= max_time:
+            clean = clean_half(readings)
+            budget = max_time if clean else STALLED_STRETCH * max_time
+            if len(readings) >= MAX_RUNS or elapsed >= budget:
                 break
-            if elapsed >= min_time and steady(readings, noise):
+            if clean and elapsed >= min_time and steady(readings, noise):
                 break
             per_run = elapsed / max(len(readings), 1)
-            block = min(max(1, len(readings) // 2), MAX_RUNS - len(readings), int((max_time - elapsed) / per_run))
+            block = min(max(1, len(readings) // 2), MAX_RUNS - len(readings), int((budget - elapsed) / per_run))
         return readings
+
+
+STALLED_STRETCH = 3.0  # how many time budgets a step may take while stalled runs would enter its figures
+
+
+def clean_half(readings: Sequence[RunReading]) -> bool:
+    """Whether the faster half every figure is a mean over (``run_ranks``) holds no stalled run."""
+    return sum(not flag for flag in stalled(readings)) >= max(1, (len(readings) + 1) // 2)
 
 
 STEADY_SHARE = 0.05  # operators that take this share of the step or more must be steady to stop
