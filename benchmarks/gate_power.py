@@ -44,8 +44,8 @@ from _common import machine  # noqa: E402
 from pytest_solgate import results
 from pytest_solgate.judge import level  # noqa: E402
 from pytest_solgate.judge import window as windows
-from pytest_solgate.record.format import decode, encode
 from pytest_solgate.results import Measurement  # noqa: E402
+from pytest_solgate.results_json import decode, encode
 
 KERNELS = ("add", "mm", "softmax", "copy")
 PROFILE = """

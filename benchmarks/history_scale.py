@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _common import machine  # noqa: E402
 from pytest_solgate import cli  # noqa: E402
 from pytest_solgate.record import history, sqlite, store
-from pytest_solgate.record.format import decode, encode_run
 from pytest_solgate.results import Measurement, RunInfo  # noqa: E402
+from pytest_solgate.results_json import decode, encode_run
 from pytest_solgate.support.locations import is_history_url  # noqa: E402
 
 PER_RUN = 100

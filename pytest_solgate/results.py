@@ -9,7 +9,7 @@ A ``Measurement`` is composed of one typed part per stage, each the stage's own 
   ``BaselineComparison``; ``None`` until judged;
 - record: ``trend``, the history of the same measurement, oldest first.
 
-Only the saved record, the ``solgate/1`` JSON, is flat: ``record/format.py`` writes it (``encode``)
+Only the saved record, the ``solgate/1`` JSON, is flat: ``results_json.py`` writes it (``encode``)
 and reads it back (``decode``); it is what ``--sol-json`` writes, what ``solgate import`` reads,
 what the history stores, and what travels from xdist workers to the controller.
 """
@@ -124,7 +124,6 @@ READ_THROUGH = {
     "score": ("t_sol", "sol", "mfu", "bound", "tflops", "gbps"),
 }
 _PART_OF = {name: part for part, names in READ_THROUGH.items() for name in names}
-ENCODE = "pytest_solgate.record.format.encode"  # writes the flat record (record/format.py: a later stage)
 # Where the other fields of the flat record live, for the error that a flat read gets.
 MOVED = {
     **{name: f"judgement.{name}" for name in ("reason", "budget", "baseline")},
@@ -183,12 +182,18 @@ class Measurement:
             raise AttributeError(
                 f"'Measurement' object has no attribute {name!r}: read m.{MOVED[name]}"
                 + (" (once judged; m.judgement is None before)" if MOVED[name].startswith("judgement") else "")
-                + f", or {ENCODE}(m)[{name!r}] for the flat solgate/1 record"
+                + f", or m.to_dict()[{name!r}] for the flat solgate/1 record"
             )
-        if name in ("to_dict", "from_dict"):
-            raise AttributeError(f"'Measurement' object has no attribute {name!r}: the flat solgate/1 record is written "
-                                 f"by {ENCODE}(m) and read by pytest_solgate.record.format.decode(record)")
+        if name == "from_dict":
+            raise AttributeError("'Measurement' object has no attribute 'from_dict': the flat solgate/1 record is read "
+                                 "by pytest_solgate.results_json.decode(record)")
         raise AttributeError(f"'Measurement' object has no attribute {name!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The flat solgate/1 record, the JSON form (results_json.py writes it; ``decode`` reads it back)."""
+        from pytest_solgate.results_json import encode
+
+        return encode(self)
 
     @property
     def verdict(self) -> Verdict | None:

@@ -66,7 +66,7 @@ class Controller:
 
     def receive(self, records: list[Measurement], data: Sequence[Mapping[str, object]]) -> None:
         """A finished test's records, as they reached this process on its report (a worker's too)."""
-        from pytest_solgate.record.format import decode
+        from pytest_solgate.results_json import decode
 
         records += [decode(d) for d in data]
 
@@ -109,9 +109,9 @@ class Worker:
 
 
 def carried(records: Sequence[Measurement]) -> list[dict[str, object]]:
-    """A finished test's records as they travel on its report: their saved form (record/format.py),
+    """A finished test's records as they travel on its report: their saved form (results_json.py),
     which the controller's ``receive`` reads back."""
-    from pytest_solgate.record.format import encode
+    from pytest_solgate.results_json import encode
 
     return [encode(m) for m in records]
 

@@ -77,13 +77,13 @@ RECORD = dict(
 def recorded(**fields):
     """A ``Measurement`` as the history or an imported file holds it: ``RECORD`` with ``fields``
     (flat solgate/1 names) changed, read through ``format.decode``."""
-    from pytest_solgate.record.format import decode
+    from pytest_solgate.results_json import decode
 
     return decode({**RECORD, **fields})
 
 
 def changed(measurement, **fields):
     """``measurement`` with flat solgate/1 fields changed (``sol=``, ``seconds=``, ...)."""
-    from pytest_solgate.record.format import decode, encode
+    from pytest_solgate.results_json import decode, encode
 
     return decode({**encode(measurement), **fields})

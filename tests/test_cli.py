@@ -134,8 +134,8 @@ def test_import_merges_a_run_once(two_commits, tmp_path, request):
     listing = solgate("history", "--history", str(target))
     assert listing.stdout.count("test_k.py::test_k [default]") == 1
     original = json.loads((path / "run-1.json").read_text())["measurements"]
-    from pytest_solgate.record.format import encode
     from pytest_solgate.record.history import open_store
+    from pytest_solgate.results_json import encode
     with open_store(target) as store:
         stored = sorted((encode(m) for _, m in store.results()), key=lambda m: m["test"])
     for before, after in zip(sorted(original, key=lambda m: m["test"]), stored):

@@ -172,7 +172,7 @@ def test_reading_a_sample_records_nothing_and_every_warm_up_call_counts_once():
 
 
 def test_the_interpreters_timings_say_they_are_not_gated_and_a_record_says_the_same():
-    from pytest_solgate.record.format import decode
+    from pytest_solgate.results_json import decode
     from solgate_testing import RECORD
 
     timing = take_timing(lambda: None, backends.CpuBackend(backends.INTERPRETER, gated=False), QUICK)

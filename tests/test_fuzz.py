@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from pytest_solgate import cli
 from pytest_solgate.declare.profiles import builtin_profiles, load_profile, match_device
 from pytest_solgate.declare.work import PRECISIONS, make_work
-from pytest_solgate.record.format import decode
 from pytest_solgate.record.schema import dump
 from pytest_solgate.record.sqlite import SqliteStore
 from pytest_solgate.results import RunInfo
+from pytest_solgate.results_json import decode
 from pytest_solgate.score import score
 from pytest_solgate.support.errors import ProfileError
 from test_profiles import DEVICE_NAMES

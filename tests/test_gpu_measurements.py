@@ -543,9 +543,9 @@ def test_the_child_calls_the_kernel_once_inside_the_profiler_range_and_records_n
 
 
 def test_joules_and_measured_bytes_survive_the_json_the_history_and_solgate_import_read():
-    from pytest_solgate.record.format import decode, encode
     from pytest_solgate.record.schema import dump, read_run
     from pytest_solgate.results import RunInfo
+    from pytest_solgate.results_json import decode, encode
     from solgate_testing import recorded
 
     m = recorded(joules=0.06, measured_bytes=640e6, bytes=400e6)

@@ -7,8 +7,8 @@ import pytest
 
 from pytest_solgate.measure.extras import contention as real_contention  # conftest patches the module's in every test
 from pytest_solgate.record import history, sqlite
-from pytest_solgate.record.format import encode
 from pytest_solgate.results import RunInfo
+from pytest_solgate.results_json import encode
 from solgate_testing import (  # noqa: F401
     FAKE_CLOCK_KERNELS,
     FAKE_CLOCK_TIMING,

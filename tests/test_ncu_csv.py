@@ -87,7 +87,7 @@ def test_the_child_pytest_registers_the_plugin_where_no_entry_point_does(tmp_pat
 def test_an_ncu_child_run_finishes_without_failing_the_session(tmp_path, monkeypatch):
     """Run.finish says whether the session fails: in an --sol-ncu child (which records nothing) it
     is False, not a bare None."""
-    from pytest_solgate.record.format import decode
+    from pytest_solgate.results_json import decode
     from pytest_solgate.run import Run
     from pytest_solgate.support.settings import parse_settings
     from solgate_testing import RECORD, init_repo

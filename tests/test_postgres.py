@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from pytest_solgate.record import history, save, spool
-from pytest_solgate.record.format import encode_run
 from pytest_solgate.results import RunInfo
+from pytest_solgate.results_json import encode_run
 from pytest_solgate.support.locations import redact
 from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE, changed, recorded
 from test_cli import solgate

@@ -1,4 +1,4 @@
-"""The saved record's format (pytest_solgate/record/format.py): every field is written and read
+"""The saved record's format (pytest_solgate/results_json.py): every field is written and read
 back, the records every earlier version wrote still read (from the history too), and a record that
 cannot be trusted (a wrong type, a verdict or a format this version does not know) is refused in
 one line that names the field, never a traceback."""
@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from pytest_solgate.declare.work import PRECISIONS
 from pytest_solgate.judge.window import BaselineRun
-from pytest_solgate.record.format import FIELDS, RecordError, baseline_facts, decode, decode_run, encode, encode_run
 from pytest_solgate.record.sqlite import SqliteStore
 from pytest_solgate.results import VERDICTS, AppliedBudget, BaselineComparison, Measurement, RunInfo
+from pytest_solgate.results_json import FIELDS, RecordError, baseline_facts, decode, decode_run, encode, encode_run
 from pytest_solgate.score import Score
 from pytest_solgate.score.step_breakdown import OperatorScore, StepBreakdown
 from pytest_solgate.support.errors import HistoryError
@@ -67,7 +67,7 @@ def test_every_field_of_a_measurement_is_in_the_format_or_named_as_not_kept():
     parts = [m, m.work, m.timing, m.score, m.judgement, m.judgement.budget, m.judgement.baseline]
     at_default = [f"{type(part).__name__}.{f.name}" for part in parts for f in dataclasses.fields(part)
                   if f.name not in NOT_KEPT and f.default is not dataclasses.MISSING and getattr(part, f.name) == f.default]
-    assert at_default == [], "write and read these in record/format.py, or name them in NOT_KEPT"
+    assert at_default == [], "write and read these in results_json.py, or name them in NOT_KEPT"
     assert m.timing.wall_seconds == 2.0 and m.timing.gated  # derived from the record
 
 
@@ -263,7 +263,7 @@ def test_a_run_whose_baseline_is_a_newer_record_says_so_in_one_line(suite, pytes
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([f"*{history}: the record of test_kernels.py::test_k [[]default[]]: schema = 'solgate/2': "
                                  "a record of a newer pytest-solgate (this one reads solgate/1); upgrade pytest-solgate*"])
-    assert "record/format.py" not in result.stdout.str() and "Traceback" not in result.stdout.str()
+    assert "results_json.py" not in result.stdout.str() and "Traceback" not in result.stdout.str()
 
 
 def test_a_run_and_its_facts_are_kept_whole():
@@ -271,7 +271,9 @@ def test_a_run_and_its_facts_are_kept_whole():
     assert decode_run({**json.loads(json.dumps(encode_run(run))), "a field of a newer version": 1}) == run
 
 
-def test_a_measurement_says_where_its_flat_record_is_written():
-    with pytest.raises(AttributeError, match=r"written by pytest_solgate.record.format.encode\(m\)"):
-        decode(FULL).to_dict()
+def test_a_measurement_writes_its_flat_record_and_says_where_it_is_read():
+    # DESIGN.md: Measurement.to_dict() gives the JSON form; it is the format's own encode
+    assert decode(FULL).to_dict() == encode(decode(FULL)) == json.loads(json.dumps(FULL))
+    with pytest.raises(AttributeError, match=r"read by pytest_solgate.results_json.decode\(record\)"):
+        decode(FULL).from_dict  # noqa: B018
     assert isinstance(decode(FULL), Measurement) and isinstance(decode(FULL).score, Score)

@@ -9,9 +9,9 @@ import pytest
 from pytest_solgate import results
 from pytest_solgate.declare.profiles import HardwareProfile
 from pytest_solgate.record import schema
-from pytest_solgate.record.format import decode
 from pytest_solgate.report import ci_formats, html, markdown, roofline, terminal
 from pytest_solgate.results import RunInfo
+from pytest_solgate.results_json import decode
 
 PROFILE = HardwareProfile(id="synthetic", name="Synthetic", kind="cpu", memory_bandwidth_gbps=1,
                           peak_tflops={"fp32": 0.001}, ceilings="measured", source="tests")

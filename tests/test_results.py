@@ -15,9 +15,9 @@ from pytest_solgate import cli
 from pytest_solgate.declare.work import Work
 from pytest_solgate.measure.sampling import Timing
 from pytest_solgate.record import schema
-from pytest_solgate.record.format import decode, encode
 from pytest_solgate.record.sqlite import SqliteStore
 from pytest_solgate.results import AppliedBudget, BaselineComparison, Judgement, Verdict
+from pytest_solgate.results_json import decode, encode
 from pytest_solgate.score import Score
 from solgate_testing import git, init_repo
 
@@ -78,7 +78,7 @@ def test_a_flat_read_of_a_field_that_moved_says_where_it_lives():
     m = decode(earlier_records()[0])
     with pytest.raises(AttributeError, match=r"no attribute 'reason': read m.judgement.reason \(once judged"):
         m.reason  # noqa: B018
-    with pytest.raises(AttributeError, match=r"read m.timing.mode, or pytest_solgate.record.format.encode\(m\)\['timing_mode'\]"):
+    with pytest.raises(AttributeError, match=r"read m.timing.mode, or m.to_dict\(\)\['timing_mode'\]"):
         m.timing_mode  # noqa: B018
     assert m.judgement.reason == earlier_records()[0]["reason"] and m.timing.mode == "events"
     with pytest.raises(AttributeError, match=r"no attribute 'nothing'$"):

@@ -11,7 +11,7 @@ from pytest_solgate.declare.work import make_work
 from pytest_solgate.judge import budget as budgets
 from pytest_solgate.judge import memory_probe, verdict
 from pytest_solgate.judge import window as windows
-from pytest_solgate.record.format import encode
+from pytest_solgate.results_json import encode
 from pytest_solgate.score import score
 from pytest_solgate.support import stats
 from pytest_solgate.support.errors import MarkerError, WorkError

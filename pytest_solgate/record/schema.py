@@ -24,9 +24,9 @@ import sys
 from typing import Any, Sequence
 
 from pytest_solgate.declare.work import MAX_COUNT
-from pytest_solgate.record.format import RecordError, decode, decode_run, encode, encode_run
 from pytest_solgate.record.outcome import COUNTED, FAILING, TestOutcomes
 from pytest_solgate.results import SCHEMA, VERDICTS, Measurement, RunInfo
+from pytest_solgate.results_json import RecordError, decode, decode_run, encode, encode_run
 from pytest_solgate.support.errors import ImportFileError
 from pytest_solgate.support.precisions import PRECISIONS
 

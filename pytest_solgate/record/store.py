@@ -18,7 +18,8 @@ import math
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence, TypeVar
 
 from pytest_solgate.judge.window import BaselineRun
-from pytest_solgate.record.format import (
+from pytest_solgate.results import NOT_GATED, Measurement, RunInfo
+from pytest_solgate.results_json import (
     BaselineFacts,
     RecordError,
     baseline_facts,
@@ -27,7 +28,6 @@ from pytest_solgate.record.format import (
     encode,
     encode_run,
 )
-from pytest_solgate.results import NOT_GATED, Measurement, RunInfo
 from pytest_solgate.support.errors import HistoryElsewhere, HistoryError
 from pytest_solgate.support.locations import redact
 from pytest_solgate.support.stats import median, pooled_sd
@@ -321,7 +321,7 @@ class Store:
         return self._read(record_json, decode)
 
     def _read(self, record_json: str, read: Callable[[Any], T]) -> T:
-        """What ``read`` (format.py) takes from one measurements row's record; a record it cannot
+        """What ``read`` (results_json.py) takes from one measurements row's record; a record it cannot
         read is a RecordError (a HistoryError) naming the history and the field."""
         try:
             return read(json.loads(record_json))
