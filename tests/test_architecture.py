@@ -108,7 +108,7 @@ def test_imports_run_only_down_the_stages():
     assert not upward, "imports that run back up the stages: " + "; ".join(upward)
 
 
-# Measurement.to_dict (DESIGN.md's public API) writes through the saved record's format, which builds
+# Measurement.to_dict (the public API) writes through the saved record's format, which builds
 # Measurements when it reads: the one pair that imports each other, the records' side lazily.
 ALLOWED_CIRCLES = [["results", "results_json"]]
 

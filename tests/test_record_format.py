@@ -272,7 +272,7 @@ def test_a_run_and_its_facts_are_kept_whole():
 
 
 def test_a_measurement_writes_its_flat_record_and_says_where_it_is_read():
-    # DESIGN.md: Measurement.to_dict() gives the JSON form; it is the format's own encode
+    # Measurement.to_dict() gives the JSON form (the public API); it is the format's own encode
     assert decode(FULL).to_dict() == encode(decode(FULL)) == json.loads(json.dumps(FULL))
     with pytest.raises(AttributeError, match=r"read by pytest_solgate.results_json.decode\(record\)"):
         decode(FULL).from_dict  # noqa: B018
