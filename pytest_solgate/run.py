@@ -463,7 +463,7 @@ def contended_line(count: int, first_reason: str, width: int = 80) -> str:
 
     lines = [f"solgate: {count} measurement(s) taken while the machine was busy"]
     lines += textwrap.wrap(f"({first_reason});", width, initial_indent="  ", subsequent_indent="  ")
-    lines.append("  recorded, never baselines; regressed only beyond what their wait explains")
+    lines.append("  judged on the thread's CPU time, or against runs as busy (docs/history.md)")
     return "\n".join(lines)
 
 

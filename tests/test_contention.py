@@ -142,7 +142,7 @@ def test_the_end_of_session_contention_line_fits_80_columns():
         text = contended_line(12, reason)
         assert all(len(line) <= 80 for line in text.splitlines()), text
         assert text.splitlines()[0] == "solgate: 12 measurement(s) taken while the machine was busy"
-        assert "regressed only beyond what their wait explains" in text and reason.split()[0] in text
+        assert "judged on the thread's CPU time, or against runs as busy" in text and reason.split()[0] in text
 
 
 # --- the reading itself, pure -------------------------------------------------------------------
