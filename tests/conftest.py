@@ -149,12 +149,15 @@ def _an_idle_machine(monkeypatch, idle_proc_root):
     """Every session a test starts (in process or in a subprocess) reads an idle machine's /proc:
     tests/idle_machine.py, loaded into each by PYTEST_PLUGINS, hands it in through the session's
     Platform, so a verdict never depends on this machine's load. The tests of contention itself
-    point PROC_ROOT_VARIABLE elsewhere or remove it."""
-    from idle_machine import MODULE, PROC_ROOT_VARIABLE
+    point PROC_ROOT_VARIABLE elsewhere or remove it. tests/inner_sessions.py, loaded the same way,
+    leaves hypothesis's pytest plugin out of each (0.7 s of CPU a subprocess)."""
+    import idle_machine
+    import inner_sessions
 
-    monkeypatch.setenv(PROC_ROOT_VARIABLE, str(idle_proc_root))
-    plugins = [p for p in os.environ.get("PYTEST_PLUGINS", "").split(",") if p and p != MODULE]
-    monkeypatch.setenv("PYTEST_PLUGINS", ",".join([*plugins, MODULE]))
+    monkeypatch.setenv(idle_machine.PROC_ROOT_VARIABLE, str(idle_proc_root))
+    ours = [idle_machine.MODULE, inner_sessions.MODULE]
+    plugins = [p for p in os.environ.get("PYTEST_PLUGINS", "").split(",") if p and p not in ours]
+    monkeypatch.setenv("PYTEST_PLUGINS", ",".join([*plugins, *ours]))
     here = str(Path(__file__).resolve().parent)  # where a subprocess imports it from
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([p for p in (os.environ.get("PYTHONPATH"), here) if p]))
 
