@@ -213,3 +213,18 @@ def test_a_whole_socket_keeps_its_reported_l3(tmp_path):
     _cache(tmp_path, "index3", "98304K", "0-7,64-71")  # 96 MiB over 16 CPUs
     assert last_level_cache_bytes(tmp_path) == 96 * MIB
     assert last_level_cache_bytes(tmp_path / "none") == 32 * MIB
+
+
+def test_a_closed_sessions_cpu_backend_gives_its_buffers_back():
+    # An in-process session a test runs keeps its engine: its flush and probe buffers (twice the
+    # last-level cache each) must not stay with it; the next measurement makes them again.
+    backend = backends.CpuBackend("cpu", flush_bytes=1 << 20)
+    backend.begin()
+    backend.flush()
+    assert backend._flush_buffer is not None and backend._probe_buffers is not None
+    backend.release()
+    assert backend._flush_buffer is None and backend._probe_buffers is None
+    backend.begin()
+    backend.flush()
+    assert backend.probe is not None
+    backend.probe()

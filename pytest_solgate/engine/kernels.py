@@ -143,9 +143,15 @@ class Engine:
         return self._context.profile if self._context is not None else None
 
     def close(self) -> None:
-        """The session is over: give the device its clocks back (also registered at exit)."""
+        """The session is over: give the device its clocks back (also registered at exit), and the
+        CPU backends their buffers (twice the last-level cache each: an in-process session that a
+        test runs keeps its engine, and they would outlive it)."""
         if self._clock_lock is not None:
             self._clock_lock.restore()
+        if self._context is not None:
+            for backend in (self._context.backend, self._context.cpu_fallback):
+                if isinstance(backend, backends.CpuBackend):
+                    backend.release()
 
     def timing_on(self, clock: backends.CpuClock | None) -> ContextManager[object]:
         """Time on ``clock`` while open (None: the machine's own). Only the CPU backend takes one:

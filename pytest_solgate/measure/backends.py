@@ -199,6 +199,10 @@ class CpuBackend(Backend[CpuStamp, CpuInterval]):
         finally:
             self.clock, self._probe_on_clock = own, None
 
+    def release(self) -> None:
+        """Free the flush and probe buffers (made again by the next measurement's ``begin``)."""
+        self._flush_buffer = self._probe_buffers = None
+
     def copy_probe(self) -> None:
         """The memory probe: copy one fixed buffer of the flush's size into another."""
         assert self._probe_buffers is not None, "begin() makes the probe's buffers"
