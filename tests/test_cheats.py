@@ -700,3 +700,15 @@ def test_the_second_clock_reads_the_backends_timer_around_the_same_calls():
     quarter = backends.CpuBackend(clock=lambda: (time.thread_time_ns() // 4,) * 3)
     faked = tampering.second_clock(spin, 0.4e-3, 2, quarter)
     assert faked.same_calls[0] < faked.same_calls[1] / 2 and faked.disagrees
+
+
+def test_packages_read_through_another_venvs_site_packages_are_libraries_not_code_under_test(tmp_path):
+    # CI's checkout venv reads its dependencies (torch among them) from a cached venv through a .pth
+    # file: torch's functions come from a site-packages that is not this interpreter's, and were
+    # named 'tampered reference' in every test that handed a reference.
+    from pytest_solgate.measure.integrity import tampering
+
+    own, other, tests = tmp_path / "venv/site-packages", tmp_path / "deps/lib/site-packages", tmp_path / "project/tests"
+    dirs = tampering.library_dirs({"stdlib": str(tmp_path / "lib"), "purelib": str(own)}, [str(tests), str(other)])
+    assert str(other.resolve()) in dirs and str(own.resolve()) in dirs
+    assert not any(str(tests.resolve()).startswith(d) for d in dirs)  # the code under test stays foreign

@@ -23,7 +23,7 @@ import sysconfig
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 # Saved at import, before any code under test runs: a kernel that replaces time.thread_time_ns
 # later replaces the module's attribute, not these references.
@@ -197,9 +197,19 @@ def second_clock(fn: Callable[[], Any], timer_seconds: float, calls: int, backen
 # --- the plugin's own modules and the reference's torch -------------------------------------------
 
 PLUGIN_DIR = str(Path(__file__).resolve().parents[2])  # the pytest_solgate package
-# Where code that is not the code under test lives: the standard library and the installed packages.
-LIBRARY_DIRS = tuple(sorted({str(Path(p).resolve()) for p in (sysconfig.get_paths().get(k) for k in
-                                                              ("stdlib", "platstdlib", "purelib", "platlib")) if p}))
+
+
+def library_dirs(scheme: dict[str, str], path: Sequence[str]) -> tuple[str, ...]:
+    """Where code that is not the code under test lives: the standard library and the installed
+    packages, this interpreter's (``scheme``: sysconfig's paths) and those of any other packages
+    directory on ``path`` (sys.path: a venv that reads another's packages through a .pth file, as
+    CI's cached dependencies do, or a conda environment stacked on a base one)."""
+    dirs = [scheme.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")]
+    dirs += [entry for entry in path if Path(entry).name in ("site-packages", "dist-packages")]
+    return tuple(sorted({str(Path(d).resolve()) for d in dirs if d}))
+
+
+LIBRARY_DIRS = library_dirs(sysconfig.get_paths(), sys.path)
 TORCH_NAMESPACES = ("torch", "torch.nn.functional", "torch.linalg", "torch.special", "torch.fft")
 
 
