@@ -189,7 +189,9 @@ class FreshRounds:
         an honest kernel."""
         if not self.fresh:
             return None
-        if self.fresh_cpu and self.own_cpu:
+        # Only where every sample on new values has it, and enough others: a multi-threaded kernel's
+        # few single-threaded samples are no reading (one read 8x the others beside a neighbour).
+        if len(self.fresh_cpu) == len(self.fresh) and len(self.own_cpu) >= MIN_FRESH_SAMPLES:
             return RoundsCheck(statistics.median(self.own_cpu), min(self.fresh_cpu), len(self.fresh_cpu), THREAD_CPU)
         return RoundsCheck(statistics.median(self.own) if self.own else figure, min(self.fresh), len(self.fresh))
 
