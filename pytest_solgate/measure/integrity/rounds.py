@@ -28,6 +28,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from pytest_solgate.measure.backends import OTHER_THREADS_SHARE  # the CPU timer's own rule for a helped thread
 from pytest_solgate.measure.integrity import outputs
 
 CHANCE = 0.2  # of a round being one on new values
@@ -42,7 +43,6 @@ MIN_FRESH_ROUNDS = 2
 SLACK_SECONDS = 20e-6
 SCALES = ((0.75, 0.95), (1.05, 1.25))  # a new factor for every sample: a cache keyed on values never meets one twice
 THREAD_CPU = "thread CPU time"
-OTHER_THREADS_SHARE = 0.10  # a sample whose other threads worked more than this is read on the timer only
 
 
 @dataclass(frozen=True)
