@@ -1,4 +1,4 @@
-"""The package's shape, as docs/reference.md's "How it works" states it: the tree shows the stages (one
+"""The package's shape, as docs/architecture.md's "The stages" states it: the tree shows the stages (one
 folder per stage that has more than one module; a one-module stage and the pieces that drive them
 sit at the top level, named in TOP_LEVEL), imports run only down the stages, no two modules import
 each other (directly or round a longer circle), and the pytest layer only translates hooks. A module
@@ -9,7 +9,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_solgate"
 
-# In the order of docs/reference.md: a stage may import the stages before it, never the ones after.
+# In the order of docs/architecture.md: a stage may import the stages before it, never the ones after.
 ORDER = ["support", "declare", "measure", "score", "results", "judge", "record", "report", "engine", "run", "wiring"]
 # The stages that are one module, and the pieces that drive the stages, at the top of the package
 # (a folder named here, like the command's ``cli/``, is that piece split into modules).

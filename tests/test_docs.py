@@ -262,7 +262,7 @@ def test_the_anchor_rule_reads_githubs_slugs():
 
 def test_the_troubleshooting_page_answers_every_verdict_and_session_line():
     from pytest_solgate import results, run
-    from pytest_solgate.judge import verdict_wording, wording
+    from pytest_solgate.judge import integrity, verdict_wording, wording
 
     page = (ROOT / "docs" / "troubleshooting.md").read_text()
     headings = " ".join(re.findall(r"^#+ (.+)$", page, re.M))
@@ -270,6 +270,10 @@ def test_the_troubleshooting_page_answers_every_verdict_and_session_line():
     said = [run.UNAVAILABLE, run.HISTORY_REQUIRED.split(";")[0], verdict_wording.NOT_JUDGED,
             verdict_wording.INTERPRETED, verdict_wording.GATE_OFF, wording.CONTENDED, verdict_wording.NOISY]
     missing += [line for line in said if line not in page]
+    # every integrity cause, and the lines that fail a run with no verdict of their own
+    causes = [words.split(":")[0] for words in integrity.WORDS.values()]
+    missing += [line for line in [*causes, "served from a cache", "tampered reference", "test clock:",
+                                  "could not judge: not a pass"] if line not in page]
     assert not missing, f"docs/troubleshooting.md says nothing of: {missing}"
     for page_name in ("README.md", "docs/reference.md"):
         assert "troubleshooting.md" in (ROOT / page_name).read_text(), page_name
