@@ -86,7 +86,7 @@ def line(test: str, name: str, breach: Breach) -> str:
     if isinstance(breach, rounds.RoundsCheck):
         return (f"{label}: served from a cache: timed rounds on new input values read {breach.fresh_seconds * 1e6:.3g} us "
                 f"a call at the fastest (of {breach.fresh_samples}), the other rounds {breach.timed_seconds * 1e6:.3g} us "
-                f"(the median; {breach.clock}): the timed calls got a result kept from before (by values, address or version, or "
+                f"(their {breach.level}; {breach.clock}): the timed calls got a result kept from before (by values, address or version, or "
                 "computed for these inputs) or skipped work; compute it in every call")
     if isinstance(breach, NoInputs):
         return (f"{label}: no inputs to check under --sol-integrity=strict: hand them with "
