@@ -1,7 +1,8 @@
 # ruff: noqa: F811  (test_bisect's repo fixture is imported, and taken as an argument)
-"""``solgate ab``, run as users run it: the real command on a real git repository whose kernel runs
-on the fake clock (its time set by a committed speed.json, as in test_bisect.py). BASE runs in a
-real temporary git worktree, HEAD in the user's tree; each run is a real pytest subprocess."""
+"""``solgate ab`` on a real git repository whose kernel runs on the fake clock (its time set by a
+committed speed.json, as in test_bisect.py). BASE runs in a real temporary git worktree, HEAD in
+the user's tree; each run is a real pytest subprocess. The command runs by its entry function in
+the test's process (test_bisect.Repo.solgate), a process of its own where a signal is tested."""
 
 import json
 import math

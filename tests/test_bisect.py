@@ -1,6 +1,7 @@
-"""``solgate bisect``, run as users run it: the real command on real git repositories whose kernels
-run on the fake clock (solgate_testing.FAKE_CLOCK_KERNELS), their time set by a committed file.
-Each probe is a real pytest subprocess in a real temporary git worktree."""
+"""``solgate bisect`` on real git repositories whose kernels run on the fake clock
+(solgate_testing.FAKE_CLOCK_KERNELS), their time set by a committed file: the command by its entry
+function in the test's process, a process of its own where Ctrl-C is what is tested. Each probe is
+a real pytest subprocess in a real temporary git worktree."""
 
 import json
 import math
@@ -8,9 +9,11 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
+from solgate_command import solgate_main
 from solgate_testing import FAKE_CLOCK_KERNELS, FAKE_CLOCK_TIMING, SYNTHETIC_PROFILE, git, init_repo
 
 # The kernel's time comes from speed.json in the commit; "slow_once" names a file outside the
@@ -76,9 +79,15 @@ class Repo:
             return pytester.runpytest_inprocess("-p", "no:cacheprovider", *args)
 
     def solgate(self, *args, cwd=None, env=None):
-        env = {**os.environ, "TMPDIR": str(self.scratch), **(env or {})}
-        return subprocess.run([sys.executable, "-m", "pytest_solgate.cli", *args], cwd=cwd or self.path,
-                              capture_output=True, text=True, env=env)
+        """``solgate ARGS`` in the repository, by its entry function in this process
+        (tests/solgate_command.py), with ``env`` and TMPDIR at ``scratch`` set as for a process
+        started with them: the temporary worktree and files the tests look for are made there. Its
+        probes are real pytest processes either way."""
+        with pytest.MonkeyPatch.context() as here:
+            for name, value in {**(env or {}), "TMPDIR": str(self.scratch)}.items():
+                here.setenv(name, value)
+            here.setattr(tempfile, "tempdir", None)  # tempfile reads TMPDIR afresh, as in a new process
+            return solgate_main(*args, cwd=cwd or self.path)
 
     @property
     def scratch(self):
@@ -196,14 +205,13 @@ def test_usage_errors_are_one_line_and_exit_2(repo, args, fragment):
 
 
 def test_outside_a_repository_is_a_usage_error(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "pytest_solgate.cli", "bisect", "A", "B"], cwd=tmp_path,
-                          capture_output=True, text=True)
+    done = solgate_main("bisect", "A", "B", cwd=tmp_path)
     assert done.returncode == 2 and "is not in a git repository" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
 
 
 def test_help_says_what_it_does():
-    done = subprocess.run([sys.executable, "-m", "pytest_solgate.cli", "bisect", "--help"], capture_output=True, text=True)
+    done = solgate_main("bisect", "--help")
     assert done.returncode == 0 and "usage: solgate bisect" in done.stdout
     text = " ".join(done.stdout.split())
     for said in ("GOOD's level", "noise floor", "git worktree", "skipped", "reused", "0 found, 1 not found, 2 usage error",

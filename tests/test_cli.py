@@ -1,12 +1,12 @@
-"""The solgate command, run as users run it."""
+"""The solgate command: its entry function, run in this process as ``python -m pytest_solgate.cli``
+runs it (tests/solgate_command.py), and a process of its own where the process is what is tested."""
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
+from solgate_command import solgate_main, solgate_process
 from solgate_testing import (
     FAKE_CLOCK_KERNELS,
     FAKE_CLOCK_TIMING,
@@ -16,9 +16,18 @@ from solgate_testing import (
     recorded,
 )
 
+solgate = solgate_main  # in this process (tests/solgate_command.py); the other test files import it from here
 
-def solgate(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "pytest_solgate.cli", *args], cwd=cwd, capture_output=True, text=True)
+
+def test_the_command_as_a_process_exits_with_the_status_it_prints():
+    """What the in-process runs cannot show: the interpreter's exit carries main's status, argparse's
+    --help exits 0 through SystemExit, and a bad input is one line on the process's stderr."""
+    bad = solgate_process("frobnicate")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "invalid choice: 'frobnicate'" in bad.stderr, bad.stderr
+    helped = solgate_process("compare", "--help")
+    assert helped.returncode == 0 and "usage: solgate compare" in helped.stdout, helped.stderr
+    fine = solgate_process("sol", "--bytes", "1e9")
+    assert fine.returncode == 0 and "h100-sxm" in fine.stdout, fine.stderr
 
 
 def test_help_on_every_subcommand():
