@@ -40,6 +40,7 @@ from pytest_solgate.measure.integrity import guard
 from pytest_solgate.measure.integrity.outputs import Checked
 from pytest_solgate.measure.platform import Platform
 from pytest_solgate.measure.stopping import StoppingRule
+from pytest_solgate.measure.telemetry import throttle_reasons
 from pytest_solgate.measure.torch_modes import under_modes_now
 from pytest_solgate.results import Measurement
 from pytest_solgate.support.errors import MeasureError, SolgateError
@@ -440,7 +441,7 @@ def scorable_work(work: Work, profile: HardwareProfile, gated: bool) -> tuple[Wo
 
 
 def throttled_warning(test: str, name: str, timing: sampling.Timing) -> str:
-    reasons = ", ".join((timing.telemetry or {}).get("throttle_reasons", [])) or "SM clock under 75% of its max"
+    reasons = ", ".join(throttle_reasons(timing.telemetry)) or "SM clock under 75% of its max"
     return (f"{test} '{name}' was throttled ({reasons}) and stayed throttled after {phases.MAX_RECOVERIES} pauses "
             "to recover; its SOL may be low for a reason other than the kernel: check cooling, power and clocks")
 

@@ -29,7 +29,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence, TypedDict
 
 from pytest_solgate.declare.profiles import CacheLevel, DeviceFacts, HardwareProfile, load_profile, profile_to_toml
-from pytest_solgate.measure import contention, sampling
+from pytest_solgate.measure import contention, sampling, telemetry
 from pytest_solgate.measure.backends import CpuBackend, CudaBackend
 from pytest_solgate.measure.devices import MIB, cpu_data_caches, last_level_cache_bytes
 from pytest_solgate.measure.stopping import Stop
@@ -721,8 +721,6 @@ MAX_GPU_SPREAD = 0.10
 def sampling_timer(backend: Backend, settings: SamplingSettings = CALIBRATION_SAMPLING) -> "Timer":
     """A calibration's timer: the tests' sampling loop (take_timing) on ``backend`` (the CUDA
     backend on a GPU), with a throttled round taken again."""
-    from pytest_solgate.measure import sampling, telemetry
-
     return lambda fn: sampling.take_timing(fn, backend, settings, telemetry.is_throttled)
 
 
@@ -854,7 +852,7 @@ def repeated_figures(passes: list[dict[str, tuple[float, sampling.Timing]]]) -> 
         faults = []
         if any(t.noisy for t in timings):
             faults.append(f"{key} noisy")
-        throttled = sorted({r for t in timings if t.throttled for r in (t.telemetry or {}).get("throttle_reasons", [])})
+        throttled = sorted({r for t in timings if t.throttled for r in telemetry.throttle_reasons(t.telemetry)})
         if any(t.throttled for t in timings):
             faults.append(f"{key} throttled ({', '.join(throttled) or 'SM clock under 75% of its default'})")
         figure_spread = spread(rates)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from pytest_solgate.measure import phases
 from pytest_solgate.measure.capabilities import Backend
@@ -41,7 +41,7 @@ class Timing:
     # "events" (each sample's calls launched from Python) or "cuda-graph" on a GPU; on a CPU
     # "thread-cpu-time" (the calling thread's CPU time) or "perf-counter" (wall time)
     mode: str = "events"
-    telemetry: dict[str, Any] | None = None
+    telemetry: Mapping[str, object] | None = None
     telemetry_note: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
     # The median time of the backend's memory probe, timed after each kept sample (None without one)
@@ -100,7 +100,7 @@ def take_timing(
     fn: Callable[[], Any],
     backend: Backend[Any, Any],  # any backend: its tokens and handles are only handed back to it
     settings: SamplingSettings,
-    throttle_check: Callable[[dict[str, Any]], bool] | None = None,
+    throttle_check: Callable[[Mapping[str, object]], bool] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     pause: Callable[[float], None] = time.sleep,
     rotation_sets: int = 1,
