@@ -20,7 +20,16 @@ from typing import Any, Callable, Literal, Mapping, NamedTuple, NoReturn, TypeGu
 from pytest_solgate.declare.work import Work
 from pytest_solgate.measure.backends import timings_gated
 from pytest_solgate.measure.sampling import Timing
-from pytest_solgate.results import SCHEMA, AppliedBudget, BaselineComparison, Judgement, Measurement, RunInfo, Verdict
+from pytest_solgate.results import (
+    SCHEMA,
+    AppliedBudget,
+    BaselineComparison,
+    Judgement,
+    Measurement,
+    RunInfo,
+    TrendPoint,
+    Verdict,
+)
 from pytest_solgate.score import Score
 from pytest_solgate.score.step_breakdown import StepBreakdown
 from pytest_solgate.support.errors import HistoryError
@@ -178,7 +187,7 @@ def decode(data: Record) -> Measurement:
             environment=fields.texts_by_name("environment"), device=fields.text("device"),
             worker=fields.text("worker"), notes=fields.texts("notes"), contended=fields.text("contended"),
             contended_wait=fields.number("contended_wait"), judgement=_read_judgement(fields),
-            trend=fields.objects("trend"), joules=fields.number("joules"),
+            trend=_read_trend(fields), joules=fields.number("joules"),
             measured_bytes=fields.number("measured_bytes"), step=_read_step(fields), part_of=fields.text("part_of"),
         )
     except RecordError as exc:
@@ -308,6 +317,11 @@ def _read_comparison(fields: Fields) -> BaselineComparison:
         confirmed=fields.flag("confirmed"), by_probe=fields.flag("by_probe"), raw_change=fields.number("raw_change"),
         ceilings_changed=fields.flag("ceilings_changed"),
     )
+
+
+def _read_trend(fields: Fields) -> tuple[TrendPoint, ...]:
+    """The points as store.trend wrote them, checked only as objects: a report shows them, nothing judges them."""
+    return cast("tuple[TrendPoint, ...]", fields.objects("trend"))
 
 
 def _read_step(fields: Fields) -> StepBreakdown | None:

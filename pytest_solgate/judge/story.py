@@ -7,11 +7,12 @@ first-parent chain), and ``solgate history --changes`` and the trend page (``ser
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 from pytest_solgate.judge import changepoints
 from pytest_solgate.judge.changepoints import MIN_CHANGE
 from pytest_solgate.judge.window import BaselineRun
+from pytest_solgate.results import CommitPoint
 from pytest_solgate.support import stats
 
 
@@ -56,7 +57,7 @@ def story(points: Sequence[Point], min_change: float = MIN_CHANGE) -> Story:
     return Story(changes, frozenset(failed), max(moved) if moved else None, apart)
 
 
-def series_story(points: Sequence[Mapping[str, Any]], min_change: float = MIN_CHANGE) -> Story:
+def series_story(points: Sequence[CommitPoint], min_change: float = MIN_CHANGE) -> Story:
     """The story of a series as the history lists it (store.commit_series: one point per commit
     with the verdicts of its runs). Which window a failed run was judged against is not listed
     there: it reads as older than the series."""

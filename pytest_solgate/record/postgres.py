@@ -16,7 +16,17 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from pytest_solgate.record.store import ACCEPT_COLUMNS, MEASUREMENT_COLUMNS, RUN_COLUMNS, Store
+from pytest_solgate.record.store import (
+    ACCEPT_COLUMNS,
+    MEASUREMENT_COLUMNS,
+    RUN_COLUMNS,
+    AcceptRow,
+    DbRow,
+    MeasurementRow,
+    RunRow,
+    Store,
+    run_values,
+)
 from pytest_solgate.support.errors import HistoryElsewhere, HistoryError, HistoryUnavailable, NoHistoryYet
 from pytest_solgate.support.locations import redact
 
@@ -235,7 +245,7 @@ class PostgresStore(Store):
 
     # --- the two primitives the shared Store needs ----------------------------------------------
 
-    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def _rows(self, sql: str, params: Sequence[object] = ()) -> list[DbRow]:
         psycopg = self._psycopg
         try:
             return self.conn.execute(self._sql(sql), tuple(params)).fetchall()
@@ -246,7 +256,7 @@ class PostgresStore(Store):
         except psycopg.Error as exc:
             raise HistoryError(f"{self.location}: cannot read the history ({type(exc).__name__}: {self._clean(exc)})") from None
 
-    def _write_run(self, row: dict[str, Any], info_json: str, measurements: list[tuple[Any, ...]]) -> bool:
+    def _write_run(self, row: RunRow, info_json: str, measurements: list[MeasurementRow]) -> bool:
         psycopg = self._psycopg
         try:
             with self.conn.transaction():
@@ -254,7 +264,7 @@ class PostgresStore(Store):
                     f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}, info_json) "
                     f"VALUES ({', '.join('%s' for _ in RUN_COLUMNS)}, %s) "
                     "ON CONFLICT (run_uid) DO NOTHING RETURNING id",
-                    [row[c] for c in RUN_COLUMNS] + [info_json],
+                    [*run_values(row), info_json],
                 ).fetchone()
                 if inserted is None:
                     return False  # already there: importing or re-sending a run adds nothing
@@ -275,7 +285,7 @@ class PostgresStore(Store):
             raise HistoryError(f"{self.location}: cannot write the history ({type(exc).__name__}: {self._clean(exc)})") from None
         return True
 
-    def _write_accept(self, row: tuple[Any, ...]) -> bool:
+    def _write_accept(self, row: AcceptRow) -> bool:
         psycopg = self._psycopg
         try:
             inserted = self.conn.execute(

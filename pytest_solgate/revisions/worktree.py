@@ -20,7 +20,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Iterator, Sequence
 
 from pytest_solgate.record import gitinfo, schema, store
 from pytest_solgate.results import Measurement
@@ -135,7 +135,7 @@ class RunResult:
     """One pytest run of the selected node ids at a commit: its results, and why some or all are
     missing (a failing test leaves the others' results)."""
 
-    results: tuple[tuple[dict[str, Any], Measurement], ...] = ()
+    results: tuple[tuple[store.RunRow, Measurement], ...] = ()
     failed: str = ""
     ran: tuple[str, ...] = ()  # the node ids that ran (after the pattern)
     collected: int = 0  # how many tests pytest collected (before it)
