@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence, TypedDict
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Protocol, Sequence, TypedDict
 
 from pytest_solgate.declare.profiles import CacheLevel, DeviceFacts, HardwareProfile, load_profile, profile_to_toml
 from pytest_solgate.measure import contention, sampling, telemetry
@@ -879,13 +879,15 @@ def gpu_profile(
     device_name: str,
     l2_bytes: int | None,
     repetitions: int = GPU_REPETITIONS,
-    **measure_options: Any,
+    timer: Timer | None = None,
+    matmul_size: int = 8192,
+    copy_bytes: int | None = None,
 ) -> tuple[HardwareProfile, list[str]]:
     """The measured profile of one GPU (the median of ``repetitions`` passes), and the reasons it
     must not be cached (empty when it may be)."""
     import torch
 
-    candidates = repeated_figures([measure_gpu(torch, device, datasheet, l2_bytes, **measure_options)
+    candidates = repeated_figures([measure_gpu(torch, device, datasheet, l2_bytes, timer, matmul_size, copy_bytes)
                                    for _ in range(repetitions)])
     best = best_candidates(candidates)
     pattern, bandwidth = best.pop("bandwidth")

@@ -14,7 +14,8 @@ Every statement is parameterised; every message names host, port and database, n
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from types import ModuleType
+from typing import Sequence
 
 from pytest_solgate.record.store import (
     ACCEPT_COLUMNS,
@@ -109,7 +110,7 @@ _SETTINGS_FAULTS = (
 )
 
 
-def _psycopg() -> Any:
+def _psycopg() -> ModuleType:  # imported on first use: an optional dependency
     try:
         import psycopg
     except ImportError:
