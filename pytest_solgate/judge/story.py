@@ -123,7 +123,10 @@ def along(runs: Sequence[BaselineRun], commits: Sequence[str], accepted: Sequenc
         told = story(points, min_change)
     except changepoints.ChangePointsUnavailable as exc:
         return Told(unavailable=str(exc))
-    name = lambda i: commits[oldest - i] if i is not None and 0 <= oldest - i < len(commits) else ""  # noqa: E731
+
+    def name(i: int | None) -> str:
+        return commits[oldest - i] if i is not None and 0 <= oldest - i < len(commits) else ""
+
     read = [i for i, p in enumerate(points) if p.sol is not None and p.sol > 0]
     steps = tuple(Step(name(cp.index), name(max((i for i in read if i < cp.index), default=None)), cp,
                        cp.index in told.failed) for cp in told.changes.points)

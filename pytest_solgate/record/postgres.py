@@ -249,7 +249,8 @@ class PostgresStore(Store):
     def _rows(self, sql: str, params: Sequence[object] = ()) -> list[DbRow]:
         psycopg = self._psycopg
         try:
-            return self.conn.execute(self._sql(sql), tuple(params)).fetchall()
+            rows: list[DbRow] = self.conn.execute(self._sql(sql), tuple(params)).fetchall()
+            return rows
         except psycopg.OperationalError as exc:
             raise HistoryUnavailable(f"{self.location}: the history server went away ({self._clean(exc)})") from None
         except psycopg.errors.InsufficientPrivilege:

@@ -246,6 +246,7 @@ class SqliteStore(Store):
             raise HistoryError(f"{self.path}: cannot read the history ({exc})") from None
 
     def integrity(self) -> str:
-        return self.db.execute("PRAGMA integrity_check").fetchone()[0]
+        said: tuple[str] = self.db.execute("PRAGMA integrity_check").fetchone()
+        return said[0]
 
 
