@@ -69,7 +69,9 @@ class Timed(Generic[pipeline.Read]):
     read: pipeline.Read  # what the attempt read beside its timing (a step's profile; None for a kernel)
     contended: str  # why it was not alone on its device ('' when it was)
     notes: tuple[str, ...]  # for its record: contention, a call over the time budget, the extras' findings
-    fields: Mapping[str, Any]  # Measurement fields the extras found (joules, measured_bytes)
+    # Measurement fields the extras found (joules, measured_bytes), and the integrity checks' breach
+    # (Any: measure/integrity/guard.py's Breach, which is Any there)
+    fields: Mapping[str, Any]
 
 
 class Engine:
