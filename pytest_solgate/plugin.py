@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Generator, Iterator, Sequence
 
 import pytest
 
@@ -26,12 +26,13 @@ if TYPE_CHECKING:
     from pytest_solgate.fixture import SolFixture
     from pytest_solgate.measure.backends import CpuClock
     from pytest_solgate.results import Measurement
+    from pytest_solgate.run import Budget
 
 # Only what every run needs is imported here and in run.py: a suite that never measures must not pay
 # for the engine, the history or the reports (benchmarks/overhead.py keeps us honest).
-BUDGET_KEY = pytest.StashKey[Any]()  # the test's judge.budget.Budget (plugin.py imports no judge module)
+BUDGET_KEY: pytest.StashKey[Budget] = pytest.StashKey()  # the test's checked marker (plugin.py imports no judge module)
 FIXTURE_KEY = pytest.StashKey["SolFixture"]()
-RECORDS_KEY = pytest.StashKey[list["Measurement"]]()
+RECORDS_KEY = pytest.StashKey[Sequence["Measurement"]]()
 
 
 class SolgateWarning(UserWarning):
@@ -55,7 +56,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         parser.addini(option.name, help=option.help, default=None, type=ini_type(option))
 
 
-def _raw_settings(config: pytest.Config) -> dict[str, Any]:
+def _raw_settings(config: pytest.Config) -> dict[str, object]:
     ini = sol_values(config)  # read as the `solgate` command reads it (support/inifile.py)
     raw = {}
     for option in OPTIONS:
@@ -82,8 +83,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(session, "solgate-session")
 
 
-def _around_capture(capture: Any, write: Callable[[str], None], line: str) -> None:
-    with capture.global_and_fixture_disabled():  # capture is on during the test that triggers this: step around it
+def _around_capture(capture_off: Callable[[], ContextManager[None]], write: Callable[[str], None], line: str) -> None:
+    with capture_off():  # capture is on during the test that triggers this: step around it
         write(line)
 
 
@@ -97,9 +98,8 @@ def sol_clock() -> CpuClock | None:
 @pytest.fixture
 def sol(request: pytest.FixtureRequest, sol_clock: CpuClock | None) -> Iterator[SolFixture]:
     """Measure kernels against the speed of light: ``sol.measure(fn, bytes=..., flops=...)``."""
-    plugin = request.config.pluginmanager.get_plugin("solgate-session")
-    assert plugin is not None, "registered at pytest_configure"
-    session: SolgateSession = plugin
+    session: SolgateSession | None = request.config.pluginmanager.get_plugin("solgate-session")
+    assert session is not None, "registered at pytest_configure"
     fixture = session.run.fixture(request.node.nodeid, sol_clock)
     request.node.stash[FIXTURE_KEY] = fixture
     yield fixture
@@ -133,7 +133,7 @@ class SolgateSession:
         plugins = self.config.pluginmanager
         reporter, capture = plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager")
         self.run.role.announce(text, None if reporter is None or capture is None else
-                               lambda line: _around_capture(capture, reporter.write_line, line))
+                               lambda line: _around_capture(capture.global_and_fixture_disabled, reporter.write_line, line))
 
     # --- collection and running -----------------------------------------------------------------
 
@@ -199,11 +199,11 @@ class SolgateSession:
         return verdicts.failures
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
+                                  ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
-        if report.when == "call" and RECORDS_KEY in item.stash:
-            records = item.stash[RECORDS_KEY]
-            report.solgate_records = carried(records)
+        if report.when == "call" and RECORDS_KEY in item.stash:  # xdist carries the report's own attribute along
+            report.solgate_records = carried(item.stash[RECORDS_KEY])  # type: ignore[attr-defined]
         if not report.failed or call.excinfo is None:
             return report
         from pytest_solgate.run import at_users_call, triton_hint
@@ -224,7 +224,7 @@ class SolgateSession:
     # --- xdist: one run id for the whole session -------------------------------------------------
 
     @pytest.hookimpl(optionalhook=True)
-    def pytest_configure_node(self, node: Any) -> None:
+    def pytest_configure_node(self, node: Any) -> None:  # Any: xdist's WorkerController (xdist ships no types)
         node.workerinput["solgate_run_id"] = self.run.run_id
 
     # --- end of session (controller only) -------------------------------------------------------

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, TypedDict
 
 from pytest_solgate.declare.work import Work
 from pytest_solgate.measure.sampling import Timing
@@ -113,6 +113,7 @@ class Judgement:
     budget: AppliedBudget = AppliedBudget()
     baseline: BaselineComparison | None = None
 
+    # Any: a change of any field, each of its own type (dataclasses.replace checks the names).
     def replace(self, **changes: Any) -> "Judgement":
         return dataclasses.replace(self, **changes)
 
@@ -132,6 +133,31 @@ MOVED = {
     "timing_mode": "timing.mode",
     **{name: f"score.{name}" for name in ("intensity", "ridge", "sol_at_clock", "sol_clock_mhz")},
 }
+
+
+class TrendPoint(TypedDict):
+    """One clean run of a measurement in its history, oldest first (record/store.py's trend)."""
+
+    commit: str | None
+    commit_time: str | None
+    started_at: str
+    sol: float
+
+
+class CommitPoint(TypedDict):
+    """One commit of a measurement's series in the history (record/store.py's commit_series): the
+    median SOL and time of its clean runs, the newest run's verdict and every run's."""
+
+    commit: str
+    commit_time: str  # the commit's date, or its newest run's start where git does not know it
+    started_at: str  # its newest run's start
+    runs: list[float]  # the runs' SOL
+    times: list[float]  # the runs' seconds
+    contended: int  # how many of its runs measured on a busy machine
+    verdict: str  # the newest run's, "-" where it was not judged
+    verdicts: list[str]
+    sol: float
+    seconds: float
 
 
 @dataclass(frozen=True)
@@ -169,27 +195,54 @@ class Measurement:
     # of its top operators' records, the step's name (their budgets are the step's, see judge/step_budgets.py).
     step: StepBreakdown | None = None
     part_of: str = ""
-    # The record stage's history of this measurement, oldest first: [{"commit", "sol", "started_at"}].
-    trend: tuple[Mapping[str, Any], ...] = ()
+    # The record stage's history of this measurement, oldest first (record/store.py's trend).
+    trend: tuple[TrendPoint, ...] = ()
 
-    def __getattr__(self, name: str) -> Any:
-        """The attributes promised to the user of ``sol.measure`` (``m.sol``, ``m.seconds``,
-        ``m.bound``, ...), read from the part that holds each: one place per value."""
-        part = _PART_OF.get(name)
-        if part is not None:
-            return getattr(getattr(self, part), name)
-        if name in MOVED:
-            raise AttributeError(
-                f"'Measurement' object has no attribute {name!r}: read m.{MOVED[name]}"
-                + (" (once judged; m.judgement is None before)" if MOVED[name].startswith("judgement") else "")
-                + f", or m.to_dict()[{name!r}] for the flat solgate/1 record"
-            )
-        if name == "from_dict":
-            raise AttributeError("'Measurement' object has no attribute 'from_dict': the flat solgate/1 record is read "
-                                 "by pytest_solgate.results_json.decode(record)")
-        raise AttributeError(f"'Measurement' object has no attribute {name!r}")
+    if TYPE_CHECKING:  # read through __getattr__ below (READ_THROUGH), typed here for the checker
+        @property
+        def flops(self) -> Mapping[str, float]: ...
+        @property
+        def bytes(self) -> float: ...
+        @property
+        def backend(self) -> str: ...
+        @property
+        def seconds(self) -> float: ...
+        @property
+        def samples(self) -> tuple[float, ...]: ...
+        @property
+        def noise(self) -> float: ...
+        @property
+        def t_sol(self) -> float: ...
+        @property
+        def sol(self) -> float: ...
+        @property
+        def mfu(self) -> float: ...
+        @property
+        def bound(self) -> str: ...
+        @property
+        def tflops(self) -> float: ...
+        @property
+        def gbps(self) -> float: ...
+    else:  # the checker sees the typed attributes above instead, and no other name
 
-    def to_dict(self) -> dict[str, Any]:
+        def __getattr__(self, name: str) -> object:
+            """The attributes promised to the user of ``sol.measure`` (``m.sol``, ``m.seconds``,
+            ``m.bound``, ...), read from the part that holds each: one place per value."""
+            part = _PART_OF.get(name)
+            if part is not None:
+                return getattr(getattr(self, part), name)
+            if name in MOVED:
+                raise AttributeError(
+                    f"'Measurement' object has no attribute {name!r}: read m.{MOVED[name]}"
+                    + (" (once judged; m.judgement is None before)" if MOVED[name].startswith("judgement") else "")
+                    + f", or m.to_dict()[{name!r}] for the flat solgate/1 record"
+                )
+            if name == "from_dict":
+                raise AttributeError("'Measurement' object has no attribute 'from_dict': the flat solgate/1 record "
+                                     "is read by pytest_solgate.results_json.decode(record)")
+            raise AttributeError(f"'Measurement' object has no attribute {name!r}")
+
+    def to_dict(self) -> dict[str, object]:
         """The flat solgate/1 record, the JSON form (results_json.py writes it; ``decode`` reads it back)."""
         from pytest_solgate.results_json import encode
 
@@ -204,7 +257,7 @@ class Measurement:
     def failed(self) -> bool:
         return self.verdict in FAILING
 
-    def replace(self, **changes: Any) -> "Measurement":
+    def replace(self, **changes: Any) -> "Measurement":  # Any: as Judgement.replace
         return dataclasses.replace(self, **changes)
 
 

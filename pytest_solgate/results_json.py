@@ -15,12 +15,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Mapping, NamedTuple, NoReturn
+from typing import Any, Callable, Literal, Mapping, NamedTuple, NoReturn, TypeGuard, TypeVar, cast, overload
 
 from pytest_solgate.declare.work import Work
 from pytest_solgate.measure.backends import timings_gated
 from pytest_solgate.measure.sampling import Timing
-from pytest_solgate.results import SCHEMA, AppliedBudget, BaselineComparison, Judgement, Measurement, RunInfo, Verdict
+from pytest_solgate.results import (
+    SCHEMA,
+    AppliedBudget,
+    BaselineComparison,
+    Judgement,
+    Measurement,
+    RunInfo,
+    TrendPoint,
+    Verdict,
+)
 from pytest_solgate.score import Score
 from pytest_solgate.score.step_breakdown import StepBreakdown
 from pytest_solgate.support.errors import HistoryError
@@ -45,17 +54,20 @@ SCORE_FIELDS = ("t_sol", "sol", "mfu", "bound", "tflops", "gbps", "intensity", "
 # The Python types a JSON value of each kind reads as (a tuple is taken for a list: Python callers
 # build records from tuples), checked by type first, the common case, then by isinstance.
 NUMBER, TEXT, OBJECT = frozenset({int, float}), frozenset({str}), frozenset({dict})
+# A record as JSON gives it, or as Python callers build it: its values are narrowed field by field.
+Record = Mapping[str, object]
+T = TypeVar("T")
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> TypeGuard[float]:
     return type(value) in NUMBER or (isinstance(value, (int, float)) and not isinstance(value, bool))  # a bool is no number
 
 
-def _is_text(value: Any) -> bool:
+def _is_text(value: object) -> TypeGuard[str]:
     return isinstance(value, str)
 
 
-def _is_object(value: Any) -> bool:
+def _is_object(value: object) -> TypeGuard[Record]:
     return isinstance(value, Mapping)
 
 
@@ -66,19 +78,19 @@ class RecordError(HistoryError):
 # --- writing ------------------------------------------------------------------------------------
 
 
-def encode(m: Measurement) -> dict[str, Any]:
+def encode(m: Measurement) -> dict[str, object]:
     """The flat ``solgate/1`` record of ``m``, its fields in ``FIELDS`` order."""
     parts = {**_identity(m), **_timing(m.timing), **_score(m.score), **_judgement(m.judgement), **_extras(m)}
     return {key: parts[key] for key in FIELDS if key in parts}
 
 
-def _identity(m: Measurement) -> dict[str, Any]:
+def _identity(m: Measurement) -> dict[str, object]:
     return {"test": m.test, "name": m.name, "profile": m.profile, "flops": dict(m.work.flops), "bytes": m.work.bytes,
             "gate": m.gate, "ceilings": m.ceilings, "device": m.device, "worker": m.worker, "notes": list(m.notes),
             "environment": dict(m.environment), "ceilings_id": m.ceilings_id, "trend": [dict(p) for p in m.trend]}
 
 
-def _timing(timing: Timing) -> dict[str, Any]:
+def _timing(timing: Timing) -> dict[str, object]:
     telemetry = dict(timing.telemetry) if timing.telemetry is not None else None
     optional = {TIMING_NAMES.get(name, name): getattr(timing, name)
                 for name in ("probe_seconds", "events_seconds", "span_seconds", "gap_seconds")}
@@ -90,14 +102,14 @@ def _timing(timing: Timing) -> dict[str, Any]:
             **{key: value for key, value in optional.items() if value is not None}}
 
 
-def _score(scored: Score) -> dict[str, Any]:
+def _score(scored: Score) -> dict[str, object]:
     data = {name: getattr(scored, name) for name in SCORE_FIELDS}
     if data["sol_clock_mhz"] is None:
         del data["sol_clock_mhz"]
     return data
 
 
-def _judgement(judgement: Judgement | None) -> dict[str, Any]:
+def _judgement(judgement: Judgement | None) -> dict[str, object]:
     if judgement is None:
         return {"verdict": None, "reason": "", "budget": {}, "baseline": None}
     baseline = _comparison(judgement.baseline) if judgement.baseline is not None else None
@@ -105,8 +117,8 @@ def _judgement(judgement: Judgement | None) -> dict[str, Any]:
             "baseline": baseline}
 
 
-def _budget(budget: AppliedBudget) -> dict[str, Any]:
-    data: dict[str, Any] = {"min": budget.min, "mfu": budget.mfu, "max_regression": budget.max_regression}
+def _budget(budget: AppliedBudget) -> dict[str, object]:
+    data: dict[str, object] = {"min": budget.min, "mfu": budget.mfu, "max_regression": budget.max_regression}
     if budget.by_marker:
         data["by_marker"] = True
     if budget.speedup is not None:
@@ -116,9 +128,9 @@ def _budget(budget: AppliedBudget) -> dict[str, Any]:
     return data
 
 
-def _comparison(baseline: BaselineComparison) -> dict[str, Any]:
+def _comparison(baseline: BaselineComparison) -> dict[str, object]:
     """solgate/1 calls the statistic "test"; the probe's and the ceilings' fields only when set."""
-    data: dict[str, Any] = {
+    data: dict[str, object] = {
         "commit": baseline.commit, "oldest_commit": baseline.oldest_commit, "runs": baseline.runs,
         "run_id": baseline.run_id, "sol": baseline.sol, "change": baseline.change, "spread": baseline.spread,
         "noise_floor": baseline.noise_floor, "compared_on": baseline.compared_on,
@@ -132,9 +144,9 @@ def _comparison(baseline: BaselineComparison) -> dict[str, Any]:
     return data
 
 
-def _extras(m: Measurement) -> dict[str, Any]:
+def _extras(m: Measurement) -> dict[str, object]:
     """The fields added since the first records: written only when set."""
-    data: dict[str, Any] = {"contended": m.contended or None, "contended_wait": m.contended_wait,
+    data: dict[str, object] = {"contended": m.contended or None, "contended_wait": m.contended_wait,
                             "joules": m.joules, "measured_bytes": m.measured_bytes, "part_of": m.part_of or None}
     if m.measured_bytes is not None and m.work.bytes:  # for readers of the JSON; decode does not read it
         data["dram_ratio"] = m.measured_bytes / m.work.bytes
@@ -143,21 +155,24 @@ def _extras(m: Measurement) -> dict[str, Any]:
     return {key: value for key, value in data.items() if value is not None}
 
 
-def encode_run(run: RunInfo) -> dict[str, Any]:
+def encode_run(run: RunInfo) -> dict[str, object]:
     """A run's facts: the solgate/1 document's ``run`` and the runs table's ``info_json``."""
     return dataclasses.asdict(run)
 
 
-def decode_run(data: Mapping[str, Any]) -> RunInfo:
+def decode_run(data: Record) -> RunInfo:
     """A run's facts as any version wrote them (fields of newer versions are left out)."""
     names = {f.name for f in dataclasses.fields(RunInfo)}
-    return RunInfo(**{key: value for key, value in data.items() if key in names})
+    # Any: the facts are passed on as JSON gave them, unchecked here (an import's are checked by
+    # record/schema.py's JSON Schema; the runs table's are this package's own).
+    known: dict[str, Any] = {key: value for key, value in data.items() if key in names}
+    return RunInfo(**known)
 
 
 # --- reading ------------------------------------------------------------------------------------
 
 
-def decode(data: Mapping[str, Any]) -> Measurement:
+def decode(data: Record) -> Measurement:
     """A record of any pytest-solgate version; fields it lacks (or holds null) take their defaults.
     Facts the record does not keep (warm-up calls, the timing's own notes) read as zero and empty.
     A record that cannot be trusted raises RecordError naming the field."""
@@ -172,7 +187,7 @@ def decode(data: Mapping[str, Any]) -> Measurement:
             environment=fields.texts_by_name("environment"), device=fields.text("device"),
             worker=fields.text("worker"), notes=fields.texts("notes"), contended=fields.text("contended"),
             contended_wait=fields.number("contended_wait"), judgement=_read_judgement(fields),
-            trend=fields.objects("trend"), joules=fields.number("joules"),
+            trend=_read_trend(fields), joules=fields.number("joules"),
             measured_bytes=fields.number("measured_bytes"), step=_read_step(fields), part_of=fields.text("part_of"),
         )
     except RecordError as exc:
@@ -203,7 +218,7 @@ class BaselineFacts(NamedTuple):
     judged_tolerance: float | None
 
 
-def baseline_facts(data: Mapping[str, Any]) -> BaselineFacts:
+def baseline_facts(data: Record) -> BaselineFacts:
     """The facts of ``data`` (a record as ``decode`` reads it) that a baseline run needs, checked as decode checks them."""
     fields = _record(data)
     try:
@@ -223,7 +238,7 @@ def baseline_facts(data: Mapping[str, Any]) -> BaselineFacts:
         raise RecordError(f"{_whose(data)}{exc}") from None
 
 
-def _record(data: Mapping[str, Any]) -> Fields:
+def _record(data: Record) -> Fields:
     """``data``'s fields, once it is a record of this format."""
     if not isinstance(data, Mapping):
         raise RecordError(f"a record is a JSON object, not {_shown(data)}")
@@ -304,6 +319,11 @@ def _read_comparison(fields: Fields) -> BaselineComparison:
     )
 
 
+def _read_trend(fields: Fields) -> tuple[TrendPoint, ...]:
+    """The points as store.trend wrote them, checked only as objects: a report shows them, nothing judges them."""
+    return cast("tuple[TrendPoint, ...]", fields.objects("trend"))
+
+
 def _read_step(fields: Fields) -> StepBreakdown | None:
     step = fields.object("step")
     if not step:
@@ -320,7 +340,7 @@ class Fields:
 
     __slots__ = ("data", "where")
 
-    def __init__(self, data: Mapping[str, Any], where: str) -> None:
+    def __init__(self, data: Record, where: str) -> None:
         self.data, self.where = data, where
 
     def fault(self, key: str, problem: str) -> NoReturn:
@@ -332,7 +352,16 @@ class Fields:
     def _missing(self, key: str) -> NoReturn:
         raise RecordError(f"{self.where}{key} is missing: the record cannot be read without it")
 
-    def number(self, key: str, default: Any = None, required: bool = False) -> Any:
+    @overload
+    def number(self, key: str, default: float, required: bool = False) -> float: ...
+    @overload
+    def number(self, key: str, default: None = None, *, required: Literal[True]) -> float: ...
+    @overload
+    def number(self, key: str, default: None = None, required: bool = False) -> float | None: ...
+
+    def number(self, key: str, default: float | None = None, required: bool = False) -> float | None:
+        """A number; ``required``: missing is a RecordError (a null there still reads as ``default``,
+        None, which no pytest-solgate writes: the required overload types what a writer writes)."""
         value = self.data.get(key)
         if value is None:
             if required and key not in self.data:
@@ -340,7 +369,7 @@ class Fields:
             return default
         if type(value) not in NUMBER and not _is_number(value):
             self.wrong(key, "a number")
-        return value
+        return cast(float, value)  # checked: an int or a float, by type or by isinstance
 
     def count(self, key: str) -> int:
         """A whole number, 0 where there is none (1.0 is one: JSON Schema, which checks imports, says so)."""
@@ -351,7 +380,12 @@ class Fields:
             self.wrong(key, "a whole number")
         return int(value)
 
-    def text(self, key: str, default: Any = "", required: bool = False) -> Any:
+    @overload
+    def text(self, key: str, default: str = "", required: bool = False) -> str: ...
+    @overload
+    def text(self, key: str, default: None, required: bool = False) -> str | None: ...
+
+    def text(self, key: str, default: str | None = "", required: bool = False) -> str | None:
         value = self.data.get(key)
         if value is None:
             if required and key not in self.data:
@@ -369,14 +403,14 @@ class Fields:
             self.wrong(key, "true or false")
         return value
 
-    def _array(self, key: str, kinds: frozenset[type], kind: Callable[[Any], bool], what: str) -> tuple[Any, ...]:
+    def _array(self, key: str, kinds: frozenset[type], kind: Callable[[object], TypeGuard[T]], what: str) -> tuple[T, ...]:
         value = self.data.get(key)
         if not value:
             return ()
         if not isinstance(value, (list, tuple)) or not (kinds.issuperset(map(type, value))
                                                          or all(kind(item) for item in value)):
             self.wrong(key, f"a list of {what}")
-        return tuple(value)
+        return cast("tuple[T, ...]", tuple(value))  # every item checked above (mypy narrows no all())
 
     def numbers(self, key: str) -> tuple[float, ...]:
         return self._array(key, NUMBER, _is_number, "numbers")
@@ -384,12 +418,14 @@ class Fields:
     def texts(self, key: str) -> tuple[str, ...]:
         return self._array(key, TEXT, _is_text, "text")
 
-    def objects(self, key: str) -> tuple[Mapping[str, Any], ...]:
+    def objects(self, key: str) -> tuple[Record, ...]:
         return self._array(key, OBJECT, _is_object, "objects")
 
-    def object(self, key: str) -> dict[str, Any] | None:
+    def object(self, key: str) -> Record | None:
         value = self.data.get(key)
-        if value is not None and not _is_object(value):
+        if value is None:
+            return None
+        if not _is_object(value):
             self.wrong(key, "an object")
         return value
 
@@ -401,22 +437,22 @@ class Fields:
         value = self.object(key) or {}
         if not all(_is_number(v) for v in value.values()):
             self.wrong(key, "an object of numbers")
-        return dict(value)
+        return cast("dict[str, float]", dict(value))  # every value checked above
 
     def texts_by_name(self, key: str) -> dict[str, str]:
         value = self.object(key) or {}
         if not all(_is_text(v) for v in value.values()):
             self.wrong(key, "an object of text")
-        return dict(value)
+        return cast("dict[str, str]", dict(value))  # every value checked above
 
 
-def _whose(data: Mapping[str, Any]) -> str:
+def _whose(data: Record) -> str:
     test, name = data.get("test"), data.get("name")
     if isinstance(test, str) and isinstance(name, str):
         return f"the record of {test} [{name}]: "
     return "a record: "
 
 
-def _shown(value: Any, limit: int = 60) -> str:
+def _shown(value: object, limit: int = 60) -> str:
     text = " ".join(repr(value).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -43,7 +43,7 @@ from pytest_solgate.support.settings import Settings, history_required
 if TYPE_CHECKING:
     from pytest_solgate.declare.profiles import ProfileOption
     from pytest_solgate.engine.kernels import Engine
-    from pytest_solgate.judge.budget import Budget
+    from pytest_solgate.judge.budget import Budget as Budget  # re-exported: plugin.py's stash key holds one
     from pytest_solgate.judge.window import BaselineWindow
     from pytest_solgate.measure.backends import CpuClock
     from pytest_solgate.measure.ncu import DramTraffic

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest_solgate.cli.common as common
 from pytest_solgate.cli.common import UsageFailure
 from pytest_solgate.support.settings import Settings
 
+if TYPE_CHECKING:
+    from pytest_solgate.cli.common import Subcommands
+    from pytest_solgate.record.store import Accept
 
-def add_parsers(sub: Any) -> None:
+
+def add_parsers(sub: Subcommands) -> None:
     p = sub.add_parser("compare", help="HEAD's results against BASE's own runs, by the gate's rule, with the gate's "
                        "story between them; exit 1 on a regression")
     p.add_argument("base", help="the base commit (a git ref or sha)")
@@ -84,7 +88,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
         who = getpass.getuser()
     except (KeyError, OSError):
         who = ""
-    accept = {"commit_sha": sha, "pattern": args.pattern, "reason": reason, "accepted_by": who,
+    accept: Accept = {"commit_sha": sha, "pattern": args.pattern, "reason": reason, "accepted_by": who,
               "accepted_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     with common.open_history(common.history_path(args)) as store:  # an accept amends a history, never starts one
         matched = _accepted_tests(args.pattern, store.series(), store.location)

@@ -40,6 +40,7 @@ from pytest_solgate.measure.integrity import guard
 from pytest_solgate.measure.integrity.outputs import Checked
 from pytest_solgate.measure.platform import Platform
 from pytest_solgate.measure.stopping import StoppingRule
+from pytest_solgate.measure.telemetry import throttle_reasons
 from pytest_solgate.measure.torch_modes import under_modes_now
 from pytest_solgate.results import Measurement
 from pytest_solgate.support.errors import MeasureError, SolgateError
@@ -68,7 +69,9 @@ class Timed(Generic[pipeline.Read]):
     read: pipeline.Read  # what the attempt read beside its timing (a step's profile; None for a kernel)
     contended: str  # why it was not alone on its device ('' when it was)
     notes: tuple[str, ...]  # for its record: contention, a call over the time budget, the extras' findings
-    fields: Mapping[str, Any]  # Measurement fields the extras found (joules, measured_bytes)
+    # Measurement fields the extras found (joules, measured_bytes), and the integrity checks' breach
+    # (Any: measure/integrity/guard.py's Breach, which is Any there)
+    fields: Mapping[str, Any]
 
 
 class Engine:
@@ -440,7 +443,7 @@ def scorable_work(work: Work, profile: HardwareProfile, gated: bool) -> tuple[Wo
 
 
 def throttled_warning(test: str, name: str, timing: sampling.Timing) -> str:
-    reasons = ", ".join((timing.telemetry or {}).get("throttle_reasons", [])) or "SM clock under 75% of its max"
+    reasons = ", ".join(throttle_reasons(timing.telemetry)) or "SM clock under 75% of its max"
     return (f"{test} '{name}' was throttled ({reasons}) and stayed throttled after {phases.MAX_RECOVERIES} pauses "
             "to recover; its SOL may be low for a reason other than the kernel: check cooling, power and clocks")
 

@@ -7,17 +7,18 @@ import dataclasses
 import fnmatch
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence, TypeVar
 
 from pytest_solgate.support.errors import MarkerError
 
 BudgetSpec = float | tuple[tuple[str, float], ...] | None
+Kept = TypeVar("Kept")
 # How one marker argument is checked: (test, argument, its value) -> the value kept (of its field's
-# type, which one alias cannot name), or MarkerError.
-Check = Callable[[str, str, object], Any]
+# type), or MarkerError.
+Check = Callable[[str, str, object], Kept]
 
 
-def _option(check: Check) -> Any:
+def _option(check: Check[Kept]) -> Kept | None:
     """A field of the marker's options: absent (None) unless given, then checked by ``check``."""
     return field(default=None, metadata={"check": check})
 
@@ -46,7 +47,7 @@ def _factor(test: str, key: str, value: object) -> float:
     return float(value)
 
 
-def _per_profile(check: Callable[[str, str, object], float]) -> Check:
+def _per_profile(check: Check[float]) -> Check[BudgetSpec]:
     """``check`` on a number, which applies everywhere, or on each value of a {profile-glob: value} mapping."""
 
     def spec(test: str, key: str, value: object) -> BudgetSpec:

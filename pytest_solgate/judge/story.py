@@ -7,11 +7,12 @@ first-parent chain), and ``solgate history --changes`` and the trend page (``ser
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 from pytest_solgate.judge import changepoints
 from pytest_solgate.judge.changepoints import MIN_CHANGE
 from pytest_solgate.judge.window import BaselineRun
+from pytest_solgate.results import CommitPoint
 from pytest_solgate.support import stats
 
 
@@ -56,7 +57,7 @@ def story(points: Sequence[Point], min_change: float = MIN_CHANGE) -> Story:
     return Story(changes, frozenset(failed), max(moved) if moved else None, apart)
 
 
-def series_story(points: Sequence[Mapping[str, Any]], min_change: float = MIN_CHANGE) -> Story:
+def series_story(points: Sequence[CommitPoint], min_change: float = MIN_CHANGE) -> Story:
     """The story of a series as the history lists it (store.commit_series: one point per commit
     with the verdicts of its runs). Which window a failed run was judged against is not listed
     there: it reads as older than the series."""
@@ -122,7 +123,10 @@ def along(runs: Sequence[BaselineRun], commits: Sequence[str], accepted: Sequenc
         told = story(points, min_change)
     except changepoints.ChangePointsUnavailable as exc:
         return Told(unavailable=str(exc))
-    name = lambda i: commits[oldest - i] if i is not None and 0 <= oldest - i < len(commits) else ""  # noqa: E731
+
+    def name(i: int | None) -> str:
+        return commits[oldest - i] if i is not None and 0 <= oldest - i < len(commits) else ""
+
     read = [i for i, p in enumerate(points) if p.sol is not None and p.sol > 0]
     steps = tuple(Step(name(cp.index), name(max((i for i in read if i < cp.index), default=None)), cp,
                        cp.index in told.failed) for cp in told.changes.points)

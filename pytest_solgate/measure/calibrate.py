@@ -26,10 +26,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence, TypedDict
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Protocol, Sequence, TypedDict
 
 from pytest_solgate.declare.profiles import CacheLevel, DeviceFacts, HardwareProfile, load_profile, profile_to_toml
-from pytest_solgate.measure import contention, sampling
+from pytest_solgate.measure import contention, sampling, telemetry
 from pytest_solgate.measure.backends import CpuBackend, CudaBackend
 from pytest_solgate.measure.devices import MIB, cpu_data_caches, last_level_cache_bytes
 from pytest_solgate.measure.stopping import Stop
@@ -721,8 +721,6 @@ MAX_GPU_SPREAD = 0.10
 def sampling_timer(backend: Backend, settings: SamplingSettings = CALIBRATION_SAMPLING) -> "Timer":
     """A calibration's timer: the tests' sampling loop (take_timing) on ``backend`` (the CUDA
     backend on a GPU), with a throttled round taken again."""
-    from pytest_solgate.measure import sampling, telemetry
-
     return lambda fn: sampling.take_timing(fn, backend, settings, telemetry.is_throttled)
 
 
@@ -854,7 +852,7 @@ def repeated_figures(passes: list[dict[str, tuple[float, sampling.Timing]]]) -> 
         faults = []
         if any(t.noisy for t in timings):
             faults.append(f"{key} noisy")
-        throttled = sorted({r for t in timings if t.throttled for r in (t.telemetry or {}).get("throttle_reasons", [])})
+        throttled = sorted({r for t in timings if t.throttled for r in telemetry.throttle_reasons(t.telemetry)})
         if any(t.throttled for t in timings):
             faults.append(f"{key} throttled ({', '.join(throttled) or 'SM clock under 75% of its default'})")
         figure_spread = spread(rates)
@@ -881,13 +879,15 @@ def gpu_profile(
     device_name: str,
     l2_bytes: int | None,
     repetitions: int = GPU_REPETITIONS,
-    **measure_options: Any,
+    timer: Timer | None = None,
+    matmul_size: int = 8192,
+    copy_bytes: int | None = None,
 ) -> tuple[HardwareProfile, list[str]]:
     """The measured profile of one GPU (the median of ``repetitions`` passes), and the reasons it
     must not be cached (empty when it may be)."""
     import torch
 
-    candidates = repeated_figures([measure_gpu(torch, device, datasheet, l2_bytes, **measure_options)
+    candidates = repeated_figures([measure_gpu(torch, device, datasheet, l2_bytes, timer, matmul_size, copy_bytes)
                                    for _ in range(repetitions)])
     best = best_candidates(candidates)
     pattern, bandwidth = best.pop("bandwidth")

@@ -9,17 +9,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from pytest_solgate.declare.profiles import DriverFacts
 from pytest_solgate.measure import telemetry
 from pytest_solgate.support.errors import OptionError
 from pytest_solgate.support.settings import parse_device
 
+if TYPE_CHECKING:
+    import torch as torch_types
+
 MIB = 1024 * 1024
 
 
-def torch_or_none() -> Any:
+def torch_or_none() -> ModuleType | None:
     try:
         import torch
     except ImportError:
@@ -27,7 +31,7 @@ def torch_or_none() -> Any:
     return torch
 
 
-def cuda_uuid(torch: Any, device: Any) -> str | None:
+def cuda_uuid(torch: ModuleType, device: int | torch_types.device | None) -> str | None:
     """The UUID torch reports for a CUDA device (an index or torch.device), or None."""
     return str(getattr(torch.cuda.get_device_properties(device), "uuid", "") or "") or None
 
@@ -48,7 +52,8 @@ class DeviceChoice:
         return self.index
 
 
-def choose_device(spec: str, worker_index: int | None, worker_count: int | None = None, torch: Any = None) -> DeviceChoice:
+def choose_device(spec: str, worker_index: int | None, worker_count: int | None = None,
+                  torch: ModuleType | None = None) -> DeviceChoice:
     """Resolve ``--sol-device``; under xdist, worker N takes GPU N mod count with ``auto`` or ``cuda``.
 
     More xdist workers than GPUs is refused: the device lock keeps two timings apart, but not one
@@ -61,7 +66,7 @@ def choose_device(spec: str, worker_index: int | None, worker_count: int | None 
     has_cuda = torch is not None and torch.cuda.is_available()
     if kind == "auto" and not has_cuda:
         return DeviceChoice("cpu")
-    if not has_cuda:
+    if not has_cuda or torch is None:  # (no torch has no CUDA: said for the checker)
         raise OptionError(f"--sol-device={spec} but no CUDA device is available; use --sol-device=auto or cpu")
     count = torch.cuda.device_count()
     if worker_count is not None and (worker_count > count or (index is not None and worker_count > 1)):

@@ -45,7 +45,8 @@ class Taken:
 @dataclass(frozen=True)
 class Findings:
     notes: tuple[str, ...] = ()
-    fields: Mapping[str, Any] = field(default_factory=dict)  # Measurement fields
+    # Measurement fields, and the integrity checks' breach (Any: measure/integrity/guard.py's Breach is Any)
+    fields: Mapping[str, Any] = field(default_factory=dict)
     error: str = ""  # the measurement cannot stand (a MeasureError's one line)
     retake: bool = False  # the attempt was disturbed: take it again if the budget allows
     rank: float = 0.0  # of disturbed attempts, the lowest rank is kept (the calmest)

@@ -85,7 +85,7 @@ def from_kineto(events: Iterable[_KinetoEvent]) -> list[TraceEvent]:
     return found
 
 
-def from_dicts(rows: Iterable[Mapping[str, Any]]) -> list[TraceEvent]:
+def from_dicts(rows: Iterable[Mapping[str, Any]]) -> list[TraceEvent]:  # Any: JSON read back, converted here
     """TraceEvents from their fields (a recorded trace under tests/data/: JSON, its values converted here)."""
     return [TraceEvent(str(r["name"]), bool(r["on_device"]), int(r["start_ns"]), int(r["end_ns"]),
                        int(r["correlation"]), int(r["resource"])) for r in rows]

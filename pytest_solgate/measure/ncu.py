@@ -43,7 +43,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 CHILD_VARIABLE = "SOLGATE_NCU_CHILD"  # JSON [test key, measurement name] of the measurement to profile
 NCU_VARIABLE = "SOLGATE_NCU"  # the ncu executable, when not the one on PATH
@@ -127,7 +127,7 @@ def child_command(nodeid: str, rootdir: Path, device: str, profile: str | None) 
 
 
 def profile(nodeid: str, test: str, name: str, rootdir: Path, device: str, profile_option: str | None,
-            run: Callable[..., Any] = subprocess.run) -> DramTraffic:
+            run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run) -> DramTraffic:
     """Run the child under ncu and return what it measured; raises NcuUnavailable or NcuFailed."""
     ncu = executable()
     if ncu is None:

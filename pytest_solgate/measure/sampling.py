@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from pytest_solgate.measure import phases
 from pytest_solgate.measure.capabilities import Backend
+from pytest_solgate.measure.kernel_trace import SampleKernels
 from pytest_solgate.measure.stopping import NoiseTarget, StoppingRule
 from pytest_solgate.support import stats
 from pytest_solgate.support.errors import MeasureError
@@ -41,7 +42,7 @@ class Timing:
     # "events" (each sample's calls launched from Python) or "cuda-graph" on a GPU; on a CPU
     # "thread-cpu-time" (the calling thread's CPU time) or "perf-counter" (wall time)
     mode: str = "events"
-    telemetry: dict[str, Any] | None = None
+    telemetry: Mapping[str, object] | None = None
     telemetry_note: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
     # The median time of the backend's memory probe, timed after each kept sample (None without one)
@@ -75,7 +76,8 @@ class KernelTimed:
     hidden_work: str = ""
 
 
-def kernel_timed(events_samples: tuple[float, ...], traced: tuple[Any, ...], batch: int, mode: str) -> KernelTimed:
+def kernel_timed(events_samples: tuple[float, ...], traced: tuple[SampleKernels | None, ...], batch: int,
+                 mode: str) -> KernelTimed:
     """The samples from the device's kernel timestamps where every kept sample has them and they
     pass the cross-check against the events; else the events' samples, with why (pure)."""
     if not traced or all(t is None for t in traced):
@@ -86,21 +88,22 @@ def kernel_timed(events_samples: tuple[float, ...], traced: tuple[Any, ...], bat
         missing = sum(t is None for t in traced)
         return KernelTimed(events_samples, mode, f"timed with events: {missing} of {len(traced)} samples had no kernel "
                            "timestamps in the profiler's trace", hidden_work=hidden)
-    samples = tuple(t.busy_seconds / batch for t in traced)
+    every = [t for t in traced if t is not None]  # each sample's, none missing (checked above)
+    samples = tuple(t.busy_seconds / batch for t in every)
     median = stats.median(list(samples))
     if median > events_median * CROSS_CHECK_RATIO + CROSS_CHECK_SLACK:
         return KernelTimed(events_samples, mode, f"timed with events: the kernel timestamps add up to {median * 1e6:.3g} us "
                            f"a call, more than the {events_median * 1e6:.3g} us the events saw around them", hidden_work=hidden)
     return KernelTimed(samples, KERNEL_TIMESTAMPS, "", events_median,
-                       stats.median([t.span_seconds / batch for t in traced]),
-                       stats.median([t.gap_seconds / batch for t in traced]), hidden)
+                       stats.median([t.span_seconds / batch for t in every]),
+                       stats.median([t.gap_seconds / batch for t in every]), hidden)
 
 
 def take_timing(
-    fn: Callable[[], Any],
+    fn: Callable[[], object],
     backend: Backend[Any, Any],  # any backend: its tokens and handles are only handed back to it
     settings: SamplingSettings,
-    throttle_check: Callable[[dict[str, Any]], bool] | None = None,
+    throttle_check: Callable[[Mapping[str, object]], bool] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     pause: Callable[[float], None] = time.sleep,
     rotation_sets: int = 1,

@@ -62,7 +62,7 @@ def peak_clock_mhz(torch: ModuleType, device: torch_types.device, nvml_max_mhz: 
 
 
 @functools.lru_cache(maxsize=None)
-def _build_stamp_kernel() -> Any:
+def _build_stamp_kernel() -> Any:  # Any: a Triton kernel (triton ships no types)
     """The Triton kernel, defined once per process (every CUDA backend shares it)."""
     import triton
     import triton.language as tl

@@ -7,7 +7,7 @@ is absent and ``note`` says why.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Mapping, TypeVar
 
 from pytest_solgate.measure.sm_clock import MIN_CLOCK_FRACTION  # nvbench's throttle threshold
 
@@ -127,7 +127,13 @@ def nvml_device_name(index: int, uuid: str | None = None) -> str | None:
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
-def is_throttled(reading: dict[str, Any]) -> bool:
+def throttle_reasons(reading: Mapping[str, object] | None) -> list[str]:
+    """The reasons NVML gave for slowing the clock in a reading (``throttle_reasons``), [] where none."""
+    reasons = (reading or {}).get("throttle_reasons")
+    return [reason for reason in reasons if isinstance(reason, str)] if isinstance(reasons, (list, tuple)) else []
+
+
+def is_throttled(reading: Mapping[str, object]) -> bool:
     """True when NVML's reading taken while a round ran shows a thermal or hardware slowdown, or,
     where it carries the SM clock, that clock under 75 % of the peak (``sm_clock_max_mhz``;
     nvbench's threshold and reference, see measure/sm_clock.py). The sampling loop leaves the NVML
@@ -137,6 +143,7 @@ def is_throttled(reading: dict[str, Any]) -> bool:
     fault; it is reported as a fact (``throttle_reasons`` keeps ``sw_power_cap``)."""
     clock = reading.get("sm_clock_mhz")
     reference = reading.get("sm_clock_max_mhz")
-    if clock and reference and clock < MIN_CLOCK_FRACTION * reference:
+    if isinstance(clock, (int, float)) and isinstance(reference, (int, float)) and clock and reference \
+            and clock < MIN_CLOCK_FRACTION * reference:
         return True
-    return any(reason != POWER_CAP for reason in reading.get("throttle_reasons", ()))
+    return any(reason != POWER_CAP for reason in throttle_reasons(reading))

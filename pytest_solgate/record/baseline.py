@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from pytest_solgate.record import gitinfo
 from pytest_solgate.support.errors import HistoryUnavailable, OptionError
 from pytest_solgate.support.settings import DEFAULT_MIN_CHANGE
 
 if TYPE_CHECKING:  # the plugin builds a chooser at start-up: judge and history load on first use
-    from pytest_solgate.judge.window import BaselineWindow
+    from pytest_solgate.judge.window import BaselineRun, BaselineWindow
+    from pytest_solgate.record.store import Store
 
 LEVEL_LOOKBACK = 30  # runs read to find where the level began (at least 3 windows' worth)
 STORY_RUNS = 1_000_000  # the most runs read between two commits a story is told between
@@ -50,7 +51,7 @@ def start_commit(root: Path, spec: str, head: gitinfo.GitFacts) -> str | None:
     return sha
 
 
-def accepted_commits(store: Any, commits: Sequence[str], test: str, name: str = "") -> list[str]:
+def accepted_commits(store: Store, commits: Sequence[str], test: str, name: str = "") -> list[str]:
     """The commits of ``commits`` where a slowdown of measurement ``name`` of ``test`` was accepted
     (``solgate accept``), its pattern matched as ``solgate history`` matches it (one matcher: a
     pattern on a step's operator series, ``'*aten::softmax*'``, once matched nothing here)."""
@@ -58,16 +59,16 @@ def accepted_commits(store: Any, commits: Sequence[str], test: str, name: str = 
     return [a["commit_sha"] for a in store.accepts(commits) if matches(a["pattern"], test, name)]
 
 
-def runs_from(store: Any, key: tuple[str, str, str, str], commits: Sequence[str],
-              window_size: int) -> tuple[list[Any], list[str]]:
+def runs_from(store: Store, key: tuple[str, str, str, str], commits: Sequence[str],
+              window_size: int) -> tuple[list[BaselineRun], list[str]]:
     """What one measurement's baseline is chosen from along ``commits``: its runs (nearest commit
     first, enough to find where the level began) and the commits where its slowdown was accepted."""
     runs = store.baseline_runs(*key, commits, max(window_size * 3, LEVEL_LOOKBACK))
     return runs, accepted_commits(store, commits, key[0], key[1])
 
 
-def runs_between(store: Any, key: tuple[str, str, str, str], commits: Sequence[str],
-                 older: int) -> tuple[list[Any], list[str]]:
+def runs_between(store: Store, key: tuple[str, str, str, str], commits: Sequence[str],
+                 older: int) -> tuple[list[BaselineRun], list[str]]:
     """What the story of one measurement between two commits of a first-parent chain is told from
     (``commits`` nearest first; ``commits[older]`` the older of the two): every run at the commits
     from the newer one down to ``commits[older]``, then as many runs before it as the gate reads to
@@ -78,7 +79,7 @@ def runs_between(store: Any, key: tuple[str, str, str, str], commits: Sequence[s
     return runs, accepted_commits(store, commits, key[0], key[1])
 
 
-def with_machine_noise(window: BaselineWindow | None, store: Any, host: str) -> BaselineWindow | None:
+def with_machine_noise(window: BaselineWindow | None, store: Store, host: str) -> BaselineWindow | None:
     """A window of one run, with this machine's run-to-run noise from its other series: what a drop
     against one clean run is judged by (judge/window.py)."""
     if window is None or len(window.runs) != 1 or not host:
@@ -87,7 +88,9 @@ def with_machine_noise(window: BaselineWindow | None, store: Any, host: str) -> 
 
 
 # The judge's rule for a window (judge/level.py: window), passed in by the run: record/ only reads.
-Decide = Callable[..., "BaselineWindow | None"]
+# (runs, commits, accepted, window_size, head_environment, min_change, inherit) -> the window, or None.
+Decide = Callable[["Sequence[BaselineRun]", Sequence[str], Sequence[str], int, Mapping[str, str], float, bool],
+                  "BaselineWindow | None"]
 
 
 class BaselineChooser:
@@ -99,7 +102,7 @@ class BaselineChooser:
         spec: str,
         window_size: int,
         head: Callable[[], gitinfo.GitFacts],
-        open_store: Callable[[], Any],
+        open_store: Callable[[], Store | None],
         decide: Decide,
         unavailable: str | None = None,
         min_change: float = DEFAULT_MIN_CHANGE,

@@ -5,7 +5,7 @@ measurement of a test that failed its own assertion is marked with that failure.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Mapping
 
 # pytest's categories (its hook ``pytest_report_teststatus``) as its summary line counts them.
 COUNTED = {"passed": "passed", "failed": "failed", "error": "errors", "skipped": "skipped",
@@ -30,12 +30,9 @@ class TestOutcomes:
         """'test failed', 'test error', or '' for a test that did not fail."""
         return self.failures.get(test, "")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, int | dict[str, str]]:
+        """The run's ``tests`` in a solgate/1 document (written for its readers; solgate reads no run's tests back)."""
         return {**{name: self.counts.get(name, 0) for name in COUNTED.values()}, "failures": dict(self.failures)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "TestOutcomes":
-        return cls({k: v for k, v in data.items() if k in COUNTED.values() and v}, dict(data.get("failures", {})))
 
 
 class OutcomeTally:

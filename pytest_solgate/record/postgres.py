@@ -14,9 +14,20 @@ Every statement is parameterised; every message names host, port and database, n
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from types import ModuleType
+from typing import Sequence
 
-from pytest_solgate.record.store import ACCEPT_COLUMNS, MEASUREMENT_COLUMNS, RUN_COLUMNS, Store
+from pytest_solgate.record.store import (
+    ACCEPT_COLUMNS,
+    MEASUREMENT_COLUMNS,
+    RUN_COLUMNS,
+    AcceptRow,
+    DbRow,
+    MeasurementRow,
+    RunRow,
+    Store,
+    run_values,
+)
 from pytest_solgate.support.errors import HistoryElsewhere, HistoryError, HistoryUnavailable, NoHistoryYet
 from pytest_solgate.support.locations import redact
 
@@ -99,7 +110,7 @@ _SETTINGS_FAULTS = (
 )
 
 
-def _psycopg() -> Any:
+def _psycopg() -> ModuleType:  # imported on first use: an optional dependency
     try:
         import psycopg
     except ImportError:
@@ -235,10 +246,11 @@ class PostgresStore(Store):
 
     # --- the two primitives the shared Store needs ----------------------------------------------
 
-    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def _rows(self, sql: str, params: Sequence[object] = ()) -> list[DbRow]:
         psycopg = self._psycopg
         try:
-            return self.conn.execute(self._sql(sql), tuple(params)).fetchall()
+            rows: list[DbRow] = self.conn.execute(self._sql(sql), tuple(params)).fetchall()
+            return rows
         except psycopg.OperationalError as exc:
             raise HistoryUnavailable(f"{self.location}: the history server went away ({self._clean(exc)})") from None
         except psycopg.errors.InsufficientPrivilege:
@@ -246,7 +258,7 @@ class PostgresStore(Store):
         except psycopg.Error as exc:
             raise HistoryError(f"{self.location}: cannot read the history ({type(exc).__name__}: {self._clean(exc)})") from None
 
-    def _write_run(self, row: dict[str, Any], info_json: str, measurements: list[tuple[Any, ...]]) -> bool:
+    def _write_run(self, row: RunRow, info_json: str, measurements: list[MeasurementRow]) -> bool:
         psycopg = self._psycopg
         try:
             with self.conn.transaction():
@@ -254,7 +266,7 @@ class PostgresStore(Store):
                     f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}, info_json) "
                     f"VALUES ({', '.join('%s' for _ in RUN_COLUMNS)}, %s) "
                     "ON CONFLICT (run_uid) DO NOTHING RETURNING id",
-                    [row[c] for c in RUN_COLUMNS] + [info_json],
+                    [*run_values(row), info_json],
                 ).fetchone()
                 if inserted is None:
                     return False  # already there: importing or re-sending a run adds nothing
@@ -275,7 +287,7 @@ class PostgresStore(Store):
             raise HistoryError(f"{self.location}: cannot write the history ({type(exc).__name__}: {self._clean(exc)})") from None
         return True
 
-    def _write_accept(self, row: tuple[Any, ...]) -> bool:
+    def _write_accept(self, row: AcceptRow) -> bool:
         psycopg = self._psycopg
         try:
             inserted = self.conn.execute(

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from typing import Any, Sequence
+from typing import NoReturn, Sequence, TypedDict, cast
 
 from pytest_solgate.declare.work import MAX_COUNT
 from pytest_solgate.record.outcome import COUNTED, FAILING, TestOutcomes
@@ -36,16 +36,28 @@ MAX_SAMPLES = 1_000_000
 MAX_TEXT = 100_000
 
 
-def _number(maximum: float, minimum: float = 0.0, exclusive: bool = False) -> dict[str, Any]:
+# A JSON Schema, or a part of one.
+Schema = dict[str, object]
+
+
+class Document(TypedDict):
+    """A solgate/1 document as ``load`` returns it: checked against ``DOCUMENT``, its records not read yet."""
+
+    schema: str
+    run: dict[str, object]
+    measurements: list[dict[str, object]]
+
+
+def _number(maximum: float, minimum: float = 0.0, exclusive: bool = False) -> Schema:
     bound = {"exclusiveMinimum": minimum} if exclusive else {"minimum": minimum}
     return {"type": "number", "maximum": maximum, **bound}
 
 
-def _text(max_length: int = MAX_TEXT) -> dict[str, Any]:
+def _text(max_length: int = MAX_TEXT) -> Schema:
     return {"type": "string", "maxLength": max_length}
 
 
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+def _nullable(schema: Schema) -> Schema:
     return {"anyOf": [schema, {"type": "null"}]}
 
 
@@ -194,11 +206,11 @@ DOCUMENT = {
 }
 
 
-def _refuse_constant(name: str) -> Any:
+def _refuse_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a number a measurement can have")
 
 
-def load(text: str, where: str) -> dict[str, Any]:
+def load(text: str, where: str) -> Document:
     """Parse and check a solgate/1 document; any fault is one ImportFileError naming the field."""
     try:
         document = json.loads(text, parse_constant=_refuse_constant)
@@ -218,7 +230,7 @@ def load(text: str, where: str) -> dict[str, Any]:
             f"{where}: {field} = {value}: {_short(error.message.replace(repr(error.instance), 'it', 1))}; "
             "nothing was imported"
         )
-    return document
+    return cast(Document, document)  # its shape checked against DOCUMENT just above
 
 
 def _short(text: str, limit: int = 120) -> str:
@@ -226,7 +238,7 @@ def _short(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _finite(value: Any) -> Any:
+def _finite(value: object) -> object:
     """JSON has no NaN or Infinity: write null instead, so any parser can read the file."""
     if isinstance(value, float) and not math.isfinite(value):
         return None

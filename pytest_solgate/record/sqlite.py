@@ -11,9 +11,19 @@ import contextlib
 import os
 import sqlite3
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Iterator, Sequence
 
-from pytest_solgate.record.store import ACCEPT_COLUMNS, MEASUREMENT_COLUMNS, RUN_COLUMNS, Store
+from pytest_solgate.record.store import (
+    ACCEPT_COLUMNS,
+    MEASUREMENT_COLUMNS,
+    RUN_COLUMNS,
+    AcceptRow,
+    DbRow,
+    MeasurementRow,
+    RunRow,
+    Store,
+    run_values,
+)
 from pytest_solgate.support.errors import HistoryElsewhere, HistoryError, NoHistoryYet
 
 APPLICATION_ID = 0x536F4C47  # "SoLG"
@@ -204,14 +214,14 @@ class SqliteStore(Store):
         except sqlite3.OperationalError as exc:
             raise HistoryElsewhere(f"{self.path}: cannot write the history ({exc})") from None
 
-    def _write_run(self, row: dict[str, Any], info_json: str, measurements: list[tuple[Any, ...]]) -> bool:
+    def _write_run(self, row: RunRow, info_json: str, measurements: list[MeasurementRow]) -> bool:
         with self._writing():
             if self.db.execute("SELECT 1 FROM runs WHERE run_uid = ?", (row["run_uid"],)).fetchone():
                 return False  # sent before: nothing to add (the transaction commits nothing)
             cursor = self.db.execute(
                 f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}, info_json) VALUES "
                 f"({', '.join('?' for _ in RUN_COLUMNS)}, ?)",
-                [row[c] for c in RUN_COLUMNS] + [info_json],
+                [*run_values(row), info_json],
             )
             self.db.executemany(
                 f"INSERT INTO measurements ({', '.join(MEASUREMENT_COLUMNS)}) "
@@ -220,7 +230,7 @@ class SqliteStore(Store):
             )
         return True
 
-    def _write_accept(self, row: tuple[Any, ...]) -> bool:
+    def _write_accept(self, row: AcceptRow) -> bool:
         with self._writing():
             exists = self.db.execute("SELECT 1 FROM accepts WHERE commit_sha = ? AND pattern = ? AND accepted_at = ?",
                                      (row[0], row[1], row[3])).fetchone()
@@ -229,13 +239,14 @@ class SqliteStore(Store):
                                 f"({', '.join('?' for _ in ACCEPT_COLUMNS)})", row)
         return not exists
 
-    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def _rows(self, sql: str, params: Sequence[object] = ()) -> list[DbRow]:
         try:
             return self.db.execute(sql, tuple(params)).fetchall()
         except sqlite3.DatabaseError as exc:
             raise HistoryError(f"{self.path}: cannot read the history ({exc})") from None
 
     def integrity(self) -> str:
-        return self.db.execute("PRAGMA integrity_check").fetchone()[0]
+        said: tuple[str] = self.db.execute("PRAGMA integrity_check").fetchone()
+        return said[0]
 
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
-from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Protocol, Sequence, TypedDict, TypeVar, cast
 
 from pytest_solgate.judge.window import BaselineRun
-from pytest_solgate.results import NOT_GATED, Measurement, RunInfo
+from pytest_solgate.results import NOT_GATED, CommitPoint, Measurement, RunInfo, TrendPoint
 from pytest_solgate.results_json import (
     BaselineFacts,
+    Record,
     RecordError,
     baseline_facts,
     decode,
@@ -46,7 +47,79 @@ ENVIRONMENT_COLUMNS = ("host", "driver", "cuda", "torch", "triton", "python")
 # (no LIKE: its '%' would clash with PostgreSQL's parameter markers).
 CONTENDED_SQL = "length(m.record_json) <> length(replace(m.record_json, '\"contended\": \"', ''))"
 T = TypeVar("T")
+K = TypeVar("K", bound="Keyed")
+# A row as the database driver returns it: sqlite3's and psycopg's fetchall are typed Any (a row's
+# types follow the SELECT), so each reader below names the columns its SELECT returns.
+DbRow = Any
 IN_LIST = 50  # values per IN (...) list (commits, test ids): well under SQLite's limit on bound parameters
+
+
+class RunRow(TypedDict):
+    """One run's facts as the runs table holds them (``RUN_COLUMNS``)."""
+
+    run_uid: str
+    started_at: str
+    commit_sha: str | None
+    commit_time: str | None
+    branch: str | None
+    dirty: int  # 0 or 1
+    host: str
+    device: str
+    driver: str
+    cuda: str
+    torch: str
+    triton: str
+    python: str
+    plugin: str
+    profile: str
+    ceilings: str
+    command: str
+    status: str
+
+
+class Accept(TypedDict):
+    """An accepted slowdown (``solgate accept``) as the accepts table holds it (``ACCEPT_COLUMNS``)."""
+
+    commit_sha: str
+    pattern: str
+    reason: str
+    accepted_at: str
+    accepted_by: str
+
+
+# The measurements table's columns for one measurement (MEASUREMENT_COLUMNS), less its run's id.
+MeasurementRow = tuple[str, str, str, str, float, float, "str | None", str]
+# A baseline window's row: run_uid, commit_sha, started_at, the run's id, status, record_json, then
+# the run's ENVIRONMENT_COLUMNS (host, driver, cuda, torch, triton, python).
+WindowRow = tuple[str, str, str, int, str, str, "str | None", "str | None", "str | None", "str | None", "str | None",
+                  "str | None"]
+# The accepts table's columns for one accepted slowdown (ACCEPT_COLUMNS).
+AcceptRow = tuple[str, str, str, str, str]
+
+
+def run_values(run: RunRow) -> list[object]:
+    """A run's columns in ``RUN_COLUMNS`` order, as a database writes them."""
+    columns: Mapping[str, object] = run
+    return [columns[c] for c in RUN_COLUMNS]
+
+
+def _run_of(row: Sequence[object]) -> RunRow:
+    """The runs table's columns (a row read in ``RUN_COLUMNS`` order) by name."""
+    return cast(RunRow, dict(zip(RUN_COLUMNS, row)))
+
+
+def _accept_of(row: Sequence[object]) -> Accept:
+    """The accepts table's columns (a row read in ``ACCEPT_COLUMNS`` order) by name."""
+    return cast(Accept, dict(zip(ACCEPT_COLUMNS, row)))
+
+
+class Keyed(Protocol):
+    """What a listing is filtered by: a recorded measurement's test id and name (Summary, Measurement)."""
+
+    @property
+    def test(self) -> str: ...
+    @property
+    def name(self) -> str: ...
 
 
 class Summary(NamedTuple):
@@ -64,7 +137,7 @@ class Summary(NamedTuple):
 
 
 def _baseline_run(
-    run_uid: str, commit: str, started_at: str, status: str, facts: BaselineFacts, columns: Sequence[Any]
+    run_uid: str, commit: str, started_at: str, status: str, facts: BaselineFacts, columns: Sequence[object]
 ) -> BaselineRun:
     environment = facts.environment
     if not environment:  # recorded before measurements carried their environment
@@ -96,7 +169,7 @@ def _share(value: float | None) -> float | None:
     return value if value is not None and 0 <= value <= 1 else None
 
 
-def baseline_run(run: Mapping[str, Any], m: Measurement) -> BaselineRun:
+def baseline_run(run: RunRow, m: Measurement) -> BaselineRun:
     """One result as a baseline run, from its run's row (``run_row``, or a row the store read):
     what ``solgate bisect`` makes of the runs it finds and the runs it makes."""
     return _baseline_run(run["run_uid"], run["commit_sha"] or "", run["started_at"], run["status"],
@@ -127,7 +200,7 @@ def matches(pattern: str | None, test: str, name: str = "") -> bool:
     return any(fnmatch.fnmatchcase(text, pattern) or pattern in text for text in (test, function, shown))
 
 
-def run_row(run: RunInfo) -> dict[str, Any]:
+def run_row(run: RunInfo) -> RunRow:
     """The runs table's columns for one run."""
     return {
         "run_uid": run.id,
@@ -151,7 +224,7 @@ def run_row(run: RunInfo) -> dict[str, Any]:
     }
 
 
-def measurement_row(m: Measurement) -> tuple[Any, ...]:
+def measurement_row(m: Measurement) -> MeasurementRow:
     """The measurements table's columns for one measurement, less its run's id."""
     verdict = m.verdict.value if m.verdict is not None else None
     # REAL columns take floats: an imported whole number beyond 2**63 (a legal, if absurd, SOL of an
@@ -173,16 +246,16 @@ class Store:
     def __enter__(self) -> "Store":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
         raise NotImplementedError
 
-    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def _rows(self, sql: str, params: Sequence[object] = ()) -> list[DbRow]:
         raise NotImplementedError
 
-    def _write_run(self, row: dict[str, Any], info_json: str, measurements: list[tuple[Any, ...]]) -> bool:
+    def _write_run(self, row: RunRow, info_json: str, measurements: list[MeasurementRow]) -> bool:
         raise NotImplementedError
 
     # --- writing --------------------------------------------------------------------------------
@@ -209,7 +282,7 @@ class Store:
         position = {commit: i for i, commit in enumerate(commits)}
         for start in range(0, len(commits), IN_LIST):
             chunk = list(commits[start:start + IN_LIST])
-            rows = self._rows(
+            rows: list[WindowRow] = self._rows(
                 "SELECT r.run_uid, r.commit_sha, r.started_at, r.id, r.status, m.record_json, "
                 f"{', '.join('r.' + c for c in ENVIRONMENT_COLUMNS)} FROM runs r "
                 "JOIN measurements m ON m.run_id = r.id "
@@ -226,33 +299,35 @@ class Store:
                     return found
         return found
 
-    def accepts(self, commits: Sequence[str]) -> list[dict[str, Any]]:
+    def accepts(self, commits: Sequence[str]) -> list[Accept]:
         """The accepted slowdowns recorded at any of ``commits`` (``solgate accept``), oldest first."""
-        found: list[dict[str, Any]] = []
+        found: list[Accept] = []
         for start in range(0, len(commits), IN_LIST):
             chunk = list(commits[start:start + IN_LIST])
             rows = self._rows(f"SELECT {', '.join(ACCEPT_COLUMNS)} FROM accepts "
                               f"WHERE commit_sha IN ({', '.join('?' for _ in chunk)}) ORDER BY id", chunk)
-            found += [dict(zip(ACCEPT_COLUMNS, row)) for row in rows]
+            found += [_accept_of(row) for row in rows]
         return sorted(found, key=lambda a: a["accepted_at"])
 
-    def all_accepts(self) -> list[dict[str, Any]]:
+    def all_accepts(self) -> list[Accept]:
         """Every accepted slowdown, oldest first: what ``solgate migrate`` copies."""
-        return [dict(zip(ACCEPT_COLUMNS, row)) for row in self._rows(f"SELECT {', '.join(ACCEPT_COLUMNS)} FROM accepts ORDER BY id")]
+        return [_accept_of(row) for row in self._rows(f"SELECT {', '.join(ACCEPT_COLUMNS)} FROM accepts ORDER BY id")]
 
-    def record_accept(self, accept: dict[str, Any]) -> bool:
+    def record_accept(self, accept: Accept) -> bool:
         """Record an accepted slowdown; False when the same one (commit, pattern, time) is there."""
         if self.read_only:
             raise HistoryError(f"{self.location}: the history is read-only here; the accept is not saved in it")
-        return self._write_accept(tuple(accept.get(c) or "" for c in ACCEPT_COLUMNS))
+        row = (accept.get("commit_sha") or "", accept.get("pattern") or "", accept.get("reason") or "",
+               accept.get("accepted_at") or "", accept.get("accepted_by") or "")
+        return self._write_accept(row)
 
-    def _write_accept(self, row: tuple[Any, ...]) -> bool:
+    def _write_accept(self, row: AcceptRow) -> bool:
         raise NotImplementedError
 
-    def runs(self) -> list[dict[str, Any]]:
+    def runs(self) -> list[RunRow]:
         """Every run's facts (the runs table's columns), oldest first."""
         rows = self._rows(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY started_at, id")
-        return [dict(zip(RUN_COLUMNS, row)) for row in rows]
+        return [_run_of(row) for row in rows]
 
     def tests(self) -> list[str]:
         """Every test id with a recorded measurement (an index-only scan)."""
@@ -260,23 +335,25 @@ class Store:
 
     def series(self) -> list[tuple[str, str]]:
         """Every recorded (test id, measurement name)."""
-        return [(test, name) for test, name in self._rows("SELECT DISTINCT test, name FROM measurements ORDER BY test, name")]
+        rows: list[tuple[str, str]] = self._rows("SELECT DISTINCT test, name FROM measurements ORDER BY test, name")
+        return [(test, name) for test, name in rows]
 
-    def results(self, pattern: str | None = None) -> list[tuple[dict[str, Any], Measurement]]:
+    def results(self, pattern: str | None = None) -> list[tuple[RunRow, Measurement]]:
         """(run facts, measurement) pairs, oldest first, optionally filtered by a glob on test ids.
         Only the matching tests' measurements are read (through the index on test)."""
         return self._matching(pattern, self._results)
 
-    def summaries(self, pattern: str | None = None) -> list[tuple[dict[str, Any], Summary]]:
+    def summaries(self, pattern: str | None = None) -> list[tuple[RunRow, Summary]]:
         """As ``results``, from the columns alone: what ``solgate history`` and ``trend`` show."""
         return self._matching(pattern, self._summaries)
 
-    def _matching(self, pattern: str | None, read: Any) -> list[Any]:
+    def _matching(self, pattern: str | None, read: Callable[[str, Sequence[object]], list[tuple[RunRow, K]]]
+                  ) -> list[tuple[RunRow, K]]:
         if not pattern:
             return read("", ())
         keys = {(test, name) for test, name in self.series() if matches(pattern, test, name)}
         tests = sorted({test for test, _ in keys})
-        found = []
+        found: list[tuple[RunRow, K]] = []
         for start in range(0, len(tests), IN_LIST):
             chunk = tests[start:start + IN_LIST]
             found += [pair for pair in read(f"WHERE m.test IN ({', '.join('?' for _ in chunk)})", chunk)
@@ -292,7 +369,7 @@ class Store:
         )
         return self._decoded(rows[0][0]) if rows else None
 
-    def results_at(self, commit: str) -> list[tuple[dict[str, Any], Measurement]]:
+    def results_at(self, commit: str) -> list[tuple[RunRow, Measurement]]:
         """The results of every run at one commit, oldest first (through the index on commit)."""
         return self._results("WHERE r.commit_sha = ?", (commit,))
 
@@ -300,7 +377,7 @@ class Store:
         """Every commit with a recorded run."""
         return {row[0] for row in self._rows("SELECT DISTINCT commit_sha FROM runs WHERE commit_sha IS NOT NULL")}
 
-    def _joined(self, columns: str, where: str, params: Sequence[Any]) -> list[tuple[dict[str, Any], tuple[Any, ...]]]:
+    def _joined(self, columns: str, where: str, params: Sequence[object]) -> list[tuple[RunRow, DbRow]]:
         """(run facts, the measurement's ``columns``) for the measurements ``where`` selects, oldest first."""
         rows = self._rows(
             f"SELECT {', '.join('r.' + c for c in RUN_COLUMNS)}, {columns} FROM measurements m "
@@ -308,19 +385,19 @@ class Store:
             params,
         )
         width = len(RUN_COLUMNS)
-        return [(dict(zip(RUN_COLUMNS, row[:width])), row[width:]) for row in rows]
+        return [(_run_of(row[:width]), row[width:]) for row in rows]
 
-    def _summaries(self, where: str, params: Sequence[Any]) -> list[tuple[dict[str, Any], Summary]]:
+    def _summaries(self, where: str, params: Sequence[object]) -> list[tuple[RunRow, Summary]]:
         columns = ", ".join("m." + f for f in Summary._fields if f != "contended") + ", " + CONTENDED_SQL
         return [(run, Summary(*rest)) for run, rest in self._joined(columns, where, params)]
 
-    def _results(self, where: str, params: Sequence[Any]) -> list[tuple[dict[str, Any], Measurement]]:
+    def _results(self, where: str, params: Sequence[object]) -> list[tuple[RunRow, Measurement]]:
         return [(run, self._decoded(record)) for run, (record,) in self._joined("m.record_json", where, params)]
 
     def _decoded(self, record_json: str) -> Measurement:
         return self._read(record_json, decode)
 
-    def _read(self, record_json: str, read: Callable[[Any], T]) -> T:
+    def _read(self, record_json: str, read: Callable[[Record], T]) -> T:
         """What ``read`` (results_json.py) takes from one measurements row's record; a record it cannot
         read is a RecordError (a HistoryError) naming the history and the field."""
         try:
@@ -335,18 +412,18 @@ class Store:
         measurement at one commit, pooled over its series (its newest ``newest`` measurements), with
         its degrees of freedom; None when no measurement ran twice at a commit. A busy run among
         them widens it: it errs towards fewer failures."""
-        rows = self._rows(
+        rows: list[tuple[str, str, str, str, str, float]] = self._rows(
             "SELECT m.test, m.name, m.profile, m.ceilings, r.commit_sha, m.sol FROM measurements m "
             "JOIN runs r ON r.id = m.run_id WHERE r.host = ? AND r.dirty = 0 AND r.status = 'complete' "
             "AND r.commit_sha IS NOT NULL AND m.sol > 0 ORDER BY m.id DESC LIMIT ?", (host, newest))
-        groups: dict[tuple[Any, ...], list[float]] = {}
-        for *key, sol in rows:
-            groups.setdefault(tuple(key), []).append(math.log(sol))
+        groups: dict[tuple[str, str, str, str, str], list[float]] = {}
+        for test, name, profile, ceilings, commit, sol in rows:
+            groups.setdefault((test, name, profile, ceilings, commit), []).append(math.log(sol))
         return pooled_sd(list(groups.values()))
 
-    def trend(self, test: str, name: str, profile: str, ceilings: str, limit: int = 50) -> list[dict[str, Any]]:
+    def trend(self, test: str, name: str, profile: str, ceilings: str, limit: int = 50) -> list[TrendPoint]:
         """SOL of this result over clean runs, oldest first (by commit date, then run start)."""
-        rows = self._rows(
+        rows: list[tuple[str | None, str | None, str, float]] = self._rows(
             "SELECT r.commit_sha, r.commit_time, r.started_at, m.sol FROM measurements m "
             "JOIN runs r ON r.id = m.run_id WHERE m.test = ? AND m.name = ? AND m.profile = ? "
             "AND m.ceilings = ? AND r.dirty = 0 ORDER BY COALESCE(r.commit_time, r.started_at) DESC, "
@@ -360,38 +437,53 @@ class Store:
 
     def whole_runs(self) -> Iterator[tuple[RunInfo, list[Measurement]]]:
         """Every run with its measurements, oldest first: what ``solgate migrate`` copies."""
-        for rowid, run_uid, info_json in self._rows("SELECT id, run_uid, info_json FROM runs ORDER BY started_at, id"):
+        runs: list[tuple[int, str, str | None]] = self._rows("SELECT id, run_uid, info_json FROM runs ORDER BY started_at, id")
+        for rowid, run_uid, info_json in runs:
             run = decode_run({**json.loads(info_json or "{}"), "id": run_uid})
-            records = self._rows("SELECT record_json FROM measurements WHERE run_id = ? ORDER BY id", (rowid,))
+            records: list[tuple[str]] = self._rows("SELECT record_json FROM measurements WHERE run_id = ? ORDER BY id", (rowid,))
             yield run, [self._decoded(record) for (record,) in records]
 
 
 def commit_series(
-    results: Sequence[tuple[dict[str, Any], Summary]], commit_times: dict[str, str]
-) -> dict[tuple[str, str, str, str], list[dict[str, Any]]]:
+    results: Sequence[tuple[RunRow, Summary]], commit_times: dict[str, str]
+) -> dict[tuple[str, str, str, str], list[CommitPoint]]:
     """One point per commit for each (test, name, profile, ceilings): the median SOL and median
     time of the commit's clean runs and the newest run's verdict, ordered by commit date. Dirty
     runs and unknown commits are left out."""
-    grouped: dict[tuple[str, str, str, str], dict[str, dict[str, Any]]] = {}
+    grouped: dict[tuple[str, str, str, str], dict[str, _Gathered]] = {}
     for run, m in results:  # oldest run first
-        if run["dirty"] or not run["commit_sha"]:
-            continue
         commit = run["commit_sha"]
+        if run["dirty"] or not commit:
+            continue
         when = commit_times.get(commit) or run["commit_time"] or run["started_at"]
         point = grouped.setdefault((m.test, m.name, m.profile, m.ceilings), {}).setdefault(
-            commit, {"commit": commit, "commit_time": when, "started_at": run["started_at"], "runs": [], "times": []}
+            commit, {"commit": commit, "commit_time": when, "started_at": run["started_at"], "runs": [], "times": [],
+                     "contended": 0, "verdict": "-", "verdicts": []}
         )
         point["runs"].append(m.sol)
         point["times"].append(m.seconds)
-        point["contended"] = point.get("contended", 0) + bool(m.contended)
+        point["contended"] += bool(m.contended)
         point["verdict"] = m.verdict or "-"
-        point.setdefault("verdicts", []).append(m.verdict or "-")
+        point["verdicts"].append(m.verdict or "-")
         point["started_at"] = max(point["started_at"], run["started_at"])
     series = {}
     for key, points in grouped.items():
         ordered = sorted(points.values(), key=lambda p: (p["commit_time"], p["started_at"]))
-        series[key] = [{**p, "sol": median(p["runs"]), "seconds": median(p["times"])} for p in ordered]
+        series[key] = [CommitPoint(**p, sol=median(p["runs"]), seconds=median(p["times"])) for p in ordered]
     return series
+
+
+class _Gathered(TypedDict):
+    """A commit's point while its runs are gathered: a ``CommitPoint`` less the medians."""
+
+    commit: str
+    commit_time: str
+    started_at: str
+    runs: list[float]
+    times: list[float]
+    contended: int
+    verdict: str
+    verdicts: list[str]
 
 
 def _positive(value: float | None) -> float | None:

@@ -3,8 +3,9 @@ for the terminal and as the Markdown table the pull-request comment shows. Pure:
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Protocol, Sequence
 
+from pytest_solgate.judge.paired import PairedJudgement
 from pytest_solgate.report.markdown import escape
 from pytest_solgate.support import units
 
@@ -15,12 +16,57 @@ STOPPED = {
 }
 
 
+Key = tuple[str, str, str, str]  # test, name, profile, ceilings
+
+
+class Compared(Protocol):
+    """One measurement the A/B compared (revisions/ab.py ``Compared``)."""
+
+    @property
+    def key(self) -> Key: ...
+    @property
+    def judgement(self) -> PairedJudgement: ...
+    @property
+    def base_sol(self) -> float: ...
+    @property
+    def head_sol(self) -> float: ...
+
+
+class ABFacts(Protocol):
+    """What the words read of an A/B (revisions/ab.py ``ABResult``: the run stage, which a report does not import)."""
+
+    @property
+    def base(self) -> str: ...
+    @property
+    def head(self) -> str: ...
+    @property
+    def dirty(self) -> bool: ...
+    @property
+    def compared(self) -> Sequence[Compared]: ...
+    @property
+    def rounds(self) -> int: ...
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def stopped(self) -> str: ...
+    @property
+    def only_head(self) -> Sequence[Key]: ...
+    @property
+    def failed(self) -> Sequence[str]: ...
+    @property
+    def only_base(self) -> Sequence[Key]: ...
+    @property
+    def no_sol(self) -> Sequence[Key]: ...
+    @property
+    def skipped(self) -> Sequence[str]: ...
+
+
 def _label(key: Sequence[str]) -> str:
     test, name, profile, _ceilings = key
     return f"{test} [{name}] {profile}"
 
 
-def _interval(j: Any) -> str:
+def _interval(j: PairedJudgement) -> str:
     return f"[{units.percent(j.low, signed=True)}, {units.percent(j.high, signed=True)}]"
 
 
@@ -28,11 +74,11 @@ def progress(round_: int, side: str, state: str) -> str:
     return f"solgate ab: round {round_}, {side}: {state}"
 
 
-def _head(result: Any) -> str:
+def _head(result: ABFacts) -> str:
     return (result.head[:10] or "HEAD") + (" (dirty)" if result.dirty else "")
 
 
-def lines(result: Any) -> list[str]:
+def lines(result: ABFacts) -> list[str]:
     """The table: one line per measurement, then the verdict and what it cost."""
     out = [f"ab: {_head(result)} against BASE {result.base[:10]}, {result.rounds} round(s) of each, alternating, "
            f"in {result.seconds:.0f} s ({STOPPED[result.stopped]})",
@@ -58,14 +104,14 @@ def lines(result: Any) -> list[str]:
     return out
 
 
-def nothing_compared(result: Any) -> str:
+def nothing_compared(result: ABFacts) -> str:
     """Why the A/B has no verdict: nothing measured on both sides with a SOL."""
     why = result.failed[0] if result.failed else "no selected test measured a gated measurement on both sides"
     return (f"ab: nothing was compared between HEAD and BASE {result.base[:10]} ({why}); fix that run, or select "
             "tests that measure (a pattern, --path)")
 
 
-def markdown(result: Any) -> str:
+def markdown(result: ABFacts) -> str:
     """The A/B table for the pull-request comment (and $GITHUB_STEP_SUMMARY)."""
     rows = ["| test | base SOL | head SOL | change | 98 % interval | verdict |", "|---|---:|---:|---:|---|---|"]
     for c in result.compared:

@@ -3,9 +3,122 @@ as lines for the terminal. Pure: a bisection in, text out."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Mapping, Protocol, Sequence
 
+from pytest_solgate.judge.story import Step
 from pytest_solgate.support import units
+
+# What the words read of a bisection: revisions/bisection.py's records (the run stage, which a
+# report does not import), each attribute as it types it.
+Key = tuple[str, str, str, str]  # test, name, profile, ceilings
+
+
+class ReadingFacts(Protocol):  # revisions/bisection.py Reading
+    @property
+    def key(self) -> Key: ...
+    @property
+    def sol(self) -> float: ...
+    @property
+    def level(self) -> float: ...
+    @property
+    def change(self) -> float: ...
+    @property
+    def floor(self) -> float | None: ...
+    @property
+    def tolerance(self) -> float: ...
+    @property
+    def verdict(self) -> str: ...
+    @property
+    def below(self) -> bool: ...
+
+
+class ProbeFacts(Protocol):  # revisions/bisection.py Probe
+    @property
+    def commit(self) -> str: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def readings(self) -> Sequence[ReadingFacts]: ...
+    @property
+    def skipped(self) -> str: ...
+    @property
+    def ran(self) -> bool: ...
+    @property
+    def confirmation(self) -> bool: ...
+    @property
+    def bad(self) -> bool: ...
+
+
+class LevelFacts(Protocol):  # revisions/bisection.py Level
+    @property
+    def key(self) -> Key: ...
+    @property
+    def sol(self) -> float: ...
+    @property
+    def runs(self) -> int: ...
+    @property
+    def reused(self) -> int: ...
+
+
+class DriftFacts(Protocol):  # revisions/bisection.py Drift
+    @property
+    def key(self) -> Key: ...
+    @property
+    def total(self) -> float: ...
+    @property
+    def step(self) -> float: ...
+    @property
+    def since(self) -> str: ...
+
+
+class FallFacts(Protocol):  # revisions/bisection.py HistoryStep
+    @property
+    def key(self) -> Key: ...
+    @property
+    def step(self) -> Step: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def since(self) -> int: ...
+
+
+class BisectionFacts(Protocol):  # revisions/bisection.py Bisection
+    @property
+    def good(self) -> str: ...
+    @property
+    def bad(self) -> str: ...
+    @property
+    def commits(self) -> Sequence[str]: ...
+    @property
+    def subjects(self) -> Mapping[str, str]: ...
+    @property
+    def tests(self) -> Sequence[str]: ...
+    @property
+    def levels(self) -> Sequence[LevelFacts]: ...
+    @property
+    def probes(self) -> Sequence[ProbeFacts]: ...
+    @property
+    def culprit(self) -> str | None: ...
+    @property
+    def candidates(self) -> Sequence[str]: ...
+    @property
+    def skipped(self) -> Sequence[str]: ...
+    @property
+    def good_runs_made(self) -> int: ...
+    @property
+    def flaky(self) -> Sequence[str]: ...
+    @property
+    def unclear(self) -> Sequence[str]: ...
+    @property
+    def drift(self) -> Sequence[DriftFacts]: ...
+    @property
+    def history(self) -> Sequence[FallFacts]: ...
+    @property
+    def agreeing(self) -> FallFacts | None: ...
+    @property
+    def runs(self) -> int: ...
+    @property
+    def reused(self) -> int: ...
 
 
 def short(commit: str | None) -> str:
@@ -17,7 +130,7 @@ def _label(key: Sequence[str]) -> str:
     return f"{test} [{name}] {profile}"
 
 
-def progress(probe: Any, total: int) -> str:
+def progress(probe: ProbeFacts, total: int) -> str:
     """One line while the bisection runs: which commit was looked at and what it read."""
     what = "confirming" if probe.confirmation else "looked at"
     state = f"skipped: {probe.skipped}" if probe.skipped else ("below GOOD's level" if probe.bad else "at GOOD's level")
@@ -25,7 +138,7 @@ def progress(probe: Any, total: int) -> str:
     return f"solgate bisect: {what} {short(probe.commit)} ({probe.position}/{total}, {how}): {state}"
 
 
-def evidence(probe: Any) -> list[str]:
+def evidence(probe: ProbeFacts) -> list[str]:
     """A probe's lines in the evidence table: one per measurement, or one saying why it was skipped."""
     where = f"{probe.position:>4}  {short(probe.commit):<10}"
     tag = (" (confirmation)" if probe.confirmation else "") + ("" if probe.ran else " (from the history)")
@@ -43,12 +156,12 @@ def evidence(probe: Any) -> list[str]:
     return lines
 
 
-def _named(commit: str, subjects: Any) -> str:
+def _named(commit: str, subjects: Mapping[str, str]) -> str:
     subject = subjects.get(commit, "")
     return f"{short(commit)} {subject!r}" if subject else short(commit)
 
 
-def _why_not_found(b: Any) -> list[str]:
+def _why_not_found(b: BisectionFacts) -> list[str]:
     """What BAD's own readings say when nothing was found: GOOD and BAD swapped (BAD reads faster),
     or a drop GOOD's noise hides (measure longer)."""
     readings = [r for p in b.probes if p.commit == b.bad and not p.skipped for r in p.readings]
@@ -61,7 +174,7 @@ def _why_not_found(b: Any) -> list[str]:
     return []
 
 
-def _history_fall(fall: Any, b: Any) -> str:
+def _history_fall(fall: FallFacts, b: BisectionFacts) -> str:
     """Up front: a fall the history's story already puts in the range, looked at first."""
     step, cp = fall.step, fall.step.point
     since = short(step.since) if step.since else "GOOD"
@@ -74,7 +187,7 @@ def _history_fall(fall: Any, b: Any) -> str:
             + ("; provisional" if cp.provisional else "") + ": looked at first")
 
 
-def _history_agrees(b: Any) -> str:
+def _history_agrees(b: BisectionFacts) -> str:
     """After the answer: whether it lies where the history's story puts the fall (one story), or not."""
     fall = b.agreeing
     if fall is not None:
@@ -89,7 +202,7 @@ def _history_agrees(b: Any) -> str:
             "machine's, or its step within the tolerance")
 
 
-def lines(bisection: Any) -> list[str]:
+def lines(bisection: BisectionFacts) -> list[str]:
     """The whole answer: the range, GOOD's level, the evidence per commit, the culprit, the cost."""
     b = bisection
     out = [f"bisect: {len(b.commits)} commit(s) after GOOD {short(b.good)} on the first-parent line to BAD "

@@ -4,15 +4,17 @@ table. Pure: facts in, text out."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
+from pytest_solgate.judge.commits import Between, Row
+from pytest_solgate.judge.story import Step
 from pytest_solgate.results import REGRESSED
 from pytest_solgate.support import units
 
 ONE_RUN_FLOOR = "1 run"
 
 
-def table(rows: Sequence[Any], base: str, head: str, window: int) -> list[str]:
+def table(rows: Sequence[Row], base: str, head: str, window: int) -> list[str]:
     """The table (the base column is BASE's own SOL: the centre of its runs) and what it found."""
     lines = [f"{'test [name]':<60} {'base':>7} {'head':>7} {'change':>8} {'floor':>7}  verdict"]
     one_run = False
@@ -36,17 +38,17 @@ def table(rows: Sequence[Any], base: str, head: str, window: int) -> list[str]:
     return lines
 
 
-def regressed(rows: Sequence[Any]) -> int:
+def regressed(rows: Sequence[Row]) -> int:
     return sum(row.comparison is not None and row.comparison.verdict == REGRESSED for row in rows)
 
 
-def _step(step: Any) -> str:
+def _step(step: Step) -> str:
     cp = step.point
     return (f"{step.commit[:10]} {units.percent(cp.change, signed=True)} (SOL {units.sol_fine(cp.before)} -> "
             f"{units.sol_fine(cp.after)}" + (f", after {step.since[:10]})" if step.since else ")"))
 
 
-def told(between: Any, base: str, head: str) -> list[str]:
+def told(between: Between | None, base: str, head: str) -> list[str]:
     """Under a row: what the gate's story of its series saw between BASE and HEAD (judge/commits.py:
     ``between``): its steps there, and the fall the gate failed that HEAD is still below."""
     if between is None or between.off_line or between.unavailable:
@@ -66,7 +68,7 @@ def told(between: Any, base: str, head: str) -> list[str]:
     return lines
 
 
-def untold(rows: Sequence[Any], base: str, head: str) -> list[str]:
+def untold(rows: Sequence[Row], base: str, head: str) -> list[str]:
     """Under the table: the rows whose story saw nothing between BASE and HEAD, or why no story was told."""
     stories = [row.between for row in rows if row.between is not None]
     if any(between.off_line for between in stories):

@@ -3,16 +3,17 @@ gate's story of each series, judge/level.story) as lines or as JSON. Pure: facts
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from pytest_solgate.support import units
 
 if TYPE_CHECKING:
     from pytest_solgate.judge.level import Story
-    from pytest_solgate.record.store import Summary
+    from pytest_solgate.record.store import RunRow, Summary
+    from pytest_solgate.results import CommitPoint
 
 
-def listing(results: Sequence[tuple[dict[str, Any], Summary]], pattern: str | None) -> list[str]:
+def listing(results: Sequence[tuple[RunRow, Summary]], pattern: str | None) -> list[str]:
     """``solgate history``: one line per recorded measurement, oldest run first."""
     if not results:
         return ["no recorded results" + (f" match '{pattern}'" if pattern else "")]
@@ -26,7 +27,7 @@ def listing(results: Sequence[tuple[dict[str, Any], Summary]], pattern: str | No
     return lines
 
 
-def changes_json(test: str, name: str, profile: str, points: list[dict[str, Any]], told: Story) -> dict[str, object]:
+def changes_json(test: str, name: str, profile: str, points: list[CommitPoint], told: Story) -> dict[str, object]:
     """One series of ``--changes --json``: its steps (and whether the gate failed each), outliers,
     skipped commits and the commits the gate failed apart from them."""
     changes = told.changes
@@ -44,7 +45,7 @@ def changes_json(test: str, name: str, profile: str, points: list[dict[str, Any]
     }
 
 
-def _gate_said(point: dict[str, Any], every_run: bool) -> str:
+def _gate_said(point: CommitPoint, every_run: bool) -> str:
     """What the gate said at a commit, in the words it used: the runs it failed as regressed."""
     verdicts = point.get("verdicts", [])
     failed = verdicts.count("regressed")
@@ -53,7 +54,7 @@ def _gate_said(point: dict[str, Any], every_run: bool) -> str:
     return f"; the gate failed it as regressed in {failed} of {units.plural(len(verdicts), 'run')}" if failed else ""
 
 
-def changes_lines(label: str, points: list[dict[str, Any]], told: Story, min_change: float) -> tuple[list[str], int, int]:
+def changes_lines(label: str, points: list[CommitPoint], told: Story, min_change: float) -> tuple[list[str], int, int]:
     """The lines of one series for ``--changes``; how many steps and outliers they list, and how
     many commits the gate failed apart from them."""
     lines = []

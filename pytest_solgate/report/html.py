@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 import re
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from pytest_solgate.declare.profiles import HardwareProfile
 from pytest_solgate.judge import verdict, verdict_wording
@@ -81,7 +81,7 @@ def _long_word(word: str) -> str:
     return "_<wbr>".join(str(escape(piece)) for piece in word.split("_"))
 
 
-def _detail(m: Measurement, index: int, peers: Sequence[Measurement], outcomes: TestOutcomes | None) -> dict[str, Any]:
+def _detail(m: Measurement, index: int, peers: Sequence[Measurement], outcomes: TestOutcomes | None) -> dict[str, object]:
     from pytest_solgate.report.trend import panel_id
 
     row = table.row(m, peers, outcomes)

@@ -12,8 +12,9 @@ import hashlib
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence, TypedDict
+from typing import Sequence, TypedDict
 
+from pytest_solgate.results import CommitPoint
 from pytest_solgate.support import stats, units
 
 WIDTH, HEIGHT = 440, 190
@@ -100,7 +101,7 @@ class Panel:
     above: int = 0  # points above PHYSICAL_MAX, drawn at the top edge
 
 
-def panel(test: str, name: str, profile: str, points: Sequence[Mapping[str, Any]], changes: Sequence[str],
+def panel(test: str, name: str, profile: str, points: Sequence[CommitPoint], changes: Sequence[str],
           budget: float | None, last: int = 0, provisional: Sequence[str] = (), outliers: Sequence[str] = ()) -> Panel:
     """``points`` from store.commit_series (oldest first); ``changes`` the commits where the
     series stepped (``provisional`` those of them at the newest commit, not confirmed yet);
@@ -163,7 +164,7 @@ class _Scale:
         return round(TOP + PLOT_H - min(v, self.y_max) / self.y_max * PLOT_H, 2)
 
 
-def _hover(p: Mapping[str, Any], above: bool) -> str:
+def _hover(p: CommitPoint, above: bool) -> str:
     """What a commit's point says on hover: sha, date, SOL, time, verdict, its runs and how many
     were contended, and whether it is drawn at the top edge (``above`` the axis)."""
     runs = len(p.get("runs", ())) or 1

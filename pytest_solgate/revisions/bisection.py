@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Callable, Mapping, Sequence, TypeVar
 
 from pytest_solgate.judge import verdict
 from pytest_solgate.judge.level import MIN_CHANGE, Step, along, select
@@ -229,12 +229,12 @@ class Evidence:
         self.reader = reader
         self.runner = runner
         self.tests = list(tests)
-        self.runs: dict[str, list[dict[Key, tuple[dict[str, Any], Measurement, bool]]]] = {}
+        self.runs: dict[str, list[dict[Key, tuple[store.RunRow, Measurement, bool]]]] = {}
 
-    def recorded(self, commit: str) -> list[dict[Key, tuple[dict[str, Any], Measurement, bool]]]:
+    def recorded(self, commit: str) -> list[dict[Key, tuple[store.RunRow, Measurement, bool]]]:
         """The history's clean runs at ``commit`` of the selected tests, oldest first (read once)."""
         if commit not in self.runs:
-            runs: dict[str, dict[Key, tuple[dict[str, Any], Measurement, bool]]] = {}
+            runs: dict[str, dict[Key, tuple[store.RunRow, Measurement, bool]]] = {}
             for run, m in (self.reader.results_at(commit) if self.reader is not None else []):
                 if not run["dirty"] and m.test in self.tests and verdict.judged(m):
                     runs.setdefault(run["run_uid"], {})[series(m)] = (run, m, True)
@@ -372,7 +372,7 @@ class Search:
         self.unclear: list[str] = []
         self.hints = list(hints)
 
-    def read(self, newest: Mapping[Key, tuple[dict[str, Any], Measurement, bool]], commit: str) -> tuple[Reading, ...]:
+    def read(self, newest: Mapping[Key, tuple[store.RunRow, Measurement, bool]], commit: str) -> tuple[Reading, ...]:
         """Each measurement of ``newest`` judged against GOOD's level by the gate's own rule."""
         settings = verdict.JudgeSettings(gate="fail", commit=commit)
         readings = []

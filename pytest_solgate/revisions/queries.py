@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Sequence
 
 from pytest_solgate.judge import changepoints, commits, level, verdict
 from pytest_solgate.record import baseline, gitinfo, store
 from pytest_solgate.report import trend
+from pytest_solgate.results import CommitPoint
 from pytest_solgate.support.errors import SolgateError
 
 STORY_COMMITS = 100_000  # first-parent commits read from HEAD back to BASE for the story between them
@@ -86,13 +87,14 @@ def _why_none(base: dict) -> str:
     return f"none of its {sum(kinds.values())} recorded run(s) can be a baseline: {said}{busy}; "
 
 
-def series(results: list) -> dict[Key, list[dict[str, Any]]]:
+def series(results: Sequence[tuple[store.RunRow, store.Summary]]) -> dict[Key, list[CommitPoint]]:
     """One point per commit of each series (``store.commit_series``), commits timed by git."""
     shas = sorted({run["commit_sha"] for run, _ in results if run["commit_sha"] and not run["dirty"]})
     return store.commit_series(results, gitinfo.commit_times(".", shas))
 
 
-def stories(results: list, min_change: float) -> list[tuple[Key, list[dict[str, Any]], level.Story]]:
+def stories(results: Sequence[tuple[store.RunRow, store.Summary]], min_change: float
+            ) -> list[tuple[Key, list[CommitPoint], level.Story]]:
     """Each series with its points and the gate's story of them, sorted."""
     return [(key, points, level.series_story(points, min_change)) for key, points in sorted(series(results).items())]
 

@@ -20,7 +20,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Iterator, Sequence
 
 from pytest_solgate.record import gitinfo, schema, store
 from pytest_solgate.results import Measurement
@@ -135,7 +135,7 @@ class RunResult:
     """One pytest run of the selected node ids at a commit: its results, and why some or all are
     missing (a failing test leaves the others' results)."""
 
-    results: tuple[tuple[dict[str, Any], Measurement], ...] = ()
+    results: tuple[tuple[store.RunRow, Measurement], ...] = ()
     failed: str = ""
     ran: tuple[str, ...] = ()  # the node ids that ran (after the pattern)
     collected: int = 0  # how many tests pytest collected (before it)
@@ -198,7 +198,7 @@ class Runner:
             shutil.copytree(cached, gitinfo.state_dir(folder) / "profiles", dirs_exist_ok=True)
 
     def _pytest(self, commit: str | None, arguments: Sequence[str], record: bool,
-                pattern: str | None = None) -> tuple[subprocess.CompletedProcess, tuple[str, ...], int]:
+                pattern: str | None = None) -> tuple[subprocess.CompletedProcess[str], tuple[str, ...], int]:
         """One pytest process: its outcome, the ids that ran (those matching ``pattern``) and how
         many it collected."""
         listed = self.scratch / "collected.json"
@@ -284,7 +284,7 @@ def _failure(code: int, output: str, folder: Path) -> str:
 STOP_GRACE = 5.0  # seconds a stopped pytest child has to finish its own cleanup before it is killed
 
 
-def run_as_group(command: Sequence[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+def run_as_group(command: Sequence[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """Run ``command`` in a process group of its own, its output captured. If this process is
     stopped while it runs (Ctrl-C, or a SIGTERM the command turns into an exception), the whole
     group is stopped before the exception goes on: pytest and anything it started (xdist workers,
@@ -299,7 +299,7 @@ def run_as_group(command: Sequence[str], cwd: Path, env: dict[str, str]) -> subp
     return subprocess.CompletedProcess(command, child.returncode, out, err)
 
 
-def _stop_group(child: subprocess.Popen) -> None:
+def _stop_group(child: subprocess.Popen[str]) -> None:
     for sent in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(child.pid, sent)

@@ -104,7 +104,7 @@ class OperatorScore:
         """The roof its T_SOL is taken against, as the row names it: "compute-bound", "L2-bound", "DRAM-bound"."""
         return "compute-bound" if self.bound == "compute" else f"{self.level}-bound"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"operator": self.operator, "module": self.module, "kind": self.kind, "calls": self.calls,
                 "seconds": self.seconds, "samples": list(self.samples), "flops": dict(self.flops),
                 "bytes": self.bytes, "t_sol": self.t_sol, "sol": self.sol, "lost": self.lost, "bound": self.bound,
@@ -112,7 +112,8 @@ class OperatorScore:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "OperatorScore":
-        """``class`` is read where an earlier record wrote it for ``kind``."""
+        """``class`` is read where an earlier record wrote it for ``kind``. (Any: the record's JSON, read as
+        written; a field of the wrong kind raises, and results_json reads that as "not a step's breakdown".)"""
         noise = data.get("noise")
         return cls(operator=data["operator"], module=data.get("module") or "",
                    kind=data.get("kind") or data.get("class") or "elementwise",
@@ -168,7 +169,7 @@ class StepBreakdown:
         spent[IDLE] = self.idle
         return spent
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"seconds": self.seconds, "t_sol": self.t_sol, "flops": dict(self.flops), "bytes": self.bytes,
                 "mfu": self.mfu, "precision": self.precision, "idle": self.idle, "idle_share": self.idle_share,
                 "overlap": self.overlap, "carried_in": self.carried_in, "lost": self.lost, "identity_gap": self.identity_gap, "runs": self.runs,
@@ -179,7 +180,8 @@ class StepBreakdown:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "StepBreakdown":
-        """The derived fields (idle_share, lost, identity_gap, by_class) are computed again, not read."""
+        """The derived fields (idle_share, lost, identity_gap, by_class) are computed again, not read.
+        (Any: as OperatorScore.from_dict.)"""
         return cls(seconds=data["seconds"], t_sol=data.get("t_sol") or 0.0, flops=dict(data.get("flops") or {}),
                    bytes=data.get("bytes") or 0.0, mfu=data.get("mfu") or 0.0, precision=data.get("precision"),
                    idle=data.get("idle") or 0.0, overlap=data.get("overlap") or 0.0,
