@@ -142,7 +142,7 @@ class Guard:
         device's kernel timestamps are traced over the rounds, which the check's calls would join)."""
         if self.level == OFF or self.checked is None or context.backend.capabilities.kernel_timestamps:
             return inner
-        fresh = rounds.FreshRounds(self.checked, self._judge_timed, self.random_source())
+        fresh = rounds.FreshRounds(self.checked, self._judge_timed, self.random_source(), self._running_now)
         self._fresh = fresh if fresh.usable else None
         return CheckingRule(inner, lambda: self._outputs(context, "between sampling rounds"), self._fresh,
                             self._found_in_round)
@@ -203,6 +203,11 @@ class Guard:
         if threads or processes:
             self.breach = LeftRunning(threads, processes, when)
         return self.breach is not None
+
+    def _running_now(self) -> LeftRunning | None:
+        """The threads and pools' jobs that may still write a timed call's outputs, read as they are copied."""
+        threads = leftover.running_now(self._threads)
+        return LeftRunning(threads, (), "in a timed sampling round") if threads else None
 
     def _left_by_call(self, watch: leftover.CallWatch, when: str) -> LeftRunning | None:
         """What the call just watched left working after it returned: a thread it started that ended
