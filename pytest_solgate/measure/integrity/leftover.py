@@ -119,7 +119,10 @@ def _child_pids(proc: Path, parent: int) -> list[str]:
         return [entry.name for entry in proc.iterdir() if entry.name.isdigit()] if proc.is_dir() else []
 
 
-def children(proc: Path = Path("/proc"), parent: int | None = None) -> Children:
+PROC = Path("/proc")
+
+
+def children(proc: Path = PROC, parent: int | None = None) -> Children:
     """The live (not zombie) child processes of ``parent`` (this process), from ``proc``."""
     parent = os.getpid() if parent is None else parent
     found = {}
@@ -130,7 +133,7 @@ def children(proc: Path = Path("/proc"), parent: int | None = None) -> Children:
     return Children(found)
 
 
-def new_children(before: Children, now: Children, proc: Path = Path("/proc"), running_only: bool = False
+def new_children(before: Children, now: Children, proc: Path = PROC, running_only: bool = False
                  ) -> tuple[LeftProcess, ...]:
     """Children in ``now`` that ``before`` lacked; with ``running_only``, only those on a CPU now
     (a worker pool started by the first call, a compiler's, sleeps between its jobs)."""
@@ -340,5 +343,5 @@ class CallWatch:
                 now = _cpu_ns(self.proc, pid)
                 if before is not None and now is not None and now > before:
                     busy.add(pid)
-        processes = new_children(Children({}), Children({pid: "R" for pid in busy}), self.proc or Path("/proc"))
+        processes = new_children(Children({}), Children({pid: "R" for pid in busy}), self.proc or PROC)
         return threads, processes
