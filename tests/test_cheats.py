@@ -36,6 +36,12 @@ def tensors(dtype=torch.float32):
     return x, y, torch.empty_like(x)
 
 
+def second_half(x, y, out):
+    """The half of an add that a cheat leaves to another thread or a pool."""
+    time.sleep(0.005)  # the half's real work (busy() only moves the fake clock): it outlives the call
+    torch.add(x, y, out=out)
+
+
 def measure(sol, kernel, reference=torch.add, **kw):
     x, y, out = tensors(kw.pop("dtype", torch.float32))
     return sol.measure(kernel, args=(x, y, out), outputs=2, reference=reference, bytes=sol.nbytes(x, y, out), **kw)
@@ -205,9 +211,6 @@ def kernel(xs, out):
     out.copy_(CACHE[key])
 ''', "stale result")
 CHEATS["half_on_a_thread_every_time"] = ('''
-def second_half(x, y, out):
-    time.sleep(0.005)  # the half's real work (busy() only moves the fake clock): it outlives the call
-    torch.add(x, y, out=out)
 def kernel(x, y, out):
     busy(1e-3)
     half = x.numel() // 2
@@ -224,6 +227,23 @@ def kernel(x, y, out):
     busy(1e-3)
     torch.add(x, y, out=out)
     PROCESSES.submit(spin_in_child, 0.02)
+''', "work left running")
+CHEATS["warm_pool_half_left_running"] = ('''
+POOL = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="warm")
+POOL.submit(int).result()  # its worker started at import, before any measurement
+def kernel(x, y, out):
+    busy(1e-3)
+    half = x.numel() // 2
+    torch.add(x[:half], y[:half], out=out[:half])
+    POOL.submit(second_half, x[half:], y[half:], out[half:])
+''', "work left running")
+CHEATS["thread_hidden_from_the_trace_hook"] = ('''
+def kernel(x, y, out):
+    busy(1e-3)
+    half = x.numel() // 2
+    torch.add(x[:half], y[:half], out=out[:half])
+    threading.settrace(None)  # its thread is not traced: nothing records when its work ends
+    threading.Thread(target=second_half, args=(x[half:], y[half:], out[half:]), name="hidden").start()
 ''', "work left running")
 CHEATS["in_place_cached"] = ('''
 DONE = set()
@@ -302,9 +322,10 @@ BODIES = {
     "half_on_a_thread_every_time": ("said = []\n    for i in range(5):\n        try:\n            measure(sol, kernel, name=f'run{i}')\n"
                                     "        except Exception as exc:\n            said.append(str(exc))\n"
                                     "    named = [s for s in said if 'work left running' in s and \"thread 'half'\" in s]\n"
-                                    "    raise AssertionError(f'{len(named)} of 5 named a thread: {said[:1]}')"),
+                                    "    raise AssertionError(f'{len(named)} of 5 named a thread: {[s for s in said if s not in named][:1] or said[:1]}')"),
     # the children a cheat leaves are waited for before the next test: a later test's measurement would name them
     "child_process": "try:\n        measure(sol, kernel)\n    finally:\n        [child.wait() for child in CHILDREN]",
+    "warm_pool_half_left_running": "try:\n        measure(sol, kernel)\n    finally:\n        POOL.shutdown(cancel_futures=True)",
     "process_pool_left_running": "try:\n        measure(sol, kernel)\n    finally:\n        PROCESSES.shutdown(cancel_futures=True)",
     "in_place_cached": "sol.measure(kernel, args=(torch.randn(N),), reference=torch.relu_, bytes=1e3)",
     "integer_cached": ("i, j, out = (torch.randint(0, 100, (N,)) for _ in range(3))\n"

@@ -19,7 +19,7 @@ before anything is named.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 FACTOR = 2.0
 SLACK_SECONDS = 20e-6  # a call's own overhead (a timer's reading, an allocation) on a loaded machine
@@ -42,7 +42,7 @@ class CacheCheck:
         return self.fresh_seconds > FACTOR * floor + SLACK_SECONDS
 
 
-def time_pairs(timed: Callable[[], Any], fresh: Callable[[], Callable[[], Any]], time_one: Callable[[Callable[[], Any]], float],
+def time_pairs(timed: Callable[[], object], fresh: Callable[[], Callable[[], object]], time_one: Callable[[Callable[[], object]], float],
                pairs: int) -> tuple[list[float], list[float]]:
     """``pairs`` calls on the timed inputs and as many on fresh ones (each made by ``fresh()``, outside
     the timing), in turn, each timed by ``time_one``."""
@@ -55,8 +55,8 @@ def time_pairs(timed: Callable[[], Any], fresh: Callable[[], Callable[[], Any]],
     return same, new
 
 
-def check(timed_seconds: float, timed: Callable[[], Any], fresh: Callable[[], Callable[[], Any]],
-          time_one: Callable[[Callable[[], Any]], float]) -> CacheCheck:
+def check(timed_seconds: float, timed: Callable[[], object], fresh: Callable[[], Callable[[], object]],
+          time_one: Callable[[Callable[[], object]], float]) -> CacheCheck:
     """The check (see the module's doc): a round, and a second where the first says ``served``."""
     same, new = time_pairs(timed, fresh, time_one, PAIRS)
     found = _of(timed_seconds, same, new)

@@ -5,13 +5,21 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence, TypeVar, Union
 
 from pytest_solgate.measure import backends, phases
 from pytest_solgate.measure.extras import Findings, Taken
 from pytest_solgate.measure.integrity import cache, leftover, outputs, precision, rounds, tampering
 from pytest_solgate.measure.platform import unpredictable_random
 from pytest_solgate.measure.stopping import Stop, StoppingRule
+
+if TYPE_CHECKING:
+    from pytest_solgate.declare.work import Work
+    from pytest_solgate.measure.capabilities import Backend
+    from pytest_solgate.measure.context import Context
+
+Token = TypeVar("Token")
+Handle = TypeVar("Handle")
 
 OFF, ON, STRICT = "off", "on", "strict"
 LEVELS = (ON, STRICT, OFF)
@@ -38,7 +46,11 @@ class NoInputs:
 
 ITERATED = 16  # the most calls of an in-place kernel whose result is checked as the reference applied as often
 
-Breach = Any  # outputs.Finding | Tampered | LeftRunning | tampering.ClockCheck | cache.CacheCheck | NoInputs
+# what a check found: the measurement fails with its one line (judge/integrity.py)
+Breach = Union[outputs.Finding, Tampered, LeftRunning, tampering.ClockCheck, tampering.ReplacedTorch, cache.CacheCheck,
+               rounds.RoundsCheck, NoInputs]
+BREACHES = (outputs.Finding, Tampered, LeftRunning, tampering.ClockCheck, tampering.ReplacedTorch, cache.CacheCheck,
+            rounds.RoundsCheck, NoInputs)
 
 
 class CheckingRule:
@@ -47,14 +59,14 @@ class CheckingRule:
     whatever its samples say)."""
 
     def __init__(self, inner: StoppingRule, check: Callable[[], bool], fresh: rounds.FreshRounds | None = None,
-                 found: Callable[[Any], None] = lambda finding: None) -> None:
+                 found: Callable[[object], None] = lambda finding: None) -> None:
         self.inner = inner
         self.check = check
         self.checked = False
         self.fresh = fresh
         self.found = found
 
-    def after_sample(self, handle: Any, calls: int) -> None:
+    def after_sample(self, handle: object, calls: int) -> None:
         if self.fresh is not None:
             self.fresh.after_sample(handle, calls)
 
@@ -90,7 +102,7 @@ class Guard:
     holds_device = True
 
     def __init__(self, level: str, checked: outputs.Checked | None, declared: Sequence[str], explicit: bool,
-                 gated: bool, proc: Any = None, torch: Any = None,
+                 gated: bool, proc: Path | None = None, torch: object = None,
                  random_source: Callable[[], random.Random] = unpredictable_random) -> None:
         self.level = level
         self.checked = checked
@@ -106,14 +118,15 @@ class Guard:
         self._children: leftover.Children | None = None
         self._check: outputs.OutputCheck | None = None
         self._fresh: rounds.FreshRounds | None = None
-        self._plugin: dict[str, Any] = {}
+        self._plugin: dict[str, object] = {}
 
     @property
     def active(self) -> bool:
         return self.level != OFF
 
-    def _proc_kwargs(self) -> dict[str, Any]:
-        return {"proc": self.proc} if self.proc is not None else {}
+    @property
+    def _proc_root(self) -> Path:
+        return self.proc if self.proc is not None else leftover.PROC
 
     # --- the extra ---------------------------------------------------------------------------
 
@@ -126,7 +139,7 @@ class Guard:
         self._before = tampering.watched(self.torch)
         self._plugin = tampering.plugin_bound()
         self._threads = leftover.threads()
-        self._children = leftover.children(**self._proc_kwargs())
+        self._children = leftover.children(self._proc_root)
         names = (tampering.foreign(self._before) or tampering.not_original(self._before)
                  or tampering.plugin_foreign(self._plugin))
         torch_names = tampering.torch_foreign() if self.checked is not None and self.checked.reference is not None else ()
@@ -137,18 +150,19 @@ class Guard:
         elif self.level == STRICT and self.gated and self.checked is None:
             self.breach = NoInputs()
 
-    def rule(self, inner: StoppingRule, context: Any) -> StoppingRule:
+    def rule(self, inner: StoppingRule, context: Context) -> StoppingRule:
         """The stopping rule with the check between rounds (with inputs to check; not where the
         device's kernel timestamps are traced over the rounds, which the check's calls would join)."""
         if self.level == OFF or self.checked is None or context.backend.capabilities.kernel_timestamps:
             return inner
-        fresh = rounds.FreshRounds(self.checked, self._judge_timed, self.random_source())
+        fresh = rounds.FreshRounds(self.checked, self._judge_timed, self.random_source(), self._running_now)
         self._fresh = fresh if fresh.usable else None
         return CheckingRule(inner, lambda: self._outputs(context, "between sampling rounds"), self._fresh,
                             self._found_in_round)
 
-    def _found_in_round(self, finding: Any) -> None:
-        self.breach = finding
+    def _found_in_round(self, finding: object) -> None:
+        if isinstance(finding, BREACHES):
+            self.breach = finding
 
     def after(self, taken: Taken) -> Findings:
         __tracebackhide__ = True
@@ -197,12 +211,17 @@ class Guard:
             threads = leftover.left_running(self._threads, since_call)
         processes: tuple[leftover.LeftProcess, ...] = ()
         if self._children is not None:
-            now = leftover.children(**self._proc_kwargs())
-            processes = leftover.new_children(children_before or self._children, now, **self._proc_kwargs(),
+            now = leftover.children(self._proc_root)
+            processes = leftover.new_children(children_before or self._children, now, self._proc_root,
                                               running_only=children_before is None)
         if threads or processes:
             self.breach = LeftRunning(threads, processes, when)
         return self.breach is not None
+
+    def _running_now(self) -> LeftRunning | None:
+        """The threads and pools' jobs that may still write a timed call's outputs, read as they are copied."""
+        threads = leftover.running_now(self._threads)
+        return LeftRunning(threads, (), "in a timed sampling round") if threads else None
 
     def _left_by_call(self, watch: leftover.CallWatch, when: str) -> LeftRunning | None:
         """What the call just watched left working after it returned: a thread it started that ended
@@ -215,7 +234,7 @@ class Guard:
             threads = threads or leftover.left_running(self._threads)
         return LeftRunning(threads, processes, when) if threads or processes else None
 
-    def _outputs(self, context: Any, when: str) -> bool:
+    def _outputs(self, context: Context, when: str) -> bool:
         __tracebackhide__ = True
         assert self.checked is not None
         if self._check is None:
@@ -223,10 +242,10 @@ class Guard:
             bits = precision.allowed_bits(self.declared, self.explicit, [t.dtype for t in tensors])
             self._check = outputs.OutputCheck(
                 self.checked, bits, context.backend.synchronize, on_device=context.device.kind != "cpu",
-                watch=lambda: leftover.CallWatch(self.proc or Path("/proc")),
+                watch=lambda: leftover.CallWatch(self.proc or leftover.PROC),
                 after_call=lambda watch: self._left_by_call(watch, f"after a call {when}"))
         since_call = leftover.threads()
-        children = leftover.children(**self._proc_kwargs()) if self._children is not None else None
+        children = leftover.children(self._proc_root) if self._children is not None else None
         finding = self._check.run(when)
         if isinstance(finding, LeftRunning):
             self.breach = finding
@@ -241,7 +260,7 @@ class Guard:
         self.breach = finding
         return finding is not None
 
-    def _lower_operators(self, context: Any, when: str) -> bool:
+    def _lower_operators(self, context: Context, when: str) -> bool:
         assert self._check is not None and self.checked is not None
         if self.checked.tolerance is not None:
             return False
@@ -255,7 +274,7 @@ class Guard:
                                           operators=tuple(f"{o.operator} ({o.dtype})" for o in found))
         return bool(found)
 
-    def _judge_timed(self, got: list[Any], inputs: list[Any], calls: int) -> outputs.Finding | None:
+    def _judge_timed(self, got: list[object], inputs: list[object], calls: int) -> outputs.Finding | None:
         """The outputs of a round's last timed call (``got``, copied) against the reference on the
         values that round was given (``inputs``). A kernel that works in place ran ``calls`` times on
         them: its result may be the reference applied that many times (at most ``ITERATED``)."""
@@ -275,7 +294,7 @@ class Guard:
                 return None
             worst = None
             for (name, _), value, want in zip(named, got, expected):
-                if not outputs.is_tensor(value) or tuple(value.shape) != tuple(want.shape):
+                if not outputs.is_tensor(value) or tuple(getattr(value, "shape", ())) != tuple(want.shape):
                     return None  # the output checks name those
                 compared = outputs.compare(value, want, check.rtol)
                 if compared.mismatched:
@@ -308,11 +327,11 @@ class Guard:
         # alive until it is over, so that none of its calls meets an address an earlier one cached.
         check.release()
 
-        def fresh() -> Any:
+        def fresh() -> Callable[[], object]:
             args = check.fresh_args()
             return lambda: fn(*args)
 
-        def time_one(call: Any) -> float:
+        def time_one(call: Callable[[], object]) -> float:
             handle = phases.timed_call(call, backend, 1)
             backend.synchronize()
             return float(backend.elapsed(handle))
@@ -343,7 +362,7 @@ TEST_CLOCK_NOTE = ("test clock: timed on a clock the test passed in (the sol_clo
                    "plugin chooses: not a real result, never gated and never a baseline")
 
 
-def on_test_clock(clock: Any, gate: bool, trusted: bool) -> tuple[bool, str]:
+def on_test_clock(clock: object, gate: bool, trusted: bool) -> tuple[bool, str]:
     """Whether a measurement timed on ``clock`` may be gated, and the note that marks it: a clock
     the plugin did not choose never makes a real result, unless the session trusts it
     (--sol-trust-test-clock, for the plugin's own tests)."""
@@ -352,7 +371,7 @@ def on_test_clock(clock: Any, gate: bool, trusted: bool) -> tuple[bool, str]:
     return False, TEST_CLOCK_NOTE
 
 
-def check_clock(clock: Any) -> None:
+def check_clock(clock: object) -> None:
     """A clock from the ``sol_clock`` fixture is a ``CpuClock`` (or None); anything else, one line."""
     if clock is not None and not isinstance(clock, backends.CpuClock):
         from pytest_solgate.support.errors import MeasureError
@@ -361,8 +380,8 @@ def check_clock(clock: Any) -> None:
                            "pytest_solgate.measure.backends.CpuClock(now=...) or None; return one of those")
 
 
-def for_measurement(level: str, checked: outputs.Checked | None, work: Any, precision_given: str | None,
-                    backend: Any, gate: bool,
+def for_measurement(level: str, checked: outputs.Checked | None, work: Work, precision_given: str | None,
+                    backend: Backend[Token, Handle], gate: bool,
                     random_source: Callable[[], random.Random] = unpredictable_random) -> Guard:
     """The guard of one measurement, from the declared work: its FLOPs' precisions, or the
     precision the test named (a bare bytes= declaration names none)."""

@@ -16,7 +16,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from types import FrameType
+from typing import TYPE_CHECKING, Mapping, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from _typeshed import TraceFunction
 
 # Where an idle Python thread waits: its innermost frame is in one of these files (a Condition's
 # wait, a queue's get, a selector) or in a thread pool worker's loop, parked on its SimpleQueue.
@@ -72,7 +76,8 @@ def left_running(since_measurement: Threads, since_call: Threads | None = None) 
         ident = thread.ident
         if ident is None or ident == me or thread in since_measurement.known or not thread.is_alive():
             continue
-        new_in_call = since_call is not None and thread not in since_call.known
+        # a pool's worker started in the call, idle now, is no leftover (its jobs: CallWatch)
+        new_in_call = since_call is not None and thread not in since_call.known and pool_queue(thread) is None
         if new_in_call or not _idle(ident):
             found = LeftThread(thread.name, _where(ident))
             left[(found.name, found.where)] = found
@@ -114,7 +119,10 @@ def _child_pids(proc: Path, parent: int) -> list[str]:
         return [entry.name for entry in proc.iterdir() if entry.name.isdigit()] if proc.is_dir() else []
 
 
-def children(proc: Path = Path("/proc"), parent: int | None = None) -> Children:
+PROC = Path("/proc")
+
+
+def children(proc: Path = PROC, parent: int | None = None) -> Children:
     """The live (not zombie) child processes of ``parent`` (this process), from ``proc``."""
     parent = os.getpid() if parent is None else parent
     found = {}
@@ -125,7 +133,7 @@ def children(proc: Path = Path("/proc"), parent: int | None = None) -> Children:
     return Children(found)
 
 
-def new_children(before: Children, now: Children, proc: Path = Path("/proc"), running_only: bool = False
+def new_children(before: Children, now: Children, proc: Path = PROC, running_only: bool = False
                  ) -> tuple[LeftProcess, ...]:
     """Children in ``now`` that ``before`` lacked; with ``running_only``, only those on a CPU now
     (a worker pool started by the first call, a compiler's, sleeps between its jobs)."""
@@ -149,26 +157,148 @@ def _cpu_ns(proc: Path, pid: int) -> int | None:
         return None
 
 
+@dataclass(frozen=True)
+class PoolWork:
+    """The work handed to ``concurrent.futures`` pools and not done yet, read at one moment from
+    the pools' own records, which a submit fills before it returns: each thread pool worker's jobs
+    (waiting in its queue, or the one it runs), each process pool's pending jobs (its manager
+    thread's table) and its workers' pids. What a call handed a pool is there as the call returns,
+    however late a worker picks it up: no pause, no sample."""
+
+    thread_jobs: Mapping[int, tuple[int, frozenset[object]]]  # id of a thread pool's queue -> (jobs waiting, jobs running)
+    process_jobs: Mapping[int, frozenset[int]]  # id of a process pool's manager thread -> its pending job numbers
+    pids: Mapping[int, tuple[int, ...]]  # the same id -> its worker processes
+
+
+@runtime_checkable
+class JobQueue(Protocol):
+    def qsize(self) -> int: ...
+
+
+@runtime_checkable
+class Job(Protocol):
+    """A pool's job as concurrent.futures keeps it: what it runs, and the future it reports to."""
+
+    future: Done
+
+
+@runtime_checkable
+class Done(Protocol):
+    def done(self) -> bool: ...
+
+
+def _not_done(job: object) -> bool:
+    return isinstance(job, Job) and isinstance(job.future, Done) and not job.future.done()
+
+
+def _futures_file(frame: FrameType) -> str:
+    path = Path(frame.f_code.co_filename)
+    return path.name if path.parent.name == "futures" and path.parent.parent.name == "concurrent" else ""
+
+
+def pool_queue(thread: threading.Thread) -> JobQueue | None:
+    """The job queue of a ``concurrent.futures`` thread pool's worker (from the target it was started
+    with: there before its first line runs), else None."""
+    target = getattr(thread, "_target", None)
+    if getattr(target, "__module__", "") == "concurrent.futures.thread" and getattr(target, "__name__", "") == "_worker":
+        args = getattr(thread, "_args", ())
+        queue = args[1] if isinstance(args, tuple) and len(args) > 1 else None
+        return queue if isinstance(queue, JobQueue) else None
+    return None
+
+
+def _job_running(frame: FrameType | None) -> object | None:
+    """The job not done yet that a thread pool worker's stack (innermost ``frame``) runs, or None."""
+    while frame is not None:
+        if _futures_file(frame) == "thread.py" and frame.f_code.co_name == "run":
+            job = frame.f_locals.get("self")
+            return job if _not_done(job) else None
+        frame = frame.f_back
+    return None
+
+
+def pool_work() -> PoolWork:
+    frames = sys._current_frames()
+    thread_jobs: dict[int, tuple[int, frozenset[object]]] = {}
+    for thread in threading.enumerate():
+        queue = pool_queue(thread)
+        if queue is not None:
+            waiting, running = thread_jobs.get(id(queue), (queue.qsize(), frozenset()))
+            job = _job_running(frames.get(thread.ident)) if thread.ident is not None else None
+            thread_jobs[id(queue)] = (waiting, running | {job} if job is not None else running)
+    process_jobs: dict[int, frozenset[int]] = {}
+    pids: dict[int, tuple[int, ...]] = {}
+    for thread in threading.enumerate():
+        pending = getattr(thread, "pending_work_items", None)  # a ProcessPoolExecutor's manager thread
+        if isinstance(pending, dict):
+            process_jobs[id(thread)] = frozenset(number for number, job in list(pending.items())
+                                                 if isinstance(number, int) and _not_done(job))
+            processes = getattr(thread, "processes", None)
+            pids[id(thread)] = tuple(pid for pid in processes if isinstance(pid, int)) if isinstance(processes, dict) else ()
+    return PoolWork(thread_jobs, process_jobs, pids)
+
+
+POOL_WORKER = LeftThread("a concurrent.futures thread pool's worker", "a job the call handed it")
+
+
+def pending(work: PoolWork) -> bool:
+    """Whether any pool has a job not done."""
+    return (any(waiting or running for waiting, running in work.thread_jobs.values())
+            or any(work.process_jobs.values()))
+
+
+def running_now(since_measurement: Threads) -> tuple[LeftThread, ...]:
+    """The threads started since ``since_measurement`` that are alive now (a pool's idle worker
+    aside), and a pool's worker where a pool has a job not done: what may still write an output
+    read at this moment. Alive means not finished: a thread is listed from its start until its run
+    has returned, so one whose work lands after this moment is here, however soon it ends."""
+    me = threading.get_ident()
+    found = [LeftThread(t.name, _where(t.ident) if t.ident is not None else "") for t in threading.enumerate()
+             if t not in since_measurement.known and t.ident != me and pool_queue(t) is None]
+    return (*found, POOL_WORKER) if pending(pool_work()) else tuple(found)
+
+
+def handed_to_pools(before: PoolWork, after: PoolWork) -> tuple[tuple[LeftThread, ...], tuple[int, ...]]:
+    """What a call left undone in pools: a thread pool it handed a job (one thread named for it),
+    and the workers of each process pool with a pending job it lacked. A thread pool's jobs handed
+    in are at least its queue's growth plus the jobs its workers took from it meanwhile (running
+    now, not before): a worker that finished a job and took the next during the call leaves the
+    queue's length as it was."""
+    threads: tuple[LeftThread, ...] = ()
+    for queue, (waiting, running) in after.thread_jobs.items():
+        waited, ran = before.thread_jobs.get(queue, (0, frozenset()))
+        if waiting - waited + len(running - ran) > 0:
+            threads = (POOL_WORKER,)
+    pids = [pid for pool, jobs in after.process_jobs.items() if jobs - before.process_jobs.get(pool, frozenset())
+            for pid in after.pids.get(pool, ())]
+    return threads, tuple(pids)
+
+
 class CallWatch:
     """One checked call, watched: every Python thread it starts records when its ``run`` ends (a
-    trace hook on the threads started while the call runs, nothing in the calling thread), and the
-    children's CPU time is read as the call returns. A thread that ends after the call returned, or a
-    child that runs on a CPU after it, worked outside the call: found every time, however quickly
-    that work ends, where a look at the threads alive a moment later misses one that just finished."""
+    trace hook on the threads started while the call runs, nothing in the calling thread), the
+    threads alive and the pools' unfinished jobs are compared before and as it returns, and the
+    children's CPU time is read as it returns. A thread that ends after the call returned, a job it
+    handed a pool, or a child that runs on a CPU after it, worked outside the call: found every
+    time, however quickly or late that work runs, where a look a moment later misses one that just
+    finished or has not started."""
 
     def __init__(self, proc: Path | None = None) -> None:
         self.proc = proc  # None: child processes are not read
         self.started: dict[threading.Thread, int | None] = {}  # thread -> when its run ended (ns)
         self.returned_ns = 0
         self.children_cpu: dict[int, int | None] = {}
-        self._previous: Any = None
+        self._previous: TraceFunction | None = None
+        self.before: frozenset[threading.Thread] = frozenset()
+        self.alive_at_return: frozenset[threading.Thread] = frozenset()  # started by the call, alive as it returned
+        self.pools_before = self.pools_after = PoolWork({}, {}, {})
 
-    def _hook(self, frame: Any, event: str, arg: Any) -> Any:
+    def _hook(self, frame: FrameType, event: str, arg: object) -> TraceFunction:
         thread = threading.current_thread()
         self.started[thread] = None
         frame.f_trace_lines = False
 
-        def on_return(frame: Any, event: str, arg: Any) -> Any:
+        def on_return(frame: FrameType, event: str, arg: object) -> TraceFunction:
             if event == "return":
                 self.started[thread] = time.perf_counter_ns()
             return on_return
@@ -176,12 +306,20 @@ class CallWatch:
         return on_return  # traces the thread's outermost frame only (its run), not what it calls
 
     def __enter__(self) -> CallWatch:
+        self.before = frozenset(threading.enumerate())
+        self.pools_before = pool_work()
         self._previous = threading.gettrace()
         threading.settrace(self._hook)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.returned_ns = time.perf_counter_ns()
+        # Thread.start returns before the new thread reads threading's hook: one that reads it after
+        # the hook is taken back below records nothing, and runs its work after this moment. Every
+        # thread the call started is listed (started ones stay listed until they end), whatever the
+        # hook saw.
+        self.alive_at_return = frozenset(threading.enumerate()) - self.before
+        self.pools_after = pool_work()
         threading.settrace(self._previous)
         if self.proc is not None:
             pids = children(self.proc).pids
@@ -190,13 +328,20 @@ class CallWatch:
     def left(self) -> tuple[tuple[LeftThread, ...], tuple[LeftProcess, ...]]:
         """The threads started by the call that ran on after it returned, and the children that ran
         on a CPU since it returned (read now)."""
+        ended = dict(self.started)
+        # a thread pool's worker started by the call: its jobs are counted below, it may idle
+        unfinished = [t for t in ended.keys() | self.alive_at_return if pool_queue(t) is None and (
+                      (t in self.alive_at_return and ended.get(t) is None)  # its run had not returned
+                      or (ended.get(t) is None and t.is_alive())
+                      or (ended.get(t) or 0) > self.returned_ns)]
+        pool_threads, pool_pids = handed_to_pools(self.pools_before, self.pools_after)
         threads = tuple(LeftThread(t.name, _where(t.ident) if t.ident is not None else "")
-                        for t, ended in list(self.started.items())
-                        if (ended is None and t.is_alive()) or (ended is not None and ended > self.returned_ns))
-        processes: list[LeftProcess] = []
+                        for t in sorted(unfinished, key=lambda t: t.name)) + pool_threads
+        busy = set(pool_pids)
         if self.proc is not None:
             for pid, before in self.children_cpu.items():
                 now = _cpu_ns(self.proc, pid)
                 if before is not None and now is not None and now > before:
-                    processes.extend(new_children(Children({}), Children({pid: "R"}), self.proc))
-        return threads, tuple(processes)
+                    busy.add(pid)
+        processes = new_children(Children({}), Children({pid: "R" for pid in busy}), self.proc or PROC)
+        return threads, processes

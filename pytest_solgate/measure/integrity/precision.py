@@ -9,7 +9,7 @@ tolerance of the declared precision rather than a loose one the test chose.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable, Mapping, Sequence
 
 # Mantissa bits (the implicit one included) of each declared precision class and torch dtype.
 PRECISION_BITS = {"fp64": 53, "fp64_tensor": 53, "fp32": 24, "tf32_tensor": 11, "fp16": 11, "fp16_tensor": 11,
@@ -21,7 +21,7 @@ DTYPE_BITS = {"float64": 53, "float32": 24, "float16": 11, "bfloat16": 8, "float
 TOLERANCE = {53: 1e-10, 24: 1e-4, 11: 2e-3, 8: 1.6e-2, 4: 0.125, 3: 0.25}
 
 
-def bits_of_dtype(dtype: Any) -> int | None:
+def bits_of_dtype(dtype: object) -> int | None:
     return DTYPE_BITS.get(str(dtype).replace("torch.", ""))
 
 
@@ -29,7 +29,7 @@ def tolerance(bits: int) -> float:
     return TOLERANCE.get(bits) or min((t for b, t in TOLERANCE.items() if b <= bits), default=0.25)
 
 
-def allowed_bits(declared: Iterable[str], explicit: bool, tensor_dtypes: Iterable[Any]) -> int:
+def allowed_bits(declared: Iterable[str], explicit: bool, tensor_dtypes: Iterable[object]) -> int:
     """The fewest mantissa bits the kernel may compute with: the lowest of its declared precisions
     (when it declared FLOPs or a precision), and of its float inputs' and outputs' dtypes (a bf16
     copy declares bytes only: its bf16 operators are its data's, not a shortcut)."""
@@ -44,7 +44,7 @@ class LowerOperator:
     dtype: str  # e.g. float16
 
 
-def lower_operators(fn: Callable[[], Any], bits: int) -> tuple[LowerOperator, ...]:
+def lower_operators(fn: Callable[[], object], bits: int) -> tuple[LowerOperator, ...]:
     """The operators of one call of ``fn`` whose floating result has fewer mantissa bits than
     ``bits``. A call that fails under the dispatch mode tells nothing (()), never an error."""
     try:
@@ -54,8 +54,9 @@ def lower_operators(fn: Callable[[], Any], bits: int) -> tuple[LowerOperator, ..
         return ()
     seen: dict[tuple[str, str], None] = {}
 
-    class Dtypes(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+    class Dtypes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's TorchDispatchMode is untyped
+        def __torch_dispatch__(self, func: Callable[..., object], types: object, args: Sequence[object] = (),
+                               kwargs: Mapping[str, object] | None = None) -> object:
             out = func(*args, **(kwargs or {}))
             for value in out if isinstance(out, (tuple, list)) else (out,):
                 if isinstance(value, torch.Tensor) and value.is_floating_point():
@@ -65,7 +66,7 @@ def lower_operators(fn: Callable[[], Any], bits: int) -> tuple[LowerOperator, ..
             return out
 
     try:
-        with Dtypes():
+        with Dtypes():  # type: ignore[no-untyped-call]
             fn()
     except Exception:  # noqa: BLE001 - a kernel the mode cannot run is judged by its error alone
         return ()

@@ -26,10 +26,13 @@ from __future__ import annotations
 import random
 import statistics
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from pytest_solgate.measure.backends import OTHER_THREADS_SHARE  # the CPU timer's own rule for a helped thread
 from pytest_solgate.measure.integrity import outputs
+
+if TYPE_CHECKING:
+    import torch
 
 CHANCE = 0.2  # of a round being one on new values
 MIN_FRESH_SAMPLES = 3  # sampling goes on (rounds on new values) until there are this many
@@ -67,13 +70,15 @@ class RoundsCheck:
         return self.fresh_seconds > factor * self.timed_seconds + SLACK_SECONDS
 
 
-def thread_seconds(handle: Any, calls: int) -> float | None:
+def thread_seconds(handle: object, calls: int) -> float | None:
     """The calling thread's CPU seconds a call over a CPU sample (its handle's stamps), where the
     process's other threads did not help; None for another backend's sample."""
     nanoseconds = getattr(handle, "nanoseconds", None)
     if not isinstance(nanoseconds, tuple) or len(nanoseconds) != 3:
         return None
     _, thread, process = nanoseconds
+    if not isinstance(thread, (int, float)) or not isinstance(process, (int, float)):
+        return None
     if thread <= 0 or process - thread > OTHER_THREADS_SHARE * thread:
         return None
     return thread / 1e9 / max(calls, 1)
@@ -84,15 +89,18 @@ class FreshRounds:
     ``before_round`` between rounds, ``after_sample`` between samples, and ``restore`` once sampling
     ends. ``rng`` picks the rounds and the factors (the platform's: a kernel cannot predict them)."""
 
-    def __init__(self, checked: outputs.Checked, judge: Callable[[list[Any], list[Any], int], Any],
-                 rng: random.Random) -> None:
+    def __init__(self, checked: outputs.Checked, judge: Callable[[list[object], list[object], int], object | None],
+                 rng: random.Random, running: Callable[[], object | None] = lambda: None) -> None:
         self.checked = checked
         self.judge = judge  # (the timed outputs, the inputs the timed calls got, calls since the values) -> Finding
+        # what may still write the outputs, read as they are copied (the guard's: work left running)
+        self.running = running
+        self.running_at_copy: object | None = None
         self.rng = rng
-        self.saved: list[tuple[Any, Any]] | None = None  # (tensor, its values before the first round)
+        self.saved: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # (tensor, its values before the first round)
         self.scale, self.written_at = 1.0, 0  # the factor of the values written last, and the timed calls before
         self.given = (1.0, 0)  # the same of the values the last sample of a round on new values got
-        self.got: list[Any] | None = None  # that sample's outputs, where they live in the inputs (in place)
+        self.got: list[object] | None = None  # that sample's outputs, where they live in the inputs (in place)
         self.pending = False  # the round running (or just run) is on new values
         self.rounds = 0
         self.seen = 0  # samples already sorted
@@ -101,18 +109,18 @@ class FreshRounds:
         self.fresh_cpu: list[float] = []  # the same samples, on the thread's CPU time (the CPU's)
         self.own_cpu: list[float] = []
         import torch
-        found: dict[tuple[int, Any], Any] = {}
+        found: dict[tuple[int, torch.dtype], torch.Tensor] = {}
         for tensor in outputs.tensors_in(checked.inputs(list(checked.args))):
             if outputs.changes(tensor) and tensor.untyped_storage().nbytes():
                 found.setdefault((tensor.untyped_storage().data_ptr(), tensor.dtype), outputs.whole_storage(tensor))
-        self.storages: list[Any] = list(found.values())
+        self.storages: list[torch.Tensor] = list(found.values())
         self.torch = torch
 
     @property
     def usable(self) -> bool:
         return bool(self.storages)
 
-    def after_sample(self, handle: Any, calls: int) -> None:
+    def after_sample(self, handle: object, calls: int) -> None:
         """Between two samples (outside the timed regions): the sample's CPU time kept; in a round on
         new values, new ones written for the next sample."""
         seconds = thread_seconds(handle, calls)
@@ -123,10 +131,11 @@ class FreshRounds:
             # An in-place kernel's result lives in its inputs, which the new values overwrite: kept first.
             last = self.checked.last_outputs()
             written = [outputs.is_tensor(o) and any(outputs.shares_storage(o, flat) for flat in self.storages) for o in last]
+            self.running_at_copy = self.running()
             self.got = outputs.clone(list(last)) if any(written) else None
             self._write_new()
 
-    def after_round(self, samples: Sequence[float]) -> Any:
+    def after_round(self, samples: Sequence[float]) -> object | None:
         """Sort the round's samples; after a round on new values, its timed outputs judged (a Finding or None)."""
         new = list(samples[self.seen:])
         self.seen = len(samples)
@@ -163,15 +172,18 @@ class FreshRounds:
             for flat, (_, kept) in zip(self.storages, self.saved):
                 self.torch.mul(kept, scale, out=flat)
 
-    def _judge(self) -> Any:
+    def _judge(self) -> object | None:
         # The values written after the round's last sample were never timed: its last call got the ones before.
         scale, calls = self.given[0], self.checked.last[1] - self.given[1]
         args = list(self.checked.args)
+        running = self.running_at_copy if self.got is not None else self.running()
         got = self.got if self.got is not None else outputs.clone(list(self.checked.last_outputs()))
         self.got = None
         self._write(scale)  # the values the round's last call was given (an in-place kernel changed them since)
         try:
-            return self.judge(got, self.checked.inputs(args), calls)
+            finding = self.judge(got, self.checked.inputs(args), calls)
+            # Work still running as the outputs were copied explains what they lack: said first.
+            return running if finding is not None and running is not None else finding
         finally:
             # The other rounds time the test's own values (a kernel whose time depends on them is timed on them).
             with self.torch.no_grad():

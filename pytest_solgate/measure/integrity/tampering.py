@@ -23,7 +23,14 @@ import sysconfig
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from types import CodeType
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence, TypeVar
+
+if TYPE_CHECKING:
+    from pytest_solgate.measure.capabilities import Backend
+
+Token = TypeVar("Token")
+Handle = TypeVar("Handle")
 
 # Saved at import, before any code under test runs: a kernel that replaces time.thread_time_ns
 # later replaces the module's attribute, not these references.
@@ -57,12 +64,12 @@ SEAMS: dict[str, tuple[str, ...]] = {
 class Reading:
     """What each watched name was bound to (the object's id and the object, kept to compare)."""
 
-    bound: Mapping[str, Any]
-    torch: Any = None  # the torch whose cuda was read (a fake GPU's, or the real one)
+    bound: Mapping[str, object]
+    torch: object = None  # the torch whose cuda was read (a fake GPU's, or the real one)
 
 
-def _lookup(root: Any, dotted: str) -> Any:
-    value = root
+def _lookup(root: object, dotted: str) -> object:
+    value: object = root
     for part in dotted.split("."):
         value = getattr(value, part, None)
         if value is None:
@@ -70,9 +77,9 @@ def _lookup(root: Any, dotted: str) -> Any:
     return value
 
 
-def watched(torch: Any = None, seams: bool = True) -> Reading:
+def watched(torch: object = None, seams: bool = True) -> Reading:
     """Read every watched name now. ``torch`` is the backend's (None: the real one, if imported)."""
-    bound: dict[str, Any] = {f"time.{name}": getattr(time, name, None) for name in TIME_FUNCTIONS}
+    bound: dict[str, object] = {f"time.{name}": getattr(time, name, None) for name in TIME_FUNCTIONS}
     torch = torch if torch is not None else sys.modules.get("torch")
     if torch is not False and torch is not None and hasattr(torch, "cuda"):
         for name in CUDA_FUNCTIONS:
@@ -126,7 +133,7 @@ def foreign(reading: Reading) -> tuple[str, ...]:
 MODULES = {name.rsplit(".", 1)[-1]: name for name in [*PLUGIN_FUNCTIONS, *SEAMS]}
 
 
-def _at_import() -> dict[str, Any]:
+def _at_import() -> dict[str, object]:
     """What every watched name of the time module and of the plugin is bound to when this module is
     imported (with the plugin, before any test module): the originals, compared by identity, so that
     a wrapper that copies its function's name and module (functools.wraps) is still a wrapper."""
@@ -174,7 +181,8 @@ class ClockCheck:
         return real > 2.0 * timer + 50e-6
 
 
-def second_clock(fn: Callable[[], Any], timer_seconds: float, calls: int, backend: Any = None) -> ClockCheck:
+def second_clock(fn: Callable[[], object], timer_seconds: float, calls: int,
+                 backend: Backend[Token, Handle] | None = None) -> ClockCheck:
     """Time ``calls`` calls of ``fn`` with the thread CPU clock saved at import (the fastest call),
     and with ``backend``'s own timer around the same calls where one is given."""
     __tracebackhide__ = True
@@ -186,7 +194,7 @@ def second_clock(fn: Callable[[], Any], timer_seconds: float, calls: int, backen
         start = read()
         fn()
         seconds = (read() - start) / 1e9
-        if backend is not None:
+        if backend is not None and token is not None:
             timer_total += backend.elapsed(backend.stop(token))
         real_total += seconds
         best = min(best, seconds)
@@ -213,17 +221,16 @@ LIBRARY_DIRS = library_dirs(sysconfig.get_paths(), sys.path)
 TORCH_NAMESPACES = ("torch", "torch.nn.functional", "torch.linalg", "torch.special", "torch.fft")
 
 
-def _code_file(value: Any) -> str:
+def _code_file(value: object) -> str:
     """The file whose code ``value`` runs (a function, a method, a property's getter), or ''."""
-    value = getattr(value, "fget", None) or getattr(value, "__func__", value)
-    code = getattr(value, "__code__", None)
+    code = _code(value)
     return code.co_filename if code is not None else ""
 
 
 _verdicts: dict[str, str] = {}  # a code file -> itself where foreign, '' where the plugin's or a library's
 
 
-def _foreign_file(value: Any) -> str:
+def _foreign_file(value: object) -> str:
     """The file of ``value``'s code where it is neither the plugin's nor the standard library's nor an
     installed package's: code from the tests' folder (the code under test) bound where it should not be.
     Kept by file name, never by the object: a kept function would keep its module, and every session's
@@ -237,9 +244,9 @@ def _foreign_file(value: Any) -> str:
     return _verdicts[file]
 
 
-def plugin_bound() -> dict[str, Any]:
+def plugin_bound() -> dict[str, object]:
     """Every function, class and class attribute bound in the plugin's loaded modules, by name."""
-    bound: dict[str, Any] = {}
+    bound: dict[str, object] = {}
     for module_name, module in list(sys.modules.items()):
         if not module_name.startswith("pytest_solgate") or module is None:
             continue
@@ -253,7 +260,7 @@ def plugin_bound() -> dict[str, Any]:
     return bound
 
 
-def plugin_foreign(bound: Mapping[str, Any]) -> tuple[str, ...]:
+def plugin_foreign(bound: Mapping[str, object]) -> tuple[str, ...]:
     """The plugin's names bound to code from outside the plugin and the installed libraries (a
     wrapper of ``pytest_solgate.score.score`` defined in a test's kernel module)."""
     return tuple(name for name, value in bound.items() if _foreign_file(value))
@@ -295,9 +302,11 @@ GUARD_MODULES = ("pytest_solgate.measure.integrity.guard", "pytest_solgate.measu
                  "pytest_solgate.measure.integrity.precision", "pytest_solgate.measure.extras")
 
 
-def _code(value: Any) -> Any:
+def _code(value: object) -> CodeType | None:
+    """The code ``value`` runs (a function, a method, a property's getter), or None."""
     value = getattr(value, "fget", None) or getattr(value, "__func__", value)
-    return getattr(value, "__code__", None)
+    code = getattr(value, "__code__", None)
+    return code if isinstance(code, CodeType) else None
 
 
 class GuardIntact:
