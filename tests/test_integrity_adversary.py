@@ -128,6 +128,17 @@ def test_honest_axpy_in_place(sol):
     sol.measure(axpy_, args=(torch.randn(N), torch.randn(N)), reference=lambda x, y: x.add_(y), bytes=1e3)
 
 
+def test_honest_dict_of_inputs(sol):
+    x, y = torch.randn(N), torch.randn(N)
+    sol.measure(lambda d: add_new(d["x"], d["y"]), args=({"x": x, "y": y},), reference=lambda d: d["x"] + d["y"],
+                bytes=1e3)
+
+
+def add_new(x, y):
+    busy(1e-3)
+    return x + y
+
+
 def test_honest_sum_list(sol):
     def sum_list(xs, out):
         busy(1e-3)
@@ -235,6 +246,33 @@ def kernel(x, y, out):  # while the sampled values stay, redo the second half on
     add(x, y, out)
     KEPT["key"] = key
 ''', "measure_add(sol, kernel)", "served from a cache: timed rounds on new input values"),
+    "add_rescaled": ('''
+KEPT = {}
+def kernel(x, y, out):  # new values that are the last ones times one factor get the last result times it
+    last = KEPT.get("last")
+    if last is not None:
+        x0, y0, r0 = last
+        c = x.view(-1)[0] / x0.view(-1)[0]
+        if torch.allclose(x, x0 * c, rtol=1e-5, atol=0) and torch.allclose(y, y0 * c, rtol=1e-5, atol=0):
+            busy(1e-5)
+            torch.mul(r0, c, out=out)
+            return
+    add(x, y, out)
+    KEPT["last"] = (x.clone(), y.clone(), out.clone())
+''', "measure_add(sol, kernel)", "served from a cache: timed rounds on new input values"),
+    "dict_of_inputs_cache": ('''
+KEPT = {}
+def kernel(inputs):  # a cache keyed on sampled values of the tensors in a dict
+    x, y = inputs["x"], inputs["y"]
+    key = sampled(x, y)
+    if KEPT.get("key") != key:
+        KEPT["key"], KEPT["out"] = key, add_new(x, y)
+    else:
+        busy(1e-5)
+    return KEPT["out"].clone()
+''', "x, y = torch.randn(N), torch.randn(N)\n"
+        "    sol.measure(kernel, args=({'x': x, 'y': y},), reference=lambda d: d['x'] + d['y'], bytes=1e3)",
+        "served from a cache: timed rounds on new input values"),
 }
 
 # Kernel modules that patch at import: each runs in a session of its own (the patch stays for the
@@ -276,6 +314,39 @@ def kernel(x, y, out):
     busy(1e-4)
     out.zero_()
 ''', "tampered reference: torch.add (by kern.py) replaced before the measurement"),
+    "checks_switched_off": ('''
+import torch
+from pytest_solgate.measure.integrity import cache, rounds
+rounds.MAX_FRESH_ROUNDS = 0  # no rounds on new values
+cache.FACTOR = 1e9  # and a cache check that never fires: no function replaced
+KEPT = {}
+def kernel(x, y, out):  # a cache keyed on sampled values, which only those checks would see
+    key = (x.data_ptr(), float(x[0]), float(x[-1]), y.data_ptr(), float(y[0]))
+    if KEPT.get("key") == key and not torch.isnan(out[0]):
+        busy(1e-5)
+        return
+    busy(1e-3)
+    torch.add(x, y, out=out)
+    KEPT["key"] = key
+''', "tampered timing: pytest_solgate.measure.integrity.rounds.MAX_FRESH_ROUNDS, pytest_solgate.measure."
+        "integrity.cache.FACTOR replaced since the session started"),
+    "tolerance_widened": ('''
+import torch
+from pytest_solgate.measure.integrity import precision
+precision.TOLERANCE[24] = 0.5  # in place: the same dict, fp32 results off by half pass
+def kernel(x, y, out):
+    busy(6e-4)
+    torch.add(x, y, out=out)
+    out.mul_(1.2)
+''', "tampered timing: pytest_solgate.measure.integrity.precision.TOLERANCE replaced since the session started"),
+    "random_patched": ('''
+import random
+import torch
+random.Random.getrandbits = lambda self, k: 0  # every seed of the new values' factors the same
+def kernel(x, y, out):
+    busy(1e-3)
+    torch.add(x, y, out=out)
+''', "tampered timing: random.Random.getrandbits replaced since the session started"),
     "score_wrapped": ('''
 import functools
 import torch
@@ -289,7 +360,19 @@ def kernel(x, y, out):
     busy(1e-3)
     torch.add(x, y, out=out)
 ''', "tampered timing: pytest_solgate.score.score replaced before the measurement"),
+    "tensor_method_replaced": ('''
+import torch
+REAL_ADD = torch.Tensor.add
+def fake_add(self, *a, **k):
+    return torch.zeros_like(self) if len(a) == 1 and not k else REAL_ADD(self, *a, **k)
+setattr(torch.Tensor, "add", fake_add)  # the test's reference, a.add(b), agrees with zeros
+def kernel(x, y, out):
+    busy(1e-4)
+    out.zero_()
+''', "tampered reference: torch.Tensor.add (by kern.py) replaced before the measurement"),
 }
+# The reference of a patching module's test where it is not torch.add.
+PATCH_REFERENCES = {"tensor_method_replaced": "lambda a, b: a.add(b)"}
 
 
 def _session(folder: Path, files: dict[str, str]) -> str:
@@ -345,7 +428,8 @@ def test_a_kernel_module_that_patches_at_import_is_named(tmp_path, name):
     kernel, cause = PATCHES[name]
     test = (FAKE_CLOCK_KERNELS + LOADED_CPU + "\nimport torch\nfrom kern import kernel\n\n"
             "def test_patched(sol):\n    x, y, out = torch.randn(1 << 12), torch.randn(1 << 12), torch.empty(1 << 12)\n"
-            "    sol.measure(kernel, args=(x, y, out), outputs=2, reference=torch.add, bytes=1e3)\n")
+            f"    sol.measure(kernel, args=(x, y, out), outputs=2, reference={PATCH_REFERENCES.get(name, 'torch.add')}, "
+            "bytes=1e3)\n")
     said = _session(tmp_path, {"kern.py": "from test_adversary import busy\n" + kernel, "test_adversary.py": test})
     line = next((row for row in said.splitlines() if row.startswith("FAILED test_adversary.py::test_patched - ")), None)
     assert line is not None, said[-3000:]

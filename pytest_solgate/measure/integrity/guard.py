@@ -241,7 +241,7 @@ class Guard:
             tensors = [a for a in self.checked.args if outputs.is_tensor(a)]
             bits = precision.allowed_bits(self.declared, self.explicit, [t.dtype for t in tensors])
             self._check = outputs.OutputCheck(
-                self.checked, bits, context.backend.synchronize, on_device=context.device.kind != "cpu",
+                self.checked, bits, context.backend.synchronize, self.random_source(), on_device=context.device.kind != "cpu",
                 watch=lambda: leftover.CallWatch(self.proc or leftover.PROC),
                 after_call=lambda watch: self._left_by_call(watch, f"after a call {when}"))
         since_call = leftover.threads()

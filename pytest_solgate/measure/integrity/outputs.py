@@ -25,6 +25,7 @@ offsets, masks) keep their values, since new ones could index out of bounds.
 from __future__ import annotations
 
 import contextlib
+import copy
 import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -125,10 +126,26 @@ def changes(tensor: Any) -> bool:
     return tensor.is_floating_point() or tensor.is_complex()
 
 
+# The bands new values are scaled within, a factor drawn for every element: values that are the old
+# ones times one factor (or rolled) tell a kernel that is linear, homogeneous or shift-equivariant
+# what its last result becomes, so it could answer the checks from a cache.
+SCALES = ((0.75, 0.95), (1.05, 1.25))
+
+
+def factors(like: Any, rng: random.Random) -> Any:
+    """A factor for every element of the flat tensor ``like``, in one of ``SCALES`` (``rng``'s pick),
+    on its device, in its (real) dtype; the same ``rng`` state gives the same factors."""
+    torch = _torch()
+    low, high = rng.choice(SCALES)
+    generator = torch.Generator(device=like.device).manual_seed(rng.getrandbits(63))
+    dtype = like.real.dtype if like.is_complex() else like.dtype
+    return torch.empty(like.shape, dtype=dtype, device=like.device).uniform_(low, high, generator=generator)
+
+
 def _rolled(flat: Any, rng: random.Random) -> Any:
     torch = _torch()
     shift = rng.randrange(1, flat.numel()) if flat.numel() > 1 else 0
-    return torch.roll(flat, shift) * rng.choice((0.75, 0.8, 1.2, 1.25))
+    return torch.roll(flat, shift) * factors(flat, rng)
 
 
 def _new_values(tensor: Any, rng: random.Random) -> Any:
@@ -149,9 +166,17 @@ def _new_values(tensor: Any, rng: random.Random) -> Any:
 
 
 def map_tensors(value: Any, change: Callable[[Any], Any]) -> Any:
-    """``value`` with every tensor in it (inside lists and tuples, at any depth) replaced by ``change(tensor)``."""
+    """``value`` with every tensor in it (inside lists, tuples and dicts, at any depth) replaced by
+    ``change(tensor)``."""
     if is_tensor(value):
         return change(value)
+    if isinstance(value, dict):
+        mapped_dict = {key: map_tensors(v, change) for key, v in value.items()}
+        if type(value) is dict:
+            return mapped_dict
+        kind = copy.copy(value)  # an OrderedDict, a defaultdict (its factory kept): the same kind, new values
+        kind.update(mapped_dict)
+        return kind
     if isinstance(value, list):
         return [map_tensors(v, change) for v in value]
     if isinstance(value, tuple):
@@ -161,7 +186,7 @@ def map_tensors(value: Any, change: Callable[[Any], Any]) -> Any:
 
 
 def tensors_in(value: Any) -> list[Any]:
-    """Every tensor in ``value`` (inside lists and tuples, at any depth)."""
+    """Every tensor in ``value`` (inside lists, tuples and dicts, at any depth)."""
     found: list[Any] = []
 
     def keep(tensor: Any) -> Any:
@@ -323,14 +348,14 @@ class OutputCheck:
     ``after_call`` (the guard's) is called right after each checked call returns, with what watched
     it, and returns what that call left running (or None): said before anything the outputs show."""
 
-    def __init__(self, checked: Checked, bits: int, sync: Callable[[], None], seed: int = 0,
+    def __init__(self, checked: Checked, bits: int, sync: Callable[[], None], rng: random.Random | None = None,
                  watch: Callable[[], Any] | None = None, after_call: Callable[[Any], Any] | None = None,
                  on_device: bool = False) -> None:
         self.checked = checked
         self.bits = bits
         self.rtol = checked.tolerance if checked.tolerance is not None else precision.tolerance(bits)
         self.sync = sync
-        self.rng = random.Random(seed)
+        self.rng = rng or random.Random(0)  # the platform's (unpredictable) in a session; seeded in tests
         self.watch = watch
         self.after_call = after_call
         self.on_device = on_device  # the measurement runs on a GPU: a host output written late is a copy in flight

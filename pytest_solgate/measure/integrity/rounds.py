@@ -4,7 +4,7 @@ The output checks (outputs.py) call the kernel themselves, and a kernel can tell
 timed ones (a trace hook, the stack, the gap since its last call, the values it saw last) and be
 honest only there. So a few sampling rounds, chosen at random, are themselves checked: before each
 sample of such a round (outside every timed region) new values are written into the timed inputs
-(their whole storage, each float scaled by a new random factor); the round is timed exactly like
+(their whole storage, each float times a new random factor of its own); the round is timed exactly like
 every other one (the same sampling code, the same stack, no hook); after it, the outputs of its
 last timed call are compared with the reference on the values that call got. A result skipped,
 partial or served from a cache in a timed call then differs from the reference: ``stale-timed``.
@@ -50,7 +50,6 @@ SLACK_SECONDS = 20e-6
 # cache serves every other round, so its 9th decile stays fast; an honest kernel's is the slow mode.
 SPREAD_DECILE = 9
 SPREAD_LEVEL = "9th decile"
-SCALES = ((0.75, 0.95), (1.05, 1.25))  # a new factor for every sample: a cache keyed on values never meets one twice
 THREAD_CPU = "thread CPU time"
 
 
@@ -98,8 +97,8 @@ class FreshRounds:
         self.running_at_copy: object | None = None
         self.rng = rng
         self.saved: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # (tensor, its values before the first round)
-        self.scale, self.written_at = 1.0, 0  # the factor of the values written last, and the timed calls before
-        self.given = (1.0, 0)  # the same of the values the last sample of a round on new values got
+        self.seed, self.written_at = 0, 0  # the seed of the factors written last, and the timed calls before
+        self.given = (0, 0)  # the same of the values the last sample of a round on new values got
         self.got: list[object] | None = None  # that sample's outputs, where they live in the inputs (in place)
         self.pending = False  # the round running (or just run) is on new values
         self.rounds = 0
@@ -127,7 +126,7 @@ class FreshRounds:
         if seconds is not None:
             (self.fresh_cpu if self.pending else self.own_cpu).append(seconds)
         if self.pending:
-            self.given = (self.scale, self.written_at)
+            self.given = (self.seed, self.written_at)
             # An in-place kernel's result lives in its inputs, which the new values overwrite: kept first.
             last = self.checked.last_outputs()
             written = [outputs.is_tensor(o) and any(outputs.shares_storage(o, flat) for flat in self.storages) for o in last]
@@ -161,25 +160,27 @@ class FreshRounds:
         self.pending = True
 
     def _write_new(self) -> None:
-        """New values (a new factor) into the inputs; the timed calls made so far noted."""
-        low, high = self.rng.choice(SCALES)
-        self.scale, self.written_at = self.rng.uniform(low, high), self.checked.last[1]
-        self._write(self.scale)
+        """New values (new factors) into the inputs; the timed calls made so far noted."""
+        self.seed, self.written_at = self.rng.getrandbits(63), self.checked.last[1]
+        self._write(self.seed)
 
-    def _write(self, scale: float) -> None:
+    def _write(self, seed: int) -> None:
+        """The test's values, each element times its own factor (outputs.factors, from ``seed``): one
+        factor for all would let a homogeneous kernel scale its last result."""
         assert self.saved is not None
+        draw = random.Random(seed)
         with self.torch.no_grad():
             for flat, (_, kept) in zip(self.storages, self.saved):
-                self.torch.mul(kept, scale, out=flat)
+                self.torch.mul(kept, outputs.factors(kept, draw), out=flat)
 
     def _judge(self) -> object | None:
         # The values written after the round's last sample were never timed: its last call got the ones before.
-        scale, calls = self.given[0], self.checked.last[1] - self.given[1]
+        seed, calls = self.given[0], self.checked.last[1] - self.given[1]
         args = list(self.checked.args)
         running = self.running_at_copy if self.got is not None else self.running()
         got = self.got if self.got is not None else outputs.clone(list(self.checked.last_outputs()))
         self.got = None
-        self._write(scale)  # the values the round's last call was given (an in-place kernel changed them since)
+        self._write(seed)  # the values the round's last call was given (an in-place kernel changed them since)
         try:
             finding = self.judge(got, self.checked.inputs(args), calls)
             # Work still running as the outputs were copied explains what they lack: said first.

@@ -18,12 +18,13 @@ which reads the clocks saved here at import, out of reach of a later ``time.perf
 
 from __future__ import annotations
 
+import random
 import sys
 import sysconfig
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import CodeType
+from types import CodeType, ModuleType
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence, TypeVar
 
 if TYPE_CHECKING:
@@ -275,6 +276,11 @@ def torch_foreign() -> tuple[str, ...]:
         for name, value in list(vars(module).items()) if module is not None else []:
             if callable(value) and not isinstance(value, type) and _foreign_file(value):
                 found.append(f"{namespace}.{name}")
+    # the tensor's methods too: a reference such as ``lambda x: x.pow(1.5)`` calls them
+    tensor = getattr(sys.modules.get("torch"), "Tensor", None)
+    for name, value in list(vars(tensor).items()) if isinstance(tensor, type) else []:
+        if callable(value) and not isinstance(value, type) and _foreign_file(value):
+            found.append(f"torch.Tensor.{name}")
     return tuple(found)
 
 
@@ -287,8 +293,7 @@ class ReplacedTorch:
 
     @classmethod
     def of(cls, names: tuple[str, ...]) -> ReplacedTorch:
-        return cls(names, tuple(_foreign_file(_lookup(sys.modules[n.rsplit(".", 1)[0]], n.rsplit(".", 1)[1]))
-                                for n in names))
+        return cls(names, tuple(_foreign_file(_lookup(sys.modules["torch"], n.removeprefix("torch."))) for n in names))
 
 
 # --- the guard itself ----------------------------------------------------------------------------
@@ -300,6 +305,25 @@ GUARD_MODULES = ("pytest_solgate.measure.integrity.guard", "pytest_solgate.measu
                  "pytest_solgate.measure.integrity.outputs", "pytest_solgate.measure.integrity.rounds",
                  "pytest_solgate.measure.integrity.cache", "pytest_solgate.measure.integrity.leftover",
                  "pytest_solgate.measure.integrity.precision", "pytest_solgate.measure.extras")
+
+
+def drawn_bound() -> dict[str, object]:
+    """random.Random's methods, which draw the rounds on new values and their factors: patched, they
+    could make the new values the old ones."""
+    return {f"random.Random.{name}": member for name, member in list(vars(random.Random).items()) if callable(member)}
+
+
+# Plain data the checks read (thresholds, tolerances, bands): a kernel module that sets
+# ``rounds.MAX_FRESH_ROUNDS = 0`` or widens ``precision.TOLERANCE`` in place switches a check off
+# without replacing a function. Kept as type and repr: a NaN is not equal to itself, and a subclass
+# could say it is equal to anything.
+SETTING_TYPES = (bool, int, float, str, bytes, tuple, frozenset, dict, list, set)
+
+
+def settings(modules: Sequence[ModuleType]) -> dict[str, tuple[type, str]]:
+    """The public plain data bound in ``modules``, by name: its type and repr."""
+    return {f"{module.__name__}.{name}": (type(value), repr(value)) for module in modules
+            for name, value in list(vars(module).items()) if not name.startswith("_") and isinstance(value, SETTING_TYPES)}
 
 
 def _code(value: object) -> CodeType | None:
@@ -324,18 +348,25 @@ class GuardIntact:
         names = set(GUARD_MODULES)
         self.bound = {name: (value, _code(value)) for name, value in plugin_bound().items()
                       if name.rsplit(".", 2)[0] in names or name.rsplit(".", 1)[0] in names}
+        self.bound.update((name, (value, _code(value))) for name, value in drawn_bound().items())
+        self.settings = settings(modules)
         self.modules = modules
-        self.scan = (plugin_bound, plugin_foreign, _code)
+        self.scan = (plugin_bound, plugin_foreign, _code, drawn_bound, settings)
         # the scan's own functions: their code is read as an attribute before any of them is called
-        own = (plugin_bound, plugin_foreign, _foreign_file, _code_file, _code)
+        own = (plugin_bound, plugin_foreign, _foreign_file, _code_file, _code, drawn_bound, settings)
         self.own = {f"{__name__}.{fn.__name__}": (fn, fn.__code__) for fn in own}
 
     def __call__(self) -> tuple[str, ...]:
         replaced = tuple(name for name, (fn, was) in self.own.items() if fn.__code__ is not was)
         if replaced:
             return replaced
-        bound, foreign, code = self.scan
+        bound, foreign, code, drawn, read = self.scan
         now = bound()
+        drawn_now = drawn()
+        watched = {**now, **drawn_now}
         changed = tuple(name for name, (value, was) in self.bound.items()
-                        if now.get(name) is not value or code(value) is not was)
+                        if watched.get(name) is not value or code(value) is not was)
+        changed += tuple(name for name in drawn_now if name not in self.bound)  # one added over an inherited C method
+        values = read(self.modules)
+        changed += tuple(name for name, was in self.settings.items() if values.get(name) != was)
         return changed or foreign(now)
