@@ -60,8 +60,11 @@ def git(cwd, *args: str) -> str:
 
 
 def init_repo(cwd) -> None:
-    """A fresh git repository on branch main, with a committer."""
+    """A fresh git repository on branch main, with a committer; Python's bytecode folders are
+    ignored, as a user's global gitignore does (pytest writes them beside every test file)."""
     git(cwd, "init", "-q", "-b", "main")
+    with open(f"{cwd}/.git/info/exclude", "w") as exclude:
+        exclude.write("__pycache__/\n")
     git(cwd, "config", "user.email", "test@example.invalid")
     git(cwd, "config", "user.name", "test")
 

@@ -112,6 +112,12 @@ USAGE_ERRORS = [
 ]
 
 
+def listing(folder):
+    """The names in ``folder`` a user would call theirs or ours: not Python's bytecode folder, nor
+    pytest-benchmark's .benchmarks (where that plugin is installed)."""
+    return sorted(p.name for p in folder.iterdir() if p.name not in ("__pycache__", ".benchmarks"))
+
+
 def write(pytester, files):
     for name, text in files.items():
         path = pytester.path / name
@@ -145,13 +151,13 @@ def test_usage_errors(pytester, case, args, files, fragment):
         if case.endswith("hard-link"):
             (pytester.path / "real" / "h.db").write_bytes(b"")
             (pytester.path / "hard.db").hardlink_to(pytester.path / "real" / "h.db")
-    before = sorted(p.name for p in pytester.path.iterdir())
+    before = listing(pytester.path)
     result = pytester.runpytest("-p", "no:cacheprovider", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert_one_line_error(result, fragment)
     assert "hunter2" not in result.stdout.str() + result.stderr.str()  # no password, in any form
-    # nothing written: no folder named after a URL (pytest-benchmark, where installed, makes .benchmarks: not ours)
-    assert sorted(p.name for p in pytester.path.iterdir() if p.name != ".benchmarks") == before
+    # nothing written: no folder named after a URL
+    assert listing(pytester.path) == before
     if case == "history-not-a-database":
         assert (pytester.path / "notes.txt").read_text() == "my notes\n" * 50  # refused, never overwritten
     if case == "history-foreign-sqlite":
@@ -411,13 +417,13 @@ def test_cli_errors(tmp_path, case, args, fragment):
     (tmp_path / "nan.json").write_text((tmp_path / "poison.json").read_text().replace('"abc"', "[NaN]"))
     (tmp_path / "strings.json").write_text('{"schema": "solgate/1", "run": {"id": "r", "started_at": "x"}, "measurements": ["a", "b"]}')
     (tmp_path / "notes-link.txt").symlink_to("notes.txt")
-    before = sorted(p.name for p in tmp_path.iterdir())
+    before = listing(tmp_path)
     done = subprocess.run([sys.executable, "-m", "pytest_solgate.cli", *args], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 2, (done.stdout, done.stderr)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and fragment in lines[0], done.stderr
     assert "hunter2" not in done.stdout + done.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no folder named after a URL
+    assert listing(tmp_path) == before  # no folder named after a URL
     assert (tmp_path / "notes.txt").read_text() == "notes\n" * 100
     assert not (tmp_path / ".solgate").exists()  # a refused import writes nothing
 
@@ -465,7 +471,7 @@ def test_a_history_url_in_the_environment_is_refused_and_never_printed(pytester,
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert_one_line_error(result, "SOLGATE_HISTORY=mysql://ci:***@db.example/h: a mysql:// history is not supported")
     assert "hunter2" not in result.stdout.str() + result.stderr.str()
-    assert sorted(p.name for p in pytester.path.iterdir()) == ["test_x.py"]
+    assert listing(pytester.path) == ["test_x.py"]
 
 
 def test_every_test_this_page_names_exists():
