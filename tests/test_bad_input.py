@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from solgate_command import solgate_main
 
 from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE
 
@@ -351,9 +352,10 @@ def test_git_names_that_are_not_utf8_neither_fail_nor_lose_the_run(pytester):
 
 
 def test_sol_fixture_from_a_wider_scope_is_pytests_scope_error(pytester):
+    pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)  # a profile: no calibration of this CPU (12 s)
     pytester.makepyfile(test_k="import pytest\n\n@pytest.fixture(scope='session')\ndef shared(sol):\n    return sol\n\n"
                                "def test_k(shared):\n    pass\n")
-    result = pytester.runpytest("--sol-device=cpu")
+    result = pytester.runpytest("--sol-device=cpu", "--sol-profile=synthetic.toml")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*ScopeMismatch*"])
 
@@ -418,7 +420,7 @@ def test_cli_errors(tmp_path, case, args, fragment):
     (tmp_path / "strings.json").write_text('{"schema": "solgate/1", "run": {"id": "r", "started_at": "x"}, "measurements": ["a", "b"]}')
     (tmp_path / "notes-link.txt").symlink_to("notes.txt")
     before = listing(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "pytest_solgate.cli", *args], cwd=tmp_path, capture_output=True, text=True)
+    done = solgate_main(*args, cwd=tmp_path)  # in this process: no interpreter and its imports per case
     assert done.returncode == 2, (done.stdout, done.stderr)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and fragment in lines[0], done.stderr

@@ -4,19 +4,18 @@
 Each real trace's reading is checked against sums the test makes itself from the raw JSON: every
 kernel, copy and memset given to the outermost operator on the thread that launched it, at the time
 it launched (found through the ac2g flow arrow where the trace has one, else the runtime call with
-its correlation id). The command is run as a user runs it (`python -m pytest_solgate.cli step`).
+its correlation id). The command is run by its entry function (`solgate step`'s main), once as a process.
 """
 
 import gzip
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from fake_gpu import FakeGpu, cuda_backend, quick
+from solgate_command import solgate_main, solgate_process
 
 from pytest_solgate.declare.profiles import find_profile
 from pytest_solgate.measure import kernel_trace, kineto
@@ -36,7 +35,10 @@ def raw(name):
 
 
 def solgate(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "pytest_solgate.cli", *args], cwd=cwd, capture_output=True, text=True)
+    """``solgate ARGS`` by its entry function in this process (tests/solgate_command.py): no
+    interpreter, torch and ruptures import per command. test_the_command_has_help... starts one
+    process, as a user does."""
+    return solgate_main(*args, cwd=cwd)
 
 
 def is_operator(name):
@@ -290,7 +292,7 @@ def test_a_missing_file_an_empty_folder_and_an_unknown_profile_are_one_line_each
 
 
 def test_the_command_has_help_and_takes_the_profile_from_the_trace():
-    assert "usage: solgate step" in solgate("step", "--help").stdout
+    assert "usage: solgate step" in solgate_process("step", "--help").stdout
     done = solgate("step", str(TRACES / "a100_graphs_rank0.json.gz"))  # deviceProperties: NVIDIA A100-SXM4-80GB
     assert done.returncode == 0 and "on a100-sxm4-80gb:" in done.stdout and "note: the trace ran on" not in done.stdout
 

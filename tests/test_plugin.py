@@ -28,12 +28,14 @@ def test_pass_verdict_and_summary_table(suite):
 def test_a_module_that_overrides_sol_clock_times_on_it_and_the_next_module_on_the_machines(suite):
     # The fake clock is handed in through the sol_clock fixture (no module global is replaced):
     # its module reads the kernel's exact 1 ms; the next module, without it, reads the machine's
-    # clock again, where the fake kernel takes no time at all.
+    # clock again, where the fake kernel takes no time at all. (A short time budget: the machine's
+    # clock would sample that empty kernel, noisy, for the fake clock's 30 s; the fake clock's module
+    # is exact at ten samples.)
     result = suite("""
         def test_on_the_fake_clock(sol):
             m = sol.measure(lambda: busy(1e-3), bytes=0.5e6)
             assert set(m.timing.samples) == {1e-3} and m.sol == 0.5, m.timing.samples
-        """, "test_kernels.py", "test_machine.py", files={"test_machine.py": """
+        """, "test_kernels.py", "test_machine.py", "--sol-max-time=0.3", files={"test_machine.py": """
         from test_kernels import busy
 
         def test_on_the_machines_clock(sol):
@@ -185,10 +187,10 @@ def test_several_measurements_and_json_contents(suite, pytester):
 
 
 def test_triton_interpreter_is_not_gated(suite, monkeypatch, pytester):
-    import importlib.util
-
-    if importlib.util.find_spec("triton") is None:  # not imported here: Triton stays out of this process
+    if importlib.util.find_spec("triton") is None:
         pytest.skip("needs triton")
+    # In process: tests/conftest.py imports Triton once, before any run; the interpreter is chosen
+    # by TRITON_INTERPRET when a kernel is decorated, so this run's kernels are interpreted.
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     result = suite("""
         import pytest
@@ -213,7 +215,7 @@ def test_triton_interpreter_is_not_gated(suite, monkeypatch, pytester):
         def test_fp8_kernel_checked_on_a_cpu(sol):
             # The synthetic profile has no fp8 roof: gated, an error; in the interpreter, a note.
             sol.measure(lambda: copy_kernel[(2,)](x, y, 256, BLOCK=128), bytes=1e3, flops={"fp8_tensor": 1e6, "fp32": 1e3})
-    """, "--sol-json=out.json", subprocess=True)  # Triton stays out of this process
+    """, "--sol-json=out.json", "--sol-max-time=3")  # a budget load cannot end before three samples
     result.assert_outcomes(passed=2)
     kernel, reference, fp8 = json.loads((pytester.path / "out.json").read_text())["measurements"]
     assert kernel["backend"] == "triton-interpreter" and kernel["verdict"] == "not-gated"
@@ -340,14 +342,36 @@ def test_report_swallowing_a_test_path_is_explained(pytester):
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="CPU calibration measures through torch")
 def test_cpu_profile_is_measured_once_and_cached(suite, pytester):
+    from fake_gpu import StandIn
+
+    from pytest_solgate.measure import calibrate, devices
+    from pytest_solgate.measure.platform import Platform
+
+    # The session's calibration is the plugin's (calibrate.cpu_profile), on this CPU's real torch
+    # figures and its L1 cache's, measured briefly. The three repetitions repeat the first one's
+    # figures: repetitions that disagree (this machine under load) are rightly never cached
+    # (test_calibrate.py tests that), and 3 x 2.4 s of real calibration made this test fail under load.
+    figures = []
+
+    def brief_figures(torch):
+        figures[:] = figures or [calibrate.measure_cpu(torch, seconds=0.01)]
+        return figures[0]
+
+    def cpu_profile(cache_dir, announce, readers=None):
+        l1 = {name: size for name, size in devices.cpu_data_caches().items() if name == "L1"}
+        return calibrate.cpu_profile(
+            cache_dir, announce, readers=readers,
+            calibration=lambda torch: calibrate.repeated_cpu_calibration(torch, measure=brief_figures),
+            recheck=brief_figures, caches=lambda torch: calibrate.measure_cpu_caches(torch, 1, l1))
+
     body = """
         def test_cpu(sol):
             assert sol.profile.kind == "cpu" and sol.profile.ceilings == "measured"
             assert str(sol.device) == "cpu"
             sol.measure(lambda: busy(1e-3), bytes=1e3, flops=1e3)
     """
-    # In a subprocess: torch must not be imported (and unloaded) inside an in-process pytester run.
-    first = suite(body, "--sol-json=out.json", profile=False, subprocess=True)
+    first = suite(body, "--sol-json=out.json", profile=False, fake_clock=True,
+                  plugins=[StandIn(Platform(cpu_profile=cpu_profile))])
     first.assert_outcomes(passed=1)
     # Cached per user, shared by every clone (tests/conftest.py gives each test its own).
     first.stdout.fnmatch_lines(["solgate: measuring this CPU's ceilings once, best of 3 repetitions (cached in *user-cache/profiles/cpu-*.toml) ..."])
@@ -356,7 +380,10 @@ def test_cpu_profile_is_measured_once_and_cached(suite, pytester):
     text = cached[0].read_text()
     assert 'ceilings = "measured"' in text and "fp32 =" in text and "fp64 =" in text and "triad" in text
     assert "best of 3 repetitions, spread (max-min)/median: bandwidth" in text
-    second = suite(body, profile=False, subprocess=True)
+    assert calibrate.load_profile(cached[0]).caches[0].name == "L1"
+    measured = json.loads((pytester.path / "out.json").read_text())["measurements"]
+    assert [m["profile"] for m in measured] == [cached[0].stem]  # scored against it
+    second = suite(body, profile=False, fake_clock=True, plugins=[StandIn(Platform(cpu_profile=cpu_profile))])
     second.assert_outcomes(passed=1)
     second.stdout.no_fnmatch_line("*measuring this CPU*")
 
@@ -377,7 +404,8 @@ def test_a_run_that_never_measures_never_imports_torch(pytester):
 
 
 def test_plugin_is_registered_through_the_entry_point(pytester):
-    result = pytester.runpytest_subprocess("--help")
+    # In process: an inner session loads its plugins afresh, the entry points' too (no -p names it).
+    result = pytester.runpytest("--help")
     result.stdout.fnmatch_lines(["*pytest-solgate*", "*--sol-report*", "*--sol-baseline*"])
 
 
