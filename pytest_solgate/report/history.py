@@ -11,6 +11,8 @@ if TYPE_CHECKING:
     from pytest_solgate.judge.level import Story
     from pytest_solgate.record.store import Summary
 
+CONTENDED = "(contended: the machine was busy)"  # a run's mark, in `history` and `compare`
+
 
 def listing(results: Sequence[tuple[dict[str, Any], Summary]], pattern: str | None) -> list[str]:
     """``solgate history``: one line per recorded measurement, oldest run first."""
@@ -21,7 +23,7 @@ def listing(results: Sequence[tuple[dict[str, Any], Summary]], pattern: str | No
         lines.append(
             f"{run['started_at'][:19]:<20} {(run['commit_sha'] or 'unknown')[:10]:<10} {'yes' if run['dirty'] else '':<5} "
             f"{m.profile[:14]:<14} {units.sol_fine(m.sol):>7} {units.seconds(m.seconds):>10}  {m.verdict or '-':<12} {m.test} [{m.name}]"
-            + ("  (contended: the machine was busy)" if m.contended else "")
+            + (f"  {CONTENDED}" if m.contended else "")
         )
     return lines
 
