@@ -74,11 +74,12 @@ def base_runs(runs: Sequence[BaselineRun]) -> list[BaselineRun]:
 
 def compare(head: Mapping[Key, Measurement], base: Mapping[Key, Sequence[BaselineRun]], settings: JudgeSettings,
             given: float | None = None, stories: Mapping[Key, Between] | None = None,
-            machine_noise: tuple[float, int] | None = None) -> list[Row]:
+            machine_noise: tuple[tuple[float, int] | None, tuple[str, ...]] | None = None) -> list[Row]:
     """Every measurement of ``head`` (sorted) against ``base``'s runs of it, at the gate's
     tolerance (``verdict.rejudge``; ``given``: the command's --max-regression), with its story
     between the two (``stories``, from ``between``) beside the verdict. A base of one clean run is
-    judged at HEAD's machine's run-to-run noise (``machine_noise``), and a HEAD run busy on wall
+    judged at HEAD's machine's run-to-run noise (``machine_noise``: the noise and notes on where it
+    comes from, record/baseline.py's), and a HEAD run busy on wall
     time against BASE's runs as busy as it was (judge/like_pressure.py), as the gate judges them."""
     rows = []
     for key, m in sorted(head.items()):
@@ -89,7 +90,7 @@ def compare(head: Mapping[Key, Measurement], base: Mapping[Key, Sequence[Baselin
         runs = base.get(key, ())
         window = level.select(base_runs(runs), m.environment, busy=[run for run in runs if like_pressure.judges_as_busy(run)])
         if window is not None and len(window.runs) == 1 and machine_noise is not None:
-            window = dataclasses.replace(window, machine_noise=machine_noise)
+            window = dataclasses.replace(window, machine_noise=machine_noise[0], notes=(*window.notes, *machine_noise[1]))
         window = like_pressure.judged_window(m, window)  # a run busy on wall time: against BASE's runs as busy
         if window is None:
             rows.append(Row(key, m, not_judged=NOT_AS_BUSY if any(map(like_pressure.judges_as_busy, runs)) else "only in head"))

@@ -65,8 +65,8 @@ def compare(history: store.Store, base_ref: str, head_ref: str, window: int, min
                           if commits.on_line(chain, base_sha) else ([], []))
         stories[key] = commits.between(runs, accepted, chain, base_sha, min_change)
     hosts = {str(m.environment.get("host", "")) for m in head.values()} - {""}
-    machine_noise = history.machine_noise(hosts.pop()) if len(hosts) == 1 else None
-    rows = commits.compare(head, base, dataclasses.replace(settings, commit=head_sha), given, stories, machine_noise)
+    noise = baseline.machine_noise(history, hosts.pop()) if len(hosts) == 1 else None  # as the gate reads it
+    rows = commits.compare(head, base, dataclasses.replace(settings, commit=head_sha), given, stories, noise)
     if not any(row.comparison for row in rows):
         raise QueryError(f"compare: no clean results for '{base_ref}' in {history.location} "
                          f"({_why_none(base)}compare reads each commit's own runs: measure it there first)")
