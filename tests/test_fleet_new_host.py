@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (the repo fixture of test_history is imported, and taken as an argument)
 """Few runs on a fleet's new host: against a base of one clean run a drop beyond the run-to-run
 noise fails, where the noise is this host's (its other series) or, on a host new to the history
 (an ephemeral runner's first job), its fleet's; the gate and `solgate compare` read it alike.
@@ -8,13 +9,12 @@ records is set per run (socket.gethostname), as tests/test_fleet.py sets it.
 
 import socket
 
-from test_history import Repo
+from test_history import repo  # noqa: F401 (fixture: the history in SQLite and in PostgreSQL)
 
 from test_cli import solgate
 
 
-def test_a_drop_beyond_the_fleets_noise_fails_against_one_clean_run_on_a_new_host(pytester, monkeypatch):
-    repo = Repo(pytester)
+def test_a_drop_beyond_the_fleets_noise_fails_against_one_clean_run_on_a_new_host(repo, monkeypatch):
     monkeypatch.setattr(socket, "gethostname", lambda: "runner-a")
     a = repo.commit("A", seconds=1e-3)
     repo.run("-k", "test_other")  # the fleet's noise: runner-a ran another series twice at one commit
