@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-from solgate_command import solgate_main
 
+from solgate_command import solgate_main
 from solgate_testing import FAST_TIMING, KERNELS, SYNTHETIC_PROFILE
 
 GOOD_PROFILE = 'id = "x"\nname = "X"\nkind = "cpu"\nmemory_bandwidth_gbps = 1\n[peak_tflops]\nfp32 = 1\n'

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 from fake_gpu import FakeGpu, cuda_backend, quick
-from solgate_command import solgate_main, solgate_process
 
 from pytest_solgate.declare.profiles import find_profile
 from pytest_solgate.measure import kernel_trace, kineto
 from pytest_solgate.measure.sampling import KERNEL_TIMESTAMPS, take_timing
 from pytest_solgate.score.step_breakdown import score_step
+from solgate_command import solgate_main, solgate_process
 
 TRACES = Path(__file__).parent / "data" / "traces"
 GPU_TRACES = ["amd_mi250_train.json.gz", "a100_multi_stream.json.gz", "a100_graphs_rank0.json.gz",

@@ -107,8 +107,9 @@ def test_steps_run_until_their_noise_meets_the_target_after_the_min_time_within_
     assert runs(max_time=100.0, noise=math.inf, min_time=0.5) > step_profile.MIN_RUNS  # --sol-min-time is read
     assert runs(max_time=0.0, noise=0.0) == step_profile.MIN_RUNS  # out of time after the first block
     steady = [RunReading(1.0, {("aten::mul", ""): 0.5}, {}, 0.0)] * 6
-    assert step_profile.steady(steady, 0.001)
-    assert not step_profile.steady([*steady[:5], RunReading(1.0, {("aten::mul", ""): 0.9}, {}, 0.0)], 0.001)
+    assert step_profile.steady(steady, 0.001, step_profile.stalled(steady))
+    unsteady = [*steady[:5], RunReading(1.0, {("aten::mul", ""): 0.9}, {}, 0.0)]
+    assert not step_profile.steady(unsteady, 0.001, step_profile.stalled(unsteady))
 
 
 def test_a_step_whose_faster_half_would_hold_stalled_runs_samples_on_within_a_stretched_budget():
@@ -118,7 +119,8 @@ def test_a_step_whose_faster_half_would_hold_stalled_runs_samples_on_within_a_st
     clock = lambda: next(ticks) * 0.01  # noqa: E731  every reading of the clock 10 ms on
     clean = RunReading(1.0, {(op, ""): 0.1 for op in "abcd"}, {}, 0.0)
     first = [RunReading(1.0, {**clean.operators, (op, ""): 1.0}, {}, 0.0) for op in "abcd"] + [clean, clean]
-    assert not step_profile.clean_half(first) and step_profile.clean_half(first + [clean] * 3)
+    assert not step_profile.clean_half(step_profile.stalled(first))
+    assert step_profile.clean_half(step_profile.stalled(first + [clean] * 3))
 
     def taken(blocks):
         read = lambda timing: next(blocks)  # noqa: E731  a block's runs, as a profiler session would give them

@@ -16,11 +16,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from pytest_solgate.judge import level, verdict
+from pytest_solgate.judge import level, like_pressure, verdict
 from pytest_solgate.judge.window import BaselineRun, Comparison, JudgeSettings
 from pytest_solgate.results import Measurement
 
 Key = tuple[str, str, str, str]  # test, name, profile, ceilings
+# BASE's runs were busy on wall time (no baselines), and HEAD's is not busy enough to be judged against them.
+NOT_AS_BUSY = "base busy, head not"
 
 
 @dataclass(frozen=True)
@@ -72,22 +74,26 @@ def base_runs(runs: Sequence[BaselineRun]) -> list[BaselineRun]:
 
 def compare(head: Mapping[Key, Measurement], base: Mapping[Key, Sequence[BaselineRun]], settings: JudgeSettings,
             given: float | None = None, stories: Mapping[Key, Between] | None = None,
-            machine_noise: tuple[float, int] | None = None) -> list[Row]:
+            machine_noise: tuple[tuple[float, int] | None, tuple[str, ...]] | None = None) -> list[Row]:
     """Every measurement of ``head`` (sorted) against ``base``'s runs of it, at the gate's
     tolerance (``verdict.rejudge``; ``given``: the command's --max-regression), with its story
     between the two (``stories``, from ``between``) beside the verdict. A base of one clean run is
-    judged at HEAD's machine's run-to-run noise (``machine_noise``), as the gate judges it."""
+    judged at HEAD's machine's run-to-run noise (``machine_noise``: the noise and notes on where it
+    comes from, record/baseline.py's), and a HEAD run busy on wall
+    time against BASE's runs as busy as it was (judge/like_pressure.py), as the gate judges them."""
     rows = []
     for key, m in sorted(head.items()):
         if not verdict.judged(m):
             why = "gate=False" if not m.gate else (m.judgement.reason if m.judgement else "not gated")
             rows.append(Row(key, m, not_judged=f"not gated ({why.split(':')[0]})"))
             continue
-        window = level.select(base_runs(base.get(key, ())), m.environment)
+        runs = base.get(key, ())
+        window = level.select(base_runs(runs), m.environment, busy=[run for run in runs if like_pressure.judges_as_busy(run)])
+        if window is not None and len(window.runs) == 1 and machine_noise is not None:
+            window = dataclasses.replace(window, machine_noise=machine_noise[0], notes=(*window.notes, *machine_noise[1]))
+        window = like_pressure.judged_window(m, window)  # a run busy on wall time: against BASE's runs as busy
         if window is None:
-            rows.append(Row(key, m, not_judged="only in head"))
+            rows.append(Row(key, m, not_judged=NOT_AS_BUSY if any(map(like_pressure.judges_as_busy, runs)) else "only in head"))
             continue
-        if len(window.runs) == 1 and machine_noise is not None:
-            window = dataclasses.replace(window, machine_noise=machine_noise)
         rows.append(Row(key, m, verdict.rejudge(m, window, settings, given), between=(stories or {}).get(key)))
     return rows

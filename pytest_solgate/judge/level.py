@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
-from pytest_solgate.judge import changepoints
+from pytest_solgate.judge import changepoints, like_pressure
 from pytest_solgate.judge.changepoints import MIN_CHANGE
 from pytest_solgate.judge.story import (  # noqa: F401 (the story's names, as compare, bisect and the tests read them here)
     Point,
@@ -171,7 +171,7 @@ def _sort_out(runs: Sequence[BaselineRun], at: Callable[[str], int], start: _Sta
         why = run.kept_out or judged_out
         if run.verdict == "regressed" and this_level:  # also a disturbed run's: it was reported so
             fell.append(where)
-        if why == "contended" and not judged_out and run.wait is not None:
+        if not judged_out and like_pressure.judges_as_busy(run):
             busy.append(run)  # a busy run on wall time, as busy runs judge each other (like_pressure.py)
         if why == "noisy":
             noisy.append(run)

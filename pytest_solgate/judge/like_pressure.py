@@ -33,6 +33,12 @@ def busy_on_wall(m: Measurement) -> bool:
     return bool(m.contended) and m.timing.mode != THREAD_CPU_TIME and m.contended_wait is not None
 
 
+def judges_as_busy(run: BaselineRun) -> bool:
+    """Whether ``run`` was busy on wall time with its wait known: no baseline, but one that a run as
+    busy as it was is judged against (``window_for``)."""
+    return run.kept_out == "contended" and run.wait is not None
+
+
 def stretch(wait: float) -> float:
     """The most a wait for a CPU of a share ``wait`` of the window can stretch a run's time."""
     return 1 / max(1 - wait, 1e-6)
@@ -82,3 +88,16 @@ def window_for(m: Measurement, window: BaselineWindow | None) -> BaselineWindow 
         note = f"no quiet run in this level: against its {len(window.busy)} busy runs, none as busy as this one"
         return dataclasses.replace(window, runs=window.busy, notes=(note, *window.notes))
     return window
+
+
+def judged_window(m: Measurement, window: BaselineWindow | None) -> BaselineWindow | None:
+    """The window ``m`` is judged against (``window_for``), or None where it holds no run to judge
+    it by: what the gate and ``solgate compare`` judge a run against."""
+    window = window_for(m, window)
+    return window if window is not None and window.runs else None
+
+
+def against_busy(window: BaselineWindow) -> bool:
+    """Whether ``window`` (from ``window_for``) is busy runs: those as busy as this one, or, in a
+    level with no quiet run, all of them; its first note then says which."""
+    return window.like_pressure is not None or (bool(window.runs) and window.runs == window.busy)

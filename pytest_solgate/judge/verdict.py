@@ -94,8 +94,8 @@ def judge(m: Measurement, budget: Budget, window: BaselineWindow | None, setting
     unmatched = tuple(key for key, spec in per_profile(budget) if budget_on(spec, m.profile) is None)
     applied = AppliedBudget(min=min_sol, mfu=min_mfu, max_regression=allowed, unmatched=unmatched,
                             by_marker=budget.max_regression is not None)
-    window = like_pressure.window_for(m, window)  # a run busy on wall time: against runs as busy, where there are
-    versus = against_window(m, window, allowed, settings) if window is not None and window.runs else None
+    window = like_pressure.judged_window(m, window)  # a run busy on wall time: against runs as busy, where there are
+    versus = against_window(m, window, allowed, settings) if window is not None else None
 
     def done(verdict: Verdict, reason: str) -> Measurement:
         baseline = versus.record() if versus else None

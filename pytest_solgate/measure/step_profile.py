@@ -230,11 +230,12 @@ def stalled(runs: Sequence[RunReading]) -> list[bool]:
     return flags
 
 
-def run_ranks(runs: Sequence[RunReading]) -> list[tuple[bool, float]]:
+def run_ranks(runs: Sequence[RunReading], flags: Sequence[bool] | None = None) -> list[tuple[bool, float]]:
     """Each run's place in the order the faster half is taken from: by step time, a run in which an
-    operator stalled (``stalled``) after every run in which none did. The same order for every figure
-    of the step, so that its figures stay means over the same runs and add up as each run's do."""
-    return list(zip(stalled(runs), (run.seconds for run in runs)))
+    operator stalled (``stalled``, or its ``flags`` where the caller has them) after every run in
+    which none did. The same order for every figure of the step, so that its figures stay means
+    over the same runs and add up as each run's do."""
+    return list(zip(stalled(runs) if flags is None else flags, (run.seconds for run in runs)))
 
 
 def faster_half_noise(ranks: Sequence[Rank], values: Sequence[float], resamples: int = RESAMPLES) -> float:
@@ -577,11 +578,12 @@ class _Blocks:
         while block > 0:
             readings += self.block(block)
             elapsed = self.clock() - timed_from
-            clean = clean_half(readings)
+            flags = stalled(readings)  # once per block: the stall test reads every operator of every run
+            clean = clean_half(flags)
             budget = max_time if clean else STALLED_STRETCH * max_time
             if len(readings) >= MAX_RUNS or elapsed >= budget:
                 break
-            if clean and elapsed >= min_time and steady(readings, noise):
+            if clean and elapsed >= min_time and steady(readings, noise, flags):
                 break
             per_run = elapsed / max(len(readings), 1)
             block = min(max(1, len(readings) // 2), MAX_RUNS - len(readings), int((budget - elapsed) / per_run))
@@ -591,19 +593,21 @@ class _Blocks:
 STALLED_STRETCH = 3.0  # how many time budgets a step may take while stalled runs would enter its figures
 
 
-def clean_half(readings: Sequence[RunReading]) -> bool:
-    """Whether the faster half every figure is a mean over (``run_ranks``) holds no stalled run."""
-    return sum(not flag for flag in stalled(readings)) >= max(1, (len(readings) + 1) // 2)
+def clean_half(flags: Sequence[bool]) -> bool:
+    """Whether the faster half every figure is a mean over (``run_ranks``) holds no stalled run,
+    from each run's ``stalled`` flag."""
+    return sum(not flag for flag in flags) >= max(1, (len(flags) + 1) // 2)
 
 
 STEADY_SHARE = 0.05  # operators that take this share of the step or more must be steady to stop
 
 
-def steady(readings: Sequence[RunReading], target: float) -> bool:
+def steady(readings: Sequence[RunReading], target: float, flags: Sequence[bool]) -> bool:
     """Whether the step's time and every operator's that takes STEADY_SHARE of it or more are
-    known within ``target`` (faster_half_noise): the figures the step's records carry."""
+    known within ``target`` (faster_half_noise): the figures the step's records carry. ``flags``:
+    each run's ``stalled`` flag (``until_steady`` has them for its stretched budget)."""
     step_seconds = [run.seconds for run in readings]
-    ranks = run_ranks(readings)
+    ranks = run_ranks(readings, flags)
     if faster_half_noise(ranks, step_seconds) > target:
         return False
     total = sum(step_seconds) or 1.0

@@ -84,7 +84,19 @@ def with_machine_noise(window: BaselineWindow | None, store: Store, host: str) -
     against one clean run is judged by (judge/window.py)."""
     if window is None or len(window.runs) != 1 or not host:
         return window
-    return dataclasses.replace(window, machine_noise=store.machine_noise(host))
+    noise, notes = machine_noise(store, host)
+    return dataclasses.replace(window, machine_noise=noise, notes=(*window.notes, *notes))
+
+
+def machine_noise(store: Store, host: str) -> tuple[tuple[float, int] | None, tuple[str, ...]]:
+    """``host``'s run-to-run noise (store.machine_noise), and a note where it is not its own: a host
+    new to the history (a fleet's ephemeral runner) has none yet, and its fleet's is read."""
+    noise = store.machine_noise(host)
+    if noise is not None:
+        return noise, ()
+    fleet = store.machine_noise(None)
+    return fleet, ((f"host {host} has no runs of its own twice at a commit: the fleet's run-to-run spread from its "
+                    "other hosts' series",) if fleet is not None else ())
 
 
 # The judge's rule for a window (judge/level.py: window), passed in by the run: record/ only reads.

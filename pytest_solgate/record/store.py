@@ -407,15 +407,17 @@ class Store:
         except ValueError as exc:  # JSONDecodeError is a ValueError
             raise RecordError(f"{self.location}: a measurement's record is not JSON ({exc}); the row is damaged") from None
 
-    def machine_noise(self, host: str, newest: int = 2000) -> tuple[float, int] | None:
+    def machine_noise(self, host: str | None, newest: int = 2000) -> tuple[float, int] | None:
         """This host's run-to-run noise: the log-SOL standard deviation between clean runs of one
         measurement at one commit, pooled over its series (its newest ``newest`` measurements), with
         its degrees of freedom; None when no measurement ran twice at a commit. A busy run among
-        them widens it: it errs towards fewer failures."""
+        them widens it: it errs towards fewer failures. ``host`` None: the fleet's, between runs of
+        one commit on any of its hosts (the spread between hosts included where a commit ran on several)."""
+        on_host, params = ("r.host = ? AND ", (host, newest)) if host is not None else ("", (newest,))
         rows: list[tuple[str, str, str, str, str, float]] = self._rows(
             "SELECT m.test, m.name, m.profile, m.ceilings, r.commit_sha, m.sol FROM measurements m "
-            "JOIN runs r ON r.id = m.run_id WHERE r.host = ? AND r.dirty = 0 AND r.status = 'complete' "
-            "AND r.commit_sha IS NOT NULL AND m.sol > 0 ORDER BY m.id DESC LIMIT ?", (host, newest))
+            f"JOIN runs r ON r.id = m.run_id WHERE {on_host}r.dirty = 0 AND r.status = 'complete' "
+            "AND r.commit_sha IS NOT NULL AND m.sol > 0 ORDER BY m.id DESC LIMIT ?", params)
         groups: dict[tuple[str, str, str, str, str], list[float]] = {}
         for test, name, profile, ceilings, commit, sol in rows:
             groups.setdefault((test, name, profile, ceilings, commit), []).append(math.log(sol))

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from pytest_solgate.judge.commits import Between, Row
+from pytest_solgate.judge import like_pressure
+from pytest_solgate.judge.commits import NOT_AS_BUSY, Between, Row
 from pytest_solgate.judge.story import Step
+from pytest_solgate.report.history import CONTENDED
 from pytest_solgate.results import REGRESSED
 from pytest_solgate.support import units
 
@@ -20,22 +22,35 @@ def table(rows: Sequence[Row], base: str, head: str, window: int) -> list[str]:
     one_run = False
     for row in rows:
         label, sol = f"{row.key[0]} [{row.key[1]}]", units.sol_fine(row.head.score.sol)
-        got = row.comparison
+        got, mark = row.comparison, f"  {CONTENDED}" if row.head.contended else ""
         if got is None:
-            lines.append(f"{label:<60} {'':>7} {sol:>7} {'':>8} {'':>7}  {row.not_judged}")
+            lines.append(f"{label:<60} {'':>7} {sol:>7} {'':>8} {'':>7}  {row.not_judged}{mark}")
             continue
         one_run |= got.floor is None
         floor = units.percent(got.floor) if got.floor is not None else ONE_RUN_FLOOR
         lines.append(f"{label:<60} {units.sol_fine(got.centre):>7} {sol:>7} {units.percent(got.change, True):>8} "
-                     f"{floor:>7}  {got.verdict}")
+                     f"{floor:>7}  {got.verdict}{mark}")
+        lines += busy(row, head)
         lines += told(row.between, base, head)
     lines += untold(rows, base, head)
+    if any(row.not_judged == NOT_AS_BUSY for row in rows):  # as the gate judges a busy run (judge/like_pressure.py)
+        lines.append(f"'{NOT_AS_BUSY}': {base[:10]}'s runs were contended, on wall time: no baselines, they judge only "
+                     f"a run of {head[:10]} that was busy too (from {like_pressure.MIN_LIKE} of them), as the gate does")
     if one_run:  # as the gate words it: no spread, so no floor, and a drop cannot fail
         lines.append(f"floor '{ONE_RUN_FLOOR}': {base[:10]} has one run, which shows no run-to-run noise; a drop is "
                      "ambiguous until it has two (run the tests there again), as the gate says")
     lines.append(f"{regressed(rows)} regressed at {head[:10]} against {base[:10]} (base: up to "
                  f"{units.plural(window, 'clean run')} at {base[:10]} itself; not re-measured)")
     return lines
+
+
+def busy(row: Row, head: str) -> list[str]:
+    """Under a row whose HEAD run was contended: how busy, and which of BASE's runs judged it."""
+    m, got = row.head, row.comparison
+    if not m.contended or got is None:
+        return []
+    against = f"; {got.window.notes[0]}" if like_pressure.against_busy(got.window) else ""
+    return [f"  contended: {head[:10]}'s run measured while the machine was busy ({m.contended}){against}"]
 
 
 def regressed(rows: Sequence[Row]) -> int:

@@ -12,6 +12,8 @@ if TYPE_CHECKING:
     from pytest_solgate.record.store import RunRow, Summary
     from pytest_solgate.results import CommitPoint
 
+CONTENDED = "(contended: the machine was busy)"  # a run's mark, in `history` and `compare`
+
 
 def listing(results: Sequence[tuple[RunRow, Summary]], pattern: str | None) -> list[str]:
     """``solgate history``: one line per recorded measurement, oldest run first."""
@@ -22,7 +24,7 @@ def listing(results: Sequence[tuple[RunRow, Summary]], pattern: str | None) -> l
         lines.append(
             f"{run['started_at'][:19]:<20} {(run['commit_sha'] or 'unknown')[:10]:<10} {'yes' if run['dirty'] else '':<5} "
             f"{m.profile[:14]:<14} {units.sol_fine(m.sol):>7} {units.seconds(m.seconds):>10}  {m.verdict or '-':<12} {m.test} [{m.name}]"
-            + ("  (contended: the machine was busy)" if m.contended else "")
+            + (f"  {CONTENDED}" if m.contended else "")
         )
     return lines
 

@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
-from pytest_solgate.judge import changepoints, commits, level, verdict
+from pytest_solgate.judge import changepoints, commits, level, like_pressure, verdict
 from pytest_solgate.record import baseline, gitinfo, store
 from pytest_solgate.report import trend
 from pytest_solgate.results import CommitPoint
@@ -58,9 +58,6 @@ def compare(history: store.Store, base_ref: str, head_ref: str, window: int, min
     if not head:
         raise QueryError(f"compare: no clean results for '{head_ref}' in {history.location}")
     base = {key: history.baseline_runs(*key, [base_sha], window) for key, m in head.items() if verdict.judged(m)}
-    if not any(commits.base_runs(runs) for runs in base.values()):
-        raise QueryError(f"compare: no clean results for '{base_ref}' in {history.location} "
-                         f"({_why_none(base)}compare reads each commit's own runs: measure it there first)")
     # The gate's story of each series along HEAD's first-parent line, as far back as BASE.
     chain = gitinfo.first_parent_chain(".", head_sha, STORY_COMMITS)
     stories = {}
@@ -69,8 +66,11 @@ def compare(history: store.Store, base_ref: str, head_ref: str, window: int, min
                           if commits.on_line(chain, base_sha) else ([], []))
         stories[key] = commits.between(runs, accepted, chain, base_sha, min_change)
     hosts = {str(m.environment.get("host", "")) for m in head.values()} - {""}
-    machine_noise = history.machine_noise(hosts.pop()) if len(hosts) == 1 else None
-    rows = commits.compare(head, base, dataclasses.replace(settings, commit=head_sha), given, stories, machine_noise)
+    noise = baseline.machine_noise(history, hosts.pop()) if len(hosts) == 1 else None  # as the gate reads it
+    rows = commits.compare(head, base, dataclasses.replace(settings, commit=head_sha), given, stories, noise)
+    if not any(row.comparison for row in rows):
+        raise QueryError(f"compare: no clean results for '{base_ref}' in {history.location} "
+                         f"({_why_none(base)}compare reads each commit's own runs: measure it there first)")
     return ComparedCommits(base_sha, head_sha, rows)
 
 
@@ -84,6 +84,8 @@ def _why_none(base: dict) -> str:
         return ""
     said = ", ".join(f"{count} {kind or 'kept out'}" for kind, count in sorted(kinds.items()))
     busy = " (the machine was busy while they measured)" if "contended" in kinds else ""
+    if any(like_pressure.judges_as_busy(run) for runs in base.values() for run in runs):
+        busy = " (the machine was busy while they measured: they judge a run of HEAD only when it was busy too)"
     return f"none of its {sum(kinds.values())} recorded run(s) can be a baseline: {said}{busy}; "
 
 
