@@ -28,9 +28,12 @@ import contextlib
 import copy
 import random
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Sequence, TypeGuard
 
 from pytest_solgate.measure.integrity import precision
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 FLOAT_POISON = float("nan")
 
@@ -110,18 +113,12 @@ class Finding:
     operators: tuple[str, ...] = field(default_factory=tuple)
 
 
-def _torch() -> Any:
-    import torch
-
-    return torch
-
-
-def is_tensor(value: Any) -> bool:
-    torch = _torch()
+def is_tensor(value: object) -> TypeGuard[Tensor]:
+    import torch  # here, not at import: the plugin loads without torch
     return isinstance(value, torch.Tensor)
 
 
-def changes(tensor: Any) -> bool:
+def changes(tensor: Tensor) -> bool:
     """Whether new values are written for ``tensor`` (floating and complex ones; see the module's doc)."""
     return tensor.is_floating_point() or tensor.is_complex()
 
@@ -132,26 +129,26 @@ def changes(tensor: Any) -> bool:
 SCALES = ((0.75, 0.95), (1.05, 1.25))
 
 
-def factors(like: Any, rng: random.Random) -> Any:
+def factors(like: Tensor, rng: random.Random) -> Tensor:
     """A factor for every element of the flat tensor ``like``, in one of ``SCALES`` (``rng``'s pick),
     on its device, in its (real) dtype; the same ``rng`` state gives the same factors."""
-    torch = _torch()
+    import torch
     low, high = rng.choice(SCALES)
     generator = torch.Generator(device=like.device).manual_seed(rng.getrandbits(63))
     dtype = like.real.dtype if like.is_complex() else like.dtype
     return torch.empty(like.shape, dtype=dtype, device=like.device).uniform_(low, high, generator=generator)
 
 
-def _rolled(flat: Any, rng: random.Random) -> Any:
-    torch = _torch()
+def _rolled(flat: Tensor, rng: random.Random) -> Tensor:
+    import torch
     shift = rng.randrange(1, flat.numel()) if flat.numel() > 1 else 0
     return torch.roll(flat, shift) * factors(flat, rng)
 
 
-def _new_values(tensor: Any, rng: random.Random) -> Any:
+def _new_values(tensor: Tensor, rng: random.Random) -> Tensor:
     """A tensor of ``tensor``'s shape, dtype, device and ``requires_grad`` with new values and its own
     (dense) storage: an expanded view's copy holds each of its elements once."""
-    torch = _torch()
+    import torch
     with torch.no_grad():
         fresh = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
         if changes(tensor):
@@ -165,7 +162,7 @@ def _new_values(tensor: Any, rng: random.Random) -> Any:
     return fresh
 
 
-def map_tensors(value: Any, change: Callable[[Any], Any]) -> Any:
+def map_tensors(value: Any, change: Callable[[Tensor], Tensor]) -> Any:
     """``value`` with every tensor in it (inside lists, tuples and dicts, at any depth) replaced by
     ``change(tensor)``."""
     if is_tensor(value):
@@ -185,11 +182,11 @@ def map_tensors(value: Any, change: Callable[[Any], Any]) -> Any:
     return value
 
 
-def tensors_in(value: Any) -> list[Any]:
+def tensors_in(value: object) -> list[Tensor]:
     """Every tensor in ``value`` (inside lists, tuples and dicts, at any depth)."""
-    found: list[Any] = []
+    found: list[Tensor] = []
 
-    def keep(tensor: Any) -> Any:
+    def keep(tensor: Tensor) -> Tensor:
         found.append(tensor)
         return tensor
 
@@ -197,26 +194,26 @@ def tensors_in(value: Any) -> list[Any]:
     return found
 
 
-def whole_storage(tensor: Any) -> Any:
+def whole_storage(tensor: Tensor) -> Tensor:
     """A flat tensor over all of ``tensor``'s storage, in its dtype: new values written there reach an
     expanded or overlapping view (which cannot be written element by element) and every view of it."""
-    torch = _torch()
+    import torch
     storage = tensor.untyped_storage()
     return torch.empty(0, dtype=tensor.dtype, device=tensor.device).set_(
         storage, 0, (storage.nbytes() // tensor.element_size(),), (1,))
 
 
-def poison(tensor: Any) -> None:
-    torch = _torch()
+def poison(tensor: Tensor) -> None:
+    import torch
     if tensor.is_floating_point() or tensor.is_complex():
         tensor.fill_(FLOAT_POISON)
     elif tensor.dtype != torch.bool:
         tensor.fill_(torch.iinfo(tensor.dtype).min)
 
 
-def _poisoned(tensor: Any) -> Any:
+def _poisoned(tensor: Tensor) -> Tensor | None:
     """Where ``tensor`` still holds the poison (a boolean tensor), or None for a dtype not poisoned."""
-    torch = _torch()
+    import torch
     if tensor.is_floating_point() or tensor.is_complex():
         return torch.isnan(tensor)
     if tensor.dtype == torch.bool:
@@ -224,22 +221,22 @@ def _poisoned(tensor: Any) -> Any:
     return tensor == torch.iinfo(tensor.dtype).min
 
 
-def _flat(result: Any) -> list[Any]:
+def _flat(result: object) -> list[Any]:
     if isinstance(result, (tuple, list)):
         return list(result)
     return [result]
 
 
-def shares_storage(a: Any, b: Any) -> bool:
+def shares_storage(a: Tensor, b: Tensor) -> bool:
     try:
         return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and a.untyped_storage().nbytes() > 0
     except Exception:  # noqa: BLE001 - a lazy object without storage is named as lazy
         return False
 
 
-def lazy(value: Any) -> str:
+def lazy(value: object) -> str:
     """The type name of a result that is not a plain tensor (a subclass, a proxy), or ''."""
-    torch = _torch()
+    import torch
     if type(value) is torch.Tensor or isinstance(value, torch.nn.Parameter):
         return ""
     return f"{type(value).__module__}.{type(value).__qualname__}"
@@ -256,9 +253,9 @@ class Compared:
 CHUNK = 1 << 24  # elements compared at a time: the temporaries stay small beside a GPU's large outputs
 
 
-def compare(got: Any, want: Any, rtol: float) -> Compared:
+def compare(got: Tensor, want: Tensor, rtol: float) -> Compared:
     """Elementwise: |got - want| <= rtol * (|want| + RMS(want)); poison left where ``want`` is not NaN."""
-    torch = _torch()
+    import torch
     got, want = got.detach().reshape(-1), want.detach().to(got.device).reshape(-1)
     wide = torch.float64 if got.dtype in (torch.float64, torch.complex128) else torch.float32
     if got.is_complex() or want.is_complex():
@@ -293,8 +290,8 @@ def clone(values: list[Any]) -> list[Any]:
     return [map_tensors(v, lambda t: t.detach().clone()) for v in values]
 
 
-def _identical(a: Any, b: Any) -> bool:
-    torch = _torch()
+def _identical(a: object, b: object) -> bool:
+    import torch
     if not (is_tensor(a) and is_tensor(b)) or a.shape != b.shape or a.dtype != b.dtype:
         return False
     a, b = a.detach().to(b.device), b.detach()
@@ -303,17 +300,17 @@ def _identical(a: Any, b: Any) -> bool:
     return bool(torch.equal(a, b))
 
 
-def _half_values(tensor: Any) -> bool:
+def _half_values(tensor: Tensor) -> bool:
     """Every finite value of a wider float tensor is exactly an fp16 or a bf16 value: it was
     computed in half precision and cast back."""
-    torch = _torch()
+    import torch
     if not tensor.is_floating_point() or tensor.dtype in (torch.float16, torch.bfloat16) or tensor.numel() < 16:
         return False
     finite = tensor.detach()[torch.isfinite(tensor.detach())]
     return any(bool((finite.to(half).to(finite.dtype) == finite).all()) for half in (torch.float16, torch.bfloat16))
 
 
-def raise_user_error(message: str) -> None:
+def raise_user_error(message: str) -> NoReturn:
     from pytest_solgate.support.errors import MeasureError
 
     raise MeasureError(message)
@@ -333,11 +330,11 @@ def users_call(test: str, what: str, fn: Callable[..., Any], *args: Any) -> Any:
                          + (f"\n{told}" if told else ""))
 
 
-def _shape(value: Any) -> str:
+def _shape(value: object) -> str:
     return f"({', '.join(str(n) for n in value.shape)})" if hasattr(value, "shape") else type(value).__name__
 
 
-def _described(value: Any) -> str:
+def _described(value: object) -> str:
     if is_tensor(value):
         return f"a tensor of shape {_shape(value)}"
     return "None" if value is None else f"a {type(value).__name__}"
@@ -421,7 +418,7 @@ class OutputCheck:
         each floating input, so that an expanded or overlapping view and a tensor inside a list get them
         too); every tensor of the call is given back its values after."""
         __tracebackhide__ = True
-        torch = _torch()
+        import torch
         args = list(self.checked.args)
         storages: dict[tuple[int, Any], Any] = {}
         for tensor in tensors_in(self.checked.inputs(args)):
@@ -440,7 +437,7 @@ class OutputCheck:
                     target.copy_(kept)
 
     def fresh_args(self) -> list[Any]:
-        torch = _torch()
+        import torch
         if self.checked.factory is not None:
             args = self.checked.fresh()
         else:
@@ -483,7 +480,8 @@ class OutputCheck:
         if finding is None:
             for name, count in early:
                 value = dict(outputs)[name]
-                if count and not int(_poisoned(value).sum()):
+                still = _poisoned(value)  # not None: the same tensor was poisoned before the wait
+                if count and still is not None and not int(still.sum()):
                     cause = UNWAITED_COPY if self.on_device else WRITTEN_LATER
                     return Finding(cause, when, storage, output=name, count=count, total=value.numel())
         self._remember(clone([value for _, value in outputs]))
@@ -536,14 +534,15 @@ class OutputCheck:
         return None
 
 
-def _as_tensor(value: Any) -> Any:
+def _as_tensor(value: object) -> object:
     """A reference's result as a tensor: a NumPy array (or anything with ``__array__``) is compared like one."""
     if is_tensor(value) or value is None or isinstance(value, (int, float, complex, bool)):
         return value
     if hasattr(value, "__array__"):
         import numpy
+        import torch
 
-        return _torch().from_numpy(numpy.ascontiguousarray(value))
+        return torch.from_numpy(numpy.ascontiguousarray(value))
     return value
 
 
