@@ -177,17 +177,21 @@ class CpuBackend(Backend[CpuStamp, CpuInterval]):
         """A new measurement: its warm-up calls are timed by wall time and choose its timer."""
         self.timer, self.timer_note = WALL_TIME, ""
         self._warmup_calls, self._warmup_queued = [], []
-        if self.flush_bytes and self._probe_buffers is None:
-            self._probe_buffers = ((ctypes.c_char * self.flush_bytes)(), (ctypes.c_char * self.flush_bytes)())
-            self.copy_probe()  # the first touch of its pages stays out of the timed probes
 
     @property
     def probe(self) -> Callable[[], None] | None:
         """The memory probe that the sampling loop times after each sample; none under the Triton
-        interpreter (not flushed, not gated: there is nothing to compare its timings with)."""
+        interpreter (not flushed, not gated: there is nothing to compare its timings with). Its
+        buffers are made when first asked for, outside the timed region: a clock that brings its own
+        probe (a test's) never needs them."""
         if not self.flush_bytes:
             return None
-        return self._probe_on_clock or self.copy_probe
+        if self._probe_on_clock is not None:
+            return self._probe_on_clock
+        if self._probe_buffers is None:
+            self._probe_buffers = ((ctypes.c_char * self.flush_bytes)(), (ctypes.c_char * self.flush_bytes)())
+            self.copy_probe()  # the first touch of its pages stays out of the timed probes
+        return self.copy_probe
 
     @contextlib.contextmanager
     def timing_on(self, clock: CpuClock) -> Iterator[None]:
@@ -200,12 +204,12 @@ class CpuBackend(Backend[CpuStamp, CpuInterval]):
             self.clock, self._probe_on_clock = own, None
 
     def release(self) -> None:
-        """Free the flush and probe buffers (made again by the next measurement's ``begin``)."""
+        """Free the flush and probe buffers (made again when the next measurement asks for them)."""
         self._flush_buffer = self._probe_buffers = None
 
     def copy_probe(self) -> None:
         """The memory probe: copy one fixed buffer of the flush's size into another."""
-        assert self._probe_buffers is not None, "begin() makes the probe's buffers"
+        assert self._probe_buffers is not None, "the probe property makes its buffers"
         source, destination = self._probe_buffers
         ctypes.memmove(destination, source, self.flush_bytes)
 
