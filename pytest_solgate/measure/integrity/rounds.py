@@ -153,7 +153,7 @@ class FreshRounds:
         if self.rounds >= MAX_FRESH_ROUNDS or not (forced or self.rng.random() < CHANCE):
             return
         if self.saved is None:
-            kept = [*self.storages, *(self.checked.args[i] for i in self.checked.outputs)]
+            kept = [*self.storages, *self.checked.written()]
             self.saved = [(t, t.detach().clone()) for t in kept]
         self._write_new()
         self.rounds += 1
