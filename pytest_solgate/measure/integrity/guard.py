@@ -116,7 +116,7 @@ class Guard:
         self._before: tampering.Reading | None = None
         self._threads = leftover.threads()
         self._children: leftover.Children | None = None
-        self._check: outputs.OutputCheck | None = None
+        self._check: outputs.OutputCheck[leftover.CallWatch, LeftRunning] | None = None
         self._fresh: rounds.FreshRounds | None = None
         self._plugin: dict[str, object] = {}
 

@@ -28,7 +28,7 @@ import contextlib
 import copy
 import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, NoReturn, Sequence, TypeGuard
+from typing import TYPE_CHECKING, Any, Callable, Generic, NoReturn, Sequence, TypeGuard, TypeVar
 
 from pytest_solgate.measure.integrity import precision
 
@@ -353,13 +353,18 @@ def _described(value: object) -> str:
     return "None" if value is None else f"a {type(value).__name__}"
 
 
-class OutputCheck:
+Watch = TypeVar("Watch", bound=contextlib.AbstractContextManager[object])  # what watches a checked call (the guard's)
+Left = TypeVar("Left")  # what a checked call left running (the guard's)
+
+
+class OutputCheck(Generic[Watch, Left]):
     """The checks of one measurement's outputs; ``run`` returns the first finding, or None.
-    ``after_call`` (the guard's) is called right after each checked call returns, with what watched
-    it, and returns what that call left running (or None): said before anything the outputs show."""
+    ``watch`` makes what watches each checked call (a context manager around it); ``after_call``
+    (the guard's) is called right after each checked call returns, with what ``watch`` made, and
+    returns what that call left running (or None): said before anything the outputs show."""
 
     def __init__(self, checked: Checked, bits: int, sync: Callable[[], None], rng: random.Random | None = None,
-                 watch: Callable[[], Any] | None = None, after_call: Callable[[Any], Any] | None = None,
+                 watch: Callable[[], Watch] | None = None, after_call: Callable[[Watch], Left | None] | None = None,
                  on_device: bool = False) -> None:
         self.checked = checked
         self.bits = bits
@@ -415,7 +420,7 @@ class OutputCheck:
 
     # --- the checks --------------------------------------------------------------------------
 
-    def run(self, when: str) -> Any:
+    def run(self, when: str) -> Finding | Left | None:
         __tracebackhide__ = True
         if not self.seen:  # a later check finds the timed outputs among those it remembers
             self._remember(self.current())
@@ -428,7 +433,7 @@ class OutputCheck:
     def _stale(self, position: int, value: object) -> bool:
         return any(position < len(seen) and _identical(value, seen[position]) for seen in self.seen)
 
-    def _same_storage(self, when: str) -> Any:
+    def _same_storage(self, when: str) -> Finding | Left | None:
         """The timed tensors themselves, with new values written where they live (the whole storage of
         each floating input, so that an expanded or overlapping view and a tensor inside a list get them
         too); every tensor of the call is given back its values after."""
@@ -469,20 +474,21 @@ class OutputCheck:
     def release(self) -> None:
         self.made.clear()
 
-    def _new_storage(self, when: str) -> Any:
+    def _new_storage(self, when: str) -> Finding | Left | None:
         __tracebackhide__ = True
         args = self.fresh_args()
         changed = any(changes(t) and t.numel() for t in tensors_in(self.checked.inputs(args)))
         return self._call_and_judge(args, when, "new storage, new values", changed=changed or self.checked.factory is not None)
 
-    def _call_and_judge(self, args: list[object], when: str, storage: str, changed: bool = True) -> Any:
+    def _call_and_judge(self, args: list[object], when: str, storage: str, changed: bool = True
+                        ) -> Finding | Left | None:
         __tracebackhide__ = True
         kept = clone(list(args)) if self.checked.reference is not None else list(args)
         inputs = self.checked.inputs(args)
-        watch = self.watch() if self.watch is not None else contextlib.nullcontext()
-        with watch:
+        watch = self.watch() if self.watch is not None else None
+        with watch if watch is not None else contextlib.nullcontext():
             result = self.checked.fn(*args)
-        left = self.after_call(watch) if self.after_call is not None else None
+        left = self.after_call(watch) if self.after_call is not None and watch is not None else None
         if left is not None:
             return left
         outputs = self.named_outputs(args, result)
