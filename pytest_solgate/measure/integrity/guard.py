@@ -177,7 +177,7 @@ class Guard:
                 if self._check is not None:
                     self._check.release()
                 if self.checked is not None:
-                    self.checked.last[0] = None  # the last timed result is not kept past the checks (a GPU's memory)
+                    self.checked.last.result = None  # the last timed result is not kept past the checks (a GPU's memory)
         return Findings(fields={KEY: self.breach}) if self.breach is not None else Findings()
 
     def _after(self, taken: Taken) -> None:
@@ -281,7 +281,7 @@ class Guard:
         check, checked = self._check, self.checked
         if check is None or checked is None or checked.reference is None:
             return None
-        named = check.named_outputs(checked.args, checked.last[0])
+        named = check.named_outputs(checked.args, checked.last.result)
         if len(named) != len(got):
             return None
         aliased = {i: p for i, a in enumerate(inputs) for p, (_, out) in enumerate(named)

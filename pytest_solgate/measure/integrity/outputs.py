@@ -28,7 +28,7 @@ import contextlib
 import copy
 import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Generic, NoReturn, Sequence, TypeGuard, TypeVar
+from typing import TYPE_CHECKING, Callable, Generic, NoReturn, Sequence, TypeGuard, TypeVar
 
 from pytest_solgate.measure.integrity import precision
 
@@ -51,6 +51,14 @@ STALE_TIMED = "stale-timed"  # a timed call's output, after new values were writ
 WRITTEN_LATER = "written-later"  # a host output written after the call returned, with no device in the call
 
 
+@dataclass(slots=True)
+class LastCall:
+    """The last timed call's result and the count of timed calls (rounds.py checks the timed calls' outputs)."""
+
+    result: object = None
+    calls: int = 0
+
+
 @dataclass(frozen=True)
 class Checked:
     """What a test handed for its outputs to be checked."""
@@ -62,16 +70,15 @@ class Checked:
     reference: Callable[..., object] | None
     tolerance: float | None  # the test's own relative tolerance, instead of the declared precision's
     test: str = ""  # the test's id, for the one line of a reference= or args= that fails
-    # The last timed call's result and the count of timed calls (rounds.py checks the timed calls' outputs)
-    last: list[Any] = field(default_factory=lambda: [None, 0], compare=False, repr=False)
+    last: LastCall = field(default_factory=LastCall, compare=False, repr=False)
 
     def timed(self) -> Callable[[], object]:
         fn, args, last = self.fn, self.args, self.last
 
         def call() -> object:
             __tracebackhide__ = True
-            result = last[0] = fn(*args)
-            last[1] += 1
+            result = last.result = fn(*args)
+            last.calls += 1
             return result
 
         return call
@@ -80,7 +87,7 @@ class Checked:
         """The outputs of the last timed call: the buffers named by outputs=, else what it returned."""
         if self.outputs:
             return [self.args[i] for i in self.outputs]
-        return _flat(self.last[0])
+        return _flat(self.last.result)
 
     def fresh(self) -> list[object]:
         """New arguments from the test's factory (args= a function), refused in one line where it fails."""
