@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence, TypeVar, Union
+from typing import TYPE_CHECKING, Callable, Final, Sequence, TypeVar, Union
 
 from pytest_solgate.measure import backends, phases
 from pytest_solgate.measure.extras import Findings, Taken
@@ -23,7 +23,7 @@ Handle = TypeVar("Handle")
 
 OFF, ON, STRICT = "off", "on", "strict"
 LEVELS = (ON, STRICT, OFF)
-KEY = "integrity"  # the Findings field that carries a breach
+KEY: Final = "integrity"  # the Findings field that carries a breach
 
 
 @dataclass(frozen=True)
