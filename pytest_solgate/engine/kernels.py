@@ -24,7 +24,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Generic, Mapping, Sequence, TypedDict
+from typing import Callable, ContextManager, Generic, Mapping, Sequence, TypedDict
 
 from pytest_solgate import results, score
 from pytest_solgate.declare.profiles import HardwareProfile, ProfileOption, resolve_profile_option
@@ -70,8 +70,7 @@ class Timed(Generic[pipeline.Read]):
     contended: str  # why it was not alone on its device ('' when it was)
     notes: tuple[str, ...]  # for its record: contention, a call over the time budget, the extras' findings
     # Measurement fields the extras found (joules, measured_bytes), and the integrity checks' breach
-    # (Any: measure/integrity/guard.py's Breach, which is Any there)
-    fields: Mapping[str, Any]
+    fields: extras.Fields
 
 
 class Engine:
@@ -256,7 +255,8 @@ class Engine:
             notes.append(f"one call takes {timing.seconds:.3g} s, longer than the time budget "
                          f"--sol-max-time={max_time:g}; raise it for more samples")
             self.warn(f"{test} '{name}': {notes[-1]}")
-        fields = {key: value for key, value in found.fields.items() if key != "contended"}
+        fields = found.fields.copy()
+        fields.pop("contended", None)
         return Timed(context, timing, measured.read, contended, (*notes, *found.notes), fields)
 
     def keep(self, retakes: Retakes) -> None:
@@ -354,8 +354,9 @@ class KernelMeasurement:
         with engine.timing_on(self.clock):
             timed = engine.take(test, name, CALL, fn, attempt.time_once, sampling_settings.max_time,
                                 engine.kernel_extras(context, checks, gate, child))
-        if timed.fields.get(guard.KEY) is not None:  # the integrity checks' one point of failure
-            raise MeasureError(integrity.line(test, name, timed.fields[guard.KEY]))
+        breach = timed.fields.get(guard.KEY)
+        if isinstance(breach, guard.BREACHES):  # the integrity checks' one point of failure (None: none found)
+            raise MeasureError(integrity.line(test, name, breach))
         timing = timed.timing
         scorable, unscored = scorable_work(work, context.profile, gate and timing.gated)
         context, busy_note = engine.raise_busy_ceilings(context, scorable, timing)  # before it is scored

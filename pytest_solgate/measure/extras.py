@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol
+from typing import Callable, Protocol, TypedDict
 
 from pytest_solgate.measure import block, ncu
 from pytest_solgate.measure.contention import PROCESS_SHARE, Busy, Readers, Snapshot, between, busy_phrase
@@ -42,11 +42,20 @@ class Taken:
     waited_for: str  # who held the device's lock just before this attempt took it ('' when nobody)
 
 
+class Fields(TypedDict, total=False):
+    """The Measurement fields the extras find, and the integrity checks' breach."""
+
+    contended: str  # why the attempt was not alone on its device ('' when it was)
+    contended_wait: float | None
+    joules: float | None
+    measured_bytes: float
+    integrity: object  # measure/integrity/guard.py's Breach (guard imports this module: not named here)
+
+
 @dataclass(frozen=True)
 class Findings:
     notes: tuple[str, ...] = ()
-    # Measurement fields, and the integrity checks' breach (Any: measure/integrity/guard.py's Breach is Any)
-    fields: Mapping[str, Any] = field(default_factory=dict)
+    fields: Fields = field(default_factory=Fields)  # Measurement fields, and the integrity checks' breach
     error: str = ""  # the measurement cannot stand (a MeasureError's one line)
     retake: bool = False  # the attempt was disturbed: take it again if the budget allows
     rank: float = 0.0  # of disturbed attempts, the lowest rank is kept (the calmest)
@@ -60,7 +69,7 @@ class Extra(Protocol):
 
 
 def merged(found: list[Findings]) -> Findings:
-    fields: dict[str, Any] = {}
+    fields: Fields = {}
     for one in found:
         fields.update(one.fields)
     return Findings(

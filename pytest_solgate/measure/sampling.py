@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping, TypeVar
 
 from pytest_solgate.measure import phases
 from pytest_solgate.measure.capabilities import Backend
@@ -20,6 +20,10 @@ from pytest_solgate.measure.stopping import NoiseTarget, StoppingRule
 from pytest_solgate.support import stats
 from pytest_solgate.support.errors import MeasureError
 from pytest_solgate.support.settings import SamplingSettings
+
+# A backend's own tokens and handles: only handed back to it
+Token = TypeVar("Token")
+Handle = TypeVar("Handle")
 
 
 @dataclass(frozen=True)
@@ -101,7 +105,7 @@ def kernel_timed(events_samples: tuple[float, ...], traced: tuple[SampleKernels 
 
 def take_timing(
     fn: Callable[[], object],
-    backend: Backend[Any, Any],  # any backend: its tokens and handles are only handed back to it
+    backend: Backend[Token, Handle],  # any backend: its tokens and handles are only handed back to it
     settings: SamplingSettings,
     throttle_check: Callable[[Mapping[str, object]], bool] | None = None,
     clock: Callable[[], float] = time.perf_counter,
@@ -128,7 +132,7 @@ def take_timing(
     return timing_of(timed, taken, plan, len(warm.device_seconds), backend, clock() - wall_start)
 
 
-def timing_of(timed: KernelTimed, taken: phases.Samples, plan: phases.Plan, warmup_calls: int, backend: Backend[Any, Any],
+def timing_of(timed: KernelTimed, taken: phases.Samples, plan: phases.Plan, warmup_calls: int, backend: Backend[Token, Handle],
               wall_seconds: float) -> Timing:
     """The ``Timing`` of a measurement from its samples (``timed``, as ``kernel_timed`` read them),
     what the sampling loop took (``phases.take_samples``) and its plan (``phases.plan``)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence, TypeVar, Union
+from typing import TYPE_CHECKING, Callable, Final, Sequence, TypeVar, Union
 
 from pytest_solgate.measure import backends, phases
 from pytest_solgate.measure.extras import Findings, Taken
@@ -23,7 +23,7 @@ Handle = TypeVar("Handle")
 
 OFF, ON, STRICT = "off", "on", "strict"
 LEVELS = (ON, STRICT, OFF)
-KEY = "integrity"  # the Findings field that carries a breach
+KEY: Final = "integrity"  # the Findings field that carries a breach
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ class Guard:
         self._before: tampering.Reading | None = None
         self._threads = leftover.threads()
         self._children: leftover.Children | None = None
-        self._check: outputs.OutputCheck | None = None
+        self._check: outputs.OutputCheck[leftover.CallWatch, LeftRunning] | None = None
         self._fresh: rounds.FreshRounds | None = None
         self._plugin: dict[str, object] = {}
 
@@ -177,7 +177,7 @@ class Guard:
                 if self._check is not None:
                     self._check.release()
                 if self.checked is not None:
-                    self.checked.last[0] = None  # the last timed result is not kept past the checks (a GPU's memory)
+                    self.checked.last.result = None  # the last timed result is not kept past the checks (a GPU's memory)
         return Findings(fields={KEY: self.breach}) if self.breach is not None else Findings()
 
     def _after(self, taken: Taken) -> None:
@@ -281,7 +281,7 @@ class Guard:
         check, checked = self._check, self.checked
         if check is None or checked is None or checked.reference is None:
             return None
-        named = check.named_outputs(checked.args, checked.last[0])
+        named = check.named_outputs(checked.args, checked.last.result)
         if len(named) != len(got):
             return None
         aliased = {i: p for i, a in enumerate(inputs) for p, (_, out) in enumerate(named)

@@ -28,7 +28,7 @@ import contextlib
 import copy
 import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, NoReturn, Sequence, TypeGuard
+from typing import TYPE_CHECKING, Callable, Generic, NoReturn, Sequence, TypeGuard, TypeVar
 
 from pytest_solgate.measure.integrity import precision
 
@@ -51,38 +51,45 @@ STALE_TIMED = "stale-timed"  # a timed call's output, after new values were writ
 WRITTEN_LATER = "written-later"  # a host output written after the call returned, with no device in the call
 
 
+@dataclass(slots=True)
+class LastCall:
+    """The last timed call's result and the count of timed calls (rounds.py checks the timed calls' outputs)."""
+
+    result: object = None
+    calls: int = 0
+
+
 @dataclass(frozen=True)
 class Checked:
     """What a test handed for its outputs to be checked."""
 
-    fn: Callable[..., Any]
-    args: tuple[Any, ...]  # the timed call's arguments
-    factory: Callable[[], Sequence[Any]] | None  # makes fresh arguments, when the test gave one
+    fn: Callable[..., object]
+    args: tuple[object, ...]  # the timed call's arguments
+    factory: Callable[[], object] | None  # makes fresh arguments, when the test gave one (``fresh`` checks them)
     outputs: tuple[int, ...]  # positions of the buffers the kernel writes (empty: it returns its result)
-    reference: Callable[..., Any] | None
+    reference: Callable[..., object] | None
     tolerance: float | None  # the test's own relative tolerance, instead of the declared precision's
     test: str = ""  # the test's id, for the one line of a reference= or args= that fails
-    # The last timed call's result and the count of timed calls (rounds.py checks the timed calls' outputs)
-    last: list[Any] = field(default_factory=lambda: [None, 0], compare=False, repr=False)
+    last: LastCall = field(default_factory=LastCall, compare=False, repr=False)
 
-    def timed(self) -> Callable[[], Any]:
+    def timed(self) -> Callable[[], object]:
         fn, args, last = self.fn, self.args, self.last
 
-        def call() -> Any:
+        def call() -> object:
             __tracebackhide__ = True
-            result = last[0] = fn(*args)
-            last[1] += 1
+            result = last.result = fn(*args)
+            last.calls += 1
             return result
 
         return call
 
-    def last_outputs(self) -> list[Any]:
+    def last_outputs(self) -> list[object]:
         """The outputs of the last timed call: the buffers named by outputs=, else what it returned."""
         if self.outputs:
             return [self.args[i] for i in self.outputs]
-        return _flat(self.last[0])
+        return _flat(self.last.result)
 
-    def fresh(self) -> list[Any]:
+    def fresh(self) -> list[object]:
         """New arguments from the test's factory (args= a function), refused in one line where it fails."""
         assert self.factory is not None
         made = users_call(self.test, "args=", self.factory)
@@ -91,8 +98,12 @@ class Checked:
                              "the kernel's arguments (e.g. args=lambda: (torch.randn(n), torch.randn(n)))")
         return list(made)
 
-    def inputs(self, args: Sequence[Any]) -> list[Any]:
+    def inputs(self, args: Sequence[object]) -> list[object]:
         return [a for i, a in enumerate(args) if i not in self.outputs]
+
+    def written(self) -> list[Tensor]:
+        """The buffers of the timed arguments that the kernel writes (outputs=): tensors, as checked_of checked."""
+        return [_checked_tensor(self.args[i]) for i in self.outputs]
 
 
 @dataclass(frozen=True)
@@ -116,6 +127,12 @@ class Finding:
 def is_tensor(value: object) -> TypeGuard[Tensor]:
     import torch  # here, not at import: the plugin loads without torch
     return isinstance(value, torch.Tensor)
+
+
+def _checked_tensor(value: object) -> Tensor:
+    """``value``, known to be a tensor (an output buffer that checked_of checked is one)."""
+    assert is_tensor(value)
+    return value
 
 
 def changes(tensor: Tensor) -> bool:
@@ -162,7 +179,7 @@ def _new_values(tensor: Tensor, rng: random.Random) -> Tensor:
     return fresh
 
 
-def map_tensors(value: Any, change: Callable[[Tensor], Tensor]) -> Any:
+def map_tensors(value: object, change: Callable[[Tensor], Tensor]) -> object:
     """``value`` with every tensor in it (inside lists, tuples and dicts, at any depth) replaced by
     ``change(tensor)``."""
     if is_tensor(value):
@@ -178,7 +195,10 @@ def map_tensors(value: Any, change: Callable[[Tensor], Tensor]) -> Any:
         return [map_tensors(v, change) for v in value]
     if isinstance(value, tuple):
         mapped = [map_tensors(v, change) for v in value]
-        return type(value)(*mapped) if hasattr(value, "_fields") else tuple(mapped)
+        if hasattr(value, "_fields"):  # a named tuple: made from its fields
+            named: Callable[..., object] = type(value)
+            return named(*mapped)
+        return tuple(mapped)
     return value
 
 
@@ -221,7 +241,7 @@ def _poisoned(tensor: Tensor) -> Tensor | None:
     return tensor == torch.iinfo(tensor.dtype).min
 
 
-def _flat(result: object) -> list[Any]:
+def _flat(result: object) -> list[object]:
     if isinstance(result, (tuple, list)):
         return list(result)
     return [result]
@@ -286,7 +306,7 @@ def compare(got: Tensor, want: Tensor, rtol: float) -> Compared:
     return Compared(error, mismatched, unwritten, got.numel())
 
 
-def clone(values: list[Any]) -> list[Any]:
+def clone(values: list[object]) -> list[object]:
     return [map_tensors(v, lambda t: t.detach().clone()) for v in values]
 
 
@@ -316,7 +336,7 @@ def raise_user_error(message: str) -> NoReturn:
     raise MeasureError(message)
 
 
-def users_call(test: str, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+def users_call(test: str, what: str, fn: Callable[..., object], *args: object) -> object:
     """``fn(*args)``, the test's own function (its reference=, its args= factory); where it raises,
     one error that names it and shows the test's frames only (none of the plugin's)."""
     import traceback
@@ -340,13 +360,18 @@ def _described(value: object) -> str:
     return "None" if value is None else f"a {type(value).__name__}"
 
 
-class OutputCheck:
+Watch = TypeVar("Watch", bound=contextlib.AbstractContextManager[object])  # what watches a checked call (the guard's)
+Left = TypeVar("Left")  # what a checked call left running (the guard's)
+
+
+class OutputCheck(Generic[Watch, Left]):
     """The checks of one measurement's outputs; ``run`` returns the first finding, or None.
-    ``after_call`` (the guard's) is called right after each checked call returns, with what watched
-    it, and returns what that call left running (or None): said before anything the outputs show."""
+    ``watch`` makes what watches each checked call (a context manager around it); ``after_call``
+    (the guard's) is called right after each checked call returns, with what ``watch`` made, and
+    returns what that call left running (or None): said before anything the outputs show."""
 
     def __init__(self, checked: Checked, bits: int, sync: Callable[[], None], rng: random.Random | None = None,
-                 watch: Callable[[], Any] | None = None, after_call: Callable[[Any], Any] | None = None,
+                 watch: Callable[[], Watch] | None = None, after_call: Callable[[Watch], Left | None] | None = None,
                  on_device: bool = False) -> None:
         self.checked = checked
         self.bits = bits
@@ -358,39 +383,41 @@ class OutputCheck:
         self.on_device = on_device  # the measurement runs on a GPU: a host output written late is a copy in flight
         # The outputs of the timed arguments and of the calls checked last (a few): a result equal
         # to one of them while the inputs changed is stale.
-        self.seen: list[list[Any]] = []
-        self.made: list[list[Any]] = []  # the fresh arguments made so far (see fresh_args)
+        self.seen: list[list[object]] = []
+        self.made: list[list[object]] = []  # the fresh arguments made so far (see fresh_args)
 
     # --- what one call produced --------------------------------------------------------------
 
-    def named_outputs(self, args: Sequence[Any], result: Any) -> list[tuple[str, Any]]:
+    def named_outputs(self, args: Sequence[object], result: object) -> list[tuple[str, object]]:
         if self.checked.outputs:
             return [(f"args[{i}]", args[i]) for i in self.checked.outputs]
         return [(f"result[{i}]" if isinstance(result, (tuple, list)) else "result", value)
                 for i, value in enumerate(_flat(result))]
 
-    def expected(self, inputs: list[Any], outputs: list[tuple[str, Any]]) -> list[Any] | None:
+    def expected(self, inputs: list[object], outputs: list[tuple[str, object]]) -> list[Tensor] | None:
         """The reference's results for ``inputs``, one per output, as tensors; a reference that cannot
         be compared with the kernel's outputs is the test's mistake, refused in one line."""
         if self.checked.reference is None:
             return None
         test = self.checked.test
         returned = users_call(test, "reference=", self.checked.reference, *inputs)
-        expected = [_as_tensor(value) for value in _flat(returned)]
+        wanted = [_as_tensor(value) for value in _flat(returned)]
         names = ", ".join(name for name, _ in outputs)
-        if len(expected) != len(outputs):
-            raise_user_error(f"{test}: sol.measure's reference= returned {len(expected)} result(s), the kernel "
+        if len(wanted) != len(outputs):
+            raise_user_error(f"{test}: sol.measure's reference= returned {len(wanted)} result(s), the kernel "
                              f"{len(outputs)} ({names}); return one expected result per output, in the same order")
-        for (name, value), want in zip(outputs, expected):
+        expected: list[Tensor] = []
+        for (name, value), want in zip(outputs, wanted):
             if not is_tensor(want):
                 raise_user_error(f"{test}: sol.measure's reference= returned {_described(want)} where the kernel's "
                                  f"{name} is {_described(value)}; return the expected tensor (or NumPy array)")
             if str(want.device) == "meta":
                 raise_user_error(f"{test}: sol.measure's reference= returned a tensor on the meta device (no values) "
                                  f"for {name}; compute the reference on a real device (the CPU or the kernel's)")
+            expected.append(want)
         return expected
 
-    def current(self) -> list[Any]:
+    def current(self) -> list[object]:
         """The outputs for the timed arguments as they are now (a call when the kernel returns them)."""
         if self.checked.outputs:
             return clone([self.checked.args[i] for i in self.checked.outputs])
@@ -400,31 +427,31 @@ class OutputCheck:
 
     # --- the checks --------------------------------------------------------------------------
 
-    def run(self, when: str) -> Any:
+    def run(self, when: str) -> Finding | Left | None:
         __tracebackhide__ = True
         if not self.seen:  # a later check finds the timed outputs among those it remembers
             self._remember(self.current())
         found = self._new_storage(when)
         return found or self._same_storage(when)
 
-    def _remember(self, outputs: list[Any]) -> None:
+    def _remember(self, outputs: list[object]) -> None:
         self.seen = [*self.seen[-2:], outputs]
 
-    def _stale(self, position: int, value: Any) -> bool:
+    def _stale(self, position: int, value: object) -> bool:
         return any(position < len(seen) and _identical(value, seen[position]) for seen in self.seen)
 
-    def _same_storage(self, when: str) -> Any:
+    def _same_storage(self, when: str) -> Finding | Left | None:
         """The timed tensors themselves, with new values written where they live (the whole storage of
         each floating input, so that an expanded or overlapping view and a tensor inside a list get them
         too); every tensor of the call is given back its values after."""
         __tracebackhide__ = True
         import torch
         args = list(self.checked.args)
-        storages: dict[tuple[int, Any], Any] = {}
+        storages: dict[tuple[int, torch.dtype], Tensor] = {}
         for tensor in tensors_in(self.checked.inputs(args)):
             if changes(tensor) and tensor.untyped_storage().nbytes():
                 storages.setdefault((tensor.untyped_storage().data_ptr(), tensor.dtype), whole_storage(tensor))
-        outputs = [args[i] for i in self.checked.outputs]
+        outputs = self.checked.written()
         saved = [flat.clone() for flat in storages.values()] + [out.detach().clone() for out in outputs]
         try:
             with torch.no_grad():
@@ -436,7 +463,7 @@ class OutputCheck:
                 for target, kept in zip([*storages.values(), *outputs], saved):
                     target.copy_(kept)
 
-    def fresh_args(self) -> list[Any]:
+    def fresh_args(self) -> list[object]:
         import torch
         if self.checked.factory is not None:
             args = self.checked.fresh()
@@ -444,8 +471,8 @@ class OutputCheck:
             args = [map_tensors(v, lambda t: _new_values(t, self.rng)) for v in self.checked.args]
         with torch.no_grad():
             for i in self.checked.outputs:
-                if i < len(args) and is_tensor(args[i]):
-                    poison(args[i])
+                if i < len(args) and is_tensor(buffer := args[i]):
+                    poison(buffer)
         # Kept until the measurement's checks are over (``release``): a later fresh set never gets the
         # address of an earlier one, whose result a cache keyed by address may hold.
         self.made.append(args)
@@ -454,32 +481,32 @@ class OutputCheck:
     def release(self) -> None:
         self.made.clear()
 
-    def _new_storage(self, when: str) -> Any:
+    def _new_storage(self, when: str) -> Finding | Left | None:
         __tracebackhide__ = True
         args = self.fresh_args()
         changed = any(changes(t) and t.numel() for t in tensors_in(self.checked.inputs(args)))
         return self._call_and_judge(args, when, "new storage, new values", changed=changed or self.checked.factory is not None)
 
-    def _call_and_judge(self, args: list[Any], when: str, storage: str, changed: bool = True) -> Any:
+    def _call_and_judge(self, args: list[object], when: str, storage: str, changed: bool = True
+                        ) -> Finding | Left | None:
         __tracebackhide__ = True
         kept = clone(list(args)) if self.checked.reference is not None else list(args)
         inputs = self.checked.inputs(args)
-        watch = self.watch() if self.watch is not None else contextlib.nullcontext()
-        with watch:
+        watch = self.watch() if self.watch is not None else None
+        with watch if watch is not None else contextlib.nullcontext():
             result = self.checked.fn(*args)
-        left = self.after_call(watch) if self.after_call is not None else None
+        left = self.after_call(watch) if self.after_call is not None and watch is not None else None
         if left is not None:
             return left
         outputs = self.named_outputs(args, result)
         # Read host outputs before waiting for the device: a copy to the host left in flight shows
         # as poison here and as the right value after the wait.
-        early = [(name, int(p.sum())) for name, value in outputs
+        early = [(name, value, int(p.sum())) for name, value in outputs
                  if is_tensor(value) and str(value.device) == "cpu" and (p := _poisoned(value)) is not None]
         self.sync()
         finding = self._judge(outputs, self.expected(self.checked.inputs(kept), outputs), inputs, when, storage, changed)
         if finding is None:
-            for name, count in early:
-                value = dict(outputs)[name]
+            for name, value, count in early:
                 still = _poisoned(value)  # not None: the same tensor was poisoned before the wait
                 if count and still is not None and not int(still.sum()):
                     cause = UNWAITED_COPY if self.on_device else WRITTEN_LATER
@@ -487,21 +514,23 @@ class OutputCheck:
         self._remember(clone([value for _, value in outputs]))
         return finding
 
-    def _judge(self, outputs: list[tuple[str, Any]], expected: list[Any] | None, inputs: list[Any],
+    def _judge(self, outputs: list[tuple[str, object]], expected: list[Tensor] | None, inputs: list[object],
                when: str, storage: str, changed: bool) -> Finding | None:
+        tensors: list[tuple[str, Tensor]] = []
         for name, value in outputs:
             if value is None and not self.checked.outputs:
                 return Finding(NO_RESULT, when, storage, output=name)
             if not is_tensor(value) or lazy(value):
                 return Finding(LAZY, when, storage, output=name, type_name=lazy(value) if is_tensor(value) else
                                f"{type(value).__module__}.{type(value).__qualname__}")
+            tensors.append((name, value))
         # A result in one of the inputs (a kernel that works in place and returns it) is honest where it
         # holds the reference's result on that input's values before the call; named where it does not.
         aliased = {} if self.checked.outputs else {
-            name: found[0] for name, value in outputs
+            name: found[0] for name, value in tensors
             if (found := [i for i, a in enumerate(inputs) if any(shares_storage(value, t) for t in tensors_in(a))])}
         previous = self.seen[-1] if self.seen else []
-        for position, (name, value) in enumerate(outputs):
+        for position, (name, value) in enumerate(tensors):
             if expected is None:
                 poisoned = _poisoned(value)
                 before = previous[position] if position < len(previous) else None
@@ -546,7 +575,9 @@ def _as_tensor(value: object) -> object:
     return value
 
 
-def checked_of(fn: Any, args: Any, outputs: Any, reference: Any, tolerance: Any, test: str) -> Checked:
+def checked_of(fn: Callable[..., object], args: Sequence[object] | Callable[[], Sequence[object]],
+               outputs: int | Sequence[int] | None, reference: Callable[..., object] | None, tolerance: float | None,
+               test: str) -> Checked:
     """What ``sol.measure(fn, args=..., outputs=..., reference=..., tolerance=...)`` hands, checked:
     ``args`` a tuple or list of the call's arguments, or a zero-argument factory that makes a new
     one each time (the first is timed); ``outputs`` the positions of the buffers the kernel writes."""

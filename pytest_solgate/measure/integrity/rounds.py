@@ -153,7 +153,7 @@ class FreshRounds:
         if self.rounds >= MAX_FRESH_ROUNDS or not (forced or self.rng.random() < CHANCE):
             return
         if self.saved is None:
-            kept = [*self.storages, *(self.checked.args[i] for i in self.checked.outputs)]
+            kept = [*self.storages, *self.checked.written()]
             self.saved = [(t, t.detach().clone()) for t in kept]
         self._write_new()
         self.rounds += 1
@@ -161,7 +161,7 @@ class FreshRounds:
 
     def _write_new(self) -> None:
         """New values (new factors) into the inputs; the timed calls made so far noted."""
-        self.seed, self.written_at = self.rng.getrandbits(63), self.checked.last[1]
+        self.seed, self.written_at = self.rng.getrandbits(63), self.checked.last.calls
         self._write(self.seed)
 
     def _write(self, seed: int) -> None:
@@ -175,7 +175,7 @@ class FreshRounds:
 
     def _judge(self) -> object | None:
         # The values written after the round's last sample were never timed: its last call got the ones before.
-        seed, calls = self.given[0], self.checked.last[1] - self.given[1]
+        seed, calls = self.given[0], self.checked.last.calls - self.given[1]
         args = list(self.checked.args)
         running = self.running_at_copy if self.got is not None else self.running()
         got = self.got if self.got is not None else outputs.clone(list(self.checked.last_outputs()))
