@@ -59,6 +59,7 @@ USAGE_ERRORS = [
     ("option-above-one", ["--sol-above-one=ignore"], {"test_x.py": PLAIN_TEST}, "--sol-above-one='ignore' is not one of: fail, warn"),
     ("option-noise", ["--sol-noise=low"], {"test_x.py": PLAIN_TEST}, "--sol-noise='low' is not a number"),
     ("option-min-time", ["--sol-min-time=-1"], {"test_x.py": PLAIN_TEST}, "--sol-min-time='-1': give seconds >= 0"),
+    ("option-warmup-time", ["--sol-warmup-time=-0.1"], {"test_x.py": PLAIN_TEST}, "--sol-warmup-time='-0.1': give seconds >= 0"),
     ("option-max-below-min", ["--sol-min-time=3", "--sol-max-time=1"], {"test_x.py": PLAIN_TEST},
      "--sol-max-time=1 is below --sol-min-time=3; raise the budget"),
     ("option-device", ["--sol-device=gpu0"], {"test_x.py": PLAIN_TEST}, "--sol-device='gpu0' is not auto, cpu, cuda or cuda:N"),

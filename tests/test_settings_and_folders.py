@@ -70,6 +70,37 @@ def test_help_prints_every_options_text_including_a_percent_sign(pytester):
     assert "option_strings" not in text  # argparse's dict, printed where a lone % was
 
 
+def test_the_warmup_time_option_sets_how_long_the_warm_up_runs(suite):
+    # The calls before the first sample's memory probe are the warm-up's. A fake kernel's call takes
+    # no wall time: a warm-up of 0 s is its first call and a few more, one of 0.5 s (wall time, as
+    # every warm-up) hundreds more on any machine.
+    body = """
+        WARM_UP = [0, True]  # calls so far, and whether no sample was taken yet
+
+        def kernel():
+            WARM_UP[0] += WARM_UP[1]
+            busy(1e-3)
+
+        @pytest.fixture
+        def sol_clock():
+            def probe():  # after each sample, never in the warm-up
+                WARM_UP[1] = False
+                FAKE_NS[0] += FAKE_PROBE_NS[0]
+            return CpuClock(now=lambda: (FAKE_NS[0],) * 3, probe=probe)
+
+        def test_one(sol):
+            WARM_UP[:] = [0, True]  # an in-process run may find the module of the run before
+            sol.measure(kernel, bytes=0.4e6)
+            print(f"warm-up calls={WARM_UP[0]}")
+    """
+    counts = []
+    for seconds in ("0", "0.5"):
+        result = suite(body, f"--sol-warmup-time={seconds}", "-s", "--sol-no-save", fake_clock=True)
+        result.assert_outcomes(passed=1)
+        counts.append(int(next(line for line in result.stdout.lines if "warm-up calls=" in line).rsplit("=", 1)[1]))
+    assert counts[0] <= 10 and counts[1] > 100, counts
+
+
 # --- 6: a warning points at the test, not at the plugin -----------------------------------------
 
 

@@ -77,6 +77,7 @@ OPTIONS = (
     Option("sol_min_time", "minimum sampling time per measurement, seconds", "0.25"),
     Option("sol_max_time", "time budget per measurement, seconds (then flagged noisy)", "2.0"),
     Option("sol_noise", "target relative 95% half-width of the median", "0.005"),
+    Option("sol_warmup_time", "warm-up per measurement after its first call, seconds (at least three calls)", "0.05"),
     Option("sol_cuda_graph", "time short GPU kernels as a replayed CUDA graph: auto (under 20 us a call), on or off",
            "auto", "string", ("auto", "on", "off")),
     Option("sol_precision", "precision class of a bare flops number", "fp32", "string", PRECISIONS),
@@ -232,13 +233,15 @@ def _given(raw: Mapping[str, RawValue]) -> dict[str, RawValue]:
 
 
 def _sampling(values: Mapping[str, RawValue]) -> SamplingSettings:
-    """The sampling budget: --sol-min-time, --sol-max-time (not below it) and --sol-noise."""
+    """The sampling budget: --sol-min-time, --sol-max-time (not below it), --sol-noise and --sol-warmup-time."""
     min_time = _number("--sol-min-time", values["sol_min_time"], lambda v: v >= 0, "give seconds >= 0, e.g. 0.25")
     max_time = _number("--sol-max-time", values["sol_max_time"], lambda v: v > 0, "give seconds > 0, e.g. 2.0")
     if max_time < min_time:
         raise OptionError(f"--sol-max-time={max_time:g} is below --sol-min-time={min_time:g}; raise the budget")
     noise = _number("--sol-noise", values["sol_noise"], lambda v: 0 < v < 1, "give a fraction in (0, 1), e.g. 0.005")
-    return SamplingSettings(min_time=min_time, max_time=max_time, noise=noise, cuda_graph=values["sol_cuda_graph"])
+    warmup = _number("--sol-warmup-time", values["sol_warmup_time"], lambda v: v >= 0, "give seconds >= 0, e.g. 0.05")
+    return SamplingSettings(min_time=min_time, max_time=max_time, noise=noise, warmup_time=warmup,
+                            cuda_graph=values["sol_cuda_graph"])
 
 
 def _regression_rule(values: Mapping[str, RawValue]) -> tuple[float, float, int]:
