@@ -608,6 +608,9 @@ def test_two_top_level_linears_of_different_shapes_are_two_rows():
 # ones, the loss pauses 1 ms (a collection, a preempted thread); the profiler, the grouping and the
 # counting run for real.
 PAUSED_CONFTEST = '''
+import os
+
+from idle_machine import readers_from
 from pytest_solgate.measure import step_profile
 from pytest_solgate.measure.platform import Platform
 
@@ -625,7 +628,9 @@ def pytest_solgate_platform(config):
     def read(profiler):
         return [exact(r) for r in step_profile.read_runs(profiler.events(), False)]
 
-    return Platform(step_reader=lambda device: read)
+    # the idle machine's readers (tests/idle_machine.py): on the real /proc a busy machine retakes a
+    # contended block of runs, and the pause, on the fourth reading, would be in a block never read
+    return Platform(step_reader=lambda device: read, contention=readers_from(os.environ))
 '''
 
 
