@@ -39,17 +39,22 @@ def git(cwd: str | Path, *args: str, stdin: str | None = None) -> str | None:
 
 
 def facts(cwd: str | Path) -> GitFacts:
-    commit = git(cwd, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
-    if not commit:
-        return GitFacts()
-    branch = git(cwd, "rev-parse", "--abbrev-ref", "HEAD")
+    """Two git calls (every session that measures asks): the status, with its branch headers,
+    then the commit's time."""
     # Untracked files (reports, caches) do not make a tree dirty; changes to tracked files do.
-    status = git(cwd, "status", "--porcelain", "--untracked-files=no")
+    status = git(cwd, "status", "--porcelain=v2", "--branch", "--untracked-files=no")
+    if status is None:
+        return GitFacts()
+    headers = dict(line[2:].split(" ", 1) for line in status.splitlines() if line.startswith("# ") and " " in line[2:])
+    commit = headers.get("branch.oid", "")
+    if len(commit) != 40:  # "(initial)": no commit yet
+        return GitFacts()
+    branch = headers.get("branch.head")
     return GitFacts(
         commit=commit,
         commit_time=git(cwd, "show", "-s", "--format=%cI", commit),
-        branch=None if branch in (None, "HEAD") else branch,
-        dirty=bool(status),
+        branch=None if branch in (None, "(detached)") else branch,
+        dirty=any(not line.startswith("#") for line in status.splitlines()),
     )
 
 
