@@ -44,13 +44,14 @@ def sol_clock():
     return CpuClock(now=lambda: (FAKE_NS[0],) * 3, probe=lambda: FAKE_NS.__setitem__(0, FAKE_NS[0] + FAKE_PROBE_NS[0]))
 '''
 
-FAST_TIMING = ["--sol-device=cpu", "--sol-min-time=0.02", "--sol-max-time=0.3", "-p", "no:cacheprovider"]
+FAST_TIMING = ["--sol-device=cpu", "--sol-min-time=0.02", "--sol-max-time=0.3", "--sol-warmup-time=0.01", "-p",
+               "no:cacheprovider"]
 # On the fake clock every sample is exact: sampling stops at ten samples and the noise target,
 # whatever the load. The time budget is wall time, though, and on a loaded machine 0.3 s can run
 # out before ten samples, which flags the run noisy (never a baseline) and changes the verdicts
 # (seen with two CPU hogs beside the suite). A budget these runs never reach keeps them exact.
-# The warm-up is wall time too, and a fake kernel's call takes none: 50 ms of it are some 2,000 calls
-# that warm nothing; 5 ms still make hundreds.
+# The warm-up is wall time too, and a fake kernel's call takes none: 10 ms of it are hundreds of calls
+# that warm nothing; 5 ms still make a hundred.
 FAKE_CLOCK_TIMING = [*FAST_TIMING, "--sol-max-time=30", "--sol-warmup-time=0.005"]
 
 

@@ -66,7 +66,12 @@ def test_the_child_pytest_registers_the_plugin_where_no_entry_point_does(tmp_pat
     entry point is loaded (PYTEST_DISABLE_PLUGIN_AUTOLOAD) and PYTHONPATH names no checkout. Nor
     does PYTEST_PLUGINS name this suite's own plugins (tests/conftest.py's idle machine): the child
     could not import them from there."""
+    from solgate_testing import SYNTHETIC_PROFILE
+
     (tmp_path / "test_child.py").write_text(SOL_TEST)
+    # A profile handed in: without one the child calibrates this CPU (15 s here, under the device
+    # lock that the suite's other worker then waits on), which is not this test's subject.
+    (tmp_path / "synthetic.toml").write_text(SYNTHETIC_PROFILE)
     environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_PLUGINS", ncu.CHILD_VARIABLE)}
     environ.update(PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", SOLGATE_STATE_DIR=str(tmp_path / ".solgate"),
                    SOLGATE_CACHE_DIR=str(tmp_path / ".solgate"))
@@ -74,7 +79,7 @@ def test_the_child_pytest_registers_the_plugin_where_no_entry_point_does(tmp_pat
     args = ncu.child_command("test_child.py::test_copy", tmp_path, "cpu", None)
     at = args.index("no:solgate") - 1
     assert args[at:at + 4] == ["-p", "no:solgate", "-p", "pytest_solgate.plugin"]
-    done = subprocess.run(args + ["--sol-max-time=0.05", "--sol-min-time=0"], cwd=tmp_path, env=env,
+    done = subprocess.run(args + ["--sol-max-time=0.05", "--sol-min-time=0", "--sol-profile=synthetic.toml"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     # This checkout's package, whatever else is installed.
