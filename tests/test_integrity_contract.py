@@ -138,3 +138,30 @@ def test_a_sol_clock_of_the_wrong_type_is_one_line_naming_it(suite):
     result.assert_outcomes(failed=1)
     result.stdout.re_match_lines([r".*the sol_clock fixture returned function, not a pytest_solgate.measure.backends.CpuClock"])
     assert "AttributeError" not in result.stdout.str()
+
+
+def test_the_checks_own_work_runs_on_one_thread_the_kernels_calls_on_the_users_threads(suite):
+    # Beside a busy neighbour a torch operation split over every core waits for the thread that lost
+    # its core (a comparison read 300 ms for 3.5 ms): the checks' own work (the reference, the
+    # comparisons, new values) runs on one thread; every call of the kernel, checked or timed, on the
+    # threads the user set, which the measurement leaves as it found them.
+    result = suite("""
+        import torch
+
+        SEEN = {"kernel": set(), "reference": set()}
+
+        def add(x, y):
+            SEEN["kernel"].add(torch.get_num_threads())
+            busy(1e-3)
+            return x + y
+
+        def reference(x, y):
+            SEEN["reference"].add(torch.get_num_threads())
+            return x + y
+
+        def test_threads(sol):
+            torch.set_num_threads(2)
+            sol.measure(add, args=(torch.randn(256), torch.randn(256)), reference=reference, bytes=1e3)
+            assert SEEN == {"kernel": {2}, "reference": {1}} and torch.get_num_threads() == 2, SEEN
+        """, "--sol-no-save", fake_clock=True, subprocess=True)
+    result.assert_outcomes(passed=1)

@@ -28,7 +28,7 @@ import contextlib
 import copy
 import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Generic, NoReturn, Sequence, TypeGuard, TypeVar
+from typing import TYPE_CHECKING, Callable, Generic, Iterator, NoReturn, Sequence, TypeGuard, TypeVar
 
 from pytest_solgate.measure.integrity import precision
 
@@ -49,6 +49,25 @@ NO_RESULT = "no-result"  # returned None, and no outputs= named the buffers it w
 SHAPE = "shape"  # a result of another shape than the reference's
 STALE_TIMED = "stale-timed"  # a timed call's output, after new values were written between rounds (rounds.py)
 WRITTEN_LATER = "written-later"  # a host output written after the call returned, with no device in the call
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """The checks' own torch work (comparisons, copies, new values, the reference) on the calling
+    thread alone. Beside a busy neighbour an operation split over every core waits for the thread
+    that lost its core: one comparison of 64 K floats read 300 ms on 2 threads and 3.5 ms on one, on
+    the 2-core development VM (1.2 and 1.4 ms quiet). The kernel's own calls keep the user's
+    setting. (A context, not a decorator: a wrapper's closure could be swapped unseen by the scan.)"""
+    import torch
+    before = torch.get_num_threads()
+    if before == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @dataclass(slots=True)
@@ -149,11 +168,12 @@ SCALES = ((0.75, 0.95), (1.05, 1.25))
 def factors(like: Tensor, rng: random.Random) -> Tensor:
     """A factor for every element of the flat tensor ``like``, in one of ``SCALES`` (``rng``'s pick),
     on its device, in its (real) dtype; the same ``rng`` state gives the same factors."""
-    import torch
-    low, high = rng.choice(SCALES)
-    generator = torch.Generator(device=like.device).manual_seed(rng.getrandbits(63))
-    dtype = like.real.dtype if like.is_complex() else like.dtype
-    return torch.empty(like.shape, dtype=dtype, device=like.device).uniform_(low, high, generator=generator)
+    with one_thread():
+        import torch
+        low, high = rng.choice(SCALES)
+        generator = torch.Generator(device=like.device).manual_seed(rng.getrandbits(63))
+        dtype = like.real.dtype if like.is_complex() else like.dtype
+        return torch.empty(like.shape, dtype=dtype, device=like.device).uniform_(low, high, generator=generator)
 
 
 def _rolled(flat: Tensor, rng: random.Random) -> Tensor:
@@ -165,18 +185,19 @@ def _rolled(flat: Tensor, rng: random.Random) -> Tensor:
 def _new_values(tensor: Tensor, rng: random.Random) -> Tensor:
     """A tensor of ``tensor``'s shape, dtype, device and ``requires_grad`` with new values and its own
     (dense) storage: an expanded view's copy holds each of its elements once."""
-    import torch
-    with torch.no_grad():
-        fresh = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
-        if changes(tensor):
-            fresh.copy_(_rolled(tensor.detach().reshape(-1), rng).reshape(tensor.shape))
-        else:
-            fresh.copy_(tensor)
-    if tensor.requires_grad and fresh.is_leaf:
-        fresh.requires_grad_(True)
-    if isinstance(tensor, torch.nn.Parameter):
-        fresh = torch.nn.Parameter(fresh, requires_grad=tensor.requires_grad)
-    return fresh
+    with one_thread():
+        import torch
+        with torch.no_grad():
+            fresh = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
+            if changes(tensor):
+                fresh.copy_(_rolled(tensor.detach().reshape(-1), rng).reshape(tensor.shape))
+            else:
+                fresh.copy_(tensor)
+        if tensor.requires_grad and fresh.is_leaf:
+            fresh.requires_grad_(True)
+        if isinstance(tensor, torch.nn.Parameter):
+            fresh = torch.nn.Parameter(fresh, requires_grad=tensor.requires_grad)
+        return fresh
 
 
 def map_tensors(value: object, change: Callable[[Tensor], Tensor]) -> object:
@@ -224,11 +245,12 @@ def whole_storage(tensor: Tensor) -> Tensor:
 
 
 def poison(tensor: Tensor) -> None:
-    import torch
-    if tensor.is_floating_point() or tensor.is_complex():
-        tensor.fill_(FLOAT_POISON)
-    elif tensor.dtype != torch.bool:
-        tensor.fill_(torch.iinfo(tensor.dtype).min)
+    with one_thread():
+        import torch
+        if tensor.is_floating_point() or tensor.is_complex():
+            tensor.fill_(FLOAT_POISON)
+        elif tensor.dtype != torch.bool:
+            tensor.fill_(torch.iinfo(tensor.dtype).min)
 
 
 def _poisoned(tensor: Tensor) -> Tensor | None:
@@ -275,59 +297,63 @@ CHUNK = 1 << 24  # elements compared at a time: the temporaries stay small besid
 
 def compare(got: Tensor, want: Tensor, rtol: float) -> Compared:
     """Elementwise: |got - want| <= rtol * (|want| + RMS(want)); poison left where ``want`` is not NaN."""
-    import torch
-    got, want = got.detach().reshape(-1), want.detach().to(got.device).reshape(-1)
-    wide = torch.float64 if got.dtype in (torch.float64, torch.complex128) else torch.float32
-    if got.is_complex() or want.is_complex():
-        got, want = (torch.view_as_real(t.to(torch.complex128)).reshape(-1) for t in (got, want))
-        wide = torch.float64
-    pieces = [(got[i:i + CHUNK], want[i:i + CHUNK]) for i in range(0, got.numel(), CHUNK)]
-    squares, finite_count = 0.0, 0
-    for _, w in pieces:
-        w = w.to(wide)
-        finite = torch.isfinite(w)
-        squares += float(w[finite].double().pow(2).sum())
-        finite_count += int(finite.sum())
-    rms = (squares / finite_count) ** 0.5 if finite_count else 0.0
-    error, mismatched, unwritten = 0.0, 0, 0
-    for g, w in pieces:
-        poisoned = _poisoned(g)
-        if poisoned is not None:
-            was = _poisoned(w) if w.dtype == g.dtype else None
-            unwritten += int((poisoned & ~was).sum()) if was is not None else int(poisoned.sum())
-        g, w = g.to(wide), w.to(wide)
-        difference = (g - w).abs()
-        same_special = (torch.isnan(g) & torch.isnan(w)) | ((g == w) & ~torch.isfinite(w))
-        relative = torch.where(same_special, torch.zeros_like(difference), difference / (w.abs() + rms).clamp_min(1e-30))
-        relative = torch.nan_to_num(relative, nan=float("inf"))
-        if relative.numel():
-            error = max(error, float(relative.max()))
-            mismatched += int((relative > rtol).sum())
-    return Compared(error, mismatched, unwritten, got.numel())
+    with one_thread():
+        import torch
+        got, want = got.detach().reshape(-1), want.detach().to(got.device).reshape(-1)
+        wide = torch.float64 if got.dtype in (torch.float64, torch.complex128) else torch.float32
+        if got.is_complex() or want.is_complex():
+            got, want = (torch.view_as_real(t.to(torch.complex128)).reshape(-1) for t in (got, want))
+            wide = torch.float64
+        pieces = [(got[i:i + CHUNK], want[i:i + CHUNK]) for i in range(0, got.numel(), CHUNK)]
+        squares, finite_count = 0.0, 0
+        for _, w in pieces:
+            w = w.to(wide)
+            finite = torch.isfinite(w)
+            squares += float(w[finite].double().pow(2).sum())
+            finite_count += int(finite.sum())
+        rms = (squares / finite_count) ** 0.5 if finite_count else 0.0
+        error, mismatched, unwritten = 0.0, 0, 0
+        for g, w in pieces:
+            poisoned = _poisoned(g)
+            if poisoned is not None:
+                was = _poisoned(w) if w.dtype == g.dtype else None
+                unwritten += int((poisoned & ~was).sum()) if was is not None else int(poisoned.sum())
+            g, w = g.to(wide), w.to(wide)
+            difference = (g - w).abs()
+            same_special = (torch.isnan(g) & torch.isnan(w)) | ((g == w) & ~torch.isfinite(w))
+            relative = torch.where(same_special, torch.zeros_like(difference), difference / (w.abs() + rms).clamp_min(1e-30))
+            relative = torch.nan_to_num(relative, nan=float("inf"))
+            if relative.numel():
+                error = max(error, float(relative.max()))
+                mismatched += int((relative > rtol).sum())
+        return Compared(error, mismatched, unwritten, got.numel())
 
 
 def clone(values: list[object]) -> list[object]:
-    return [map_tensors(v, lambda t: t.detach().clone()) for v in values]
+    with one_thread():
+        return [map_tensors(v, lambda t: t.detach().clone()) for v in values]
 
 
 def _identical(a: object, b: object) -> bool:
-    import torch
-    if not (is_tensor(a) and is_tensor(b)) or a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    a, b = a.detach().to(b.device), b.detach()
-    if a.is_floating_point():
-        return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
-    return bool(torch.equal(a, b))
+    with one_thread():
+        import torch
+        if not (is_tensor(a) and is_tensor(b)) or a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        a, b = a.detach().to(b.device), b.detach()
+        if a.is_floating_point():
+            return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+        return bool(torch.equal(a, b))
 
 
 def _half_values(tensor: Tensor) -> bool:
     """Every finite value of a wider float tensor is exactly an fp16 or a bf16 value: it was
     computed in half precision and cast back."""
-    import torch
-    if not tensor.is_floating_point() or tensor.dtype in (torch.float16, torch.bfloat16) or tensor.numel() < 16:
-        return False
-    finite = tensor.detach()[torch.isfinite(tensor.detach())]
-    return any(bool((finite.to(half).to(finite.dtype) == finite).all()) for half in (torch.float16, torch.bfloat16))
+    with one_thread():
+        import torch
+        if not tensor.is_floating_point() or tensor.dtype in (torch.float16, torch.bfloat16) or tensor.numel() < 16:
+            return False
+        finite = tensor.detach()[torch.isfinite(tensor.detach())]
+        return any(bool((finite.to(half).to(finite.dtype) == finite).all()) for half in (torch.float16, torch.bfloat16))
 
 
 def raise_user_error(message: str) -> NoReturn:
@@ -400,7 +426,8 @@ class OutputCheck(Generic[Watch, Left]):
         if self.checked.reference is None:
             return None
         test = self.checked.test
-        returned = users_call(test, "reference=", self.checked.reference, *inputs)
+        with one_thread():  # the reference is the checks' answer, never timed
+            returned = users_call(test, "reference=", self.checked.reference, *inputs)
         wanted = [_as_tensor(value) for value in _flat(returned)]
         names = ", ".join(name for name, _ in outputs)
         if len(wanted) != len(outputs):

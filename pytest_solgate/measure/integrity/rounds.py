@@ -154,7 +154,8 @@ class FreshRounds:
             return
         if self.saved is None:
             kept = [*self.storages, *self.checked.written()]
-            self.saved = [(t, t.detach().clone()) for t in kept]
+            with outputs.one_thread():
+                self.saved = [(t, t.detach().clone()) for t in kept]
         self._write_new()
         self.rounds += 1
         self.pending = True
@@ -169,7 +170,7 @@ class FreshRounds:
         factor for all would let a homogeneous kernel scale its last result."""
         assert self.saved is not None
         draw = random.Random(seed)
-        with self.torch.no_grad():
+        with self.torch.no_grad(), outputs.one_thread():
             for flat, (_, kept) in zip(self.storages, self.saved):
                 self.torch.mul(kept, outputs.factors(kept, draw), out=flat)
 
@@ -187,7 +188,7 @@ class FreshRounds:
             return running if finding is not None and running is not None else finding
         finally:
             # The other rounds time the test's own values (a kernel whose time depends on them is timed on them).
-            with self.torch.no_grad():
+            with self.torch.no_grad(), outputs.one_thread():
                 for flat, (_, kept) in zip(self.storages, self.saved or []):
                     flat.copy_(kept)
 
@@ -195,7 +196,7 @@ class FreshRounds:
         """The user's tensors get their values back (once sampling ends)."""
         if self.saved is None:
             return
-        with self.torch.no_grad():
+        with self.torch.no_grad(), outputs.one_thread():
             for target, kept in self.saved:
                 target.copy_(kept)
         self.saved = None
