@@ -1,6 +1,8 @@
 """The CPU backend's timer: the calling thread's CPU time when the kernel runs on that thread
 alone, wall time when other threads help it or it waits (backends.choose_cpu_timer)."""
 
+import dataclasses
+import json
 import threading
 import time
 
@@ -42,7 +44,7 @@ def test_a_kernel_off_its_core_waiting_for_one_is_timed_by_its_threads_cpu_time(
     assert timer == backends.WALL_TIME and "on a core (or waiting for one) only 27.5%" in note
 
 
-def test_the_backend_reads_the_run_queue_around_warm_up_calls_only():
+def test_a_wait_for_a_core_is_not_the_kernels_time_in_the_warm_up_or_any_sample():
     queue = [0]
     backend = ScriptedClock(lambda i: (4 * MS, MS, MS), run_queue=lambda: queue[0])
 
@@ -52,12 +54,22 @@ def test_the_backend_reads_the_run_queue_around_warm_up_calls_only():
 
     timing = take_timing(kernel, backend, QUICK, clock=lambda: backend.ns[0] / 1e9)
     assert timing.mode == backends.THREAD_CPU_TIME and set(timing.samples) == {1e-3}
-    reads = queue[0]
-    backend.run_queue = lambda: 1 / 0  # the timed samples never read it (outside the warm-up)
-    backend.begin()
-    backend.steady()
-    backend.stop(backend.start())
-    assert queue[0] == reads
+    assert backends.WALL_SAMPLES_NOTE not in timing.notes
+
+
+def test_work_moved_to_other_threads_after_the_warm_up_is_read_by_wall_time():
+    # The warm-up's calls run on the calling thread alone, so the thread's CPU time is chosen; then
+    # the kernel hands its work to a pool (process CPU time, not the thread's) or waits on another
+    # process (no CPU time, no wait for a core): those samples read their wall time, 1 ms, not 0.05.
+    def timed(later):
+        backend = ScriptedClock(lambda i: (MS, MS, MS) if i < 5 else later, run_queue=lambda: 0)
+        return take_timing(backend.kernel, backend, dataclasses.replace(QUICK, min_time=0.05),
+                           clock=lambda: backend.ns[0] / 1e9)
+
+    for later in ((MS, MS // 20, MS), (MS, MS // 20, MS // 20)):
+        timing = timed(later)
+        assert timing.mode == backends.THREAD_CPU_TIME and min(timing.samples) == 1e-3, (later, timing.samples)
+        assert backends.WALL_SAMPLES_NOTE in timing.notes
 
 
 def test_no_warm_up_calls_mean_wall_time():
@@ -244,3 +256,34 @@ def test_a_clock_with_its_own_probe_never_makes_the_probes_buffers():
         probe()
     assert probed == [1] and backend._probe_buffers is None
     assert backend.probe is not None and backend._probe_buffers is not None  # the backend's own, made when asked
+
+
+def test_a_kernel_that_hands_its_work_to_a_pool_after_the_warm_up_is_timed_by_the_wall(suite, pytester):
+    # The cheat of an adversary's catalogue: its warm-up calls work on the calling thread (the thread's
+    # CPU time is chosen), every later call waits on a pool's thread doing the same 2 ms of work. On
+    # the thread's CPU time those calls read a few microseconds; read by the wall, 2 ms or more.
+    result = suite("""
+        import time
+        from concurrent.futures import ThreadPoolExecutor
+
+        POOL = ThreadPoolExecutor(1)
+        CALLS = [0]
+
+        def spin():
+            end = time.perf_counter() + 2e-3
+            while time.perf_counter() < end:
+                pass
+
+        def kernel():
+            CALLS[0] += 1
+            if CALLS[0] <= 5:
+                spin()
+            else:
+                POOL.submit(spin).result()
+
+        def test_pool(sol):
+            sol.measure(kernel, bytes=1e3)
+        """, "--sol-warmup-time=0", "--sol-no-save", "--sol-json=out.json")
+    result.assert_outcomes(passed=1)
+    (record,) = json.loads((pytester.path / "out.json").read_text())["measurements"]
+    assert record["timing_mode"] == "thread-cpu-time" and record["seconds"] >= 1.9e-3, record["seconds"]

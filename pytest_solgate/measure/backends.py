@@ -78,6 +78,7 @@ class CpuInterval(NamedTuple):
 
     start: CpuStamp
     end: CpuStamp
+    queued: int | None = None  # the calling thread's wait for a core over the sample, ns (None: unknown)
 
     @property
     def nanoseconds(self) -> tuple[int, int, int]:
@@ -96,6 +97,20 @@ OTHER_THREADS_SHARE = 0.10
 # A kernel whose thread was on a core for under this share of even its best warm-up call waits
 # (a sleep, I/O, a lock, another process): the wait is part of its time.
 ON_CORE_SHARE = 0.75
+
+
+def thread_alone(wall: int, thread: int, process: int, queued: int | None) -> bool:
+    """Whether one sample's thread CPU time is its duration: no other thread of the process helped
+    it, and its thread was on a core, or waiting for one, for most of its wall time (where the wait
+    is known)."""
+    if thread <= 0 or process - thread > OTHER_THREADS_SHARE * thread:
+        return False
+    return queued is None or wall <= 0 or (thread + queued) / wall >= ON_CORE_SHARE
+
+
+# Said when samples timed on the thread's CPU time were read by wall time (CpuBackend.elapsed).
+WALL_SAMPLES_NOTE = ("some samples read by wall time: other threads of the process did part of their work, or "
+                     "their thread waited (a sleep, a lock, another process), where the warm-up's calls ran on their thread alone")
 
 
 def choose_cpu_timer(calls: list[tuple[int, int, int]], queued: Sequence[int | None] = ()) -> tuple[str, str]:
@@ -229,8 +244,8 @@ class CpuBackend(Backend[CpuStamp, CpuInterval]):
         ctypes.memset(self._flush_buffer, self._flush_value, self.flush_bytes)
 
     def _queue(self) -> int | None:
-        """This thread's run-queue wait so far, during the warm-up on the backend's own clock only."""
-        if self._warmup_calls is None or self.run_queue is None or self.clock is not self._own_clock:
+        """This thread's run-queue wait so far, on the backend's own clock only."""
+        if self.run_queue is None or self.clock is not self._own_clock:
             return None
         return self.run_queue()
 
@@ -239,16 +254,25 @@ class CpuBackend(Backend[CpuStamp, CpuInterval]):
         return CpuStamp(*self.now())
 
     def stop(self, token: CpuStamp) -> CpuInterval:
-        interval = CpuInterval(token, CpuStamp(*self.now()))
+        end = CpuStamp(*self.now())
+        before, after = self._queue_at_start, self._queue()
+        interval = CpuInterval(token, end, after - before if before is not None and after is not None else None)
         if self._warmup_calls is not None:  # every call of the warm-up ends here, read or not
             self._warmup_calls.append(interval.nanoseconds)
-            before, after = self._queue_at_start, self._queue()
-            self._warmup_queued.append(after - before if before is not None and after is not None else None)
+            self._warmup_queued.append(interval.queued)
         return interval
 
     def elapsed(self, handle: CpuInterval) -> float:
-        wall, thread, _ = handle.nanoseconds
-        return (thread if self.timer == THREAD_CPU_TIME else wall) / 1e9
+        """The sample's seconds on the chosen timer. A sample on the thread's CPU time that other
+        threads helped, or whose thread waited, reads wall time: the timer was chosen on the warm-up's
+        calls, and a kernel that moves its work to a pool only after them must not leave it uncounted."""
+        wall, thread, process = handle.nanoseconds
+        if self.timer != THREAD_CPU_TIME:
+            return wall / 1e9
+        if thread_alone(wall, thread, process, handle.queued):
+            return thread / 1e9
+        self.timer_note = WALL_SAMPLES_NOTE
+        return wall / 1e9
 
     def capture_graph(self, fn: Callable[[], object], calls: int) -> Callable[[], object]:
         raise NotImplementedError(f"{self.name} cannot capture graphs")  # Capabilities.graphs is False
