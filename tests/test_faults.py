@@ -21,7 +21,6 @@ from pytest_solgate.results import RunInfo
 from solgate_testing import (
     FAKE_CLOCK_KERNELS,
     FAKE_CLOCK_TIMING,
-    KERNELS,
     SYNTHETIC_PROFILE,
     git,
     init_repo,
@@ -62,8 +61,9 @@ def test_sixteen_processes_fifty_runs_each(history_location):
         assert {len(measurements) for _, measurements in store.whole_runs()} == {PER_RUN}  # none partial
 
 
-# A pytest run whose end-of-session write is large: 40 measurements with many samples each.
-KILL_SUITE = KERNELS + """
+# A pytest run whose end-of-session write is large: 40 measurements with many samples each, on the
+# fake clock (no cache flush or memory probe of 64 MiB each: the run's length is its start and its write).
+KILL_SUITE = FAKE_CLOCK_KERNELS + """
 import pytest
 
 @pytest.mark.parametrize("i", range(40))
@@ -77,7 +77,7 @@ def test_sigkill_while_writing_the_history(pytester):
     pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
     pytester.makepyfile(test_kill=KILL_SUITE)
     args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:xdist",
-            "--sol-device=cpu", "--sol-min-time=0",
+            "--sol-device=cpu", "--sol-min-time=0", "--sol-warmup-time=0.005",
             "--sol-max-time=0.002", "--sol-profile=synthetic.toml", "--sol-history=h.db"]
     def one_run() -> float:
         started = time.perf_counter()
