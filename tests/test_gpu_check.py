@@ -310,11 +310,14 @@ def test_the_device_like_venv_of_ci_is_pinned_to_the_gpu_machines_versions():
     """triton 3.6.0 and nvidia-ml-py 13.615.71 as on the GPU machine (an API triton 3.6 lacks then
     fails in CI); torch stays the CPU 2.13.0 wheel (the machine's 2.11 is a CUDA build)."""
     script = (ROOT / ".ci/run").read_text()
-    device_venv = script[script.index("# The device-like dry run"):script.index("# The README's test command")]
+    # built in the background at the start, while the project's venv installs
+    device_venv = script[script.index("# The device-like venv of the dry run"):script.index("python3 -m venv .venv")]
     assert "triton==3.6.0" in device_venv and "nvidia-ml-py==13.615.71" in device_venv and "torch==2.13.0" in device_venv
-    assert "git status --ignored --porcelain" in device_venv  # and the checkout is left as it was
+    dry_run = script[script.index("# The device-like dry run"):script.index("# The README's test command")]
+    assert 'wait "$device_build"' in dry_run  # the build finished, and its failure fails CI
+    assert "git status --ignored --porcelain" in dry_run  # and the checkout is left as it was
     # the dry run is the test above, run by that venv's pytest (the README's command leaves it out)
-    assert '"$device_venv/bin/python" -m pytest tests/test_gpu_check.py -m device_like' in device_venv
+    assert '"$device_venv/bin/python" -m pytest tests/test_gpu_check.py -m device_like' in dry_run
 
 
 def test_every_test_the_readme_command_leaves_out_runs_in_ci():
