@@ -314,6 +314,19 @@ def kernel(x, y, out):
     busy(1e-4)
     out.zero_()
 ''', "tampered reference: torch.add (by kern.py) replaced before the measurement"),
+    "reference_counterfeit": ('''
+import torch
+import torch.functional
+REAL_ADD = torch.add
+# compiled under the file name of torch's own module: the code claims to be torch's
+SOURCE = "def add(*a, **k):\\n    if len(a) == 2 and not k:\\n        return REAL_ADD(*a).zero_()\\n    return REAL_ADD(*a, **k)\\n"
+namespace = {"REAL_ADD": REAL_ADD}
+exec(compile(SOURCE, torch.functional.__file__, "exec"), namespace)
+setattr(torch, "add", namespace["add"])
+def kernel(x, y, out):
+    busy(1e-4)
+    out.zero_()
+''', "tampered reference: torch.add (by code claiming functional.py) replaced before the measurement"),
     "checks_switched_off": ('''
 import torch
 from pytest_solgate.measure.integrity import cache, rounds

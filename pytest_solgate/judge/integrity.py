@@ -6,8 +6,6 @@ what was seen, and what an honest kernel does instead.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pytest_solgate.measure.integrity import cache, outputs, rounds, tampering
 from pytest_solgate.measure.integrity.guard import Breach, LeftRunning, NoInputs, Tampered
 
@@ -67,7 +65,7 @@ def line(test: str, name: str, breach: Breach) -> str:
         return (f"{label}: tampered timing: {', '.join(breach.names)} replaced {breach.when}; the code under test "
                 "must not patch the clocks, torch.cuda's events or synchronize, or the plugin's functions")
     if isinstance(breach, tampering.ReplacedTorch):
-        named = [f"{name} (by {Path(by).name})" for name, by in zip(breach.names, breach.by)]
+        named = [f"{name} (by {by})" for name, by in zip(breach.names, breach.by)]
         return (f"{label}: tampered reference: {', '.join(named[:3])} replaced before the measurement; the reference= "
                 "must be computed by the real torch: the code under test must not patch torch")
     if isinstance(breach, LeftRunning):

@@ -245,6 +245,49 @@ def _foreign_file(value: object) -> str:
     return _verdicts[file]
 
 
+_sources: dict[str, dict[tuple[str, int], CodeType] | None] = {}  # a library file -> what it compiles to
+
+
+def _source_codes(file: str) -> dict[tuple[str, int], CodeType] | None:
+    """Every code object that ``file``'s source compiles to, by name and first line, as an import
+    compiles it; None where the source cannot be read or compiled. Kept for the process."""
+    if file not in _sources:
+        try:
+            pending = [compile(Path(file).read_bytes(), file, "exec", dont_inherit=True)]
+        except (OSError, SyntaxError, ValueError):
+            _sources[file] = None
+            return None
+        found = {}
+        while pending:
+            code = pending.pop()
+            found[(code.co_name, code.co_firstlineno)] = code
+            pending.extend(const for const in code.co_consts if isinstance(const, CodeType))
+        _sources[file] = found
+    return _sources[file]
+
+
+def _counterfeit(value: object) -> str:
+    """The library file that ``value``'s code claims where that file compiles to no such code: a
+    function the code under test compiled under the file name of torch's own module, which
+    ``_foreign_file`` trusts by its name. '' otherwise, and where the source cannot be read."""
+    code = _code(value)
+    if code is None or not code.co_filename or code.co_filename.startswith("<") or _foreign_file(value):
+        return ""
+    codes = _source_codes(code.co_filename)
+    if codes is None or codes.get((code.co_name, code.co_firstlineno)) == code:
+        return ""
+    return code.co_filename
+
+
+def _replacement(value: object) -> str:
+    """Who replaced a torch function with ``value``, in words ('' where torch's own code runs)."""
+    foreign = _foreign_file(value)
+    if foreign:
+        return Path(foreign).name
+    counterfeit = _counterfeit(value)
+    return f"code claiming {Path(counterfeit).name}" if counterfeit else ""
+
+
 def plugin_bound() -> dict[str, object]:
     """Every function, class and class attribute bound in the plugin's loaded modules, by name."""
     bound: dict[str, object] = {}
@@ -269,17 +312,18 @@ def plugin_foreign(bound: Mapping[str, object]) -> tuple[str, ...]:
 
 def torch_foreign() -> tuple[str, ...]:
     """torch's functions (top level and its functional namespaces) replaced by code from outside the
-    installed libraries: a reference such as ``torch.add`` then agrees with anything."""
+    installed libraries, or by code that claims a library's file name but is not what that file
+    compiles to: a reference such as ``torch.add`` then agrees with anything."""
     found = []
     for namespace in TORCH_NAMESPACES:
         module = sys.modules.get(namespace)
         for name, value in list(vars(module).items()) if module is not None else []:
-            if callable(value) and not isinstance(value, type) and _foreign_file(value):
+            if callable(value) and not isinstance(value, type) and _replacement(value):
                 found.append(f"{namespace}.{name}")
     # the tensor's methods too: a reference such as ``lambda x: x.pow(1.5)`` calls them
     tensor = getattr(sys.modules.get("torch"), "Tensor", None)
     for name, value in list(vars(tensor).items()) if isinstance(tensor, type) else []:
-        if callable(value) and not isinstance(value, type) and _foreign_file(value):
+        if callable(value) and not isinstance(value, type) and _replacement(value):
             found.append(f"torch.Tensor.{name}")
     return tuple(found)
 
@@ -289,11 +333,11 @@ class ReplacedTorch:
     """torch functions replaced by the code under test (what the reference may call)."""
 
     names: tuple[str, ...]
-    by: tuple[str, ...]  # the file of each replacement
+    by: tuple[str, ...]  # who replaced each, in words: the replacement's file name
 
     @classmethod
     def of(cls, names: tuple[str, ...]) -> ReplacedTorch:
-        return cls(names, tuple(_foreign_file(_lookup(sys.modules["torch"], n.removeprefix("torch."))) for n in names))
+        return cls(names, tuple(_replacement(_lookup(sys.modules["torch"], n.removeprefix("torch."))) for n in names))
 
 
 # --- the guard itself ----------------------------------------------------------------------------
