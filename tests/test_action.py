@@ -159,7 +159,7 @@ fp32 = 0.1
 
 # A wheel built, installed into a fresh venv and run three times (30 s of a 2-core VM): .ci/run's long step
 # runs it, beside the SIGKILL scenario; its verdicts do not depend on timing.
-@pytest.mark.long
+@pytest.mark.long(seconds=32)
 def test_the_action_installs_the_plugin_and_gates_a_throwaway_repository(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("hatchling")
@@ -449,7 +449,7 @@ def test_the_required_check_fails_unless_the_gate_ran_and_passed(tmp_path, sourc
         assert "::error title=sol-gate::not gated" in done.stdout
 
 
-@pytest.mark.long  # a git clone and a wheel build from it (17 s): .ci/run's long step runs it
+@pytest.mark.long(seconds=11)  # a git clone and a wheel build from it: .ci/run's long step runs it
 def test_a_local_git_plugin_installs_on_the_runners_pip(tmp_path):
     """`plugin: git+file:///path` on pip 23.2 failed ('It looks like a path') in the form
     `pytest-solgate @ git+file:///...`; the install step spells the host out (docs/install.md)."""

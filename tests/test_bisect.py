@@ -117,7 +117,7 @@ def repo(tmp_path):
     return Repo(path)
 
 
-@pytest.mark.long  # many bisections and pytest runs: .ci/run's long step runs it, beside the SIGKILL scenario
+@pytest.mark.long(seconds=17)  # many bisections and pytest runs: .ci/run's long step runs it, beside the SIGKILL scenario
 def test_a_step_in_thirty_commits_is_found_in_about_log2_runs_and_reused_after(repo):
     good = repo.commit("GOOD", seconds=1e-3)
     step = 19  # the 19th commit after GOOD makes the kernel 20 % slower (SOL 0.400 -> 0.333)
@@ -275,7 +275,7 @@ def test_second_kernel(sol):
 '''
 
 
-@pytest.mark.long  # many bisections and pytest runs: .ci/run's long step runs it, beside the SIGKILL scenario
+@pytest.mark.long(seconds=19)  # many bisections and pytest runs: .ci/run's long step runs it, beside the SIGKILL scenario
 def test_forty_commits_with_nothing_recorded_take_about_log2_n_plus_4_runs_with_two_tests(repo):
     (repo.path / "test_second.py").write_text(SECOND_TEST)  # a second measuring test: GOOD's level is topped up for both at once
     good = repo.commit("GOOD", seconds=1e-3)
@@ -303,7 +303,7 @@ def test_a_gradual_drift_is_said_not_only_one_commit_named(repo):
         in drift, done.stdout
 
 
-@pytest.mark.long  # many bisections and pytest runs: .ci/run's long step runs it, beside the SIGKILL scenario
+@pytest.mark.long(seconds=14)  # many bisections and pytest runs: .ci/run's long step runs it, beside the SIGKILL scenario
 @pytest.mark.parametrize("seed", [3, 11])
 def test_bisects_probes_and_the_gate_agree_on_every_commit_of_a_seeded_series(repo, seed, pytester):
     # A/A commits within +-2 % (under the 5 % tolerance), a 1.2x step at a seeded commit, more

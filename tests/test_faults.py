@@ -72,7 +72,7 @@ def test_k(sol, i):
 """
 
 
-@pytest.mark.long  # 54 pytest processes, one after another: .ci/run's long step runs it
+@pytest.mark.long(seconds=75)  # 54 pytest processes, one after another: .ci/run's long step runs it
 def test_sigkill_while_writing_the_history(pytester):
     pytester.makefile(".toml", synthetic=SYNTHETIC_PROFILE)
     pytester.makepyfile(test_kill=KILL_SUITE)
