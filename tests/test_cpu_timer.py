@@ -283,7 +283,10 @@ def test_a_kernel_that_hands_its_work_to_a_pool_after_the_warm_up_is_timed_by_th
 
         def test_pool(sol):
             sol.measure(kernel, bytes=1e3)
-        """, "--sol-warmup-time=0", "--sol-no-save", "--sol-json=out.json")
+        """, "--sol-warmup-time=0", "--sol-no-save", "--sol-json=out.json", subprocess=True)
+    # In a process of its own: inside an xdist worker the process has other threads (execnet's I/O)
+    # that may run during a warm-up call; once in CI wall time was chosen from the start there.
     result.assert_outcomes(passed=1)
     (record,) = json.loads((pytester.path / "out.json").read_text())["measurements"]
-    assert record["timing_mode"] == "thread-cpu-time" and record["seconds"] >= 1.9e-3, record["seconds"]
+    assert record["timing_mode"] == "thread-cpu-time", record["notes"]
+    assert record["seconds"] >= 1.9e-3, record["seconds"]
