@@ -479,3 +479,24 @@ def test_every_sample_of_a_round_on_new_values_meets_values_no_call_saw():
     assert calls == 1 and torch.equal(inputs, seen[-1]) and torch.equal(got, torch.relu(seen[-1]))
     fresh.restore()
     assert torch.equal(x, before)
+
+
+def test_a_modules_code_is_read_from_its_current_bytecode_cache_or_else_compiled(tmp_path):
+    """What a torch function's code is compared with (``reference_counterfeit``): the module's
+    bytecode cache where it is current for the source, never a stale one."""
+    import py_compile
+
+    from pytest_solgate.measure.integrity import tampering
+
+    source = tmp_path / "module.py"
+    source.write_text("def f():\n    return 1\n")
+    py_compile.compile(str(source))
+    assert tampering._module_code(str(source)) == compile(source.read_bytes(), str(source), "exec", dont_inherit=True)
+    # the cache is what is read while its header matches the source (its size and time), as an import reads it
+    written = source.stat()
+    source.write_text("def f():\n    return 3\n")
+    os.utime(source, ns=(written.st_atime_ns, written.st_mtime_ns))
+    assert tampering._module_code(str(source)).co_consts[0].co_consts[-1] == 1
+    source.write_text("def f():\n    return 22\n")  # changed after its cache was written: the cache is stale
+    assert tampering._module_code(str(source)) == compile(source.read_bytes(), str(source), "exec", dont_inherit=True)
+    assert tampering._module_code(str(source)).co_consts[0].co_consts[-1] == 22

@@ -18,6 +18,9 @@ which reads the clocks saved here at import, out of reach of a later ``time.perf
 
 from __future__ import annotations
 
+import importlib.util
+import marshal
+import os
 import random
 import sys
 import sysconfig
@@ -248,12 +251,29 @@ def _foreign_file(value: object) -> str:
 _sources: dict[str, dict[tuple[str, int], CodeType] | None] = {}  # a library file -> what it compiles to
 
 
+def _module_code(file: str) -> CodeType:
+    """``file``'s module code as an import reads it: from its bytecode cache where that is current
+    for the source (a tenth of the time of compiling torch's 23 files), else compiled from the source."""
+    try:
+        cached = Path(importlib.util.cache_from_source(file)).read_bytes()
+        stat = os.stat(file)
+        header = [int.from_bytes(cached[i:i + 4], "little") for i in (4, 8, 12)]
+        if cached[:4] == importlib.util.MAGIC_NUMBER and header == [0, int(stat.st_mtime) & 0xFFFFFFFF,
+                                                                     stat.st_size & 0xFFFFFFFF]:
+            code = marshal.loads(cached[16:])
+            if isinstance(code, CodeType):
+                return code
+    except (OSError, ValueError, EOFError, TypeError, NotImplementedError):
+        pass  # no current bytecode cache: compiled below
+    return compile(Path(file).read_bytes(), file, "exec", dont_inherit=True)
+
+
 def _source_codes(file: str) -> dict[tuple[str, int], CodeType] | None:
     """Every code object that ``file``'s source compiles to, by name and first line, as an import
     compiles it; None where the source cannot be read or compiled. Kept for the process."""
     if file not in _sources:
         try:
-            pending = [compile(Path(file).read_bytes(), file, "exec", dont_inherit=True)]
+            pending = [_module_code(file)]
         except (OSError, SyntaxError, ValueError):
             _sources[file] = None
             return None
