@@ -45,10 +45,12 @@ def writer(location, worker, runs, workers):
 
 
 @pytest.mark.hogs_cpu
-def test_sixteen_processes_fifty_runs_each(history_location):
-    """16 writers at once, each run sent twice by two of them: 0 lost, 0 partial, 0 duplicated."""
+def test_sixteen_processes_twenty_runs_each(history_location):
+    """16 writers at once, each run sent twice by two of them: 0 lost, 0 partial, 0 duplicated.
+    (20 runs each, not 50: the test holds both cores alone, and the other xdist worker waited out
+    its 14 s on PostgreSQL; the writers still overlap from start to end.)"""
     workers = 16
-    processes = [multiprocessing.Process(target=writer, args=(history_location, w, 50, workers)) for w in range(workers)]
+    processes = [multiprocessing.Process(target=writer, args=(history_location, w, 20, workers)) for w in range(workers)]
     for p in processes:
         p.start()
     for p in processes:
@@ -57,7 +59,7 @@ def test_sixteen_processes_fifty_runs_each(history_location):
     with open_store(history_location) as store:
         assert store.integrity() == "ok"
         uids = [run["run_uid"] for run in store.runs()]
-        assert len(uids) == 800 and len(set(uids)) == 800  # every run there, none twice
+        assert len(uids) == 320 and len(set(uids)) == 320  # every run there, none twice
         assert {len(measurements) for _, measurements in store.whole_runs()} == {PER_RUN}  # none partial
 
 
