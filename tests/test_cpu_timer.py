@@ -284,9 +284,12 @@ def test_a_kernel_that_hands_its_work_to_a_pool_after_the_warm_up_is_timed_by_th
         def test_pool(sol):
             sol.measure(kernel, bytes=1e3)
         """, "--sol-warmup-time=0", "--sol-no-save", "--sol-json=out.json", subprocess=True)
-    # In a process of its own: inside an xdist worker the process has other threads (execnet's I/O)
-    # that may run during a warm-up call; once in CI wall time was chosen from the start there.
     result.assert_outcomes(passed=1)
     (record,) = json.loads((pytester.path / "out.json").read_text())["measurements"]
-    assert record["timing_mode"] == "thread-cpu-time", record["notes"]
-    assert record["seconds"] >= 1.9e-3, record["seconds"]
+    # Read by the wall whichever timer the warm-up chose: on a busy machine its one or two calls can
+    # read off their core (twice in fresh-clone CIs, beside the other xdist worker), and wall time is
+    # chosen from the start; where the thread's CPU time was chosen, the per-sample rule (scripted
+    # above) read the later calls by the wall, and the record says so.
+    assert record["seconds"] >= 1.9e-3, (record["seconds"], record["notes"])
+    if record["timing_mode"] == "thread-cpu-time":
+        assert backends.WALL_SAMPLES_NOTE in record["notes"], record["notes"]
