@@ -85,10 +85,12 @@ class SolFixture:
         outputs: int | Sequence[int] | None = None,
         reference: Callable[..., object] | None = None,
         tolerance: float | None = None,
+        keep: int | Sequence[int] | None = None,
     ) -> Measurement:
         """Time ``fn()``; or, with ``args=``, time ``fn(*args)`` and check its outputs on fresh inputs against
         ``reference`` (docs/integrity.md): ``outputs=`` the positions in ``args`` of the buffers it writes
-        (none: it returns its result), ``tolerance=`` a relative error instead of the declared precision's."""
+        (none: it returns its result), ``tolerance=`` a relative error instead of the declared precision's,
+        ``keep=`` the positions of inputs whose values the checks must not change."""
         __tracebackhide__ = True
         if positional:
             raise MeasureError(
@@ -105,7 +107,7 @@ class SolFixture:
             from pytest_solgate.engine.steps import series_clash
 
             series_clash(self._test, name, False, self.measurements)
-            checked = self._checked(fn, args, outputs, reference, tolerance)
+            checked = self._checked(fn, args, outputs, reference, tolerance, keep)
             measurement = self._engine.measure(
                 self._test, fn, flops=flops, bytes=bytes, precision=precision, name=name, gate=bool(gate),
                 checked=checked, clock=self._clock,
@@ -116,14 +118,15 @@ class SolFixture:
         return measurement
 
     def _checked(self, fn: Callable[..., object], args: Args | None, outputs: int | Sequence[int] | None,
-                 reference: Callable[..., object] | None, tolerance: float | None) -> Checked | None:
+                 reference: Callable[..., object] | None, tolerance: float | None, keep: int | Sequence[int] | None
+                 ) -> Checked | None:
         """What the integrity checks call ``fn`` with and compare against (None: no inputs handed)."""
         if args is not None:
             from pytest_solgate.measure.integrity.outputs import checked_of
 
-            return checked_of(fn, args, outputs, reference, tolerance, self._test)
-        if outputs is not None or reference is not None or tolerance is not None:
-            raise MeasureError(f"{self._test}: sol.measure's outputs=, reference= and tolerance= need args=: the "
+            return checked_of(fn, args, outputs, reference, tolerance, self._test, keep)
+        if outputs is not None or reference is not None or tolerance is not None or keep is not None:
+            raise MeasureError(f"{self._test}: sol.measure's outputs=, reference=, tolerance= and keep= need args=: the "
                                "arguments fn is called with (e.g. sol.measure(add, args=(x, y, out), outputs=(2,), "
                                "reference=torch.add))")
         return None

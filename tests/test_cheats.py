@@ -266,6 +266,15 @@ def kernel(i, j, out):
     torch.add(i, j, out=out)
     CACHE[i.data_ptr()] = out.clone()
 ''', "served from a cache")
+CHEATS["int8_values_cached"] = ('''
+CACHE = {}
+def kernel(a, b):
+    key = (a.numpy().tobytes(), b.numpy().tobytes())  # the operands' values, not their addresses
+    if key not in CACHE:
+        busy(1e-3)
+        CACHE[key] = a.int() @ b.int()
+    return CACHE[key].clone()
+''', "served from a cache")
 CHEATS["parameter_cached"] = ('''
 CACHE = {}
 def kernel(x, w):
@@ -330,6 +339,8 @@ BODIES = {
     "in_place_cached": "sol.measure(kernel, args=(torch.randn(N),), reference=torch.relu_, bytes=1e3)",
     "integer_cached": ("i, j, out = (torch.randint(0, 100, (N,)) for _ in range(3))\n"
                        "    sol.measure(kernel, args=(i, j, out), outputs=2, reference=torch.add, bytes=1e3)"),
+    "int8_values_cached": ("a, b = (torch.randint(-128, 128, (64, 64), dtype=torch.int8) for _ in range(2))\n"
+                           "    sol.measure(kernel, args=(a, b), reference=lambda a, b: a.int() @ b.int(), bytes=1e3)"),
     "parameter_cached": ("w = torch.nn.Parameter(torch.randn(N))\n"
                          "    sol.measure(kernel, args=(torch.randn(N), w), reference=lambda x, w: x * w, bytes=1e3)"),
     "expanded_bias_cached": ("b = torch.randn(64).expand(64, 64)\n"
@@ -421,6 +432,29 @@ def test_honest_integer_without_reference(sol):
 def test_honest_integer_with_reference(sol):
     sol.measure(int_add, args=tuple(torch.randint(0, 100, (N,)) for _ in range(3)), outputs=2, reference=torch.add,
                 bytes=1e3)
+
+def int8_matmul(a, b):
+    busy(1e-3)
+    return a.int() @ b.int()
+
+def test_honest_int8_with_and_without_reference(sol):
+    a, b = (torch.randint(-128, 128, (64, 64), dtype=torch.int8) for _ in range(2))
+    mask = torch.randint(0, 2, (64, 64), dtype=torch.uint8)
+    kept = mask.clone()
+    sol.measure(int8_matmul, args=(a, b), reference=lambda a, b: a.int() @ b.int(), bytes=1e3, name="matmul")
+    def row_max(a, mask):  # its result rarely changes with new values drawn within the range
+        busy(1e-3)
+        return (a * mask).amax(dim=1)
+    sol.measure(row_max, args=(a, mask), bytes=1e3, name="row-max")
+    assert torch.equal(mask, kept)
+
+def test_honest_sorted_boundaries_kept(sol):
+    def bucketize(x, bounds):  # right only where bounds are sorted
+        busy(1e-3)
+        return (x[:, None] >= bounds).sum(dim=1)
+    bounds = torch.linspace(-2, 2, 16)
+    sol.measure(bucketize, args=(torch.randn(N), bounds), keep=1, bytes=1e3,
+                reference=lambda x, bounds: torch.searchsorted(bounds, x, right=True))
 
 def test_honest_list_and_nested_tuple(sol):
     def kernel(xs, pair, out):
@@ -616,8 +650,8 @@ def test_bad_arguments_get_one_line_naming_them(suite):
             sol.measure(kernel, args=(torch.randn(4), torch.empty(4)), bytes=1e3)
         """, "--sol-no-save", fake_clock=True)
     result.assert_outcomes(failed=3)
-    for said in (r"outputs= names positions of tensors in args= \(0 to 0\), got 3",
-                 r"outputs=, reference= and tolerance= need args=",
+    for said in (r"outputs= names positions in args= \(0 to 0\) of the buffers the kernel writes, not 3 \(e.g. outputs=2",
+                 r"outputs=, reference=, tolerance= and keep= need args=",
                  r"no result to check: the kernel returned None and outputs= names no buffer"):
         assert re.search(said, result.stdout.str()), said
 

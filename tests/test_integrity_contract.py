@@ -119,8 +119,8 @@ def test_outputs_true_or_false_is_refused(suite):
             sol.measure(copy, args=(torch.randn(4), torch.empty(4)), outputs=False, bytes=1e3)
         """, "--sol-no-save", fake_clock=True, subprocess=True)
     result.assert_outcomes(failed=2)
-    result.stdout.re_match_lines([rf".*test_{value}: sol.measure's outputs= names positions in args= of the buffers the "
-                                  rf"kernel writes \(e.g. outputs=2\), not {value.title()}.*" for value in ("true", "false")],
+    result.stdout.re_match_lines([rf".*test_{value}: sol.measure's outputs= names positions in args= \(0 to 1\) of the "
+                                  rf"buffers the kernel writes, not {value.title()} \(e.g. outputs=2;.*" for value in ("true", "false")],
                                  consecutive=False)
 
 

@@ -17,15 +17,19 @@ outputs) at the tolerance of the declared precision (precision.py); without a re
 must differ from the one before and no poison may be left. The user's tensors are restored after
 the first check, so an ``assert_close(out, x + y)`` after ``sol.measure`` still holds.
 
-New values: a floating tensor is rolled by a random offset and scaled by a random factor (its
-values' range and signs kept: a log's input stays positive); integer and boolean tensors (indices,
-offsets, masks) keep their values, since new ones could index out of bounds.
+New values: a floating tensor is rolled by a random offset and each element scaled by a random
+factor (its values' range and signs kept: a log's input stays positive); an 8-bit integer tensor (a
+quantized operand, packed int4 weights) gets values drawn within its own range; wider integer and
+boolean tensors (indices, offsets, masks) keep their values, since new ones could index out of
+bounds; so do the inputs at the positions the test names in ``keep=`` (sorted boundaries, a uint8
+table of indices).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Generic, Iterator, NoReturn, Sequence, TypeGuard, TypeVar
@@ -89,6 +93,7 @@ class Checked:
     reference: Callable[..., object] | None
     tolerance: float | None  # the test's own relative tolerance, instead of the declared precision's
     test: str = ""  # the test's id, for the one line of a reference= or args= that fails
+    kept: tuple[int, ...] = ()  # positions of the inputs whose values are never changed (keep=)
     last: LastCall = field(default_factory=LastCall, compare=False, repr=False)
 
     def timed(self) -> Callable[[], object]:
@@ -119,6 +124,11 @@ class Checked:
 
     def inputs(self, args: Sequence[object]) -> list[object]:
         return [a for i, a in enumerate(args) if i not in self.outputs]
+
+    def changing(self, args: Sequence[object]) -> list[Tensor]:
+        """The tensors among the inputs in ``args`` that the checks write new values into."""
+        return [tensor for i, arg in enumerate(args) if i not in self.outputs and i not in self.kept
+                for tensor in tensors_in(arg) if changes(tensor)]
 
     def written(self) -> list[Tensor]:
         """The buffers of the timed arguments that the kernel writes (outputs=): tensors, as checked_of checked."""
@@ -155,7 +165,15 @@ def _checked_tensor(value: object) -> Tensor:
 
 
 def changes(tensor: Tensor) -> bool:
-    """Whether new values are written for ``tensor`` (floating and complex ones; see the module's doc)."""
+    """Whether new values may be written for ``tensor`` (floating, complex and 8-bit integer ones; see
+    the module's doc)."""
+    import torch
+    return tensor.is_floating_point() or tensor.is_complex() or tensor.dtype in (torch.int8, torch.uint8)
+
+
+def varies(tensor: Tensor) -> bool:
+    """Whether new values for ``tensor`` change every result that depends on them: a float's do (each
+    element scaled); an integer's, drawn within its range, leave a maximum or a count as it was."""
     return tensor.is_floating_point() or tensor.is_complex()
 
 
@@ -176,20 +194,39 @@ def factors(like: Tensor, rng: random.Random) -> Tensor:
         return torch.empty(like.shape, dtype=dtype, device=like.device).uniform_(low, high, generator=generator)
 
 
+def vary(kept: Tensor, rng: random.Random, out: Tensor) -> None:
+    """New values into ``out`` from ``kept`` (alike, flat; ``changes`` holds for them): a float's
+    each times a factor of its own; an integer's drawn anew within ``kept``'s own range (a mask of
+    0 and 1 stays one, a constant stays as it is). The same ``rng`` state gives the same values."""
+    with one_thread():
+        import torch
+        if kept.is_floating_point() or kept.is_complex():
+            torch.mul(kept, factors(kept, rng), out=out)
+            return
+        generator = torch.Generator(device=kept.device).manual_seed(rng.getrandbits(63))
+        if not kept.numel():
+            return
+        low, high = int(kept.min()), int(kept.max())
+        out.copy_(torch.randint(low, high + 1, kept.shape, generator=generator, dtype=kept.dtype, device=kept.device))
+
+
 def _rolled(flat: Tensor, rng: random.Random) -> Tensor:
     import torch
     shift = rng.randrange(1, flat.numel()) if flat.numel() > 1 else 0
-    return torch.roll(flat, shift) * factors(flat, rng)
+    rolled = torch.roll(flat, shift)
+    vary(rolled, rng, out=rolled)
+    return rolled
 
 
-def _new_values(tensor: Tensor, rng: random.Random) -> Tensor:
-    """A tensor of ``tensor``'s shape, dtype, device and ``requires_grad`` with new values and its own
-    (dense) storage: an expanded view's copy holds each of its elements once."""
+def _new_values(tensor: Tensor, rng: random.Random, change: bool) -> Tensor:
+    """A tensor of ``tensor``'s shape, dtype, device and ``requires_grad`` with its own (dense)
+    storage, holding new values where ``change`` (and ``changes`` holds), else a copy of its own: an
+    expanded view's copy holds each of its elements once."""
     with one_thread():
         import torch
         with torch.no_grad():
             fresh = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
-            if changes(tensor):
+            if change and changes(tensor):
                 fresh.copy_(_rolled(tensor.detach().reshape(-1), rng).reshape(tensor.shape))
             else:
                 fresh.copy_(tensor)
@@ -221,6 +258,15 @@ def map_tensors(value: object, change: Callable[[Tensor], Tensor]) -> object:
             return named(*mapped)
         return tuple(mapped)
     return value
+
+
+def storages_of(tensors: Sequence[Tensor]) -> list[Tensor]:
+    """The whole storage of each of ``tensors`` (whole_storage), each storage once."""
+    found: dict[tuple[int, object], Tensor] = {}
+    for tensor in tensors:
+        if tensor.untyped_storage().nbytes():
+            found.setdefault((tensor.untyped_storage().data_ptr(), tensor.dtype), whole_storage(tensor))
+    return list(found.values())
 
 
 def tensors_in(value: object) -> list[Tensor]:
@@ -474,20 +520,18 @@ class OutputCheck(Generic[Watch, Left]):
         __tracebackhide__ = True
         import torch
         args = list(self.checked.args)
-        storages: dict[tuple[int, torch.dtype], Tensor] = {}
-        for tensor in tensors_in(self.checked.inputs(args)):
-            if changes(tensor) and tensor.untyped_storage().nbytes():
-                storages.setdefault((tensor.untyped_storage().data_ptr(), tensor.dtype), whole_storage(tensor))
+        storages = storages_of(self.checked.changing(args))
         outputs = self.checked.written()
-        saved = [flat.clone() for flat in storages.values()] + [out.detach().clone() for out in outputs]
+        saved = [flat.clone() for flat in storages] + [out.detach().clone() for out in outputs]
         try:
             with torch.no_grad():
-                for flat in storages.values():
+                for flat in storages:
                     flat.copy_(_rolled(flat, self.rng))
-            return self._call_and_judge(args, when, "the same tensors, new values", changed=bool(storages))
+            changed = any(varies(flat) for flat in storages)
+            return self._call_and_judge(args, when, "the same tensors, new values", changed=changed)
         finally:
             with torch.no_grad():
-                for target, kept in zip([*storages.values(), *outputs], saved):
+                for target, kept in zip([*storages, *outputs], saved):
                     target.copy_(kept)
 
     def fresh_args(self) -> list[object]:
@@ -495,7 +539,8 @@ class OutputCheck(Generic[Watch, Left]):
         if self.checked.factory is not None:
             args = self.checked.fresh()
         else:
-            args = [map_tensors(v, lambda t: _new_values(t, self.rng)) for v in self.checked.args]
+            args = [map_tensors(v, functools.partial(_new_values, rng=self.rng, change=i not in self.checked.kept))
+                    for i, v in enumerate(self.checked.args)]
         with torch.no_grad():
             for i in self.checked.outputs:
                 if i < len(args) and is_tensor(buffer := args[i]):
@@ -511,7 +556,7 @@ class OutputCheck(Generic[Watch, Left]):
     def _new_storage(self, when: str) -> Finding | Left | None:
         __tracebackhide__ = True
         args = self.fresh_args()
-        changed = any(changes(t) and t.numel() for t in tensors_in(self.checked.inputs(args)))
+        changed = any(varies(t) and t.numel() for t in self.checked.changing(args))
         return self._call_and_judge(args, when, "new storage, new values", changed=changed or self.checked.factory is not None)
 
     def _call_and_judge(self, args: list[object], when: str, storage: str, changed: bool = True
@@ -567,7 +612,7 @@ class OutputCheck(Generic[Watch, Left]):
                     left = int((poisoned & ~was).sum()) if was is not None and was.shape == poisoned.shape else left
                 if left:
                     return Finding(UNWRITTEN, when, storage, output=name, count=left, total=value.numel())
-                # Integer and boolean inputs keep their values (module doc): the same result is then right.
+                # Without new float values (module doc) the same result may be right.
                 if changed and value.numel() > 1 and self._stale(position, value):
                     return Finding(STALE, when, storage, output=name, total=value.numel())
                 continue
@@ -604,10 +649,11 @@ def _as_tensor(value: object) -> object:
 
 def checked_of(fn: Callable[..., object], args: Sequence[object] | Callable[[], Sequence[object]],
                outputs: int | Sequence[int] | None, reference: Callable[..., object] | None, tolerance: float | None,
-               test: str) -> Checked:
-    """What ``sol.measure(fn, args=..., outputs=..., reference=..., tolerance=...)`` hands, checked:
-    ``args`` a tuple or list of the call's arguments, or a zero-argument factory that makes a new
-    one each time (the first is timed); ``outputs`` the positions of the buffers the kernel writes."""
+               test: str, keep: int | Sequence[int] | None = None) -> Checked:
+    """What ``sol.measure(fn, args=..., outputs=..., reference=..., tolerance=..., keep=...)`` hands,
+    checked: ``args`` a tuple or list of the call's arguments, or a zero-argument factory that makes a
+    new one each time (the first is timed); ``outputs`` the positions of the buffers the kernel writes;
+    ``keep`` those of the inputs whose values must stay as they are."""
     from pytest_solgate.support.errors import MeasureError
 
     example = "e.g. sol.measure(add, args=(x, y, out), outputs=(2,), reference=torch.add)"
@@ -620,18 +666,27 @@ def checked_of(fn: Callable[..., object], args: Sequence[object] | Callable[[], 
     if not isinstance(args, (tuple, list)):
         raise MeasureError(f"{test}: sol.measure's args= must be a tuple of the kernel's arguments or a function that "
                            f"returns one, got {type(args).__name__} ({example})")
-    if isinstance(outputs, bool) or (isinstance(outputs, (tuple, list)) and any(isinstance(o, bool) for o in outputs)):
-        raise MeasureError(f"{test}: sol.measure's outputs= names positions in args= of the buffers the kernel writes "
-                           f"(e.g. outputs=2), not {outputs!r}; leave it out when the kernel returns its result")
-    positions = (outputs,) if isinstance(outputs, int) else tuple(outputs or ())
-    for position in positions:
-        if not isinstance(position, int) or not -len(args) <= position < len(args) or not is_tensor(args[position]):
-            raise MeasureError(f"{test}: sol.measure's outputs= names positions of tensors in args= (0 to "
-                               f"{len(args) - 1}), got {outputs!r} ({example})")
-    positions = tuple(p % len(args) for p in positions)
+    positions = _positions(test, "outputs", outputs, args, "buffers the kernel writes",
+                           "e.g. outputs=2; leave it out when the kernel returns its result")
+    kept = _positions(test, "keep", keep, args, "inputs whose values must stay as they are",
+                      "e.g. keep=1 for sorted boundaries")
     if reference is not None and not callable(reference):
         raise MeasureError(f"{test}: sol.measure's reference= must be a function of the inputs (the args that are not "
                            f"outputs) returning the expected result, got {type(reference).__name__} ({example})")
     if tolerance is not None and not (isinstance(tolerance, (int, float)) and 0 < tolerance < 1):
         raise MeasureError(f"{test}: sol.measure's tolerance= is a relative error in (0, 1), e.g. 1e-3; got {tolerance!r}")
-    return Checked(fn, tuple(args), factory, positions, reference, float(tolerance) if tolerance is not None else None, test)
+    return Checked(fn, tuple(args), factory, positions, reference, float(tolerance) if tolerance is not None else None,
+                   test, kept)
+
+
+def _positions(test: str, option: str, value: int | Sequence[int] | None, args: Sequence[object], meaning: str,
+               hint: str) -> tuple[int, ...]:
+    """``outputs=`` or ``keep=`` (``option``): positions of tensors in ``args``, each counted from the start."""
+    from pytest_solgate.support.errors import MeasureError
+
+    given = (value,) if isinstance(value, int) else value or ()
+    if isinstance(given, (tuple, list)) and all(isinstance(p, int) and not isinstance(p, bool) and
+                                                -len(args) <= p < len(args) and is_tensor(args[p]) for p in given):
+        return tuple(p % len(args) for p in given)
+    raise MeasureError(f"{test}: sol.measure's {option}= names positions in args= (0 to {len(args) - 1}) of the "
+                       f"{meaning}, not {value!r} ({hint})")

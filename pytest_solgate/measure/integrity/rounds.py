@@ -4,7 +4,7 @@ The output checks (outputs.py) call the kernel themselves, and a kernel can tell
 timed ones (a trace hook, the stack, the gap since its last call, the values it saw last) and be
 honest only there. So a few sampling rounds, chosen at random, are themselves checked: before each
 sample of such a round (outside every timed region) new values are written into the timed inputs
-(their whole storage, each float times a new random factor of its own); the round is timed exactly like
+(their whole storage, each float times a new random factor of its own, 8-bit integers drawn anew); the round is timed exactly like
 every other one (the same sampling code, the same stack, no hook); after it, the outputs of its
 last timed call are compared with the reference on the values that call got. A result skipped,
 partial or served from a cache in a timed call then differs from the reference: ``stale-timed``.
@@ -108,11 +108,7 @@ class FreshRounds:
         self.fresh_cpu: list[float] = []  # the same samples, on the thread's CPU time (the CPU's)
         self.own_cpu: list[float] = []
         import torch
-        found: dict[tuple[int, torch.dtype], torch.Tensor] = {}
-        for tensor in outputs.tensors_in(checked.inputs(list(checked.args))):
-            if outputs.changes(tensor) and tensor.untyped_storage().nbytes():
-                found.setdefault((tensor.untyped_storage().data_ptr(), tensor.dtype), outputs.whole_storage(tensor))
-        self.storages: list[torch.Tensor] = list(found.values())
+        self.storages: list[torch.Tensor] = outputs.storages_of(checked.changing(checked.args))
         self.torch = torch
 
     @property
@@ -166,13 +162,13 @@ class FreshRounds:
         self._write(self.seed)
 
     def _write(self, seed: int) -> None:
-        """The test's values, each element times its own factor (outputs.factors, from ``seed``): one
-        factor for all would let a homogeneous kernel scale its last result."""
+        """The test's values varied (outputs.vary, from ``seed``): each float element times its own
+        factor (one factor for all would let a homogeneous kernel scale its last result)."""
         assert self.saved is not None
         draw = random.Random(seed)
-        with self.torch.no_grad(), outputs.one_thread():
+        with self.torch.no_grad():
             for flat, (_, kept) in zip(self.storages, self.saved):
-                self.torch.mul(kept, outputs.factors(kept, draw), out=flat)
+                outputs.vary(kept, draw, out=flat)
 
     def _judge(self) -> object | None:
         # The values written after the round's last sample were never timed: its last call got the ones before.
