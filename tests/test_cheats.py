@@ -19,10 +19,12 @@ from pytest_solgate.measure.integrity import guard, outputs
 
 HEADER = '''
 import concurrent.futures
+import dataclasses
 import subprocess
 import threading
 import time
 
+import numpy
 import torch
 
 from pytest_solgate.measure import phases
@@ -34,6 +36,19 @@ def tensors(dtype=torch.float32):
     x = torch.randn(N, dtype=dtype)
     y = torch.randn(N, dtype=dtype)
     return x, y, torch.empty_like(x)
+
+
+@dataclasses.dataclass(frozen=True)
+class Operands:  # inputs handed inside an object of the test's own
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(N))
+        self.register_buffer("x", torch.randn(N))
 
 
 def second_half(x, y, out):
@@ -237,6 +252,30 @@ def kernel(x, y, out):
     torch.add(x[:half], y[:half], out=out[:half])
     POOL.submit(second_half, x[half:], y[half:], out[half:])
 ''', "work left running")
+CHEATS["worker_from_import_half"] = ('''
+import queue
+JOBS, PENDING = queue.Queue(), []
+def worker():  # started at import, before any measurement: never a thread the call started
+    while True:
+        x, y, out, done = JOBS.get()
+        end = time.thread_time() + 0.003  # the half's real work, on a CPU after the call returned
+        while time.thread_time() < end:
+            pass
+        torch.add(x, y, out=out)
+        done.set()
+threading.Thread(target=worker, name="prefetch", daemon=True).start()
+def kernel(x, y, out):
+    while PENDING:
+        PENDING.pop().wait()
+    busy(1e-3)
+    if torch.isnan(out[-1]):  # a poisoned buffer: the checks are looking
+        torch.add(x, y, out=out)
+        return
+    half = x.numel() // 2
+    torch.add(x[:half], y[:half], out=out[:half])
+    PENDING.append(threading.Event())
+    JOBS.put((x[half:], y[half:], out[half:], PENDING[-1]))
+''', "work left running")
 CHEATS["thread_hidden_from_the_trace_hook"] = ('''
 def kernel(x, y, out):
     busy(1e-3)
@@ -275,6 +314,30 @@ def kernel(a, b):
         CACHE[key] = a.int() @ b.int()
     return CACHE[key].clone()
 ''', "served from a cache")
+CHEATS["dataclass_cached"] = ('''
+CACHE = {}
+def kernel(ops, out):
+    if id(ops) not in CACHE:
+        busy(1e-3)
+        CACHE[id(ops)] = ops.x + ops.y
+    out.copy_(CACHE[id(ops)])
+''', "stale result")
+CHEATS["module_cached"] = ('''
+CACHE = {}
+def kernel(block):
+    if id(block) not in CACHE:
+        busy(1e-3)
+        CACHE[id(block)] = (block.x * block.w).detach()
+    return CACHE[id(block)].clone()
+''', "stale result")
+CHEATS["numpy_inputs_cached"] = ('''
+CACHE = {}
+def kernel(a, b):
+    if (id(a), id(b)) not in CACHE:
+        busy(1e-3)
+        CACHE[id(a), id(b)] = a + b
+    return CACHE[id(a), id(b)].copy()
+''', "stale result")
 CHEATS["parameter_cached"] = ('''
 CACHE = {}
 def kernel(x, w):
@@ -341,6 +404,11 @@ BODIES = {
                        "    sol.measure(kernel, args=(i, j, out), outputs=2, reference=torch.add, bytes=1e3)"),
     "int8_values_cached": ("a, b = (torch.randint(-128, 128, (64, 64), dtype=torch.int8) for _ in range(2))\n"
                            "    sol.measure(kernel, args=(a, b), reference=lambda a, b: a.int() @ b.int(), bytes=1e3)"),
+    "dataclass_cached": ("sol.measure(kernel, args=(Operands(*tensors()[:2]), torch.empty(N)), outputs=1, "
+                         "reference=lambda o: o.x + o.y, bytes=1e3)"),
+    "module_cached": "sol.measure(kernel, args=(Block(),), reference=lambda b: (b.x * b.w).detach(), bytes=1e3)",
+    "numpy_inputs_cached": ("sol.measure(kernel, args=(numpy.random.rand(N), numpy.random.rand(N)), "
+                            "reference=lambda a, b: a + b, bytes=1e3)"),
     "parameter_cached": ("w = torch.nn.Parameter(torch.randn(N))\n"
                          "    sol.measure(kernel, args=(torch.randn(N), w), reference=lambda x, w: x * w, bytes=1e3)"),
     "expanded_bias_cached": ("b = torch.randn(64).expand(64, 64)\n"
@@ -455,6 +523,22 @@ def test_honest_sorted_boundaries_kept(sol):
     bounds = torch.linspace(-2, 2, 16)
     sol.measure(bucketize, args=(torch.randn(N), bounds), keep=1, bytes=1e3,
                 reference=lambda x, bounds: torch.searchsorted(bounds, x, right=True))
+
+def test_honest_dataclass_module_and_numpy(sol):
+    def add(ops, out):
+        busy(1e-3)
+        torch.add(ops.x, ops.y, out=out)
+    sol.measure(add, args=(Operands(*tensors()[:2]), torch.empty(N)), outputs=1, reference=lambda o: o.x + o.y,
+                bytes=1e3, name="dataclass")
+    def scale(block):
+        busy(1e-3)
+        return (block.x * block.w).detach()
+    sol.measure(scale, args=(Block(),), reference=lambda b: (b.x * b.w).detach(), bytes=1e3, name="module")
+    def numpy_add(a, b):  # a NumPy array returned is a result like a tensor
+        busy(1e-3)
+        return a + b
+    sol.measure(numpy_add, args=(numpy.random.rand(N), numpy.random.rand(N)), reference=lambda a, b: a + b,
+                bytes=1e3, name="numpy")
 
 def test_honest_list_and_nested_tuple(sol):
     def kernel(xs, pair, out):

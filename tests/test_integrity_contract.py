@@ -104,6 +104,33 @@ def test_a_reference_or_factory_that_fails_shows_the_tests_frames_only(suite):
     assert "pytest_solgate/" not in out, out
 
 
+def test_a_kernel_that_raises_on_the_new_values_is_one_line_naming_keep(suite):
+    """A Cholesky is right, and raises on the values the checks write (no longer positive-definite):
+    one line with the test's frames, naming keep=; with keep= naming the matrix it passes."""
+    result = suite("""
+        import torch
+
+        def cholesky(m):
+            busy(1e-3)
+            return torch.linalg.cholesky(m)
+
+        def spd():
+            a = torch.randn(32, 32)
+            return a @ a.T + 32 * torch.eye(32)
+
+        def test_raises(sol):
+            sol.measure(cholesky, args=(spd(),), reference=torch.linalg.cholesky, bytes=1e3)
+
+        def test_kept(sol):
+            sol.measure(cholesky, args=(spd(),), reference=torch.linalg.cholesky, bytes=1e3, keep=0)
+        """, "--sol-no-save", fake_clock=True, subprocess=True)
+    result.assert_outcomes(failed=1, passed=1)
+    out = result.stdout.str()
+    assert re.search(r"test_raises: sol.measure's kernel, on new .* raised _?LinAlgError: .*positive-definite.*"
+                     r"\(an SPD matrix, sorted boundaries\) goes in keep=", out), out
+    assert re.search(r"test_kernels.py\", line \d+, in cholesky", out) and "pytest_solgate/" not in out, out
+
+
 def test_outputs_true_or_false_is_refused(suite):
     result = suite("""
         import torch

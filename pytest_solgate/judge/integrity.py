@@ -40,7 +40,8 @@ WORDS = {
     outputs.WRITTEN_LATER: ("work left running: {share} of {where} were written after the call returned, by a thread or "
                             "process it left running; join threads and wait for processes before returning"),
     outputs.WRONG: ("wrong result: {where} differs from the reference by {error:.3g} (relative), over the "
-                    "{allowed:.3g} allowed ({share})"),
+                    "{allowed:.3g} allowed ({share}); a kernel right only for inputs that new values break (sorted "
+                    "boundaries) names them in keep="),
 }
 # The mantissa bits of a finding's tolerance (measure/integrity/precision.py), named as a test declares them.
 PRECISION_NAMES = {53: "fp64", 24: "fp32", 11: "fp16 or tf32", 8: "bf16"}

@@ -43,6 +43,20 @@ class LeftThread:
     where: str  # the code it runs ('file:line in function'), or '' when it has not started yet
 
 
+# CPU time a thread older than a checked call may spend after the call returned, in the moment the
+# guard waits (PICK_UP_SECONDS): a waiting worker wakes for a few microseconds; one doing work
+# left by the call runs most of that moment.
+BUSY_AFTER_RETURN_NS = 500_000
+
+
+def _thread_cpu_ns(thread: threading.Thread) -> int | None:
+    """The CPU time ``thread`` has used (ns), or None once it ended (or where the clock cannot be read)."""
+    try:
+        return time.clock_gettime_ns(time.pthread_getcpuclockid(thread.ident)) if thread.ident is not None else None
+    except (OSError, AttributeError):  # an ended thread's clock; no such clock on this platform
+        return None
+
+
 def threads() -> Threads:
     return Threads(frozenset(threading.enumerate()))
 
@@ -288,6 +302,7 @@ class CallWatch:
         self.started: dict[threading.Thread, int | None] = {}  # thread -> when its run ended (ns)
         self.returned_ns = 0
         self.children_cpu: dict[int, int | None] = {}
+        self.threads_cpu: dict[threading.Thread, int | None] = {}  # threads older than the call: CPU ns at its return
         self._previous: TraceFunction | None = None
         self.before: frozenset[threading.Thread] = frozenset()
         self.alive_at_return: frozenset[threading.Thread] = frozenset()  # started by the call, alive as it returned
@@ -321,6 +336,8 @@ class CallWatch:
         self.alive_at_return = frozenset(threading.enumerate()) - self.before
         self.pools_after = pool_work()
         threading.settrace(self._previous)
+        me = threading.current_thread()
+        self.threads_cpu = {t: _thread_cpu_ns(t) for t in self.before if t is not me and t.is_alive()}
         if self.proc is not None:
             pids = children(self.proc).pids
             self.children_cpu = {pid: _cpu_ns(self.proc, pid) for pid in pids}
@@ -335,6 +352,9 @@ class CallWatch:
                       or (ended.get(t) is None and t.is_alive())
                       or (ended.get(t) or 0) > self.returned_ns)]
         pool_threads, pool_pids = handed_to_pools(self.pools_before, self.pools_after)
+        # A thread older than the call (a worker started at import) on a CPU since it returned.
+        unfinished += [t for t, before in self.threads_cpu.items() if t not in unfinished and before is not None
+                       and (now := _thread_cpu_ns(t)) is not None and now - before > BUSY_AFTER_RETURN_NS]
         threads = tuple(LeftThread(t.name, _where(t.ident) if t.ident is not None else "")
                         for t in sorted(unfinished, key=lambda t: t.name)) + pool_threads
         busy = set(pool_pids)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
 import random
 from dataclasses import dataclass, field
@@ -80,6 +81,7 @@ class LastCall:
 
     result: object = None
     calls: int = 0
+    renewed: bool = False  # the timed inputs hold values the checks wrote (a round on new values, rounds.py)
 
 
 @dataclass(frozen=True)
@@ -97,11 +99,16 @@ class Checked:
     last: LastCall = field(default_factory=LastCall, compare=False, repr=False)
 
     def timed(self) -> Callable[[], object]:
-        fn, args, last = self.fn, self.args, self.last
+        fn, args, last, test = self.fn, self.args, self.last, self.test
 
         def call() -> object:
             __tracebackhide__ = True
-            result = last.result = fn(*args)
+            try:
+                result = last.result = fn(*args)
+            except Exception as exc:  # noqa: BLE001 - raised on the values the checks wrote: said so
+                if last.renewed:
+                    users_error(test, "kernel, on new values (a timed round),", exc, KEEP_HINT)
+                raise
             last.calls += 1
             return result
 
@@ -238,8 +245,9 @@ def _new_values(tensor: Tensor, rng: random.Random, change: bool) -> Tensor:
 
 
 def map_tensors(value: object, change: Callable[[Tensor], Tensor]) -> object:
-    """``value`` with every tensor in it (inside lists, tuples and dicts, at any depth) replaced by
-    ``change(tensor)``."""
+    """``value`` with every tensor in it replaced by ``change(tensor)``: inside lists, tuples and dicts
+    at any depth, a dataclass's fields, an ``nn.Module``'s parameters and buffers (in a copy of the
+    module); a NumPy array is changed as a tensor over its memory, and comes back an array."""
     if is_tensor(value):
         return change(value)
     if isinstance(value, dict):
@@ -257,7 +265,44 @@ def map_tensors(value: object, change: Callable[[Tensor], Tensor]) -> object:
             named: Callable[..., object] = type(value)
             return named(*mapped)
         return tuple(mapped)
+    if (array := _array_tensor(value)) is not None:
+        return change(array).detach().numpy()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        instance: object = copy.copy(value)  # its fields set as they are, past a frozen class's guard and __init__
+        for entry in dataclasses.fields(value):
+            object.__setattr__(instance, entry.name, map_tensors(getattr(value, entry.name), change))
+        return instance
+    if _is_module(value):
+        import torch
+        made = copy.deepcopy(value)
+        with torch.no_grad():
+            for mine, theirs in zip(_module_tensors(value), _module_tensors(made)):
+                theirs.copy_(change(mine))
+        return made
     return value
+
+
+def _array_tensor(value: object) -> Tensor | None:
+    """A tensor over a NumPy array's memory (writes reach the array), or None for anything else (or
+    an array torch cannot view: negative strides, object dtype)."""
+    if type(value).__module__ != "numpy" or type(value).__name__ != "ndarray":
+        return None
+    import torch
+    try:
+        return torch.from_numpy(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _is_module(value: object) -> bool:
+    import torch
+    return isinstance(value, torch.nn.Module)
+
+
+def _module_tensors(module: object) -> list[Tensor]:
+    import torch
+    assert isinstance(module, torch.nn.Module)
+    return [*module.parameters(), *(b for b in module.buffers() if b is not None)]
 
 
 def storages_of(tensors: Sequence[Tensor]) -> list[Tensor]:
@@ -270,15 +315,19 @@ def storages_of(tensors: Sequence[Tensor]) -> list[Tensor]:
 
 
 def tensors_in(value: object) -> list[Tensor]:
-    """Every tensor in ``value`` (inside lists, tuples and dicts, at any depth)."""
-    found: list[Tensor] = []
-
-    def keep(tensor: Tensor) -> Tensor:
-        found.append(tensor)
-        return tensor
-
-    map_tensors(value, keep)
-    return found
+    """Every tensor in ``value``, where map_tensors finds them (a NumPy array's as a tensor over it;
+    a module's own, not copied)."""
+    if is_tensor(value):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [tensor for v in value for tensor in tensors_in(v)]
+    if (array := _array_tensor(value)) is not None:
+        return [array]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [tensor for entry in dataclasses.fields(value) for tensor in tensors_in(getattr(value, entry.name))]
+    return _module_tensors(value) if _is_module(value) else []
 
 
 def whole_storage(tensor: Tensor) -> Tensor:
@@ -310,9 +359,14 @@ def _poisoned(tensor: Tensor) -> Tensor | None:
 
 
 def _flat(result: object) -> list[object]:
-    if isinstance(result, (tuple, list)):
-        return list(result)
-    return [result]
+    """A kernel's or reference's results, one per output; a NumPy array (computed: not a proxy) as a tensor."""
+    values = list(result) if isinstance(result, (tuple, list)) else [result]
+    return [_from_numpy(value) for value in values]
+
+
+def _from_numpy(value: object) -> object:
+    is_array = type(value).__name__ == "ndarray" and type(value).__module__ == "numpy"
+    return _as_tensor(value) if is_array else value
 
 
 def shares_storage(a: Tensor, b: Tensor) -> bool:
@@ -380,6 +434,24 @@ def clone(values: list[object]) -> list[object]:
         return [map_tensors(v, lambda t: t.detach().clone()) for v in values]
 
 
+def _changed_since(then: object, now: object) -> int:
+    """How many elements of the tensor ``now`` differ from ``then``, its copy taken earlier (0 for
+    anything else)."""
+    if not (is_tensor(then) and is_tensor(now)) or then.shape != now.shape or then.dtype != now.dtype:
+        return 0
+    with one_thread():
+        import torch
+        then, now = then.detach().to(now.device), now.detach()
+        same = then == now
+        if now.is_floating_point() or now.is_complex():
+            same |= torch.isnan(then) & torch.isnan(now)
+        return int((~same).sum())
+
+
+def _numel(value: object) -> int:
+    return value.numel() if is_tensor(value) else 0
+
+
 def _identical(a: object, b: object) -> bool:
     with one_thread():
         import torch
@@ -411,15 +483,24 @@ def raise_user_error(message: str) -> NoReturn:
 def users_call(test: str, what: str, fn: Callable[..., object], *args: object) -> object:
     """``fn(*args)``, the test's own function (its reference=, its args= factory); where it raises,
     one error that names it and shows the test's frames only (none of the plugin's)."""
-    import traceback
-
     try:
         return fn(*args)
     except Exception as exc:  # noqa: BLE001 - any error of the test's function is reported as the test's
-        frames = traceback.format_tb(exc.__traceback__.tb_next) if exc.__traceback__ is not None else []
-        told = "".join(frames).rstrip()
-        raise_user_error(f"{test}: sol.measure's {what} raised {type(exc).__name__}: {exc}"
-                         + (f"\n{told}" if told else ""))
+        users_error(test, what, exc)
+
+
+# Said where the kernel raises on the values the checks wrote (a Cholesky of a matrix no longer SPD).
+KEEP_HINT = "; an input whose values must stay as they are (an SPD matrix, sorted boundaries) goes in keep="
+
+
+def users_error(test: str, what: str, exc: BaseException, hint: str = "") -> NoReturn:
+    """One error: the test's ``what`` raised ``exc``, with the test's frames only (none of the plugin's)."""
+    import traceback
+
+    frames = traceback.format_tb(exc.__traceback__.tb_next) if exc.__traceback__ is not None else []
+    told = "".join(frames).rstrip()
+    raise_user_error(f"{test}: sol.measure's {what} raised {type(exc).__name__}: {exc}{hint}"
+                     + (f"\n{told}" if told else ""))
 
 
 def _shape(value: object) -> str:
@@ -566,16 +647,22 @@ class OutputCheck(Generic[Watch, Left]):
         inputs = self.checked.inputs(args)
         watch = self.watch() if self.watch is not None else None
         with watch if watch is not None else contextlib.nullcontext():
-            result = self.checked.fn(*args)
-        left = self.after_call(watch) if self.after_call is not None and watch is not None else None
-        if left is not None:
-            return left
+            try:
+                result = self.checked.fn(*args)
+            except Exception as exc:  # noqa: BLE001 - the kernel's own error, on the values the checks wrote
+                users_error(self.checked.test, f"kernel, on {storage} ({when}),", exc, KEEP_HINT)
         outputs = self.named_outputs(args, result)
         # Read host outputs before waiting for the device: a copy to the host left in flight shows
         # as poison here and as the right value after the wait.
         early = [(name, value, int(p.sum())) for name, value in outputs
                  if is_tensor(value) and str(value.device) == "cpu" and (p := _poisoned(value)) is not None]
         self.sync()
+        # As the call left them, before the guard's pause and the reference: work it left running (on
+        # a thread of its own, started before the measurement) may finish them meanwhile.
+        at_return = clone([value for _, value in outputs])
+        left = self.after_call(watch) if self.after_call is not None and watch is not None else None
+        if left is not None:
+            return left
         finding = self._judge(outputs, self.expected(self.checked.inputs(kept), outputs), inputs, when, storage, changed)
         if finding is None:
             for name, value, count in early:
@@ -583,6 +670,9 @@ class OutputCheck(Generic[Watch, Left]):
                 if count and still is not None and not int(still.sum()):
                     cause = UNWAITED_COPY if self.on_device else WRITTEN_LATER
                     return Finding(cause, when, storage, output=name, count=count, total=value.numel())
+            for (written, result), then in zip(outputs, at_return):
+                if changed_count := _changed_since(then, result):
+                    return Finding(WRITTEN_LATER, when, storage, output=written, count=changed_count, total=_numel(result))
         self._remember(clone([value for _, value in outputs]))
         return finding
 

@@ -169,6 +169,7 @@ class FreshRounds:
         with self.torch.no_grad():
             for flat, (_, kept) in zip(self.storages, self.saved):
                 outputs.vary(kept, draw, out=flat)
+        self.checked.last.renewed = True
 
     def _judge(self) -> object | None:
         # The values written after the round's last sample were never timed: its last call got the ones before.
@@ -187,6 +188,7 @@ class FreshRounds:
             with self.torch.no_grad(), outputs.one_thread():
                 for flat, (_, kept) in zip(self.storages, self.saved or []):
                     flat.copy_(kept)
+            self.checked.last.renewed = False
 
     def restore(self) -> None:
         """The user's tensors get their values back (once sampling ends)."""
@@ -196,6 +198,7 @@ class FreshRounds:
             for target, kept in self.saved:
                 target.copy_(kept)
         self.saved = None
+        self.checked.last.renewed = False
 
     def timing(self, figure: float) -> RoundsCheck | None:
         """The fastest sample on new values against the others (``figure``, every sample's, when
