@@ -21,6 +21,7 @@ HEADER = '''
 import concurrent.futures
 import dataclasses
 import subprocess
+import sys
 import threading
 import time
 
@@ -338,6 +339,39 @@ def kernel(a, b):
         CACHE[id(a), id(b)] = a + b
     return CACHE[id(a), id(b)].copy()
 ''', "stale result")
+CHEATS["reference_code_swapped"] = ('''
+SWAPPED_LAST = [None]
+def answer_swapped(*args):
+    return SWAPPED_LAST[0].clone()
+def kernel(x, y):
+    busy(1e-3)
+    frame = sys._getframe(1)
+    while frame is not None:  # the test's reference, found on the stack, made to answer with this result
+        for value in list(frame.f_locals.values()):
+            code = getattr(value, "__code__", None)
+            if getattr(value, "__name__", "") == "<lambda>" and "test_cheats" in code.co_filename:
+                value.__code__ = answer_swapped.__code__
+        frame = frame.f_back
+    result = torch.zeros_like(x)
+    result[:4] = x[:4] + y[:4]  # a few elements of the work
+    SWAPPED_LAST[0] = result
+    return result
+''', "tampered reference")
+CHEATS["checked_reference_replaced"] = ('''
+REPLACED_LAST = [None]
+def kernel(x, y):
+    busy(1e-3)
+    frame = sys._getframe(1)
+    while frame is not None:  # the checks' record of the test, found on the stack: its reference replaced
+        for value in list(frame.f_locals.values()):
+            if hasattr(value, "reference") and hasattr(value, "fn"):
+                object.__setattr__(value, "reference", lambda *args: REPLACED_LAST[0].clone())
+        frame = frame.f_back
+    result = torch.zeros_like(x)
+    result[:4] = x[:4] + y[:4]
+    REPLACED_LAST[0] = result
+    return result
+''', "tampered reference")
 CHEATS["parameter_cached"] = ('''
 CACHE = {}
 def kernel(x, w):
@@ -409,6 +443,8 @@ BODIES = {
     "module_cached": "sol.measure(kernel, args=(Block(),), reference=lambda b: (b.x * b.w).detach(), bytes=1e3)",
     "numpy_inputs_cached": ("sol.measure(kernel, args=(numpy.random.rand(N), numpy.random.rand(N)), "
                             "reference=lambda a, b: a + b, bytes=1e3)"),
+    "reference_code_swapped": "sol.measure(kernel, args=tensors()[:2], reference=lambda x, y: x + y, bytes=1e3)",
+    "checked_reference_replaced": "sol.measure(kernel, args=tensors()[:2], reference=torch.add, bytes=1e3)",
     "parameter_cached": ("w = torch.nn.Parameter(torch.randn(N))\n"
                          "    sol.measure(kernel, args=(torch.randn(N), w), reference=lambda x, w: x * w, bytes=1e3)"),
     "expanded_bias_cached": ("b = torch.randn(64).expand(64, 64)\n"
@@ -676,7 +712,8 @@ def test_honest_kernels_raise_nothing(catalogue):
     # every honest twin passes (each cheat's own failure is the test above)
     honest = set(re.findall(r"^def (test_\w+)", HONEST, flags=re.M))
     failed = set(re.findall(r"(?:FAILED|ERROR) test_cheats.py::(test_\w+)", catalogue))
-    assert honest and not honest & failed, catalogue[-3000:]
+    said = [row for row in catalogue.splitlines() if re.match(rf"(?:FAILED|ERROR) test_cheats.py::(?:{'|'.join(honest)}) ", row)]
+    assert honest and not honest & failed, "\n".join(said) or catalogue[-3000:]
     ran = sum(int(n) for n in re.findall(r"(\d+) (?:passed|failed)", catalogue.splitlines()[-1]))
     assert ran == len(honest) + len(CHEATS), catalogue[-3000:]
 

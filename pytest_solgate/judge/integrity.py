@@ -39,6 +39,9 @@ WORDS = {
                     "result in the reference's shape (or fix the reference)"),
     outputs.WRITTEN_LATER: ("work left running: {share} of {where} were written after the call returned, by a thread or "
                             "process it left running; join threads and wait for processes before returning"),
+    outputs.REFERENCE_CHANGED: ("tampered reference: sol.measure's reference= was changed after it was handed (the "
+                                "function, its code, defaults or closure, or the checks' record of it), seen {when}; "
+                                "leave the test's reference alone"),
     outputs.WRONG: ("wrong result: {where} differs from the reference by {error:.3g} (relative), over the "
                     "{allowed:.3g} allowed ({share}); a kernel right only for inputs that new values break (sorted "
                     "boundaries) names them in keep="),

@@ -53,6 +53,7 @@ UNWAITED_COPY = "unwaited-copy"
 NO_RESULT = "no-result"  # returned None, and no outputs= named the buffers it writes
 SHAPE = "shape"  # a result of another shape than the reference's
 STALE_TIMED = "stale-timed"  # a timed call's output, after new values were written between rounds (rounds.py)
+REFERENCE_CHANGED = "reference-changed"  # reference= (the function, its code, closure or defaults) changed since handed
 WRITTEN_LATER = "written-later"  # a host output written after the call returned, with no device in the call
 
 
@@ -96,6 +97,9 @@ class Checked:
     tolerance: float | None  # the test's own relative tolerance, instead of the declared precision's
     test: str = ""  # the test's id, for the one line of a reference= or args= that fails
     kept: tuple[int, ...] = ()  # positions of the inputs whose values are never changed (keep=)
+    # What the reference is made of as handed (_made_of), before any call of the kernel: a kernel that
+    # finds it (on the stack, in this record) and makes it answer with the kernel's result is named.
+    signed: tuple[object, ...] = ()
     last: LastCall = field(default_factory=LastCall, compare=False, repr=False)
 
     def timed(self) -> Callable[[], object]:
@@ -226,17 +230,18 @@ def _rolled(flat: Tensor, rng: random.Random) -> Tensor:
 
 
 def _new_values(tensor: Tensor, rng: random.Random, change: bool) -> Tensor:
-    """A tensor of ``tensor``'s shape, dtype, device and ``requires_grad`` with its own (dense)
-    storage, holding new values where ``change`` (and ``changes`` holds), else a copy of its own: an
-    expanded view's copy holds each of its elements once."""
+    """A tensor of ``tensor``'s shape, strides, dtype, device and ``requires_grad`` over a storage of
+    its own, holding new values where ``change`` (and ``changes`` holds), else a copy of its own: a
+    transposed or expanded view stays one (a kernel cannot tell the checks' inputs by their layout)."""
     with one_thread():
         import torch
         with torch.no_grad():
-            fresh = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
-            if change and changes(tensor):
-                fresh.copy_(_rolled(tensor.detach().reshape(-1), rng).reshape(tensor.shape))
-            else:
-                fresh.copy_(tensor)
+            extent = 1 + sum((n - 1) * step for n, step in zip(tensor.shape, tensor.stride())) if tensor.numel() else 0
+            # the elements the view spans, in its storage, in order
+            region = tensor.detach().as_strided((extent,), (1,), tensor.storage_offset())
+            base = torch.empty(extent, dtype=tensor.dtype, device=tensor.device)
+            base.copy_(_rolled(region, rng) if change and changes(tensor) else region)
+            fresh = base.as_strided(tuple(tensor.shape), tuple(tensor.stride()))
         if tensor.requires_grad and fresh.is_leaf:
             fresh.requires_grad_(True)
         if isinstance(tensor, torch.nn.Parameter):
@@ -434,6 +439,20 @@ def clone(values: list[object]) -> list[object]:
         return [map_tensors(v, lambda t: t.detach().clone()) for v in values]
 
 
+def _made_of(fn: object) -> tuple[object, ...]:
+    """What a function is made of, by identity: itself, its code, defaults, globals and closure cells'
+    contents (an empty cell as None)."""
+    cells = getattr(fn, "__closure__", None) or ()
+    contents: list[int | None] = []
+    for cell in cells:
+        try:
+            contents.append(id(cell.cell_contents))
+        except ValueError:  # an empty cell
+            contents.append(None)
+    parts = ("__code__", "__defaults__", "__kwdefaults__", "__globals__", "__func__", "__self__")
+    return (id(fn), *(id(getattr(fn, part, None)) for part in parts), tuple(contents))
+
+
 def _changed_since(then: object, now: object) -> int:
     """How many elements of the tensor ``now`` differ from ``then``, its copy taken earlier (0 for
     anything else)."""
@@ -546,6 +565,12 @@ class OutputCheck(Generic[Watch, Left]):
             return [(f"args[{i}]", args[i]) for i in self.checked.outputs]
         return [(f"result[{i}]" if isinstance(result, (tuple, list)) else "result", value)
                 for i, value in enumerate(_flat(result))]
+
+    def reference_changed(self, when: str, storage: str) -> Finding | None:
+        """A finding where the reference (or the checks' record of it) changed since it was handed."""
+        if _made_of(self.checked.reference) == self.checked.signed:
+            return None
+        return Finding(REFERENCE_CHANGED, when, storage)
 
     def expected(self, inputs: list[object], outputs: list[tuple[str, object]]) -> list[Tensor] | None:
         """The reference's results for ``inputs``, one per output, as tensors; a reference that cannot
@@ -663,6 +688,8 @@ class OutputCheck(Generic[Watch, Left]):
         left = self.after_call(watch) if self.after_call is not None and watch is not None else None
         if left is not None:
             return left
+        if changed_reference := self.reference_changed(when, storage):
+            return changed_reference
         finding = self._judge(outputs, self.expected(self.checked.inputs(kept), outputs), inputs, when, storage, changed)
         if finding is None:
             for name, value, count in early:
@@ -766,7 +793,7 @@ def checked_of(fn: Callable[..., object], args: Sequence[object] | Callable[[], 
     if tolerance is not None and not (isinstance(tolerance, (int, float)) and 0 < tolerance < 1):
         raise MeasureError(f"{test}: sol.measure's tolerance= is a relative error in (0, 1), e.g. 1e-3; got {tolerance!r}")
     return Checked(fn, tuple(args), factory, positions, reference, float(tolerance) if tolerance is not None else None,
-                   test, kept)
+                   test, kept, _made_of(reference))
 
 
 def _positions(test: str, option: str, value: int | Sequence[int] | None, args: Sequence[object], meaning: str,
