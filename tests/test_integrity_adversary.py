@@ -475,6 +475,8 @@ def test_every_sample_of_a_round_on_new_values_meets_values_no_call_saw():
         fresh.after_sample(None, 1)
     fresh.after_round([1e-3] * 5)
     assert all(not torch.equal(a, b) for i, a in enumerate(seen) for b in seen[:i])  # five values, none seen before
+    # and none the test's values times factors element by element (those ratios told a kernel the round)
+    assert not any(bool(((v / before >= 0.7) & (v / before <= 1.3)).all()) for v in seen)
     (got,), (inputs,), calls = judged[0]
     assert calls == 1 and torch.equal(inputs, seen[-1]) and torch.equal(got, torch.relu(seen[-1]))
     fresh.restore()

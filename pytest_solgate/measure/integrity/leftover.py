@@ -47,6 +47,8 @@ class LeftThread:
 # guard waits (PICK_UP_SECONDS): a waiting worker wakes for a few microseconds; one doing work
 # left by the call runs most of that moment.
 BUSY_AFTER_RETURN_NS = 500_000
+RAN_NS = 50_000  # a thread in code of its own that ran this long after the call returned worked on
+WORKING_WAIT_SECONDS = 0.02
 
 
 def _thread_cpu_ns(thread: threading.Thread) -> int | None:
@@ -57,6 +59,15 @@ def _thread_cpu_ns(thread: threading.Thread) -> int | None:
             return int(stats.read().split()[0])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _thread_state(thread: threading.Thread) -> str:
+    """The state letter of ``thread`` in /proc (R: on a CPU or waiting for one; S: asleep), or ''."""
+    try:
+        with open(f"/proc/self/task/{thread.native_id}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError, UnicodeDecodeError):
+        return ""
 
 
 def threads() -> Threads:
@@ -340,9 +351,34 @@ class CallWatch:
         threading.settrace(self._previous)
         me = threading.current_thread()
         self.threads_cpu = {t: _thread_cpu_ns(t) for t in self.before if t is not me and t.is_alive()}
+        # those of them in code of their own (not waiting in a queue, a pool's loop, a lock) as it returned
+        self.working = frozenset(t for t in self.threads_cpu if t.ident is not None and not _idle(t.ident))
         if self.proc is not None:
             pids = children(self.proc).pids
             self.children_cpu = {pid: _cpu_ns(self.proc, pid) for pid in pids}
+
+    def _older_working(self) -> list[threading.Thread]:
+        """Threads older than the call (a worker started at import) that worked after it returned:
+        on a CPU for over BUSY_AFTER_RETURN_NS so far; or for RAN_NS in code of their own (not
+        waiting in a queue, a pool's loop, a lock), watched while they are in such code or wait for a
+        core (runnable), for up to WORKING_WAIT_SECONDS: on a loaded machine a woken worker may wait
+        that long for one. An idle thread costs no wait."""
+        def grown(thread: threading.Thread) -> int:
+            before, now = self.threads_cpu.get(thread), _thread_cpu_ns(thread)
+            return now - before if before is not None and now is not None else 0
+
+        def own_code(thread: threading.Thread) -> bool:
+            return thread in self.working or (thread.ident is not None and not _idle(thread.ident))
+
+        found = [t for t in self.threads_cpu if grown(t) > BUSY_AFTER_RETURN_NS]
+        deadline = time.perf_counter() + WORKING_WAIT_SECONDS
+        while True:
+            watched = [t for t in self.threads_cpu if t not in found and t.is_alive()
+                       and (t in self.working or _thread_state(t) == "R")]
+            found += [t for t in watched if grown(t) > RAN_NS and own_code(t)]
+            if len(watched) == len([t for t in watched if t in found]) or time.perf_counter() > deadline:
+                return found
+            pause(PICK_UP_SECONDS)
 
     def left(self) -> tuple[tuple[LeftThread, ...], tuple[LeftProcess, ...]]:
         """The threads started by the call that ran on after it returned, and the children that ran
@@ -354,9 +390,7 @@ class CallWatch:
                       or (ended.get(t) is None and t.is_alive())
                       or (ended.get(t) or 0) > self.returned_ns)]
         pool_threads, pool_pids = handed_to_pools(self.pools_before, self.pools_after)
-        # A thread older than the call (a worker started at import) on a CPU since it returned.
-        unfinished += [t for t, before in self.threads_cpu.items() if t not in unfinished and before is not None
-                       and (now := _thread_cpu_ns(t)) is not None and now - before > BUSY_AFTER_RETURN_NS]
+        unfinished += [t for t in self._older_working() if t not in unfinished]
         threads = tuple(LeftThread(t.name, _where(t.ident) if t.ident is not None else "")
                         for t in sorted(unfinished, key=lambda t: t.name)) + pool_threads
         busy = set(pool_pids)

@@ -221,7 +221,8 @@ def vary(kept: Tensor, rng: random.Random, out: Tensor) -> None:
         out.copy_(torch.randint(low, high + 1, kept.shape, generator=generator, dtype=kept.dtype, device=kept.device))
 
 
-def _rolled(flat: Tensor, rng: random.Random) -> Tensor:
+def rolled(flat: Tensor, rng: random.Random) -> Tensor:
+    """New values for the flat ``flat``: its own, rolled by a random offset, then varied (vary)."""
     import torch
     shift = rng.randrange(1, flat.numel()) if flat.numel() > 1 else 0
     rolled = torch.roll(flat, shift)
@@ -240,7 +241,7 @@ def _new_values(tensor: Tensor, rng: random.Random, change: bool) -> Tensor:
             # the elements the view spans, in its storage, in order
             region = tensor.detach().as_strided((extent,), (1,), tensor.storage_offset())
             base = torch.empty(extent, dtype=tensor.dtype, device=tensor.device)
-            base.copy_(_rolled(region, rng) if change and changes(tensor) else region)
+            base.copy_(rolled(region, rng) if change and changes(tensor) else region)
             fresh = base.as_strided(tuple(tensor.shape), tuple(tensor.stride()))
         if tensor.requires_grad and fresh.is_leaf:
             fresh.requires_grad_(True)
@@ -632,7 +633,7 @@ class OutputCheck(Generic[Watch, Left]):
         try:
             with torch.no_grad():
                 for flat in storages:
-                    flat.copy_(_rolled(flat, self.rng))
+                    flat.copy_(rolled(flat, self.rng))
             changed = any(varies(flat) for flat in storages)
             return self._call_and_judge(args, when, "the same tensors, new values", changed=changed)
         finally:
