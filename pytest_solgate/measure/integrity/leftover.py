@@ -372,12 +372,14 @@ class CallWatch:
 
         found = [t for t in self.threads_cpu if grown(t) > BUSY_AFTER_RETURN_NS]
         deadline = time.perf_counter() + WORKING_WAIT_SECONDS
+        first = True  # after one pause, a thread asleep in code of its own (a monitor's sleep) is not waited for
         while True:
             watched = [t for t in self.threads_cpu if t not in found and t.is_alive()
-                       and (t in self.working or _thread_state(t) == "R")]
+                       and ((first and t in self.working) or _thread_state(t) == "R")]
             found += [t for t in watched if grown(t) > RAN_NS and own_code(t)]
             if len(watched) == len([t for t in watched if t in found]) or time.perf_counter() > deadline:
                 return found
+            first = False
             pause(PICK_UP_SECONDS)
 
     def left(self) -> tuple[tuple[LeftThread, ...], tuple[LeftProcess, ...]]:
