@@ -316,6 +316,7 @@ class CallWatch:
         self.returned_ns = 0
         self.children_cpu: dict[int, int | None] = {}
         self.threads_cpu: dict[threading.Thread, int | None] = {}  # threads older than the call: CPU ns at its return
+        self.working: frozenset[threading.Thread] = frozenset()  # of those, in code of their own at its return
         self._previous: TraceFunction | None = None
         self.before: frozenset[threading.Thread] = frozenset()
         self.alive_at_return: frozenset[threading.Thread] = frozenset()  # started by the call, alive as it returned
