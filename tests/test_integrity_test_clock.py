@@ -36,6 +36,27 @@ def test_trusted_explicitly_the_fake_clock_is_judged(suite):
     assert measured["verdict"] == "pass" and not any("test clock" in n for n in measured["notes"]), measured
 
 
+def test_a_trusted_fake_clock_is_not_checked_against_the_real_one(suite):
+    # The fake clock reads 1 ms a call; the call's real CPU time is 5 ms (a loaded CI runner read
+    # 5.6 ms for an honest kernel's one call). The second clock compares the plugin's timer with
+    # the thread's CPU time; a test's clock is not real time, and is not compared.
+    result = suite("""
+        import time
+
+        import torch
+
+        def test_k(sol):
+            def kernel(x):
+                end = time.thread_time() + 5e-3
+                while time.thread_time() < end:
+                    pass
+                busy(1e-3)
+                return x + 1
+            sol.measure(kernel, args=(torch.randn(64),), reference=lambda x: x + 1, bytes=1e3)
+        """, "--sol-integrity=strict", "--sol-no-save", "--sol-max-time=30", fake_clock=True)
+    result.assert_outcomes(passed=1)
+
+
 def test_the_action_refuses_the_trusted_test_clock():
     action = (Path(__file__).parents[1] / "action.yml").read_text()
     assert "sol-trust-test-clock" in action and "SOLGATE_TRUST_TEST_CLOCK" in action

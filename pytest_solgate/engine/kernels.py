@@ -349,7 +349,7 @@ class KernelMeasurement:
         # a test's clock never makes a real result: not gated, said in the notes and a warning
         gate, test_clock = guard.on_test_clock(self.clock, self.gate, engine.settings.trust_test_clock)
         checks = guard.for_measurement(engine.settings.integrity, self.checked, work, self.precision, context.backend,
-                                       gate, context.platform.integrity_random)
+                                       gate, context.platform.integrity_random, real_clock=self.clock is None)
         attempt = Attempt(fn, context, sampling_settings, rotation or 1, work.bytes, checks)
         with engine.timing_on(self.clock):
             timed = engine.take(test, name, CALL, fn, attempt.time_once, sampling_settings.max_time,

@@ -103,7 +103,7 @@ class Guard:
 
     def __init__(self, level: str, checked: outputs.Checked | None, declared: Sequence[str], explicit: bool,
                  gated: bool, proc: Path | None = None, torch: object = None,
-                 random_source: Callable[[], random.Random] = unpredictable_random) -> None:
+                 random_source: Callable[[], random.Random] = unpredictable_random, real_clock: bool = True) -> None:
         self.level = level
         self.checked = checked
         self.declared = tuple(declared)
@@ -112,6 +112,8 @@ class Guard:
         self.proc = proc  # /proc, a test seam
         self.torch = torch  # the backend's torch (a fake GPU's in the tests), whose cuda is watched
         self.random_source = random_source  # which rounds run on new values, and their factors (Platform's)
+        # False: timed on a test's clock (trusted: the plugin's own tests), which no real clock can check
+        self.real_clock = real_clock
         self.breach: Breach | None = None
         self._before: tampering.Reading | None = None
         self._threads = leftover.threads()
@@ -348,9 +350,11 @@ class Guard:
         """On the CPU, a few calls timed with the calling thread's CPU time, read through the clock
         saved at import: that thread's CPU time never exceeds the wall time of the call, so a timer
         (wall or thread time) that reads far less lies, however loaded the machine. Skipped where
-        the calls would cost more than a twentieth of the timing."""
+        the calls would cost more than a twentieth of the timing. Not on a test's clock: a fake
+        clock reads what the test makes it read, and a real call's CPU time can exceed it."""
         timing = taken.timing
-        if not timing.gated or taken.context.device.kind != "cpu":  # the interpreter's timings mean nothing
+        # the interpreter's timings mean nothing
+        if not timing.gated or taken.context.device.kind != "cpu" or not self.real_clock:
             return
         calls = min(3, int(0.05 * timing.wall_seconds / max(timing.seconds, 1e-9)))
         if calls < 1:
@@ -384,9 +388,10 @@ def check_clock(clock: object) -> None:
 
 def for_measurement(level: str, checked: outputs.Checked | None, work: Work, precision_given: str | None,
                     backend: Backend[Token, Handle], gate: bool,
-                    random_source: Callable[[], random.Random] = unpredictable_random) -> Guard:
+                    random_source: Callable[[], random.Random] = unpredictable_random, real_clock: bool = True) -> Guard:
     """The guard of one measurement, from the declared work: its FLOPs' precisions, or the
-    precision the test named (a bare bytes= declaration names none)."""
+    precision the test named (a bare bytes= declaration names none). ``real_clock`` is False where
+    it is timed on a test's clock."""
     declared = list(work.flops) if work.flops else [precision_given] if precision_given else []
     return Guard(level, checked, declared, bool(declared), gate and backend.gated, torch=getattr(backend, "torch", None),
-                 random_source=random_source)
+                 random_source=random_source, real_clock=real_clock)
