@@ -5,6 +5,7 @@ event, so its outcome is the same on every run."""
 
 import concurrent.futures
 import threading
+import time
 
 from pytest_solgate.measure.integrity import leftover
 
@@ -43,7 +44,10 @@ def test_a_job_handed_to_a_process_pool_is_named_while_it_waits():
     try:
         pool.submit(int).result()  # its worker process started before the call
         with leftover.CallWatch() as watch:
-            job = pool.submit(pow, 2, 3)  # no CPU time read after the call needed: it is pending as it returns
+            # No CPU time read after the call needed: it is pending as it returns. (A job of
+            # microseconds could be done before the call returns on a loaded machine, its GIL
+            # taken by the pool's thread: seen once beside another suite.)
+            job = pool.submit(time.sleep, 0.2)
         _, processes = watch.left()
         assert [p.pid for p in processes] == list(pool._processes), processes
         job.result()
@@ -95,3 +99,12 @@ def test_a_thread_is_running_until_its_work_has_ended():
     release.set()
     thread.join()
     assert leftover.running_now(since) == ()
+
+
+def test_a_child_with_any_bytes_in_its_name_or_a_torn_stat_is_read_or_skipped(tmp_path):
+    # /proc's names are the processes' own bytes (a kernel may name a worker anything), and a
+    # process may end while its stat is read
+    for pid, stat in (("11", b"11 (w\xff\xfe) R 7 11 11 0"), ("12", b"12 (torn"), ("13", b"13 (ok) S 7 13")):
+        (tmp_path / pid).mkdir()
+        (tmp_path / pid / "stat").write_bytes(stat)
+    assert leftover.children(tmp_path, parent=7).states == {11: "R", 13: "S"}

@@ -54,20 +54,13 @@ WORKING_WAIT_SECONDS = 0.02
 def _thread_cpu_ns(thread: threading.Thread) -> int | None:
     """The CPU time ``thread`` has used (ns, the kernel's scheduler statistics), or None once it ended
     or where they are not kept. (Not its POSIX CPU clock: asking for an ended thread's crashes.)"""
-    try:
-        with open(f"/proc/self/task/{thread.native_id}/schedstat", "rb") as stats:
-            return int(stats.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
+    return _cpu_ns(TASKS, thread.native_id) if thread.native_id is not None else None
 
 
 def _thread_state(thread: threading.Thread) -> str:
     """The state letter of ``thread`` in /proc (R: on a CPU or waiting for one; S: asleep), or ''."""
-    try:
-        with open(f"/proc/self/task/{thread.native_id}/stat", "rb") as stat:
-            return stat.read().rsplit(b")", 1)[1].split()[0].decode()
-    except (OSError, IndexError, UnicodeDecodeError):
-        return ""
+    stat = _stat(TASKS, str(thread.native_id)) if thread.native_id is not None else None
+    return stat[1] if stat is not None else ""
 
 
 def threads() -> Threads:
@@ -127,13 +120,13 @@ class LeftProcess:
 
 
 def _stat(proc: Path, pid: str) -> tuple[int, str] | None:
-    """(parent pid, state) of one process, or None when it is gone."""
+    """(parent pid, state) of one process or thread, or None when it is gone."""
     try:
-        text = (proc / pid / "stat").read_text()
-    except OSError:
+        text = (proc / pid / "stat").read_text(errors="replace")  # a name is any bytes
+        fields = text[text.rfind(")") + 2:].split()
+        return int(fields[1]), fields[0]
+    except (OSError, IndexError, ValueError):
         return None
-    fields = text[text.rfind(")") + 2:].split()
-    return int(fields[1]), fields[0]
 
 
 def _child_pids(proc: Path, parent: int) -> list[str]:
@@ -147,6 +140,7 @@ def _child_pids(proc: Path, parent: int) -> list[str]:
 
 
 PROC = Path("/proc")
+TASKS = PROC / "self" / "task"  # this process's threads, by native id
 
 
 def children(proc: Path = PROC, parent: int | None = None) -> Children:
@@ -177,7 +171,7 @@ def new_children(before: Children, now: Children, proc: Path = PROC, running_onl
 
 
 def _cpu_ns(proc: Path, pid: int) -> int | None:
-    """The nanoseconds process ``pid``'s main thread has run on a CPU (``schedstat``), or None."""
+    """The nanoseconds process (or thread) ``pid`` has run on a CPU (``schedstat``), or None."""
     try:
         return int((proc / str(pid) / "schedstat").read_text().split()[0])
     except (OSError, ValueError, IndexError):
