@@ -11,7 +11,10 @@ Counts what issue 52 and issue 51 ask of it: failed tests (target 0 in every run
 above its ceiling, no false integrity finding: the checks are on by default), the highest SOL of
 the run's measurements, how many were recorded as contended, and what the calibration said.
 
-    python benchmarks/main_job_busy.py [--runs 5] [--cores 2] [--share 0.8] [--no-quiet] [--out DIR]
+    python benchmarks/main_job_busy.py [--runs 5] [--cores 2] [--share 0.8] [--quiet 1] [--out DIR]
+
+``--runs 0 --quiet 20`` is the A/A of issue 51: twenty main jobs on one commit, quiet, the first
+calibrating; every failure's line is printed.
 
 Prints a Markdown table (paste it into benchmarks/results/busy.md) and exits 0 when every run
 passed, 1 otherwise.
@@ -75,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="busy runs, each on an empty cache (default 5)")
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="neighbour processes (default: every core)")
     parser.add_argument("--share", type=float, default=0.8, help="the neighbour's share of each core (default 0.8)")
-    parser.add_argument("--no-quiet", action="store_true", help="skip the quiet run after the busy ones")
+    parser.add_argument("--quiet", type=int, default=1, help="quiet runs after the busy ones (default 1; 0: none)")
     parser.add_argument("--out", type=Path, default=None, help="where the runs' outputs go (default: a new temporary folder)")
     args = parser.parse_args(argv)
     out = args.out or Path(tempfile.mkdtemp(prefix="main-job-busy-"))
@@ -83,19 +86,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine()}; outputs in {out}", flush=True)
 
     rows = []
-    neighbour = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "neighbour.py"), "--cores", str(args.cores),
-                                  "--share", str(args.share), "--seconds", "7200"])
-    try:
-        time.sleep(5)  # the neighbour's pressure reaches /proc's 10-second average
-        for i in range(1, args.runs + 1):
-            rows.append(run_once(f"busy{i}", out / f"cache{i}", out))
-            print(json.dumps(rows[-1]), flush=True)
-    finally:
-        neighbour.terminate()
-        neighbour.wait()
-    if not args.no_quiet and rows:
-        time.sleep(15)
-        rows.append(run_once("quiet", out / f"cache{args.runs}", out))
+    if args.runs:
+        neighbour = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "neighbour.py"), "--cores",
+                                      str(args.cores), "--share", str(args.share), "--seconds", "7200"])
+        try:
+            time.sleep(5)  # the neighbour's pressure reaches /proc's 10-second average
+            for i in range(1, args.runs + 1):
+                rows.append(run_once(f"busy{i}", out / f"cache{i}", out))
+                print(json.dumps(rows[-1]), flush=True)
+        finally:
+            neighbour.terminate()
+            neighbour.wait()
+        time.sleep(15)  # the neighbour's pressure leaves /proc's average
+    for i in range(1, args.quiet + 1):
+        rows.append(run_once(f"quiet{i}", out / f"cache{args.runs}", out))
         print(json.dumps(rows[-1]), flush=True)
 
     print(f"\nneighbour: {args.cores} x {args.share:.0%}\n")
