@@ -6,7 +6,7 @@ what was seen, and what an honest kernel does instead.
 
 from __future__ import annotations
 
-from pytest_solgate.measure.integrity import cache, outputs, rounds, tampering
+from pytest_solgate.measure.integrity import cache, deferred, outputs, rounds, tampering
 from pytest_solgate.measure.integrity.guard import Breach, LeftRunning, NoInputs, Tampered
 
 
@@ -77,6 +77,9 @@ def line(test: str, name: str, breach: Breach) -> str:
         running += [f"child process {p.pid}" + (f" ({p.command})" if p.command else "") for p in breach.processes]
         return (f"{label}: work left running {breach.when}: {'; '.join(running[:3])} still ran after the call "
                 "returned, outside the timed region; join threads and wait for processes before returning")
+    if isinstance(breach, deferred.LeftHooks):
+        return (f"{label}: work deferred past the timer: {'; '.join(breach.hooks[:3])} ({breach.when}); code they run "
+                "after a call returned is not timed: the kernel must undo what it set before it returns")
     if isinstance(breach, tampering.ClockCheck):
         return (f"{label}: timer disagrees with a second clock: the timer read {breach.timer_seconds * 1e6:.3g} us a call, "
                 f"the {breach.clock} saved at start-up {breach.real_seconds * 1e6:.3g} us; the timer was faked")

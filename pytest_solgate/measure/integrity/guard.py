@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Callable, Final, Sequence, TypeVar, Union
 
 from pytest_solgate.measure import backends, phases
 from pytest_solgate.measure.extras import Findings, Taken
-from pytest_solgate.measure.integrity import cache, leftover, outputs, precision, rounds, tampering
+from pytest_solgate.measure.integrity import cache, deferred, leftover, outputs, precision, rounds, tampering
 from pytest_solgate.measure.platform import unpredictable_random
 from pytest_solgate.measure.stopping import Stop, StoppingRule
 
@@ -47,32 +47,39 @@ class NoInputs:
 ITERATED = 16  # the most calls of an in-place kernel whose result is checked as the reference applied as often
 
 # what a check found: the measurement fails with its one line (judge/integrity.py)
-Breach = Union[outputs.Finding, Tampered, LeftRunning, tampering.ClockCheck, tampering.ReplacedTorch, cache.CacheCheck,
-               rounds.RoundsCheck, NoInputs]
-BREACHES = (outputs.Finding, Tampered, LeftRunning, tampering.ClockCheck, tampering.ReplacedTorch, cache.CacheCheck,
-            rounds.RoundsCheck, NoInputs)
+Breach = Union[outputs.Finding, Tampered, LeftRunning, deferred.LeftHooks, tampering.ClockCheck, tampering.ReplacedTorch,
+               cache.CacheCheck, rounds.RoundsCheck, NoInputs]
+BREACHES = (outputs.Finding, Tampered, LeftRunning, deferred.LeftHooks, tampering.ClockCheck, tampering.ReplacedTorch,
+            cache.CacheCheck, rounds.RoundsCheck, NoInputs)
 
 
 class CheckingRule:
     """The stopping rule, with one output check after the first sampling round and the rounds on
-    new values (rounds.py) between the others; a finding stops the sampling (the measurement fails
-    whatever its samples say)."""
+    new values (rounds.py) between the others, and the hooks a call may have left (deferred.py) read
+    after every sample; a finding stops the sampling (the measurement fails whatever its samples say)."""
 
     def __init__(self, inner: StoppingRule, check: Callable[[], bool], fresh: rounds.FreshRounds | None = None,
-                 found: Callable[[object], None] = lambda finding: None) -> None:
+                 found: Callable[[object], None] = lambda finding: None,
+                 hooks: Callable[[], deferred.LeftHooks | None] = lambda: None) -> None:
         self.inner = inner
         self.check = check
         self.checked = False
         self.fresh = fresh
         self.found = found
+        self.hooks = hooks
+        self.hooked: deferred.LeftHooks | None = None
 
     def after_sample(self, handle: object, calls: int) -> None:
-        if self.fresh is not None:
+        # first, before any torch call of the plugin's own runs what a mode left entered would run
+        self.hooked = self.hooked or self.hooks()
+        if self.fresh is not None and self.hooked is None:
             self.fresh.after_sample(handle, calls)
 
     def decide(self, samples: Sequence[float], elapsed: float) -> Stop | None:
         fresh = self.fresh
-        finding = fresh.after_round(samples) if fresh is not None else None
+        finding: object = self.hooked
+        if finding is None and fresh is not None:
+            finding = fresh.after_round(samples)
         if finding is None and not self.checked:
             self.checked = True
             if self.check():
@@ -121,6 +128,8 @@ class Guard:
         self._check: outputs.OutputCheck[leftover.CallWatch, LeftRunning] | None = None
         self._fresh: rounds.FreshRounds | None = None
         self._plugin: dict[str, object] = {}
+        self._tensors: list[object] = []  # those handed in args=, flat
+        self._hooks: deferred.Hooks | None = None  # read before the measurement
 
     @property
     def active(self) -> bool:
@@ -142,11 +151,16 @@ class Guard:
         self._plugin = tampering.plugin_bound()
         self._threads = leftover.threads()
         self._children = leftover.children(self._proc_root)
+        self._tensors = list(outputs.tensors_in(self.checked.args)) if self.checked is not None else []
+        self._hooks = deferred.read(self._tensors)
         names = (tampering.foreign(self._before) or tampering.not_original(self._before)
                  or tampering.plugin_foreign(self._plugin))
         torch_names = tampering.torch_foreign() if self.checked is not None and self.checked.reference is not None else ()
+        modes = deferred.foreign_modes(tampering.foreign_code)
         if names:
             self.breach = Tampered(names, "before the measurement")
+        elif modes:
+            self.breach = deferred.LeftHooks(modes, "before the measurement")
         elif torch_names:
             self.breach = tampering.ReplacedTorch.of(torch_names)
         elif self.level == STRICT and self.gated and self.checked is None:
@@ -155,12 +169,23 @@ class Guard:
     def rule(self, inner: StoppingRule, context: Context) -> StoppingRule:
         """The stopping rule with the check between rounds (with inputs to check; not where the
         device's kernel timestamps are traced over the rounds, which the check's calls would join)."""
-        if self.level == OFF or self.checked is None or context.backend.capabilities.kernel_timestamps:
+        if self.level == OFF:
             return inner
+        if self.checked is None or context.backend.capabilities.kernel_timestamps:
+            return CheckingRule(inner, lambda: False, None, self._found_in_round, self._hooks_left)
         fresh = rounds.FreshRounds(self.checked, self._judge_timed, self.random_source(), self._running_now)
         self._fresh = fresh if fresh.usable else None
         return CheckingRule(inner, lambda: self._outputs(context, "between sampling rounds"), self._fresh,
-                            self._found_in_round)
+                            self._found_in_round, self._hooks_left)
+
+    def _hooks_left(self, when: str = "after a timed sample") -> deferred.LeftHooks | None:
+        """What the calls left set that runs code on this thread later (deferred.py), or None."""
+        if self._hooks is None:
+            return None
+        said = deferred.left(self._hooks, deferred.read(self._tensors))
+        if self.checked is not None and self.checked.last.set_hook:
+            said += ("a profile or trace function (sys.setprofile, sys.settrace), seen as it returned",)
+        return deferred.LeftHooks(said, when) if said else None
 
     def _found_in_round(self, finding: object) -> None:
         if isinstance(finding, BREACHES):
@@ -191,7 +216,8 @@ class Guard:
         if names:
             self.breach = Tampered(names, "while it ran")
             return
-        if self._left_running("after the timing"):
+        self.breach = self._hooks_left("after the timing")
+        if self.breach is not None or self._left_running("after the timing"):
             return
         if self.checked is not None and self._outputs(taken.context, "after timing"):
             return

@@ -32,6 +32,7 @@ import copy
 import dataclasses
 import functools
 import random
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Generic, Iterator, NoReturn, Sequence, TypeGuard, TypeVar
 
@@ -83,6 +84,9 @@ class LastCall:
     result: object = None
     calls: int = 0
     renewed: bool = False  # the timed inputs hold values the checks wrote (a round on new values, rounds.py)
+    # A timed call set a profile or trace function (deferred.py): read inside the timed region, before a
+    # function that runs at the next Python call after the timer stopped could run and take itself back.
+    set_hook: bool = False
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,7 @@ class Checked:
 
     def timed(self) -> Callable[[], object]:
         fn, args, last, test = self.fn, self.args, self.last, self.test
+        profile, trace = sys.getprofile(), sys.gettrace()
 
         def call() -> object:
             __tracebackhide__ = True
@@ -114,6 +119,8 @@ class Checked:
                     users_error(test, "kernel, on new values (a timed round),", exc, KEEP_HINT)
                 raise
             last.calls += 1
+            if sys.getprofile() is not profile or sys.gettrace() is not trace:
+                last.set_hook = True
             return result
 
         return call

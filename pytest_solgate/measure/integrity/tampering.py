@@ -248,6 +248,11 @@ def _foreign_file(value: object) -> str:
     return _verdicts[file]
 
 
+def foreign_code(value: object) -> str:
+    """The file of ``value``'s code where it is the code under test's (see _foreign_file), or ''."""
+    return _foreign_file(value)
+
+
 _sources: dict[str, dict[tuple[str, int], CodeType] | None] = {}  # a library file -> what it compiles to
 
 
