@@ -534,3 +534,21 @@ def test_a_modules_code_is_read_from_its_current_bytecode_cache_or_else_compiled
     source.write_text("def f():\n    return 22\n")  # changed after its cache was written: the cache is stale
     assert tampering._module_code(str(source)) == compile(source.read_bytes(), str(source), "exec", dont_inherit=True)
     assert tampering._module_code(str(source)).co_consts[0].co_consts[-1] == 22
+
+
+def test_equal_values_get_equal_factors_and_the_values_hashed_are_left_as_they_were():
+    """A kernel whose speed depends on its data (a sort of 4 distinct values) meets as many distinct
+    values in the rounds on new values as in the test's: each value's factor is a hash of it."""
+    import random
+
+    import torch
+
+    from pytest_solgate.measure.integrity import outputs
+
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.complex64):
+        x = torch.randint(1, 5, (4096,)).to(dtype)
+        kept = x.clone()
+        factors = outputs.factors(x, random.Random(7))
+        assert torch.equal(x, kept), dtype
+        assert len(torch.unique((x * factors).real.float())) == 4, dtype
+        assert bool(((factors >= 0.75) & (factors <= 1.25) & ((factors <= 0.95) | (factors >= 1.05))).all()), dtype
