@@ -94,13 +94,22 @@ def test_a_reference_or_factory_that_fails_shows_the_tests_frames_only(suite):
 
         def test_factory_returns_none(sol):
             sol.measure(add, args=lambda: None, bytes=1e3)
+
+        def test_in_place_named_in_outputs(sol):  # x.add_(y) with outputs=0: the reference gets y alone
+            def add_(x, y):
+                busy(1e-3)
+                x.add_(y)
+            sol.measure(add_, args=(torch.randn(64), torch.randn(64)), outputs=0, reference=torch.add, bytes=1e3)
         """, "--sol-no-save", fake_clock=True, subprocess=True)
-    result.assert_outcomes(failed=3)
+    result.assert_outcomes(failed=4)
     out = result.stdout.str()
     assert re.search(r"test_reference_raises: sol.measure's reference= raised RuntimeError: shape '\[3, -1\]'", out), out
     assert re.search(r"test_kernels.py\", line \d+, in broken_reference", out), out
     assert re.search(r"test_factory_raises: sol.measure's args= raised ValueError: no inputs today", out), out
     assert re.search(r"test_factory_returns_none: sol.measure's args= function returned NoneType, not a tuple", out), out
+    assert re.search(r"test_in_place_named_in_outputs: sol.measure's reference= raised TypeError: .*the reference gets "
+                     r"args= without the outputs= buffers: a kernel that also reads a buffer it writes \(x.add_\(y\)\) "
+                     r"returns it instead", out), out
     assert "pytest_solgate/" not in out, out
 
 

@@ -521,13 +521,18 @@ def raise_user_error(message: str) -> NoReturn:
     raise MeasureError(message)
 
 
-def users_call(test: str, what: str, fn: Callable[..., object], *args: object) -> object:
+def users_call(test: str, what: str, fn: Callable[..., object], *args: object, hint: str = "") -> object:
     """``fn(*args)``, the test's own function (its reference=, its args= factory); where it raises,
-    one error that names it and shows the test's frames only (none of the plugin's)."""
+    one error that names it (and ``hint``) and shows the test's frames only (none of the plugin's)."""
     try:
         return fn(*args)
     except Exception as exc:  # noqa: BLE001 - any error of the test's function is reported as the test's
-        users_error(test, what, exc)
+        users_error(test, what, exc, hint)
+
+
+# Said where a reference raises and outputs= named buffers: it was handed args= without them.
+OUTPUTS_HINT = ("; the reference gets args= without the outputs= buffers: a kernel that also reads a buffer it "
+                "writes (x.add_(y)) returns it instead of naming it in outputs=")
 
 
 # Said where the kernel raises on the values the checks wrote (a Cholesky of a matrix no longer SPD).
@@ -601,7 +606,8 @@ class OutputCheck(Generic[Watch, Left]):
             return None
         test = self.checked.test
         with one_thread():  # the reference is the checks' answer, never timed
-            returned = users_call(test, "reference=", self.checked.reference, *inputs)
+            returned = users_call(test, "reference=", self.checked.reference, *inputs,
+                                  hint=OUTPUTS_HINT if self.checked.outputs else "")
         wanted = [_as_tensor(value) for value in _flat(returned)]
         names = ", ".join(name for name, _ in outputs)
         if len(wanted) != len(outputs):
