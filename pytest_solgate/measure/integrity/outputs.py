@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Callable, Generic, Iterator, NoReturn, Sequenc
 from pytest_solgate.measure.integrity import precision
 
 if TYPE_CHECKING:
+    import torch
     from torch import Tensor
 
 FLOAT_POISON = float("nan")
@@ -207,48 +208,100 @@ SAME_WIDTH_INTEGERS = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
 MULTIPLIERS = {"int32": 0x9E3779B1 - (1 << 32), "int64": 0x9E3779B97F4A7C15 - (1 << 64)}
 
 
+# Elements new values are made for at a time, in buffers kept for the measurement (Scratch).
+NEW_VALUES_CHUNK = 1 << 18
+
+
+class Scratch:
+    """The buffers new values are made in, made once for a measurement's rounds on new values. Made
+    and freed between two timed samples, even a chunk's, they changed what the allocator handed the
+    next call: glibc gave the freed memory back and the call's result paid its page faults again (a
+    bf16 add of 8M elements read 3.5x slower on new values in 4 of 6 processes: an honest kernel
+    named ``served from a cache``)."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[str, str, str], Tensor] = {}
+
+    def get(self, role: str, dtype: torch.dtype, like: Tensor, count: int) -> Tensor:
+        """A flat buffer of ``count`` elements of ``dtype`` on ``like``'s device, for ``role``."""
+        import torch
+        key = (role, str(dtype), str(like.device))
+        buffer = self._buffers.get(key)
+        if buffer is None or buffer.numel() < count:
+            buffer = self._buffers[key] = torch.empty(max(count, NEW_VALUES_CHUNK), dtype=dtype, device=like.device)
+        return buffer[:count]
+
+
+def _hash_into(factor: Tensor, like: Tensor, low: float, high: float, seed: int, scratch: Scratch) -> None:
+    """Into ``factor`` (flat, ``like``'s real dtype) a factor in [low, high) for every element of the
+    flat ``like``: a hash of its value's bits with ``seed`` (equal values, equal factors)."""
+    import torch
+    real = like.real if like.is_complex() else like
+    wide = "int64" if real.element_size() == 8 else "int32"
+    hashed = scratch.get("hash", getattr(torch, wide), like, real.numel())
+    hashed.copy_(real.view(getattr(torch, SAME_WIDTH_INTEGERS[real.element_size()])))
+    hashed.bitwise_xor_(seed).mul_(MULTIPLIERS[wide])
+    hashed.bitwise_right_shift_(40 if wide == "int64" else 8)  # the top 24 bits, signed: -2^23 to 2^23
+    unit = scratch.get("unit", torch.float64 if wide == "int64" else torch.float32, like, real.numel())
+    unit.copy_(hashed).mul_((high - low) / (1 << 24)).add_((low + high) / 2)
+    factor.copy_(unit)
+
+
 def factors(like: Tensor, rng: random.Random) -> Tensor:
     """A factor for every element of the flat tensor ``like``, in one of ``SCALES`` (``rng``'s pick),
     on its device, in its (real) dtype: a hash of the element's value (its bits) with a seed from
-    ``rng``, so that equal values get equal factors; the same ``rng`` state gives the same factors.
-    (As quick as drawing them: 2.3 ms for 1M floats on one core.)"""
+    ``rng``, so that equal values get equal factors; the same ``rng`` state gives the same factors."""
     with one_thread():
         import torch
         low, high = rng.choice(SCALES)
         real = like.real if like.is_complex() else like
-        wide = "int64" if real.element_size() == 8 else "int32"
-        bits = real.contiguous().view(getattr(torch, SAME_WIDTH_INTEGERS[real.element_size()]))
-        hashed = bits.to(getattr(torch, wide), copy=True)  # a copy: the hash below is computed in place
-        hashed ^= rng.getrandbits(31)
-        hashed *= MULTIPLIERS[wide]
-        hashed >>= 40 if wide == "int64" else 8  # the top 24 bits, signed: -2^23 to 2^23
-        unit = hashed.to(torch.float64 if wide == "int64" else torch.float32)
-        return unit.mul_((high - low) / (1 << 24)).add_((low + high) / 2).to(real.dtype)
+        factor = torch.empty(real.shape, dtype=real.dtype, device=like.device)
+        _hash_into(factor, like, low, high, rng.getrandbits(31), Scratch())
+        return factor
 
 
-def vary(kept: Tensor, rng: random.Random, out: Tensor) -> None:
-    """New values into ``out`` from ``kept`` (alike, flat; ``changes`` holds for them): a float's
-    each times a factor of its own; an integer's drawn anew within ``kept``'s own range (a mask of
-    0 and 1 stays one, a constant stays as it is). The same ``rng`` state gives the same values."""
+def vary(kept: Tensor, rng: random.Random, out: Tensor, scratch: Scratch | None = None) -> None:
+    """New values into ``out`` from ``kept`` (alike, flat; ``changes`` holds for them; the same tensor
+    too), a NEW_VALUES_CHUNK at a time in ``scratch``'s buffers: a float's each times its value's
+    factor (``factors``); an integer's drawn anew within ``kept``'s own range (a mask of 0 and 1
+    stays one, a constant stays as it is). The same ``rng`` state gives the same values."""
+    scratch = scratch or Scratch()
     with one_thread():
         import torch
+        chunks = [slice(start, start + NEW_VALUES_CHUNK) for start in range(0, kept.numel(), NEW_VALUES_CHUNK)]
         if kept.is_floating_point() or kept.is_complex():
-            torch.mul(kept, factors(kept, rng), out=out)
+            low, high = rng.choice(SCALES)
+            seed = rng.getrandbits(31)
+            real = kept.real.dtype if kept.is_complex() else kept.dtype
+            for part in chunks:
+                factor = scratch.get("factor", real, kept, kept[part].numel())
+                _hash_into(factor, kept[part], low, high, seed, scratch)
+                torch.mul(kept[part], factor, out=out[part])
             return
         generator = torch.Generator(device=kept.device).manual_seed(rng.getrandbits(63))
         if not kept.numel():
             return
         low, high = int(kept.min()), int(kept.max())
-        out.copy_(torch.randint(low, high + 1, kept.shape, generator=generator, dtype=kept.dtype, device=kept.device))
+        for part in chunks:
+            torch.randint(low, high + 1, out[part].shape, generator=generator, dtype=kept.dtype, out=out[part])
+
+
+def write_rolled(out: Tensor, kept: Tensor, rng: random.Random, scratch: Scratch | None = None) -> None:
+    """New values for the flat ``kept`` written into ``out`` (flat, alike, another storage): its own,
+    rolled by a random offset, then varied (vary), in ``scratch``'s buffers."""
+    n = kept.numel()
+    shift = rng.randrange(1, n) if n > 1 else 0
+    out[shift:].copy_(kept[:n - shift])  # as torch.roll(kept, shift)
+    out[:shift].copy_(kept[n - shift:])
+    vary(out, rng, out, scratch)
 
 
 def rolled(flat: Tensor, rng: random.Random) -> Tensor:
-    """New values for the flat ``flat``: its own, rolled by a random offset, then varied (vary)."""
+    """New values for the flat ``flat`` in a tensor of their own (write_rolled)."""
     import torch
-    shift = rng.randrange(1, flat.numel()) if flat.numel() > 1 else 0
-    rolled = torch.roll(flat, shift)
-    vary(rolled, rng, out=rolled)
-    return rolled
+    out = torch.empty_like(flat)
+    write_rolled(out, flat, rng)
+    return out
 
 
 def _new_values(tensor: Tensor, rng: random.Random, change: bool) -> Tensor:

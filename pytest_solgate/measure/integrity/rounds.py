@@ -4,7 +4,8 @@ The output checks (outputs.py) call the kernel themselves, and a kernel can tell
 timed ones (a trace hook, the stack, the gap since its last call, the values it saw last) and be
 honest only there. So a few sampling rounds, chosen at random, are themselves checked: before each
 sample of such a round (outside every timed region) new values are written into the timed inputs
-(their whole storage, rolled by a random offset, each float times a new random factor of its own, 8-bit integers drawn anew); the round is timed exactly like
+(their whole storage, rolled by a random offset, each float times its value's factor, 8-bit integers
+drawn anew, made in buffers kept for the measurement); the round is timed exactly like
 every other one (the same sampling code, the same stack, no hook); after it, the outputs of its
 last timed call are compared with the reference on the values that call got. A result skipped,
 partial or served from a cache in a timed call then differs from the reference: ``stale-timed``.
@@ -109,6 +110,7 @@ class FreshRounds:
         self.own_cpu: list[float] = []
         import torch
         self.storages: list[torch.Tensor] = outputs.storages_of(checked.changing(checked.args))
+        self.scratch = outputs.Scratch()  # new values made in buffers of their own, kept for the measurement
         self.torch = torch
 
     @property
@@ -162,15 +164,15 @@ class FreshRounds:
         self._write(self.seed)
 
     def _write(self, seed: int) -> None:
-        """The test's values rolled and varied (outputs.rolled, from ``seed``): each float element times
-        its own factor (one factor for all would let a homogeneous kernel scale its last result), after
+        """The test's values rolled and varied (outputs.write_rolled, from ``seed``): each float element
+        times its value's factor (one factor for all would let a homogeneous kernel scale its last result), after
         a roll by a random offset (unrolled, the ratios to the test's values would tell a kernel these
         rounds: it served a kept result in a round's first call)."""
         assert self.saved is not None
         draw = random.Random(seed)
         with self.torch.no_grad():
             for flat, (_, kept) in zip(self.storages, self.saved):
-                flat.copy_(outputs.rolled(kept, draw))
+                outputs.write_rolled(flat, kept, draw, self.scratch)
         self.checked.last.renewed = True
 
     def _judge(self) -> object | None:
