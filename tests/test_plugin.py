@@ -403,6 +403,19 @@ def test_a_run_that_never_measures_never_imports_torch(pytester):
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
+def test_measuring_a_function_of_no_tensors_on_the_cpu_imports_no_torch(suite):
+    # the integrity checks read torch's mode stacks only where torch is loaded: importing it cost
+    # 2 to 3 s of every such pytest process (a bisection runs dozens)
+    result = suite("""
+        import sys
+
+        def test_k(sol):
+            sol.measure(lambda: busy(1e-3), bytes=1e3)
+            assert "torch" not in sys.modules
+        """, "--sol-no-save", fake_clock=True, subprocess=True)
+    result.assert_outcomes(passed=1)
+
+
 def test_plugin_is_registered_through_the_entry_point(pytester):
     # In process: an inner session loads its plugins afresh, the entry points' too (no -p names it).
     result = pytester.runpytest("--help")

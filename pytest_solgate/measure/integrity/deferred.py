@@ -38,9 +38,10 @@ class Hooks:
 
 def read(tensors: Sequence[object]) -> Hooks:
     """The hooks now; ``tensors``: those handed in args= (flat)."""
-    import torch
-
-    modes = (torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack())
+    # Never imported for this: a session that has not imported torch has no mode (importing it took
+    # 2 to 3 s of every pytest process that measured a plain function).
+    torch = sys.modules.get("torch")
+    modes = (torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack()) if torch else (0, 0)
     functions = (sys.getprofile(), sys.gettrace(), threading.getprofile(), threading.gettrace())
     armed = tuple(signal.getitimer(timer)[0] > 0 for timer in TIMERS)
     return Hooks(modes, functions, tuple(type(t) for t in tensors), tuple(signal.getsignal(s) for s in TIMER_SIGNALS),
@@ -50,6 +51,8 @@ def read(tensors: Sequence[object]) -> Hooks:
 def foreign_modes(foreign_code: Callable[[object], str]) -> tuple[str, ...]:
     """The torch modes entered now whose code is the code under test's (``foreign_code``: its file, or
     ''): one left entered by an earlier test's kernel runs code at this measurement's torch calls."""
+    if "torch" not in sys.modules:
+        return ()
     from torch.overrides import _get_current_function_mode_stack
     from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
