@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 TIMER_SIGNALS = tuple(getattr(signal, name) for name in ("SIGALRM", "SIGVTALRM", "SIGPROF") if hasattr(signal, name))
-TIMERS = tuple(getattr(signal, name) for name in ("ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF")
-               if hasattr(signal, name))
+TIMERS = tuple((name.split("_")[1].lower(), getattr(signal, name)) for name in ("ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF")
+               if hasattr(signal, name))  # (its name in the line, the timer)
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def read(tensors: Sequence[object]) -> Hooks:
     torch = sys.modules.get("torch")
     modes = (torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack()) if torch else (0, 0)
     functions = (sys.getprofile(), sys.gettrace(), threading.getprofile(), threading.gettrace())
-    armed = tuple(signal.getitimer(timer)[0] > 0 for timer in TIMERS)
+    armed = tuple(signal.getitimer(timer)[0] > 0 for _, timer in TIMERS)
     return Hooks(modes, functions, tuple(type(t) for t in tensors), tuple(signal.getsignal(s) for s in TIMER_SIGNALS),
                  armed)
 
@@ -82,7 +82,7 @@ def left(before: Hooks, now: Hooks) -> tuple[str, ...]:
              for i, (was, cls) in enumerate(zip(before.classes, now.classes)) if cls is not was]
     said += [f"a handler of {signal.Signals(s).name}" for s, was, is_ in zip(TIMER_SIGNALS, before.handlers, now.handlers)
              if is_ is not was]
-    said += [f"an interval timer ({name})" for name, was, is_ in zip(("real", "virtual", "prof"), before.armed, now.armed)
+    said += [f"an interval timer ({name})" for (name, _), was, is_ in zip(TIMERS, before.armed, now.armed)
              if is_ and not was]
     return tuple(said)
 

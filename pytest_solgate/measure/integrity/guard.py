@@ -167,8 +167,9 @@ class Guard:
             self.breach = NoInputs()
 
     def rule(self, inner: StoppingRule, context: Context) -> StoppingRule:
-        """The stopping rule with the check between rounds (with inputs to check; not where the
-        device's kernel timestamps are traced over the rounds, which the check's calls would join)."""
+        """The stopping rule with the hooks read after every sample, and the check between rounds (with
+        inputs to check; not where the device's kernel timestamps are traced over the rounds, which
+        the check's calls would join)."""
         if self.level == OFF:
             return inner
         if self.checked is None or context.backend.capabilities.kernel_timestamps:
@@ -379,7 +380,7 @@ class Guard:
         the calls would cost more than a twentieth of the timing. Not on a test's clock: a fake
         clock reads what the test makes it read, and a real call's CPU time can exceed it."""
         timing = taken.timing
-        # the interpreter's timings mean nothing
+        # (a device's kernels, the interpreter's timings mean nothing here)
         if not timing.gated or taken.context.device.kind != "cpu" or not self.real_clock:
             return
         calls = min(3, int(0.05 * timing.wall_seconds / max(timing.seconds, 1e-9)))
