@@ -313,6 +313,16 @@ def kernel(a, b):
     busy(1e-5)  # a hit's fake time (none would make the sampler batch calls until its wall budget)
     return CACHE[key].clone()
 ''', "served from a cache")
+CHEATS["int64_values_cached"] = ('''
+CACHE = {}
+def kernel(index):
+    key = index.numpy().tobytes()  # int64 indices, by value: the same in every timed call
+    if key not in CACHE:
+        busy(1e-3)
+        CACHE[key] = torch.bincount(index, minlength=N)
+    busy(1e-5)
+    return CACHE[key].clone()
+''', "served from a cache")
 CHEATS["dataclass_cached"] = ('''
 CACHE = {}
 def kernel(ops, out):
@@ -517,6 +527,8 @@ BODIES = {
                        "    sol.measure(kernel, args=(i, j, out), outputs=2, reference=torch.add, bytes=1e3)"),
     "int8_values_cached": ("a, b = (torch.randint(-128, 128, (64, 64), dtype=torch.int8) for _ in range(2))\n"
                            "    sol.measure(kernel, args=(a, b), reference=lambda a, b: a.int() @ b.int(), bytes=1e3)"),
+    "int64_values_cached": ("sol.measure(kernel, args=(torch.randint(0, N, (N,)),), "
+                            "reference=lambda i: torch.bincount(i, minlength=N), bytes=1e3)"),
     "dataclass_cached": ("sol.measure(kernel, args=(Operands(*tensors()[:2]), torch.empty(N)), outputs=1, "
                          "reference=lambda o: o.x + o.y, bytes=1e3)"),
     "module_cached": "sol.measure(kernel, args=(Block(),), reference=lambda b: (b.x * b.w).detach(), bytes=1e3)",
@@ -630,6 +642,17 @@ def test_honest_int8_with_and_without_reference(sol):
         return (a * mask).amax(dim=1)
     sol.measure(row_max, args=(a, mask), bytes=1e3, name="row-max")
     assert torch.equal(mask, kept)
+
+def test_honest_gather_by_offsets_and_a_mask(sol):
+    def segment_sums(table, index, offsets, mask):  # out of bounds if the indices, offsets or mask changed shape
+        busy(1e-3)
+        picked = table[index] * mask
+        return torch.stack([picked[offsets[k]:offsets[k + 1]].sum() for k in range(len(offsets) - 1)])
+    index, offsets = torch.randint(0, N, (N,)), torch.tensor([0, 3, 3, N // 2, N])  # offsets sorted: kept
+    mask, kept = torch.rand(N) > 0.5, index.clone()
+    sol.measure(segment_sums, args=(torch.randn(N), index, offsets, mask), bytes=1e3,
+                reference=lambda t, i, o, m: torch.stack([(t[i] * m)[o[k]:o[k + 1]].sum() for k in range(len(o) - 1)]))
+    assert torch.equal(index, kept)
 
 def test_honest_speed_depends_on_the_data(sol):
     def sort(x):  # fewer distinct values sort faster (2.6x for 4 values among 2^18 on a CPU)

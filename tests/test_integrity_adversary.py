@@ -483,10 +483,11 @@ def test_every_sample_of_a_round_on_new_values_meets_values_no_call_saw():
     assert torch.equal(x, before)
 
 
-def test_new_values_reach_8_bit_integers_within_their_range_and_never_kept_or_index_tensors():
+def test_new_values_reach_8_bit_integers_within_their_range_and_wider_indices_rolled_never_offsets_or_masks():
     """``int8_values_cached``'s inputs get new values in every sample of a round on new values, each
-    within its tensor's range (a 0/1 mask stays one); int64 indices and the inputs named in keep=
-    never change; every tensor gets its values back."""
+    within its tensor's range (a 0/1 mask stays one); ``int64_values_cached``'s indices are rolled
+    (new at each position, the same values: in bounds); sorted offsets, a boolean mask and the
+    inputs named in keep= never change; every tensor gets its values back."""
     import random
 
     import torch
@@ -495,24 +496,27 @@ def test_new_values_reach_8_bit_integers_within_their_range_and_never_kept_or_in
 
     a = torch.randint(-100, 50, (256,), dtype=torch.int8)
     mask = torch.randint(0, 2, (256,), dtype=torch.uint8)
-    index, bounds = torch.randint(0, 256, (256,)), torch.linspace(-1, 1, 8)
-    before = [t.clone() for t in (a, mask, index, bounds)]
-    checked = outputs.checked_of(lambda *args: args[0].sum(), (a, mask, index, bounds), None, None, None, "t", keep=3)
+    index, offsets, flags = torch.randint(0, 256, (256,)), torch.tensor([0, 3, 3, 100, 256]), torch.rand(256) > 0.5
+    bounds = torch.linspace(-1, 1, 8)
+    tensors = (a, mask, index, offsets, flags, bounds)
+    before = [t.clone() for t in tensors]
+    checked = outputs.checked_of(lambda *args: args[0].sum(), tensors, None, None, None, "t", keep=5)
     fresh = rounds.FreshRounds(checked, lambda got, inputs, calls: None, random.Random(0))
     fresh.before_round(forced=True)
     seen = []
     for _ in range(3):
-        seen.append([t.clone() for t in (a, mask, index, bounds)])
+        seen.append([t.clone() for t in tensors])
         fresh.after_sample(None, 1)
     fresh.after_round([1e-3] * 3)
     for values, was in zip(zip(*seen), before):
-        if was.dtype in (torch.int8, torch.uint8):
+        if was.dtype in (torch.int8, torch.uint8, torch.int64) and was is not before[3]:
             assert all(not torch.equal(v, w) for i, v in enumerate(values) for w in (was, *values[:i]))
             assert all(int(v.min()) >= int(was.min()) and int(v.max()) <= int(was.max()) for v in values)
         else:
             assert all(torch.equal(v, was) for v in values)
+    assert all(torch.equal(v.sort().values, before[2].sort().values) for v in list(zip(*seen))[2])
     fresh.restore()
-    assert all(torch.equal(t, w) for t, w in zip((a, mask, index, bounds), before))
+    assert all(torch.equal(t, w) for t, w in zip(tensors, before))
 
 
 def test_a_modules_code_is_read_from_its_current_bytecode_cache_or_else_compiled(tmp_path):

@@ -19,10 +19,12 @@ the first check, so an ``assert_close(out, x + y)`` after ``sol.measure`` still 
 
 New values: a floating tensor is rolled by a random offset and each element scaled by a random
 factor (its values' range and signs kept: a log's input stays positive); an 8-bit integer tensor (a
-quantized operand, packed int4 weights) gets values drawn within its own range; wider integer and
-boolean tensors (indices, offsets, masks) keep their values, since new ones could index out of
-bounds; so do the inputs at the positions the test names in ``keep=`` (sorted boundaries, a uint8
-table of indices).
+quantized operand, packed int4 weights) gets values drawn within its own range; a wider integer
+tensor (indices) is rolled only: each position gets another value, every index stays in bounds, and
+the values and their order (what a gather's speed depends on) stay as they were. Integer tensors
+sorted along their last dimension (offsets, cumulative lengths) and boolean ones (masks) keep their
+values; so do the inputs at the positions the test names in ``keep=`` (sorted float boundaries, a
+uint8 table of indices).
 """
 
 from __future__ import annotations
@@ -184,10 +186,26 @@ def _checked_tensor(value: object) -> Tensor:
 
 
 def changes(tensor: Tensor) -> bool:
-    """Whether new values may be written for ``tensor`` (floating, complex and 8-bit integer ones; see
-    the module's doc)."""
+    """Whether new values may be written for ``tensor`` (see the module's doc): floating, complex and
+    8-bit integer ones; wider integers unless sorted along their last dimension (offsets,
+    boundaries); never a boolean one."""
     import torch
-    return tensor.is_floating_point() or tensor.is_complex() or tensor.dtype in (torch.int8, torch.uint8)
+    if tensor.is_floating_point() or tensor.is_complex() or tensor.dtype in (torch.int8, torch.uint8):
+        return True
+    try:
+        return tensor.dtype != torch.bool and not _sorted_rows(tensor)
+    except NotImplementedError:  # torch compares no uint16-64 on a CPU: kept, as the docs say of sorted ones
+        return False
+
+
+def _sorted_rows(tensor: Tensor) -> bool:
+    """Whether every row (last dimension) of the integer ``tensor`` is non-decreasing or
+    non-increasing: a rolled one would not be (cumulative lengths would turn negative)."""
+    if tensor.numel() < 2:
+        return True
+    rows = tensor if tensor.shape[-1] > 1 else tensor.reshape(-1)  # a column of indices: its one row
+    before, after = rows[..., :-1], rows[..., 1:]  # compared, not subtracted: a difference may overflow
+    return bool((after >= before).all()) or bool((after <= before).all())
 
 
 def varies(tensor: Tensor) -> bool:
@@ -263,8 +281,9 @@ def factors(like: Tensor, rng: random.Random) -> Tensor:
 def vary(kept: Tensor, rng: random.Random, out: Tensor, scratch: Scratch | None = None) -> None:
     """New values into ``out`` from ``kept`` (alike, flat; ``changes`` holds for them; the same tensor
     too), a NEW_VALUES_CHUNK at a time in ``scratch``'s buffers: a float's each times its value's
-    factor (``factors``); an integer's drawn anew within ``kept``'s own range (a mask of 0 and 1
-    stays one, a constant stays as it is). The same ``rng`` state gives the same values."""
+    factor (``factors``); an 8-bit integer's drawn anew within ``kept``'s own range (a mask of 0 and 1
+    stays one, a constant stays as it is); a wider integer's as they are (rolled, they are new where
+    they lie, and every index stays in bounds). The same ``rng`` state gives the same values."""
     scratch = scratch or Scratch()
     with one_thread():
         import torch
@@ -279,7 +298,9 @@ def vary(kept: Tensor, rng: random.Random, out: Tensor, scratch: Scratch | None 
                 torch.mul(kept[part], factor, out=out[part])
             return
         generator = torch.Generator(device=kept.device).manual_seed(rng.getrandbits(63))
-        if not kept.numel():
+        if not kept.numel() or kept.element_size() > 1:
+            if out.data_ptr() != kept.data_ptr():
+                out.copy_(kept)
             return
         low, high = int(kept.min()), int(kept.max())
         for part in chunks:
