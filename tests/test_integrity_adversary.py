@@ -577,3 +577,30 @@ def test_new_values_between_timed_samples_allocate_nothing_once_their_buffers_ex
         outputs.write_rolled(out, kept, random.Random(2), scratch)
     assert max(event.cpu_memory_usage for event in recorded.events()) < 1024, recorded.key_averages().table()
     assert not torch.equal(out, kept)
+
+
+def test_an_in_place_kernels_outputs_are_kept_between_samples_in_buffers_made_once():
+    """An in-place kernel's outputs live in its inputs, which a round's next new values overwrite:
+    they are copied first, between two timed samples, into buffers made at the round's first sample
+    (made and freed there, copies would change what the allocator gives the next call)."""
+    import random
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from pytest_solgate.measure.integrity import outputs, rounds
+
+    x = torch.randn(1 << 20)
+    checked = outputs.checked_of(lambda x: x.mul_(0.5), (x,), None, lambda x: x * 0.5, None, "t")
+    fresh = rounds.FreshRounds(checked, lambda got, inputs, calls: None, random.Random(0))
+    timed = checked.timed()
+    fresh.before_round(forced=True)
+    timed()
+    fresh.after_sample(None, 1)  # the copies' buffers made
+    timed()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as recorded:
+        fresh.after_sample(None, 1)
+    assert max(event.cpu_memory_usage for event in recorded.events()) < 1024, recorded.key_averages().table()
+    assert fresh.got is fresh.copies and fresh.got is not None and not outputs.shares_storage(fresh.got[0], x)
+    fresh.after_round([1e-3] * 2)
+    fresh.restore()

@@ -101,6 +101,7 @@ class FreshRounds:
         self.seed, self.written_at = 0, 0  # the seed of the factors written last, and the timed calls before
         self.given = (0, 0)  # the same of the values the last sample of a round on new values got
         self.got: list[object] | None = None  # that sample's outputs, where they live in the inputs (in place)
+        self.copies: list[object] | None = None  # the buffers ``got`` is copied into (_copied)
         self.pending = False  # the round running (or just run) is on new values
         self.rounds = 0
         self.seen = 0  # samples already sorted
@@ -129,8 +130,24 @@ class FreshRounds:
             last = self.checked.last_outputs()
             written = [outputs.is_tensor(o) and any(outputs.shares_storage(o, flat) for flat in self.storages) for o in last]
             self.running_at_copy = self.running()
-            self.got = outputs.clone(list(last)) if any(written) else None
+            self.got = self._copied(last) if any(written) else None
             self._write_new()
+
+    def _copied(self, last: Sequence[object]) -> list[object]:
+        """``last`` copied into buffers kept for the measurement, made at the first sample that needs
+        them: made and freed between two timed samples, copies change what the allocator hands the
+        next call, as the new values' temporaries did (outputs.Scratch)."""
+        kept = self.copies
+        if kept is None or len(kept) != len(last) or not all(
+                outputs.is_tensor(k) and outputs.is_tensor(v) and (k.shape, k.dtype, k.device) == (v.shape, v.dtype, v.device)
+                for k, v in zip(kept, last)):
+            self.copies = outputs.clone(list(last))
+            return self.copies
+        with self.torch.no_grad(), outputs.one_thread():
+            for copy, value in zip(kept, last):
+                if outputs.is_tensor(copy) and outputs.is_tensor(value):  # (each is, as checked above)
+                    copy.copy_(value)
+        return kept
 
     def after_round(self, samples: Sequence[float]) -> object | None:
         """Sort the round's samples; after a round on new values, its timed outputs judged (a Finding or None)."""
